@@ -1,0 +1,40 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: install test demo chaos bench bench-full clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest tests -q
+
+demo: install
+	$(PY) -m multiwriter.cli demo
+
+chaos: install
+	$(PY) -m tests.chaos.run --minutes $${MINUTES:-30}
+
+bench: install
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m benchmarks.run --size small
+
+bench-full: install
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m benchmarks.run --size full
+
+clean:
+	rm -rf demo-output .pytest_cache build *.egg-info

@@ -1,0 +1,2 @@
+from .table.table import Table
+from . import errors

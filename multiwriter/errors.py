@@ -1,0 +1,69 @@
+"""Typed errors of multiwriter.
+
+Two kinds of commit failure are never confused: ``WriteConflictError`` (and the other
+"did not land" errors) means the commit provably did not happen, so its files may be deleted
+and the batch retried; ``CommitStateUnknownError`` means it may have landed, so nothing of it
+may be deleted until the timeline has been read again.
+"""
+from __future__ import annotations
+
+
+class MultiWriterError(Exception):
+    """Base class of every error multiwriter raises on purpose."""
+
+
+class ConfigError(MultiWriterError, ValueError):
+    """A setting is missing, out of range or contradicts another one."""
+
+
+class TableNotFoundError(MultiWriterError):
+    """The path holds no Hudi table (no ``.hoodie/hoodie.properties``)."""
+
+
+class TableFormatError(MultiWriterError):
+    """A table file is unreadable, corrupt or of an unsupported version."""
+
+
+class SchemaMismatchError(MultiWriterError):
+    """A batch's columns do not fit the table schema (missing or retyped columns)."""
+
+
+class InvalidRecordError(MultiWriterError):
+    """A record cannot be written: null/empty key, unsafe partition value, ..."""
+
+
+class WriteConflictError(MultiWriterError):
+    """Another writer committed to the same file groups first; this commit did not land."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        instant: str | None = None,
+        winner: str | None = None,
+        file_groups: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instant = instant
+        self.winner = winner
+        self.file_groups = file_groups or []
+
+
+class LockError(MultiWriterError):
+    """The table lock could not be used."""
+
+
+class LockAcquireTimeout(LockError):
+    """The table lock was not acquired within the timeout; nothing was committed."""
+
+
+class LockLostError(LockError):
+    """The lock (or the session holding it) was lost before the commit finished."""
+
+
+class HeartbeatExpiredError(MultiWriterError):
+    """This writer's own heartbeat lapsed, so others may judge it dead: it must not commit."""
+
+
+class CommitStateUnknownError(MultiWriterError):
+    """The commit may or may not have landed; never delete its files before re-reading."""

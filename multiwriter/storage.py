@@ -1,0 +1,169 @@
+"""Storage access through ``pyarrow.fs`` so local paths, ``file://``, ``s3://`` and ``hdfs://``
+behave the same.
+
+All paths handed to :class:`Storage` are relative to the table root and use ``/``. Creating a
+file that must not exist yet (instant files, markers) goes through :meth:`Storage.put_if_absent`,
+which is atomic on local disks (write to a temporary name, then ``link``) so readers never see a
+partial file and two creators never both succeed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+log = logging.getLogger(__name__)
+
+
+class FileExists(Exception):
+    """Raised by :meth:`Storage.put_if_absent` when the target already exists."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative to the table root
+    size: int
+    mtime_s: float
+
+
+class Storage:
+    """A table root on some filesystem."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = str(uri)
+        fs, root = pafs.FileSystem.from_uri(_as_uri(self.uri))
+        self.fs: pafs.FileSystem = fs
+        self.root: str = root.rstrip("/") or "/"
+        self.is_local = isinstance(fs, pafs.LocalFileSystem)
+
+    # -- paths ---------------------------------------------------------------
+    def abs(self, rel: str) -> str:
+        rel = rel.lstrip("/")
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def uri_of(self, rel: str) -> str:
+        """A URI another reader (Spark, hudi-rs) can open."""
+        if self.is_local:
+            return self.abs(rel)
+        scheme = self.uri.split("://", 1)[0]
+        return f"{scheme}://{self.abs(rel)}"
+
+    # -- reading -------------------------------------------------------------
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound
+
+    def is_dir(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.abs(rel)).type == pafs.FileType.Directory
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.abs(rel)) as f:
+            return f.read()
+
+    def info(self, rel: str) -> FileEntry | None:
+        fi = self.fs.get_file_info(self.abs(rel))
+        if fi.type == pafs.FileType.NotFound:
+            return None
+        return FileEntry(rel, fi.size or 0, _mtime(fi))
+
+    def list_dir(self, rel: str, *, files_only: bool = False) -> list[FileEntry]:
+        """Direct children of ``rel``; an absent directory lists as empty."""
+        sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)
+        out = []
+        for fi in self.fs.get_file_info(sel):
+            if files_only and fi.type != pafs.FileType.File:
+                continue
+            out.append(FileEntry(self._rel(fi.path), fi.size or 0, _mtime(fi)))
+        return out
+
+    def list_subdirs(self, rel: str) -> list[str]:
+        sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)
+        return [self._rel(fi.path) for fi in self.fs.get_file_info(sel) if fi.type == pafs.FileType.Directory]
+
+    def walk_files(self, rel: str) -> list[FileEntry]:
+        sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=True)
+        return [
+            FileEntry(self._rel(fi.path), fi.size or 0, _mtime(fi))
+            for fi in self.fs.get_file_info(sel)
+            if fi.type == pafs.FileType.File
+        ]
+
+    # -- writing -------------------------------------------------------------
+    def makedirs(self, rel: str) -> None:
+        self.fs.create_dir(self.abs(rel), recursive=True)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write (or replace) a file; atomic replace on local disks."""
+        target = self.abs(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        if self.is_local:
+            tmp = f"{target}.{uuid.uuid4().hex}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+            return
+        with self.fs.open_output_stream(target) as f:
+            f.write(data)
+
+    def put_if_absent(self, rel: str, data: bytes) -> None:
+        """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists."""
+        target = self.abs(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        if self.is_local:
+            tmp = posixpath.join(posixpath.dirname(target), f".{uuid.uuid4().hex}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, target)
+            except FileExistsError as e:
+                raise FileExists(rel) from e
+            finally:
+                os.unlink(tmp)
+            return
+        # Object stores: callers hold the table lock around instant creation, so
+        # check-then-write is safe there; markers use unique names.
+        if self.exists(rel):
+            raise FileExists(rel)
+        with self.fs.open_output_stream(target) as f:
+            f.write(data)
+
+    def delete(self, rel: str) -> bool:
+        """Delete a file; False when it was already gone (deletes are idempotent)."""
+        try:
+            self.fs.delete_file(self.abs(rel))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            if not self.exists(rel):
+                return False
+            raise e
+
+    def delete_dir(self, rel: str) -> None:
+        try:
+            self.fs.delete_dir(self.abs(rel))
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if self.exists(rel):
+                raise
+
+    def _rel(self, absolute: str) -> str:
+        root = self.root.rstrip("/") + "/"
+        return absolute[len(root):] if absolute.startswith(root) else absolute
+
+
+def _as_uri(path: str) -> str:
+    if "://" in path:
+        return path
+    return "file://" + os.path.abspath(os.path.expanduser(path))
+
+
+def _mtime(fi: pafs.FileInfo) -> float:
+    mt = fi.mtime
+    return mt.timestamp() if mt is not None else 0.0

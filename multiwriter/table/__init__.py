@@ -1,0 +1,1 @@
+"""The on-disk Hudi Copy-on-Write table: properties, timeline, file groups, snapshots."""

@@ -1,0 +1,110 @@
+"""Where things live in a table: partition paths (validated), data file names, markers,
+heartbeats. Every path is built here from validated parts, so no value can place a file outside
+the table root or inside ``.hoodie``.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from ..errors import InvalidRecordError
+
+HOODIE = ".hoodie"
+TEMP_DIR = f"{HOODIE}/.temp"
+HEARTBEAT_DIR = f"{HOODIE}/.heartbeat"
+PARTITION_METADATA = ".hoodie_partition_metadata"
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+MAX_SEGMENT_BYTES = 255
+
+_FILE_RE = re.compile(r"^(?P<fid>[^_/]+)_(?P<token>[^_/]+)_(?P<t>\d{14}|\d{17})\.parquet$")
+_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class DataFileName:
+    file_id: str
+    write_token: str
+    instant_time: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.file_id}_{self.write_token}_{self.instant_time}.parquet"
+
+
+def parse_data_file(name: str) -> DataFileName | None:
+    """Parse ``<fileId>_<writeToken>_<T>.parquet``; None for any other file."""
+    m = _FILE_RE.match(name)
+    return DataFileName(m.group("fid"), m.group("token"), m.group("t")) if m else None
+
+
+def new_file_id() -> str:
+    return f"{uuid.uuid4()}-0"
+
+
+def write_token(task: int = 0, stage: int = 0, attempt: int = 0) -> str:
+    return f"{task}-{stage}-{attempt}"
+
+
+def validate_partition_value(field: str, value: str) -> str:
+    """Reject a partition value that could escape its directory; return it unchanged otherwise."""
+    problem = None
+    if value in (".", ".."):
+        problem = "is a relative path component"
+    elif value.startswith("."):
+        problem = "starts with '.' (hidden and reserved directories such as .hoodie)"
+    elif _FORBIDDEN.search(value):
+        problem = "contains '/', '\\', NUL or a control character"
+    elif len(value.encode("utf-8")) > MAX_SEGMENT_BYTES - len(field) - 1:
+        problem = f"is longer than {MAX_SEGMENT_BYTES} bytes as a directory name"
+    if problem:
+        raise InvalidRecordError(
+            f"partition value {value[:80]!r} of column {field!r} {problem}; "
+            "clean the value before writing (nothing was written)"
+        )
+    return value
+
+
+def partition_path(fields: tuple[str, ...], values: tuple[str | None, ...], hive_style: bool) -> str:
+    """The relative partition path of one record; '' for a non-partitioned table."""
+    parts = []
+    for f, v in zip(fields, values):
+        v = DEFAULT_PARTITION if v is None or v == "" else validate_partition_value(f, v)
+        parts.append(f"{f}={v}" if hive_style else v)
+    return "/".join(parts)
+
+
+def check_relative(rel: str) -> str:
+    """Assert that an already-built relative path stays inside the table and out of .hoodie."""
+    segs = rel.split("/") if rel else []
+    if any(s in ("", ".", "..") or s.startswith(".") or "\x00" in s or "\\" in s for s in segs):
+        raise InvalidRecordError(f"unsafe partition path {rel!r}")
+    return rel
+
+
+def data_file_path(partition: str, file_name: str) -> str:
+    return f"{partition}/{file_name}" if partition else file_name
+
+
+def marker_dir(instant_time: str) -> str:
+    return f"{TEMP_DIR}/{instant_time}"
+
+
+def marker_path(instant_time: str, partition: str, file_name: str) -> str:
+    """Hudi's direct marker: ``.hoodie/.temp/<T>/<partition>/<file>.marker.CREATE``."""
+    return f"{marker_dir(instant_time)}/{data_file_path(partition, file_name)}.marker.CREATE"
+
+
+def marker_to_data_path(instant_time: str, marker_rel: str) -> str | None:
+    prefix = marker_dir(instant_time) + "/"
+    if not marker_rel.startswith(prefix) or not marker_rel.endswith(".marker.CREATE"):
+        return None
+    return marker_rel[len(prefix) : -len(".marker.CREATE")]
+
+
+def heartbeat_path(instant_time: str) -> str:
+    return f"{HEARTBEAT_DIR}/{instant_time}"
+
+
+def partition_metadata_bytes(commit_time: str, depth: int) -> bytes:
+    return f"#partition metadata\ncommitTime={commit_time}\npartitionDepth={depth}\n".encode()

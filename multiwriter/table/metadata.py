@@ -1,0 +1,328 @@
+"""Timeline metadata: commit, rollback and clean records as Avro container files.
+
+Layouts follow Hudi's ``org.apache.hudi.avro.model`` records so that Java Hudi and hudi-rs read
+them; version 6 tables keep commit metadata as JSON, which we read too. Never pickle.
+"""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from ..errors import TableFormatError
+
+NS = "org.apache.hudi.avro.model"
+
+
+def _opt(name: str, typ: Any, default: Any = None) -> dict[str, Any]:
+    return {"name": name, "type": ["null", typ], "default": default}
+
+
+_STR = "string"
+_WRITE_STAT_LONGS = (
+    "numWrites numDeletes numUpdateWrites totalWriteBytes totalWriteErrors"
+).split()
+
+WRITE_STAT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieWriteStat",
+    "fields": [
+        _opt("fileId", _STR),
+        _opt("path", _STR),
+        _opt("prevCommit", _STR),
+        *[_opt(n, "long") for n in _WRITE_STAT_LONGS],
+        _opt("partitionPath", _STR),
+        _opt("totalLogRecords", "long"),
+        _opt("totalLogFiles", "long"),
+        _opt("totalUpdatedRecordsCompacted", "long"),
+        _opt("numInserts", "long"),
+        _opt("totalLogBlocks", "long"),
+        _opt("totalCorruptLogBlock", "long"),
+        _opt("totalRollbackBlocks", "long"),
+        _opt("fileSizeInBytes", "long"),
+        _opt("logVersion", "int"),
+        _opt("logOffset", "long"),
+        _opt("baseFile", _STR),
+        _opt("logFiles", {"type": "array", "items": _STR}),
+        _opt("cdcStats", {"type": "map", "values": "long"}),
+        _opt("prevBaseFile", _STR),
+        _opt("minEventTime", "long"),
+        _opt("maxEventTime", "long"),
+        _opt(
+            "runtimeStats",
+            {
+                "type": "record",
+                "name": f"{NS}.HoodieRuntimeStats",
+                "fields": [_opt("totalScanTime", "long"), _opt("totalCreateTime", "long"), _opt("totalUpsertTime", "long")],
+            },
+        ),
+        _opt("totalLogFilesCompacted", "long"),
+        _opt("totalLogReadTimeMs", "long"),
+        _opt("totalLogSizeCompacted", "long"),
+        _opt("tempPath", _STR),
+        _opt("numUpdates", "long"),
+    ],
+}
+
+COMMIT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieCommitMetadata",
+    "fields": [
+        _opt("partitionToWriteStats", {"type": "map", "values": {"type": "array", "items": WRITE_STAT_SCHEMA}}),
+        _opt("compacted", "boolean"),
+        _opt("extraMetadata", {"type": "map", "values": _STR}),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        _opt("operationType", _STR),
+    ],
+}
+
+INSTANT_INFO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieInstantInfo",
+    "fields": [{"name": "commitTime", "type": _STR}, {"name": "action", "type": _STR}],
+}
+
+ROLLBACK_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieRollbackPlan",
+    "fields": [
+        _opt("instantToRollback", INSTANT_INFO_SCHEMA),
+        _opt(
+            "RollbackRequests",
+            {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": f"{NS}.HoodieRollbackRequest",
+                    "fields": [
+                        {"name": "partitionPath", "type": _STR},
+                        _opt("fileId", _STR),
+                        _opt("latestBaseInstant", _STR),
+                        {"name": "filesToBeDeleted", "type": {"type": "array", "items": _STR}, "default": []},
+                        _opt("logBlocksToBeDeleted", {"type": "map", "values": "long"}),
+                    ],
+                },
+            },
+        ),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+ROLLBACK_METADATA_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieRollbackMetadata",
+    "fields": [
+        {"name": "startRollbackTime", "type": _STR},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "totalFilesDeleted", "type": "int"},
+        {"name": "commitsRollback", "type": {"type": "array", "items": _STR}},
+        {
+            "name": "partitionMetadata",
+            "type": {
+                "type": "map",
+                "values": {
+                    "type": "record",
+                    "name": f"{NS}.HoodieRollbackPartitionMetadata",
+                    "fields": [
+                        {"name": "partitionPath", "type": _STR},
+                        {"name": "successDeleteFiles", "type": {"type": "array", "items": _STR}},
+                        {"name": "failedDeleteFiles", "type": {"type": "array", "items": _STR}},
+                        _opt("rollbackLogFiles", {"type": "map", "values": "long"}),
+                        _opt("writtenLogFiles", {"type": "map", "values": "long"}),
+                    ],
+                },
+            },
+        },
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "instantsRollback", "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"}, "default": []},
+    ],
+}
+# The rollback metadata references HoodieInstantInfo by name: define it first in a union schema.
+_ROLLBACK_METADATA_FULL = dict(ROLLBACK_METADATA_SCHEMA)
+
+CLEAN_METADATA_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieCleanMetadata",
+    "fields": [
+        {"name": "startCleanTime", "type": _STR},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "totalFilesDeleted", "type": "int"},
+        {"name": "earliestCommitToRetain", "type": _STR},
+        _opt("lastCompletedCommitTimestamp", _STR, None),
+        {
+            "name": "partitionMetadata",
+            "type": {
+                "type": "map",
+                "values": {
+                    "type": "record",
+                    "name": f"{NS}.HoodieCleanPartitionMetadata",
+                    "fields": [
+                        {"name": "partitionPath", "type": _STR},
+                        {"name": "policy", "type": _STR},
+                        {"name": "deletePathPatterns", "type": {"type": "array", "items": _STR}},
+                        {"name": "successDeleteFiles", "type": {"type": "array", "items": _STR}},
+                        {"name": "failedDeleteFiles", "type": {"type": "array", "items": _STR}},
+                        _opt("isPartitionDeleted", "boolean"),
+                    ],
+                },
+            },
+        },
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+
+def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
+    return fastavro.parse_schema(schema, named_schemas=named if named is not None else {})
+
+
+_NAMED: dict[str, Any] = {}
+_PARSED_INSTANT_INFO = _parsed(INSTANT_INFO_SCHEMA, _NAMED)
+_PARSED = {
+    "commit": _parsed(COMMIT_SCHEMA, {}),
+    "rollback_plan": _parsed(ROLLBACK_PLAN_SCHEMA, {}),
+    "rollback": _parsed(ROLLBACK_METADATA_SCHEMA, _NAMED),
+    "clean": _parsed(CLEAN_METADATA_SCHEMA, {}),
+}
+
+
+def encode(kind: str, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.writer(buf, _PARSED[kind], [record])
+    return buf.getvalue()
+
+
+def decode_records(data: bytes, *, source: str) -> list[dict[str, Any]]:
+    """Read the records of an Avro container; a clear error names the file when it is corrupt."""
+    try:
+        return list(fastavro.reader(io.BytesIO(data)))
+    except Exception as e:  # fastavro raises many types for corrupt input
+        raise TableFormatError(
+            f"{source}: not a readable Avro container ({type(e).__name__}: {e}); "
+            "the file is corrupt or truncated: restore it from backup or remove the instant by rollback"
+        ) from e
+
+
+# -- commit metadata -------------------------------------------------------------
+
+
+@dataclass
+class WriteStat:
+    """What one commit wrote into one file (a ``HoodieWriteStat``)."""
+
+    file_id: str
+    path: str
+    partition_path: str
+    prev_commit: str = "null"
+    num_writes: int = 0
+    num_inserts: int = 0
+    num_update_writes: int = 0
+    num_deletes: int = 0
+    total_write_bytes: int = 0
+    file_size: int = 0
+    prev_base_file: str | None = None
+    total_write_errors: int = 0
+    create_time_ms: int = 0
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "fileId": self.file_id,
+            "path": self.path,
+            "prevCommit": self.prev_commit,
+            "numWrites": self.num_writes,
+            "numDeletes": self.num_deletes,
+            "numUpdateWrites": self.num_update_writes,
+            "totalWriteBytes": self.total_write_bytes,
+            "totalWriteErrors": self.total_write_errors,
+            "partitionPath": self.partition_path,
+            "totalLogRecords": 0,
+            "totalUpdatedRecordsCompacted": 0,
+            "numInserts": self.num_inserts,
+            "totalLogBlocks": 0,
+            "totalCorruptLogBlock": 0,
+            "totalRollbackBlocks": 0,
+            "fileSizeInBytes": self.file_size,
+            "prevBaseFile": self.prev_base_file,
+            "runtimeStats": {"totalScanTime": 0, "totalCreateTime": self.create_time_ms, "totalUpsertTime": 0},
+            "totalLogFilesCompacted": 0,
+            "totalLogReadTimeMs": 0,
+            "totalLogSizeCompacted": 0,
+            "numUpdates": 0,
+        }
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any], partition: str) -> WriteStat:
+        return cls(
+            file_id=d.get("fileId") or "",
+            path=d.get("path") or "",
+            partition_path=d.get("partitionPath") if d.get("partitionPath") is not None else partition,
+            prev_commit=d.get("prevCommit") or "null",
+            num_writes=d.get("numWrites") or 0,
+            num_inserts=d.get("numInserts") or 0,
+            num_update_writes=d.get("numUpdateWrites") or 0,
+            num_deletes=d.get("numDeletes") or 0,
+            total_write_bytes=d.get("totalWriteBytes") or 0,
+            file_size=d.get("fileSizeInBytes") or 0,
+            prev_base_file=d.get("prevBaseFile"),
+            total_write_errors=d.get("totalWriteErrors") or 0,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return self.to_avro()
+
+
+@dataclass
+class CommitMetadata:
+    """A ``HoodieCommitMetadata``: every file a commit wrote, plus string key/values."""
+
+    partition_to_write_stats: dict[str, list[WriteStat]] = field(default_factory=dict)
+    extra_metadata: dict[str, str] = field(default_factory=dict)
+    operation_type: str = "UPSERT"
+    compacted: bool = False
+
+    def all_stats(self) -> list[WriteStat]:
+        return [s for stats in self.partition_to_write_stats.values() for s in stats]
+
+    def file_groups(self) -> set[tuple[str, str]]:
+        """(partition, fileId) pairs touched; the unit of conflict."""
+        return {(s.partition_path, s.file_id) for s in self.all_stats() if s.file_id}
+
+    def to_bytes(self) -> bytes:
+        return encode(
+            "commit",
+            {
+                "partitionToWriteStats": {p: [s.to_avro() for s in ss] for p, ss in self.partition_to_write_stats.items()},
+                "compacted": self.compacted,
+                "extraMetadata": dict(self.extra_metadata),
+                "version": 1,
+                "operationType": self.operation_type,
+            },
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str) -> CommitMetadata:
+        if not data.strip():
+            return cls()
+        if data.lstrip()[:1] == b"{":
+            try:
+                rec = json.loads(data)
+            except ValueError as e:
+                raise TableFormatError(f"{source}: commit metadata is neither Avro nor valid JSON ({e})") from e
+        else:
+            recs = decode_records(data, source=source)
+            if len(recs) != 1:
+                raise TableFormatError(f"{source}: expected one commit metadata record, found {len(recs)}")
+            rec = recs[0]
+        try:
+            p2s = rec.get("partitionToWriteStats") or {}
+            return cls(
+                partition_to_write_stats={p: [WriteStat.from_avro(s, p) for s in ss or []] for p, ss in p2s.items()},
+                extra_metadata=dict(rec.get("extraMetadata") or {}),
+                operation_type=rec.get("operationType") or "UNKNOWN",
+                compacted=bool(rec.get("compacted") or False),
+            )
+        except (AttributeError, TypeError) as e:
+            raise TableFormatError(f"{source}: commit metadata has an unexpected shape ({e})") from e

@@ -1,0 +1,193 @@
+"""Arrow <-> Avro schema conversion for ``hoodie.table.create.schema`` and ``extraMetadata.schema``.
+
+Hudi records the table schema as Avro. Avro has fewer integer widths than Arrow, so each field
+carries an ``arrowType`` attribute (ignored by other Avro readers) that lets us restore the exact
+Arrow type of primitive columns.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import SchemaMismatchError, TableFormatError
+
+META_COLUMNS = (
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+)
+META_SCHEMA = pa.schema([pa.field(c, pa.string(), nullable=True) for c in META_COLUMNS])
+
+_PRIMS: dict[str, tuple[pa.DataType, str]] = {
+    "bool": (pa.bool_(), "boolean"),
+    "int8": (pa.int8(), "int"),
+    "int16": (pa.int16(), "int"),
+    "int32": (pa.int32(), "int"),
+    "uint8": (pa.uint8(), "int"),
+    "uint16": (pa.uint16(), "int"),
+    "int64": (pa.int64(), "long"),
+    "uint32": (pa.uint32(), "long"),
+    "float": (pa.float32(), "float"),
+    "double": (pa.float64(), "double"),
+    "string": (pa.string(), "string"),
+    "large_string": (pa.large_string(), "string"),
+    "binary": (pa.binary(), "bytes"),
+    "large_binary": (pa.large_binary(), "bytes"),
+}
+
+
+def data_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema without Hudi's meta columns."""
+    return pa.schema([f for f in schema if f.name not in META_COLUMNS])
+
+
+def with_meta(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(list(META_SCHEMA) + list(data_schema(schema)))
+
+
+def arrow_to_avro(schema: pa.Schema, name: str, namespace: str | None = None) -> dict[str, Any]:
+    ns = namespace or f"hoodie.{name}"
+    rec = f"{name}_record"
+    return {
+        "type": "record",
+        "name": rec,
+        "namespace": ns,
+        "fields": [_field(f, f"{ns}.{rec}") for f in data_schema(schema)],
+    }
+
+
+def arrow_to_avro_json(schema: pa.Schema, name: str) -> str:
+    return json.dumps(arrow_to_avro(schema, name), separators=(",", ":"))
+
+
+def _field(f: pa.Field, ns: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": f.name, "type": ["null", _type(f.type, f.name, ns)], "default": None}
+    key = _prim_key(f.type)
+    if key:
+        d["arrowType"] = key
+    return d
+
+
+def _prim_key(t: pa.DataType) -> str | None:
+    for k, (pt, _) in _PRIMS.items():
+        if t == pt:
+            return k
+    return None
+
+
+def _type(t: pa.DataType, name: str, ns: str) -> Any:
+    key = _prim_key(t)
+    if key:
+        return _PRIMS[key][1]
+    if pa.types.is_decimal(t):
+        size = max(1, (t.precision * 0.415 + 1.5).__ceil__())
+        return {"type": "fixed", "name": "fixed", "namespace": f"{ns}.{name}", "size": int(size),
+                "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
+    if pa.types.is_date32(t):
+        return {"type": "int", "logicalType": "date"}
+    if pa.types.is_timestamp(t):
+        lt = "timestamp-millis" if t.unit in ("s", "ms") else "timestamp-micros"
+        if t.tz is None:
+            lt = "local-" + lt
+        return {"type": "long", "logicalType": lt}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"type": "array", "items": ["null", _type(t.value_type, name, ns)]}
+    if pa.types.is_map(t):
+        return {"type": "map", "values": ["null", _type(t.item_type, name, ns)]}
+    if pa.types.is_struct(t):
+        return {"type": "record", "name": name, "namespace": ns,
+                "fields": [_field(t.field(i), f"{ns}.{name}") for i in range(t.num_fields)]}
+    raise SchemaMismatchError(f"column {name!r}: Arrow type {t} has no Hudi/Avro equivalent")
+
+
+def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.Schema:
+    try:
+        doc = json.loads(avro) if isinstance(avro, str) else avro
+        return pa.schema([_afield(f) for f in doc["fields"]])
+    except (ValueError, KeyError, TypeError) as e:
+        raise TableFormatError(f"{source}: unreadable Avro schema ({e})") from e
+
+
+def _afield(f: dict[str, Any]) -> pa.Field:
+    hint = f.get("arrowType")
+    if hint in _PRIMS:
+        return pa.field(f["name"], _PRIMS[hint][0], nullable=True)
+    return pa.field(f["name"], _atype(f["type"]), nullable=True)
+
+
+def _atype(t: Any) -> pa.DataType:
+    if isinstance(t, list):
+        non_null = [x for x in t if x != "null"]
+        return _atype(non_null[0]) if non_null else pa.null()
+    if isinstance(t, str):
+        return {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+                "double": pa.float64(), "string": pa.string(), "bytes": pa.binary()}[t]
+    lt = t.get("logicalType")
+    typ = t["type"]
+    if lt == "decimal":
+        return pa.decimal128(t["precision"], t.get("scale", 0))
+    if lt == "date":
+        return pa.date32()
+    if lt in ("timestamp-micros", "timestamp-millis"):
+        return pa.timestamp("us" if lt.endswith("micros") else "ms", tz="UTC")
+    if lt in ("local-timestamp-micros", "local-timestamp-millis"):
+        return pa.timestamp("us" if lt.endswith("micros") else "ms")
+    if typ == "array":
+        return pa.list_(_atype(t["items"]))
+    if typ == "map":
+        return pa.map_(pa.string(), _atype(t["values"]))
+    if typ == "record":
+        return pa.struct([_afield(f) for f in t["fields"]])
+    if typ == "fixed":
+        return pa.binary(t["size"])
+    return _atype(typ)
+
+
+def check_compatible(table: pa.Schema, batch: pa.Schema, *, instant: str = "") -> pa.Schema:
+    """Validate a batch against the table schema; return the evolved table schema.
+
+    Missing or retyped columns raise :class:`SchemaMismatchError` before anything is written;
+    new columns are appended as nullable (schema evolution).
+    """
+    table, batch = data_schema(table), data_schema(batch)
+    where = f" (instant {instant})" if instant else ""
+    missing = [f.name for f in table if batch.get_field_index(f.name) < 0]
+    if missing:
+        raise SchemaMismatchError(
+            f"batch{where} lacks table columns {missing}; send every column (nulls are fine) "
+            "or evolve the table explicitly"
+        )
+    retyped = [
+        f"{f.name}: table {f.type} vs batch {batch.field(f.name).type}"
+        for f in table
+        if not _same_type(f.type, batch.field(f.name).type)
+    ]
+    if retyped:
+        raise SchemaMismatchError(f"batch{where} changes column types: {'; '.join(retyped)}")
+    added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
+    return pa.schema(list(table) + added)
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    if a == b:
+        return True
+    # Accept what Avro cannot tell apart and casts losslessly into the table type.
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
+        return True
+    if pa.types.is_string(a) and pa.types.is_large_string(b) or pa.types.is_large_string(a) and pa.types.is_string(b):
+        return True
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return pa.types.is_signed_integer(a) and a.bit_width >= b.bit_width
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        return all(b.get_field_index(a.field(i).name) >= 0 and _same_type(a.field(i).type, b.field(b.get_field_index(a.field(i).name)).type) for i in range(a.num_fields))
+    if (pa.types.is_list(a) or pa.types.is_large_list(a)) and (pa.types.is_list(b) or pa.types.is_large_list(b)):
+        return _same_type(a.value_type, b.value_type)
+    if pa.types.is_map(a) and pa.types.is_map(b):
+        return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        return a.bit_width >= b.bit_width
+    return False

@@ -1,0 +1,39 @@
+"""hudi-rs (the ``hudi`` package) as an independent reader, and small table helpers for tests."""
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = SHARED / "fixtures" / "hudi-spark-written"
+DATA_COLUMNS_SKIP = {"_hoodie_commit_seqno", "_hoodie_file_name"}
+
+
+def hudi_read(path: str, as_of: str | None = None) -> pa.Table:
+    from hudi import HudiReadOptions, HudiTableBuilder
+
+    ht = HudiTableBuilder.from_base_uri(str(path)).build()
+    opts = HudiReadOptions().with_as_of_timestamp(as_of) if as_of else None
+    batches = ht.read(opts) if opts else ht.read()
+    if not batches:
+        return pa.table({})
+    return pa.Table.from_batches(batches)
+
+
+def rows(t: pa.Table, columns: list[str]) -> list[tuple]:
+    """Sorted row tuples of some columns, for order-insensitive comparison."""
+    if t.num_rows == 0:
+        return []
+    return sorted(zip(*[t.column(c).to_pylist() for c in columns]), key=repr)
+
+
+def unzip_fixture(name: str, dest: Path) -> Path:
+    """Copy a Spark-written fixture table into ``dest`` and return the table root."""
+    z = FIXTURES / f"cow_{name}.zip"
+    with zipfile.ZipFile(z) as zf:
+        zf.extractall(dest)
+    shutil.rmtree(dest / "__MACOSX", ignore_errors=True)
+    return dest / name
