@@ -100,8 +100,7 @@ class Table:
     @property
     def table_id(self) -> str:
         """Safe for ZooKeeper paths and unique per table location: name + hash of the root."""
-        digest = hashlib.sha1(self.storage.uri_of("").encode()).hexdigest()[:12]
-        return f"{self.config.name}-{digest}"
+        return table_id_for(self.storage, self.config.name)
 
     # -- timeline and schema -----------------------------------------------------
     def timeline(self) -> Timeline:
@@ -175,6 +174,12 @@ class Table:
             with self.storage.fs.open_input_file(self.storage.abs(snap.files()[-1].path)) as f:
                 schema = data_schema(pq.read_schema(f))
         return with_meta(schema)
+
+
+def table_id_for(storage: Storage, name: str) -> str:
+    """The lock/registration id of the table named ``name`` at ``storage``'s root."""
+    digest = hashlib.sha1(storage.uri_of("").encode()).hexdigest()[:12]
+    return f"{name}-{digest}"
 
 
 def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: list[str] | None, filters: Any) -> pa.Table:

@@ -1,0 +1,76 @@
+"""Named fault points in the commit protocol, for reliability tests.
+
+Off by default and cheap when off (one dict lookup). Switched on by the environment variable
+``MULTIWRITER_FAULTS`` (``point=action[,point=action...]``) or programmatically with
+:func:`configure`. Actions: ``crash`` (``os._exit(137)``: no cleanup, like SIGKILL), ``kill``
+(SIGKILL self), ``hang`` (sleep ``MULTIWRITER_FAULT_HANG_S`` seconds, default 3600), ``error``
+(raise :class:`InjectedFault`). An action may carry a count: ``after-data-files=crash@2`` fires
+on the second pass only.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+POINTS = (
+    "after-requested",
+    "after-inflight",
+    "after-data-files",
+    "after-lock-acquired",
+    "before-complete",
+    "after-complete",
+    "mid-rollback",
+    "mid-clean",
+)
+ACTIONS = ("crash", "kill", "hang", "error")
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``error`` action."""
+
+
+_rules: dict[str, tuple[str, int]] = {}
+_hits: dict[str, int] = {}
+
+
+def parse(spec: str) -> dict[str, tuple[str, int]]:
+    rules: dict[str, tuple[str, int]] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        point, _, action = item.partition("=")
+        action, _, nth = action.partition("@")
+        if point not in POINTS or action not in ACTIONS:
+            raise ValueError(f"bad fault rule {item!r}: points {POINTS}, actions {ACTIONS}")
+        rules[point] = (action, int(nth) if nth else 1)
+    return rules
+
+
+def configure(spec: str | None) -> None:
+    _rules.clear()
+    _hits.clear()
+    if spec:
+        _rules.update(parse(spec))
+
+
+def point(name: str) -> None:
+    """Mark a fault point; does nothing unless a rule names it."""
+    if not _rules:
+        return
+    rule = _rules.get(name)
+    if rule is None:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    action, nth = rule
+    if _hits[name] != nth:
+        return
+    if action == "crash":
+        os._exit(137)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "hang":
+        time.sleep(float(os.environ.get("MULTIWRITER_FAULT_HANG_S", "3600")))
+        return
+    raise InjectedFault(f"injected fault at {name}")
+
+
+configure(os.environ.get("MULTIWRITER_FAULTS"))

@@ -1,0 +1,3 @@
+"""Table lock providers."""
+from .base import HolderInfo, LockProvider, TableLock
+from .in_process import InProcessLock

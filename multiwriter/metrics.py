@@ -1,0 +1,144 @@
+"""Prometheus metrics of writers and the cleaner (prometheus_client).
+
+The registry is injectable: tests build their own ``CollectorRegistry``; the default is the
+global one. ``start_http_server`` binds to 127.0.0.1 unless told otherwise.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import prometheus_client as pc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+OUTCOMES = ("committed", "conflict", "failed", "skipped")
+PHASES = ("index", "write", "commit", "total")
+OPS = ("insert", "update", "delete")
+KINDS = ("failed_write", "old_version", "orphan")
+
+BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+LOCK_HOLD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+LOCK_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {allowed}")
+    return value
+
+
+class Metrics:
+    """Every multiwriter metric family, registered on one registry."""
+
+    _instances: dict[int, Metrics] = {}
+    _mu = threading.Lock()
+
+    def __new__(cls, registry: CollectorRegistry | None = None) -> Metrics:
+        reg = registry if registry is not None else pc.REGISTRY
+        with cls._mu:
+            inst = cls._instances.get(id(reg))
+            if inst is None:
+                inst = super().__new__(cls)
+                inst._init(reg)
+                cls._instances[id(reg)] = inst
+            return inst
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        pass  # initialised once per registry in __new__
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry | None = None) -> Metrics:
+        return cls(registry)
+
+    def _init(self, reg: CollectorRegistry) -> None:
+        self.registry = reg
+        tw = ["table", "writer"]
+        self.commits = Counter("multiwriter_commits_total", "Commit outcomes per writer", tw + ["outcome"], registry=reg)
+        self.retries = Counter("multiwriter_commit_retries_total", "Batches retried after a conflict or lock timeout", tw, registry=reg)
+        self.batch = Histogram("multiwriter_batch_duration_seconds", "Time per batch phase", tw + ["phase"], buckets=BATCH_BUCKETS, registry=reg)
+        self.lock_wait_h = Histogram("multiwriter_lock_wait_seconds", "Time waiting for the table lock", tw, buckets=LOCK_WAIT_BUCKETS, registry=reg)
+        self.lock_hold_h = Histogram("multiwriter_lock_hold_seconds", "Time the table lock was held", tw, buckets=LOCK_HOLD_BUCKETS, registry=reg)
+        self.records_c = Counter("multiwriter_records_written_total", "Records written by operation", tw + ["op"], registry=reg)
+        self.hb_age = Gauge("multiwriter_heartbeat_age_seconds", "Age of the previous beat when a new one is written", tw, registry=reg)
+        self.hb_fail = Counter("multiwriter_heartbeat_failures_total", "Failed heartbeat writes", tw, registry=reg)
+        self.rollbacks = Counter("multiwriter_rollbacks_total", "Failed writes rolled back by the cleaner", ["table"], registry=reg)
+        self.deleted = Counter("multiwriter_cleaner_files_deleted_total", "Files the cleaner deleted", ["table", "kind"], registry=reg)
+        self.pending = Gauge("multiwriter_pending_instants", "Requested or inflight instants on the timeline", ["table"], registry=reg)
+        self.last = Gauge("multiwriter_last_commit_timestamp_seconds", "Unix time of the writer's last commit", tw, registry=reg)
+
+    # -- recording --------------------------------------------------------------------
+    def commit(self, table: str, writer: str, outcome: str) -> None:
+        self.commits.labels(table, writer, _check(outcome, OUTCOMES, "outcome")).inc()
+
+    def retry(self, table: str, writer: str) -> None:
+        self.retries.labels(table, writer).inc()
+
+    def phase(self, table: str, writer: str, phase: str, seconds: float) -> None:
+        self.batch.labels(table, writer, _check(phase, PHASES, "phase")).observe(seconds)
+
+    @contextmanager
+    def time_phase(self, table: str, writer: str, phase: str) -> Iterator[None]:
+        import time
+
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phase(table, writer, phase, time.monotonic() - t0)
+
+    def lock_wait(self, table: str, writer: str, seconds: float) -> None:
+        self.lock_wait_h.labels(table, writer).observe(seconds)
+
+    def lock_hold(self, table: str, writer: str, seconds: float) -> None:
+        self.lock_hold_h.labels(table, writer).observe(seconds)
+
+    def records(self, table: str, writer: str, op: str, n: int) -> None:
+        self.records_c.labels(table, writer, _check(op, OPS, "op")).inc(n)
+
+    def heartbeat_age(self, table: str, writer: str, seconds: float) -> None:
+        self.hb_age.labels(table, writer).set(seconds)
+
+    def heartbeat_failure(self, table: str, writer: str) -> None:
+        self.hb_fail.labels(table, writer).inc()
+
+    def rollback(self, table: str) -> None:
+        self.rollbacks.labels(table).inc()
+
+    def files_deleted(self, table: str, kind: str, n: int) -> None:
+        self.deleted.labels(table, _check(kind, KINDS, "kind")).inc(n)
+
+    def pending_instants(self, table: str, n: int) -> None:
+        self.pending.labels(table).set(n)
+
+    def last_commit(self, table: str, writer: str, ts: float) -> None:
+        self.last.labels(table, writer).set(ts)
+
+
+def default() -> Metrics:
+    """The metrics on prometheus_client's global registry."""
+    return Metrics()
+
+
+@dataclass
+class MetricsServer:
+    server: Any
+    thread: Any
+    port: int
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    close = stop
+
+
+def start_http_server(port: int = 9464, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> MetricsServer:
+    """Serve ``/metrics``; ``port=0`` picks a free port (see ``.port``)."""
+    server, thread = pc.start_http_server(port, addr=addr, registry=registry if registry is not None else pc.REGISTRY)
+    return MetricsServer(server, thread, server.server_port)
+
+
+def push_to_gateway(gateway: str, job: str, registry: CollectorRegistry | None = None, grouping_key: dict[str, str] | None = None) -> None:
+    pc.push_to_gateway(gateway, job=job, registry=registry if registry is not None else pc.REGISTRY, grouping_key=grouping_key)

@@ -1,0 +1,21 @@
+"""``CommitResult``: what one write did."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .table.instant import Instant
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    instant: Instant | None
+    skipped: bool = False
+    attempts: int = 0
+    num_inserts: int = 0
+    num_updates: int = 0
+    num_deletes: int = 0
+    files_written: int = 0
+    batch_id: int | None = None
+    duration_s: float = 0.0
+    conflicts: int = 0
+    phases: dict[str, float] = field(default_factory=dict)

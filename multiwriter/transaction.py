@@ -1,0 +1,351 @@
+"""The optimistic transaction of one write: begin (issue a unique instant under the lock,
+capture the base), commit (lock, reload, conflict check, fence, complete), abort.
+
+Nothing slow runs under the lock: data files are written between begin and commit. A failed
+transaction cannot be reused; a retry starts a new one with a new instant.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from . import faults
+from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy
+from .errors import (
+    CommitStateUnknownError,
+    LockLostError,
+    MultiWriterError,
+    TableFormatError,
+    WriteConflictError,
+)
+from .instant_time import PROCESS_CLOCK, InstantClock
+from .lock.base import HolderInfo, TableLock
+from .storage import FileExists
+from .table import instant as inst
+from .table import layout
+from .table import timeline as tlmod
+from .table.instant import Instant
+from .table.metadata import CommitMetadata, decode_records
+from .table.table import Table
+from .table.timeline import Timeline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .heartbeat.client import HeartbeatClient
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+WRITER_KEY = "multiwriter.writer_id"
+
+
+class InstantRolledBackError(MultiWriterError):
+    """Our pending instant vanished or a rollback targets it: the cleaner judged us dead."""
+
+
+class DuplicateBatchError(MultiWriterError):
+    """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""
+
+
+@dataclass
+class TxnTimings:
+    """Where one transaction spent its time (for metrics and benchmarks)."""
+
+    lock_wait_s: float = 0.0
+    lock_hold_s: float = 0.0
+    conflict_check_s: float = 0.0
+    timeline_io_s: float = 0.0
+    lock_holds: list[float] = field(default_factory=list)
+
+
+class Transaction:
+    """One attempt to commit one instant."""
+
+    def __init__(
+        self,
+        table: Table,
+        lock: TableLock,
+        *,
+        writer_id: str,
+        heartbeat: HeartbeatClient | None = None,
+        lock_timeout_s: float = 60.0,
+        clock: InstantClock = PROCESS_CLOCK,
+        strategy: ConflictResolutionStrategy | None = None,
+    ) -> None:
+        self.table = table
+        self.lock = lock
+        self.writer_id = writer_id
+        self.heartbeat = heartbeat
+        self.lock_timeout_s = lock_timeout_s
+        self.clock = clock
+        self.strategy = strategy or FileGroupOverlapStrategy()
+        self.instant: Instant | None = None
+        self.base: Instant | None = None
+        self.base_timeline: Timeline | None = None
+        self.timings = TxnTimings()
+        self._state = "new"
+
+    # -- lock helpers ------------------------------------------------------------
+    def _acquire(self) -> float:
+        holder = HolderInfo(self.writer_id, socket.gethostname(), os.getpid(), self.instant.requested_time if self.instant else None)
+        t0 = time.monotonic()
+        self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder)
+        t1 = time.monotonic()
+        self.timings.lock_wait_s += t1 - t0
+        return t1
+
+    def _release(self, since: float) -> None:
+        held = time.monotonic() - since
+        self.timings.lock_hold_s += held
+        self.timings.lock_holds.append(held)
+        self.lock.release()
+
+    # -- begin -----------------------------------------------------------------------
+    def begin(self, action: str = inst.COMMIT) -> Instant:
+        """Issue a unique instant under the lock, start the heartbeat, write ``T.<action>.requested``."""
+        if self._state != "new":
+            raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
+        since = self._acquire()
+        try:
+            t0 = time.monotonic()
+            tl = self.table.timeline()
+            t = self.clock.issue([tl.max_time()])
+            if self.heartbeat is not None:
+                self.heartbeat.start(t)
+            try:
+                self.instant = tlmod.create_requested(self.table.storage, self.table.config, t, action)
+            except BaseException:
+                if self.heartbeat is not None:
+                    self.heartbeat.stop(t)
+                raise
+            self.timings.timeline_io_s += time.monotonic() - t0
+            self.base_timeline = tl
+            self.base = tl.last_completed_write()
+        finally:
+            self._release(since)
+        self._state = "begun"
+        faults.point("after-requested")
+        return self.instant
+
+    def write_inflight(self, planned: CommitMetadata) -> None:
+        assert self.instant is not None
+        tlmod.create_inflight(self.table.storage, self.table.config, self.instant.requested_time, self.instant.action, planned.to_bytes())
+        self.instant = self.instant.with_state(inst.INFLIGHT)
+        faults.point("after-inflight")
+
+    # -- commit ----------------------------------------------------------------------
+    def commit(
+        self,
+        metadata: CommitMetadata,
+        *,
+        checkpoint: tuple[str, int] | None = None,
+        file_groups: set[tuple[str, str]] | None = None,
+    ) -> Instant:
+        """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
+
+        Raises WriteConflictError / DuplicateBatchError / fence errors when the commit did not
+        land, CommitStateUnknownError when it may have.
+        """
+        assert self.instant is not None and self._state == "begun"
+        t = self.instant.requested_time
+        ours = file_groups if file_groups is not None else _updated_groups(metadata)
+        metadata.extra_metadata[WRITER_KEY] = self.writer_id
+        if checkpoint is not None:
+            metadata.extra_metadata[CHECKPOINT_KEY] = json.dumps({checkpoint[0]: str(checkpoint[1])})
+        since = self._acquire()
+        try:
+            faults.point("after-lock-acquired")
+            t0 = time.monotonic()
+            tl = self.table.timeline()
+            self.timings.timeline_io_s += time.monotonic() - t0
+            base_ct = (self.base.completion_time or self.base.requested_time) if self.base else None
+            if checkpoint is not None:
+                _check_duplicate(tl, base_ct, checkpoint)
+            t1 = time.monotonic()
+            conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
+            self.timings.conflict_check_s += time.monotonic() - t1
+            if conflict is not None:
+                groups = sorted(conflict.file_groups)
+                who = f" by writer {conflict.winner_writer!r}" if conflict.winner_writer else ""
+                raise WriteConflictError(
+                    f"instant {t} of writer {self.writer_id!r} conflicts with instant "
+                    f"{conflict.winner.requested_time} (completed {conflict.winner.completion_time}){who} "
+                    f"on file groups {groups[:5]}{' ...' if len(groups) > 5 else ''}; the first committer "
+                    "wins: retry the batch (the sink does this) or make the writers touch disjoint data",
+                    instant=t,
+                    winner=conflict.winner.requested_time,
+                    file_groups=groups,
+                )
+            self._fence(tl)
+            faults.point("before-complete")
+            completion = self.clock.issue([tl.max_time(), t])
+            t2 = time.monotonic()
+            self._write_completed(completion, metadata)
+            self.timings.timeline_io_s += time.monotonic() - t2
+            faults.point("after-complete")
+        finally:
+            self._release(since)
+        self._state = "committed"
+        self.instant = Instant(t, self.instant.action, inst.COMPLETED, completion)
+        self._finish()
+        return self.instant
+
+    def _fence(self, tl: Timeline) -> None:
+        """Immediately before completing: lock ours, instant alive, heartbeat fresh."""
+        assert self.instant is not None
+        t = self.instant.requested_time
+        self.lock.check()
+        if not self.lock.is_held():
+            raise LockLostError(f"table lock of {self.table.table_id} is no longer held by instant {t}; not committing")
+        own = tl.find(t, self.instant.action)
+        if own is None or not own.is_pending:
+            raise InstantRolledBackError(
+                f"instant {t} is no longer pending on the timeline (state: {own.state if own else 'gone'}); "
+                "the cleaner rolled it back, so this writer must not commit: the batch will be retried"
+            )
+        if rollback_targets(tl, newer_than=t) & {t}:
+            raise InstantRolledBackError(f"a rollback targets instant {t}; not committing")
+        if self.heartbeat is not None:
+            self.heartbeat.check(t)
+
+    def _write_completed(self, completion: str, metadata: CommitMetadata) -> None:
+        assert self.instant is not None
+        t = self.instant.requested_time
+        try:
+            tlmod.create_completed(self.table.storage, self.table.config, t, completion, self.instant.action, metadata.to_bytes())
+        except (tlmod.InstantExistsError, FileExists) as e:
+            raise CommitStateUnknownError(f"completed file of instant {t} already exists: {e}") from e
+        except OSError as e:
+            rel = f"{self.table.config.timeline_dir}/{t}_{completion}.{self.instant.action}"
+            try:
+                landed = self.table.storage.exists(rel)
+            except OSError:
+                landed = None
+            if landed is False:
+                raise MultiWriterError(f"writing {rel} failed before it landed: {e}") from e
+            raise CommitStateUnknownError(
+                f"writing {rel} failed ({e}); the commit may have landed: re-read the timeline before retrying"
+            ) from e
+
+    def _finish(self) -> None:
+        assert self.instant is not None
+        t = self.instant.requested_time
+        if self.heartbeat is not None:
+            self.heartbeat.stop(t)
+        try:
+            delete_markers(self.table, t)
+        except OSError as e:  # markers of a completed instant are garbage, not state
+            log.warning("could not delete markers of %s: %s", t, e)
+
+    # -- abort -----------------------------------------------------------------------
+    def abort(self) -> list[str]:
+        """Undo an attempt that provably did not land: delete its files (from markers), then its
+        markers and pending instant files. Never call after CommitStateUnknownError."""
+        if self.instant is None or self._state in ("committed", "aborted"):
+            return []
+        t = self.instant.requested_time
+        deleted = delete_files_from_markers(self.table, t)
+        delete_markers(self.table, t)
+        tlmod.delete_pending(self.table.storage, self.table.config, t, self.instant.action)
+        if self.heartbeat is not None:
+            self.heartbeat.stop(t)
+        self._state = "aborted"
+        log.info("aborted instant %s of writer %s: deleted %d files", t, self.writer_id, len(deleted))
+        return deleted
+
+
+def _updated_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
+    """File groups this commit rewrote (prevCommit set); brand-new groups cannot conflict."""
+    return {(s.partition_path, s.file_id) for s in meta.all_stats() if s.prev_commit not in (None, "", "null")}
+
+
+def _check_duplicate(tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> None:
+    writer, batch = checkpoint
+    for i in tl.completed_after(base_ct):
+        if i.action not in inst.WRITE_ACTIONS:
+            continue
+        got = checkpoint_of(tl.commit_metadata(i), writer)
+        if got is not None and got >= batch:
+            raise DuplicateBatchError(f"batch {batch} of writer {writer!r} was already committed by instant {i.requested_time}")
+
+
+def checkpoint_of(meta: CommitMetadata, writer_id: str) -> int | None:
+    raw = meta.extra_metadata.get(CHECKPOINT_KEY)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw).get(writer_id)
+        return int(value) if value is not None else None
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def last_checkpoint(table: Table, writer_id: str, timeline: Timeline | None = None) -> int | None:
+    """The newest batch id this writer committed (scans back from the newest commit)."""
+    tl = timeline or table.timeline()
+    for i in reversed(tl.completed_writes()):
+        got = checkpoint_of(tl.commit_metadata(i), writer_id)
+        if got is not None:
+            return got
+    return None
+
+
+def rollback_targets(tl: Timeline, newer_than: str | None = None) -> set[str]:
+    """Requested times targeted by rollback instants (any state), read from their plans/metadata."""
+    out: set[str] = set()
+    for i in tl.latest_states():
+        if i.action != inst.ROLLBACK or (newer_than and i.requested_time <= newer_than):
+            continue
+        target = _rollback_target(tl, i)
+        if target:
+            out.add(target)
+    return out
+
+
+def _rollback_target(tl: Timeline, i: Instant) -> str | None:
+    rel = tl.path_of(i)
+    candidates = [rel]
+    if i.is_completed or i.state == inst.INFLIGHT:
+        candidates.append(f"{tl.config.timeline_dir}/{Instant(i.requested_time, inst.ROLLBACK, inst.REQUESTED).file_name()}")
+    for path in candidates:
+        try:
+            data = tl.storage.read_bytes(path)
+        except FileNotFoundError:
+            continue
+        if not data:
+            continue
+        try:
+            rec = decode_records(data, source=path)[0]
+        except (TableFormatError, IndexError):
+            continue
+        info = rec.get("instantToRollback")
+        if info:
+            return info.get("commitTime")
+        commits = rec.get("commitsRollback")
+        if commits:
+            return commits[0]
+    return None
+
+
+def marker_files(table: Table, t: str) -> list[str]:
+    return [e.path for e in table.storage.walk_files(layout.marker_dir(t))]
+
+
+def delete_files_from_markers(table: Table, t: str) -> list[str]:
+    deleted = []
+    for m in marker_files(table, t):
+        data = layout.marker_to_data_path(t, m)
+        if data and table.storage.delete(data):
+            deleted.append(data)
+    return deleted
+
+
+def delete_markers(table: Table, t: str) -> None:
+    table.storage.delete_dir(layout.marker_dir(t))
+
+
+Hook = Callable[[], None]

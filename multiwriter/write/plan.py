@@ -1,0 +1,86 @@
+"""Plan: route tagged records to file groups.
+
+Updates and deletes go to the file group that holds their key. New keys go to NEW file groups,
+sized by the target file size: by default inserts never go into an existing file group, so
+writers that only insert never conflict (at the cost of more, smaller files until a future
+clustering service merges them).
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..table import layout
+from ..table.snapshot import Snapshot
+from .index import FILE_ID
+from .records import KEY, OP, OP_DELETE, PARTITION
+
+
+@dataclass(frozen=True)
+class FileGroupTask:
+    """One file group to (re)write in this instant."""
+
+    partition: str
+    file_id: str
+    task_index: int
+    old_file: str | None = None  # name of the base file being replaced
+    prev_commit: str | None = None
+
+    @property
+    def is_new(self) -> bool:
+        return self.old_file is None
+
+
+@dataclass
+class Plan:
+    tasks: list[FileGroupTask]
+    routed: pa.Table  # prepared rows with _mw_file_id set for every row that is written
+
+    def rows_for(self, task: FileGroupTask) -> pa.Table:
+        mask = pc.and_(pc.equal(self.routed.column(PARTITION), task.partition), pc.equal(self.routed.column(FILE_ID), task.file_id))
+        return self.routed.filter(mask)
+
+
+def insert_buckets(n_rows: int, row_bytes: float, target_file_size: int) -> int:
+    return max(1, math.ceil(n_rows * max(row_bytes, 1.0) / target_file_size))
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    return zlib.crc32(key.encode()) % buckets if buckets > 1 else 0
+
+
+def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) -> Plan:
+    fids = tagged.column(FILE_ID).combine_chunks()
+    is_new = pc.is_null(fids)
+    is_delete = pc.equal(tagged.column(OP), OP_DELETE)
+    # Deletes of keys that do not exist have nothing to do.
+    tagged = tagged.filter(pc.invert(pc.and_(is_new, is_delete)))
+    fids = tagged.column(FILE_ID).combine_chunks()
+    is_new = pc.is_null(fids)
+    row_bytes = tagged.nbytes / max(tagged.num_rows, 1)
+    new_ids = fids.to_pylist()
+    parts = tagged.column(PARTITION).to_pylist()
+    keys = tagged.column(KEY).to_pylist()
+    new_rows = pc.indices_nonzero(is_new).to_pylist()
+    per_part: dict[str, list[int]] = {}
+    for r in new_rows:
+        per_part.setdefault(parts[r], []).append(r)
+    fresh: dict[tuple[str, int], str] = {}
+    for p, rows in per_part.items():
+        b = insert_buckets(len(rows), row_bytes, target_file_size)
+        for r in rows:
+            k = (p, bucket_of(keys[r], b))
+            if k not in fresh:
+                fresh[k] = layout.new_file_id()
+            new_ids[r] = fresh[k]
+    routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, pa.array(new_ids, pa.string()))
+    groups = sorted({(p, f) for p, f in zip(parts, new_ids)})
+    tasks = []
+    for i, (p, f) in enumerate(groups):
+        old = snapshot.slices.get((p, f))
+        tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
+    return Plan(tasks, routed)

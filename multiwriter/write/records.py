@@ -1,0 +1,126 @@
+"""Prepare a batch for writing: validate it against the table, compute each record's key and
+partition path, and keep one row per key (greatest ordering value, then the last).
+
+Pure pyarrow; used on the driver and inside Spark executors alike, so both paths agree.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidRecordError, SchemaMismatchError
+from ..table import layout
+from ..table.properties import TableConfig
+from ..table.schema import META_COLUMNS, data_schema
+
+KEY = "_mw_key"
+PARTITION = "_mw_partition"
+OP = "_mw_op"  # 0 = upsert/insert, 1 = delete
+ROW = "_mw_row"
+OP_UPSERT = 0
+OP_DELETE = 1
+
+
+def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
+    """Hudi's record key: the value for one field; ``f1:v1,f2:v2`` for several (complex keygen)."""
+    fields = config.record_key
+    cols = []
+    for f in fields:
+        if batch.schema.get_field_index(f) < 0:
+            raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
+        col = _as_string(batch.column(f))
+        bad = pc.or_(pc.is_null(col), pc.equal(pc.utf8_length(col), 0))
+        n_bad = pc.sum(pc.cast(pc.fill_null(bad, True), pa.int64())).as_py() or 0
+        if n_bad:
+            raise InvalidRecordError(
+                f"{n_bad} record(s) have a null or empty record key {f!r}; every record needs a key "
+                "(nothing was written)"
+            )
+        cols.append(col)
+    if len(fields) == 1:
+        return pc.cast(cols[0].combine_chunks() if isinstance(cols[0], pa.ChunkedArray) else cols[0], pa.string())
+    parts = []
+    for f, c in zip(fields, cols):
+        parts.append(pc.binary_join_element_wise(pa.scalar(f), c, ":"))
+    out = pc.binary_join_element_wise(*parts, ",")
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
+    """Each record's partition path, validated so no file can land outside the table root."""
+    if not config.partition_by:
+        return pa.array([""] * batch.num_rows, pa.string())
+    strings = []
+    for f in config.partition_by:
+        if batch.schema.get_field_index(f) < 0:
+            raise SchemaMismatchError(f"partition column {f!r} is missing from the batch")
+        strings.append(_as_string(batch.column(f)).to_pylist())
+    # Validate distinct value tuples only: partitions are few, rows many.
+    cache: dict[tuple, str] = {}
+    out = []
+    for vals in zip(*strings):
+        p = cache.get(vals)
+        if p is None:
+            p = cache[vals] = layout.partition_path(config.partition_by, vals, config.hive_style_partitioning)
+        out.append(p)
+    return pa.array(out, pa.string())
+
+
+def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    t = col.type
+    if pa.types.is_string(t):
+        return col
+    if pa.types.is_large_string(t):
+        return pc.cast(col, pa.string())
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_floating(t):
+        return pc.cast(col, pa.string())
+    raise SchemaMismatchError(f"column of type {t} cannot be a record key or partition field")
+
+
+def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str) -> pa.Table:
+    """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns.
+
+    ``table_schema`` is the (possibly evolved) data schema; delete batches may carry only the
+    key and partition columns.
+    """
+    batch = batch.select([n for n in batch.schema.names if n not in META_COLUMNS and not n.startswith("_mw_")])
+    keys = record_keys(batch, config)
+    parts = partition_paths(batch, config)
+    if operation == "delete":
+        data = _null_fill(batch, table_schema)
+    else:
+        data = batch.select(data_schema(table_schema).names).cast(data_schema(table_schema))
+    op = OP_DELETE if operation == "delete" else OP_UPSERT
+    data = data.append_column(KEY, keys).append_column(PARTITION, parts)
+    data = data.append_column(OP, pa.array([op] * data.num_rows, pa.int8()))
+    return dedupe(data, config.ordering_field if operation != "delete" else None)
+
+
+def _null_fill(batch: pa.Table, schema: pa.Schema) -> pa.Table:
+    cols = []
+    for f in data_schema(schema):
+        if batch.schema.get_field_index(f.name) >= 0:
+            cols.append(batch.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(batch.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=data_schema(schema))
+
+
+def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
+    """One row per (partition, key): greatest ordering value wins, ties go to the later row."""
+    if data.num_rows == 0:
+        return data
+    data = data.append_column(ROW, pa.array(range(data.num_rows), pa.int64()))
+    sort = [(PARTITION, "ascending"), (KEY, "ascending")]
+    if ordering_field:
+        sort.append((ordering_field, "descending"))
+    sort.append((ROW, "descending"))
+    idx = pc.sort_indices(data, sort_keys=sort)  # nulls sort last: a null ordering value loses
+    data = data.take(idx)
+    k = data.column(KEY).combine_chunks()
+    p = data.column(PARTITION).combine_chunks()
+    if len(k) > 1:
+        same = pc.and_(pc.equal(k[1:], k[:-1]), pc.equal(p[1:], p[:-1]))
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
+        data = data.filter(keep)
+    return data.drop_columns([ROW])

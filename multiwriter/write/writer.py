@@ -1,0 +1,261 @@
+"""``Writer``: one writer's protocol loop, shared by ``mw.write`` (batch jobs) and the sink.
+
+Per batch: validate (typed errors before anything is written) -> begin (unique instant,
+heartbeat) -> index against the base snapshot -> plan -> inflight -> merge -> commit (lock,
+conflict check, fence). A conflict or lock timeout deletes this attempt's files and retries
+with a new instant and a fresh index, with exponential backoff and jitter.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from .. import faults
+from ..config import WriterConfig
+from ..errors import (
+    CommitStateUnknownError,
+    LockAcquireTimeout,
+    MultiWriterError,
+    WriteConflictError,
+)
+from ..heartbeat.client import HeartbeatClient
+from ..metrics import Metrics, default as default_metrics
+from ..result import CommitResult
+from ..table.instant import Instant
+from ..table.metadata import CommitMetadata, WriteStat
+from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
+from ..table.snapshot import Snapshot
+from ..table.table import Table
+from ..transaction import DuplicateBatchError, Transaction, last_checkpoint
+from . import spark as spark_path
+from .executor import run_on_driver
+from .index import tag
+from .merge import context
+from .plan import make_plan
+from .records import PARTITION, prepare
+
+log = logging.getLogger(__name__)
+OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
+
+
+class Writer:
+    """Holds one lock connection and one heartbeat client for the life of a writer."""
+
+    def __init__(self, table: Table, config: WriterConfig, *, metrics: Metrics | None = None) -> None:
+        self.table = table
+        self.config = config
+        self.metrics = metrics or default_metrics()
+        self.lock = config.lock.for_table(table.table_id, table.storage)
+        self.heartbeat = HeartbeatClient(
+            table.storage,
+            writer_id=config.writer_id,
+            interval_s=config.heartbeat_interval_s,
+            tolerable_misses=config.heartbeat_tolerable_misses,
+            on_beat=lambda age: self.metrics.heartbeat_age(table.name, config.writer_id, age),
+            on_failure=lambda exc: self.metrics.heartbeat_failure(table.name, config.writer_id),
+        )
+        self._checkpoint: int | None = None
+        self._checkpoint_loaded = False
+        self._rng = random.Random()
+
+    # -- public -------------------------------------------------------------------------
+    def last_checkpoint(self) -> int | None:
+        """This writer's last committed batch id (cached after the first look)."""
+        if not self._checkpoint_loaded:
+            self._checkpoint = last_checkpoint(self.table, self.config.writer_id)
+            self._checkpoint_loaded = True
+        return self._checkpoint
+
+    def write(self, data: Any, batch_id: int | None = None) -> CommitResult:
+        started = time.monotonic()
+        name, wid = self.table.name, self.config.writer_id
+        if batch_id is not None:
+            last = self.last_checkpoint()
+            if last is not None and batch_id <= last:
+                log.info("writer %s: batch %s already committed (checkpoint %s); skipping", wid, batch_id, last)
+                self.metrics.commit(name, wid, "skipped")
+                return CommitResult(None, skipped=True, batch_id=batch_id)
+        batch = _Batch.of(data, self.table, self.config)
+        if batch.empty:
+            return CommitResult(None, batch_id=batch_id, duration_s=time.monotonic() - started)
+        attempts = conflicts = 0
+        while True:
+            attempts += 1
+            txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s)
+            try:
+                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started)
+                self._after_commit(result, txn)
+                return result
+            except DuplicateBatchError as e:
+                txn.abort()
+                log.info("writer %s: %s; skipping", wid, e)
+                self._checkpoint, self._checkpoint_loaded = batch_id, True
+                self.metrics.commit(name, wid, "skipped")
+                return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
+            except (WriteConflictError, LockAcquireTimeout) as e:
+                txn.abort()
+                conflicts += isinstance(e, WriteConflictError)
+                self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
+                if attempts > self.config.max_conflict_retries:
+                    raise type(e)(
+                        f"{e} -- gave up after {attempts} attempts (max_conflict_retries="
+                        f"{self.config.max_conflict_retries}); raise max_conflict_retries or reduce overlap between writers",
+                        **_error_kwargs(e),
+                    ) from e
+                log.warning("writer %s attempt %d: %s; retrying with a new instant", wid, attempts, e)
+                self.metrics.retry(name, wid)
+                time.sleep(self._backoff(attempts))
+            except CommitStateUnknownError:
+                self.metrics.commit(name, wid, "failed")
+                raise
+            except BaseException:
+                self.metrics.commit(name, wid, "failed")
+                try:
+                    txn.abort()
+                except Exception as cleanup:  # keep the original error
+                    log.warning("writer %s: cleanup after failure also failed: %s", wid, cleanup)
+                raise
+
+    def close(self) -> None:
+        self.heartbeat.close()
+        self.lock.close()
+
+    # -- internals -------------------------------------------------------------------------
+    def _backoff(self, attempt: int) -> float:
+        cap = min(self.config.retry_backoff_max_s, self.config.retry_backoff_s * (2 ** (attempt - 1)))
+        return self._rng.uniform(cap / 2, cap) if cap > 0 else 0.0
+
+    def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float) -> CommitResult:
+        name, wid = self.table.name, self.config.writer_id
+        phases: dict[str, float] = {}
+        txn.begin()
+        assert txn.instant is not None and txn.base_timeline is not None
+        t = txn.instant.requested_time
+        tl = txn.base_timeline
+        schema = batch.evolved_schema(self.table.schema(tl))
+        ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1)
+        t0 = time.monotonic()
+        if batch.spark_df is not None:
+            stats = spark_path.run_on_executors(
+                batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
+                target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight,
+            )
+            phases["index"] = 0.0
+        else:
+            prepared = prepare(batch.arrow, self.table.config, schema, operation=self.config.operation)
+            parts = sorted(set(prepared.column(PARTITION).to_pylist()))
+            snap = Snapshot.build(self.table.storage, tl, partitions=[p for p in parts if self.table.storage.is_dir(p) or p == ""])
+            plan = make_plan(tag(self.table.storage, snap, prepared), snap, target_file_size=self.config.target_file_size_bytes)
+            phases["index"] = time.monotonic() - t0
+            txn.write_inflight(_planned(plan.tasks, self.config.operation))
+            stats = run_on_driver(self.table.storage, ctx, plan)
+        phases["write"] = time.monotonic() - t0 - phases["index"]
+        faults.point("after-data-files")
+        meta = _metadata(stats, schema, name, self.config.operation)
+        t1 = time.monotonic()
+        instant = txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None)
+        phases["commit"] = time.monotonic() - t1
+        phases["total"] = time.monotonic() - started
+        return CommitResult(
+            instant,
+            attempts=attempts,
+            num_inserts=sum(s.num_inserts for s in stats),
+            num_updates=sum(s.num_update_writes for s in stats),
+            num_deletes=sum(s.num_deletes for s in stats),
+            files_written=len(stats),
+            batch_id=batch_id,
+            duration_s=phases["total"],
+            conflicts=conflicts,
+            phases=phases,
+        )
+
+    def _after_commit(self, r: CommitResult, txn: Transaction) -> None:
+        name, wid = self.table.name, self.config.writer_id
+        m = self.metrics
+        m.commit(name, wid, "committed")
+        for phase, s in r.phases.items():
+            m.phase(name, wid, phase, s)
+        for held in txn.timings.lock_holds:
+            m.lock_hold(name, wid, held)
+        m.lock_wait(name, wid, txn.timings.lock_wait_s)
+        m.records(name, wid, "insert", r.num_inserts)
+        m.records(name, wid, "update", r.num_updates)
+        m.records(name, wid, "delete", r.num_deletes)
+        m.last_commit(name, wid, time.time())
+        if r.batch_id is not None:
+            self._checkpoint, self._checkpoint_loaded = r.batch_id, True
+        log.info(
+            "writer %s committed instant %s (batch %s) in %d attempt(s): +%d ~%d -%d rows, %d files, %.3fs",
+            wid, r.instant.requested_time if r.instant else None, r.batch_id, r.attempts,
+            r.num_inserts, r.num_updates, r.num_deletes, r.files_written, r.duration_s,
+        )
+
+
+class _Batch:
+    """The input batch, validated once before any attempt."""
+
+    def __init__(self, arrow: pa.Table | None, spark_df: Any, schema: pa.Schema, operation: str) -> None:
+        self.arrow = arrow
+        self.spark_df = spark_df
+        self.schema = schema
+        self.operation = operation
+        self.empty = arrow is not None and arrow.num_rows == 0
+
+    @classmethod
+    def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
+        if spark_path.is_spark_df(data):
+            use_spark = config.executor == "spark"
+            if config.executor == "auto":
+                use_spark = not spark_path.fits_driver(data, config.driver_max_rows)
+            if not use_spark:
+                data = spark_path.to_arrow(data)
+            else:
+                schema = spark_path.arrow_schema(data)
+                b = cls(None, data, schema, config.operation)
+                b.evolved_schema(table.schema())
+                spark_path.validate(data, table.config, config.operation)
+                return b
+        if not isinstance(data, pa.Table):
+            if isinstance(data, pa.RecordBatch):
+                data = pa.Table.from_batches([data])
+            else:
+                raise MultiWriterError(f"cannot write {type(data).__name__}: pass a pyarrow.Table or a Spark DataFrame")
+        b = cls(data, None, data.schema, config.operation)
+        # Validate fully now, so bad input fails before an instant exists.
+        prepare(data, table.config, b.evolved_schema(table.schema()), operation=config.operation)
+        return b
+
+    def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
+        if len(table_schema) == 0:
+            return data_schema(self.schema)
+        if self.operation == "delete":
+            return table_schema
+        return check_compatible(table_schema, self.schema)
+
+
+def _planned(tasks: list, operation: str) -> CommitMetadata:
+    p2s: dict[str, list[WriteStat]] = {}
+    for t in tasks:
+        p2s.setdefault(t.partition, []).append(WriteStat(file_id=t.file_id, path="", partition_path=t.partition, prev_commit=t.prev_commit or "null"))
+    return CommitMetadata(p2s, {}, OPERATION_TYPES[operation])
+
+
+def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str) -> CommitMetadata:
+    p2s: dict[str, list[WriteStat]] = {}
+    for s in stats:
+        p2s.setdefault(s.partition_path, []).append(s)
+    return CommitMetadata(p2s, {"schema": arrow_to_avro_json(schema, table_name)}, OPERATION_TYPES[operation])
+
+
+def _error_kwargs(e: Exception) -> dict[str, Any]:
+    if isinstance(e, WriteConflictError):
+        return {"instant": e.instant, "winner": e.winner, "file_groups": e.file_groups}
+    return {}
+
+
+def completed_instant(r: CommitResult) -> Instant | None:
+    return r.instant
