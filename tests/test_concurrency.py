@@ -1,0 +1,132 @@
+"""Optimistic concurrency across OS processes against a real ZooKeeper."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import multiwriter as mw
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn(cmd: str, args: dict, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", cmd, json.dumps(args)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, **(env or {})),
+    )
+
+
+def result(p: subprocess.Popen, timeout: float = 120) -> dict:
+    out, err = p.communicate(timeout=timeout)
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    assert lines, f"worker printed no result; stderr:\n{err[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def base_args(zk_server, zk_base, path, **kw) -> dict:
+    return dict(zk=zk_server.connect, base=zk_base, path=path, **kw)
+
+
+def test_overlapping_updates_one_wins(zk_server, zk_base, trips_table, table_path):
+    mw.write(trips(range(20), ts=1), table_path, mw.WriterConfig(writer_id="seed"))
+    start = time.time() + 2.0
+    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
+    procs = [
+        spawn("write", base_args(zk_server, zk_base, table_path, writer=f"w{i}", ids=list(range(20)), ts=10 + i,
+                                 value=100 + i, start_at=start), hang)
+        for i in range(2)
+    ]
+    res = [result(p) for p in procs]
+    winners = [r for r in res if r["ok"]]
+    losers = [r for r in res if not r["ok"]]
+    assert len(winners) == 1 and len(losers) == 1, res
+    assert losers[0]["error"] == "WriteConflictError", losers[0]
+    assert winners[0]["instant"] in losers[0]["message"]
+    t = mw.Table.open(table_path)
+    commits = [i for i in t.timeline().completed_writes()]
+    assert len(commits) == 2  # seed + winner
+    assert not t.timeline().pending(), "the loser must clean up its own instant"
+    win_value = 100 + [i for i, r in enumerate(res) if r["ok"]][0]
+    got = rows(t.read(), ["id", "value"])
+    assert {v for _, v in got} == {float(win_value)}, "no data of the loser is visible"
+    assert got == rows(hudi_read(table_path), ["id", "value"])
+
+
+def test_eight_disjoint_writers_all_commit(zk_server, zk_base, trips_table, table_path):
+    start = time.time() + 3.0
+    procs = [
+        spawn("write", base_args(zk_server, zk_base, table_path, writer=f"w{i}", ids=[f"{i}-{k}" for k in range(50)],
+                                 date=f"2024-01-{i + 1:02d}", start_at=start))
+        for i in range(8)
+    ]
+    res = [result(p) for p in procs]
+    assert all(r["ok"] for r in res), [r for r in res if not r["ok"]]
+    assert all(r["attempts"] == 1 for r in res), "disjoint writers never conflict"
+    t = mw.Table.open(table_path)
+    assert len(t.timeline().completed_writes()) == 8
+    assert t.read().num_rows == 400 == hudi_read(table_path).num_rows
+
+
+def test_thousand_instants_four_processes_unique_and_increasing(zk_server, zk_base, trips_table, table_path):
+    start = time.time() + 3.0
+    procs = [spawn("instants", base_args(zk_server, zk_base, table_path, writer=f"p{i}", n=250, start_at=start))
+             for i in range(4)]
+    res = [result(p, timeout=300) for p in procs]
+    assert all(r["ok"] for r in res), res
+    all_inst = [x for r in res for x in r["instants"]]
+    assert len(all_inst) == 1000
+    times = [t for t, _, _ in all_inst] + [c for _, _, c in all_inst]
+    assert len(set(times)) == 2000, "requested and completion times are all distinct"
+    for t, seen, c in all_inst:
+        assert len(t) == 17 and t > seen and c > t
+    tl = mw.Table.open(table_path).timeline()
+    assert len(tl.completed()) == 1000
+
+
+def test_lock_timeout_commits_nothing(zk_server, zk_base, trips_table, table_path):
+    holder = mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base)
+    t = mw.Table.open(table_path)
+    held = holder.for_table(t.table_id, t.storage)
+    held.acquire(timeout_s=5)
+    try:
+        cfg = mw.WriterConfig(writer_id="late", lock=mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base),
+                              lock_timeout_s=0.5, max_conflict_retries=0)
+        with pytest.raises(mw.errors.LockAcquireTimeout):
+            mw.write(trips(range(3)), table_path, cfg)
+    finally:
+        held.release()
+        holder.close()
+    tl = mw.Table.open(table_path).timeline()
+    assert tl.completed() == [] and tl.pending() == []
+    assert mw.Table.open(table_path).read().num_rows == 0
+
+
+def test_session_loss_between_lock_and_commit_raises_lock_lost(tmp_path, trips_table, table_path):
+    """The server restarts while the writer holds the commit lock: the fence refuses to commit."""
+    with mw.LocalZooKeeper(port=0) as zk:
+        p = spawn("write", dict(zk=zk.connect, base="/lost", path=table_path, writer="w", ids=[1, 2, 3],
+                                session_timeout_s=4.0),
+                  {"MULTIWRITER_FAULTS": "after-lock-acquired=hang", "MULTIWRITER_FAULT_HANG_S": "6"})
+        deadline = time.time() + 60
+        temp = Path(table_path) / ".hoodie" / ".temp"
+        while time.time() < deadline and not list(temp.rglob("*.marker.CREATE")):
+            time.sleep(0.1)
+        time.sleep(1.0)  # now inside the commit's critical section, hanging
+        zk.stop()
+        time.sleep(1.0)
+        zk.start()
+        r = result(p)
+    assert not r["ok"] and r["error"] == "LockLostError", r
+    tl = mw.Table.open(table_path).timeline()
+    assert tl.completed_writes() == []
+    assert mw.Table.open(table_path).read().num_rows == 0
+    assert not list((Path(table_path)).glob("2024-01-01/*.parquet")), "the aborted attempt's files are gone"

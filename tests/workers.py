@@ -1,0 +1,81 @@
+"""Worker processes for multi-process tests: ``python -m tests.workers <command> '<json>'``.
+
+Each prints one JSON line with its result, so tests assert on what really happened.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import pyarrow as pa
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _config(a: dict):
+    import multiwriter as mw
+
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"),
+                            session_timeout_s=a.get("session_timeout_s", 10.0),
+                            acquire_timeout_s=a.get("lock_timeout_s", 60.0))
+    return mw.WriterConfig(
+        writer_id=a["writer"], lock=lock, max_conflict_retries=a.get("retries", 0),
+        heartbeat_interval_s=a.get("hb", 1.0), heartbeat_tolerable_misses=a.get("misses", 2),
+        lock_timeout_s=a.get("lock_timeout_s", 60.0), executor="driver", retry_backoff_s=0.05,
+    )
+
+
+def _batch(ids: list, date: str, ts: int, value: float) -> pa.Table:
+    return pa.table({
+        "id": [str(i) for i in ids], "date": [date] * len(ids),
+        "ts": pa.array([ts] * len(ids), pa.int64()), "value": [float(value)] * len(ids),
+    })
+
+
+def write(a: dict) -> dict:
+    import multiwriter as mw
+
+    r = mw.write(_batch(a["ids"], a.get("date", "2024-01-01"), a.get("ts", 1), a.get("value", 1.0)),
+                 a["path"], _config(a), batch_id=a.get("batch_id"))
+    return {"instant": r.instant.requested_time if r.instant else None,
+            "completion": r.instant.completion_time if r.instant else None,
+            "attempts": r.attempts, "skipped": r.skipped}
+
+
+def instants(a: dict) -> dict:
+    """Issue and complete ``n`` empty commits; record what each saw at issue time."""
+    from multiwriter.table.metadata import CommitMetadata
+    from multiwriter.table.table import Table
+    from multiwriter.transaction import Transaction
+
+    cfg = _config(a)
+    table = Table.open(a["path"])
+    lock = cfg.lock.for_table(table.table_id, table.storage)
+    out = []
+    for _ in range(a["n"]):
+        txn = Transaction(table, lock, writer_id=cfg.writer_id)
+        i = txn.begin()
+        seen = txn.base_timeline.max_time()
+        done = txn.commit(CommitMetadata())
+        out.append([i.requested_time, seen, done.completion_time])
+    lock.close()
+    return {"instants": out}
+
+
+def main() -> None:
+    cmd, args = sys.argv[1], json.loads(sys.argv[2])
+    if args.get("start_at"):
+        time.sleep(max(0.0, args["start_at"] - time.time()))
+    try:
+        res = globals()[cmd](args)
+        res["ok"] = True
+    except Exception as e:  # report the error type to the test
+        res = {"ok": False, "error": type(e).__name__, "message": str(e), "trace": traceback.format_exc()}
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
