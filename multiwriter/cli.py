@@ -1,0 +1,131 @@
+"""``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from .errors import MultiWriterError
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from .table.table import Table
+
+    t = Table.open(args.path)
+    tl = t.timeline()
+    print(f"table {t.name} (version {t.config.version}) at {t.path}")
+    print(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} writer / detail")
+    for i in tl.latest_states():
+        detail = ""
+        if i.is_completed and i.action in ("commit", "replacecommit"):
+            meta = tl.commit_metadata(i)
+            detail = f"{meta.extra_metadata.get('multiwriter.writer_id', '-')}: {meta.operation_type}, {len(meta.all_stats())} files"
+        print(f"{i.requested_time:<18} {i.completion_time or '':<18} {i.action:<14} {i.state:<10} {detail}")
+    return 0
+
+
+def _heartbeats(args: argparse.Namespace) -> int:
+    import json
+
+    from .heartbeat.client import heartbeat_age_s, is_lapsed
+    from .table import layout
+    from .table.table import Table
+
+    t = Table.open(args.path)
+    entries = t.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True)
+    if not entries:
+        print("no heartbeats (no writer in flight)")
+    for e in entries:
+        inst = e.path.rsplit("/", 1)[-1]
+        try:
+            body = json.loads(t.storage.read_bytes(e.path))
+        except (ValueError, OSError):
+            body = {}
+        age = heartbeat_age_s(t.storage, inst)
+        lapsed = is_lapsed(t.storage, inst, args.interval, args.misses)
+        print(f"{inst}  writer={body.get('writer_id', '?')} host={body.get('host', '?')} pid={body.get('pid', '?')} "
+              f"age={age:.1f}s {'LAPSED' if lapsed else 'alive'}")
+    return 0
+
+
+def _zookeeper(args: argparse.Namespace) -> int:
+    from .zookeeper_local import LocalZooKeeper
+
+    with LocalZooKeeper(port=args.port) as zk:
+        print(f"ZooKeeper serving at {zk.connect} (pid {zk.pid}); Ctrl-C to stop", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from .cleaner.job import Cleaner
+    from .lock import FileSystemLock, ZooKeeperLock
+
+    lock = ZooKeeperLock(args.zk) if args.zk else FileSystemLock()
+    cleaner = Cleaner(args.path, lock=lock, heartbeat_interval_s=args.interval, heartbeat_tolerable_misses=args.misses,
+                      retain_commits=args.retain_commits)
+    try:
+        while True:
+            report = cleaner.run_once()
+            print(report, flush=True)
+            if args.once:
+                return 0
+            time.sleep(args.every)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        lock.close()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="multiwriter", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="run the main demo job (two writers, a doomed writer, the cleaner)")
+    d.add_argument("rest", nargs=argparse.REMAINDER)
+    d.set_defaults(fn=_demo)
+    z = sub.add_parser("zookeeper", help="run a local ZooKeeper server in the foreground")
+    z.add_argument("--port", type=int, default=2181)
+    z.set_defaults(fn=_zookeeper)
+    t = sub.add_parser("timeline", help="print a table's timeline")
+    t.add_argument("path")
+    t.set_defaults(fn=_timeline)
+    h = sub.add_parser("heartbeats", help="print the heartbeats of in-flight writers")
+    h.add_argument("path")
+    h.add_argument("--interval", type=float, default=10.0)
+    h.add_argument("--misses", type=int, default=2)
+    h.set_defaults(fn=_heartbeats)
+    c = sub.add_parser("clean", help="roll back failed writers, clean old versions, archive")
+    c.add_argument("path")
+    c.add_argument("--zk", help="ZooKeeper HOST:PORT (default: a file lock, one machine only)")
+    c.add_argument("--once", action="store_true")
+    c.add_argument("--every", type=float, default=30.0, help="seconds between runs")
+    c.add_argument("--interval", type=float, default=10.0, help="writers' heartbeat interval (s)")
+    c.add_argument("--misses", type=int, default=2, help="writers' tolerable heartbeat misses")
+    c.add_argument("--retain-commits", type=int, default=10)
+    c.set_defaults(fn=_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except MultiWriterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``foreachBatch`` sink: one instant per micro-batch, exactly once."""

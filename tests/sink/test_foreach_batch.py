@@ -1,0 +1,137 @@
+"""The foreachBatch sink with real Spark streaming queries and a real ZooKeeper."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import multiwriter as mw
+from multiwriter.transaction import CHECKPOINT_KEY
+from tests.conftest import TRIPS_SCHEMA, trips
+from tests.oracle import hudi_read, rows
+
+SPARK_SCHEMA = "id STRING, date STRING, ts LONG, value DOUBLE"
+
+
+def zk_config(zk_server, zk_base, writer_id, **kw):
+    return mw.WriterConfig(writer_id=writer_id, lock=mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base),
+                           heartbeat_interval_s=1.0, retry_backoff_s=0.05, **kw)
+
+
+def write_json(dirpath: Path, n: int, records: list[dict]) -> None:
+    dirpath.mkdir(parents=True, exist_ok=True)
+    tmp = dirpath / f".{n:04d}.tmp"
+    tmp.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    final = dirpath / f"batch-{n:04d}.json"
+    tmp.rename(final)
+    os.utime(final, (1_700_000_000 + n, 1_700_000_000 + n))  # the file source orders by mtime: batch id == n
+
+
+def run_available(spark, src: Path, sink, ck: Path):
+    q = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).json(str(src))
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    return q
+
+
+def test_streaming_query_commits_one_instant_per_batch_and_restarts_exactly_once(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    src, ck = tmp_path / "src", tmp_path / "ck"
+    for n in range(3):
+        write_json(src, n, [{"id": f"k{n * 10 + i}", "date": "2024-01-01", "ts": n, "value": float(n)} for i in range(10)])
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    run_available(spark, src, sink, ck).awaitTermination(120)
+    sink.close()
+    t = mw.Table.open(table_path)
+    assert len(t.timeline().completed_writes()) == 3
+    # more input, then the same query restarted from its checkpoint
+    for n in range(3, 5):
+        write_json(src, n, [{"id": f"k{i}", "date": "2024-01-01", "ts": n, "value": float(n)} for i in range(5)])
+    sink2 = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    run_available(spark, src, sink2, ck).awaitTermination(120)
+    sink2.close()
+    tl = t.timeline()
+    assert len(tl.completed_writes()) == 5, "one instant per micro-batch, none lost or repeated"
+    cps = [json.loads(tl.commit_metadata(i).extra_metadata[CHECKPOINT_KEY])["ingest"] for i in tl.completed_writes()]
+    assert cps == ["0", "1", "2", "3", "4"]
+    got = t.read()
+    assert got.num_rows == 30
+    assert rows(got, ["id", "value"]) == rows(hudi_read(table_path), ["id", "value"])
+    assert dict(rows(got, ["id", "value"]))["k0"] == 4.0
+
+
+def test_replayed_batch_id_commits_once(spark, zk_server, zk_base, trips_table, table_path):
+    df = spark.createDataFrame(trips(range(5)).to_pandas())
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "w"))
+    first = sink(df, 7)
+    second = sink(df, 7)
+    sink.close()
+    assert first.instant is not None and not first.skipped
+    assert second.skipped and second.instant is None
+    # a fresh sink (a restarted driver, empty cache) finds the checkpoint on the timeline
+    again = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "w"))
+    assert again(df, 7).skipped and again(df, 6).skipped
+    assert again(df, 8).instant is not None
+    again.close()
+    assert len(mw.Table.open(table_path).timeline().completed_writes()) == 2
+
+
+def test_empty_batch_commits_nothing(spark, zk_server, zk_base, trips_table, table_path):
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "w"))
+    empty = spark.createDataFrame([], SPARK_SCHEMA)
+    r = sink(empty, 0)
+    sink.close()
+    assert r.instant is None and not r.skipped
+    assert mw.Table.open(table_path).timeline().instants == []
+
+
+def test_second_query_with_same_writer_id_fails_fast(zk_server, zk_base, trips_table, table_path):
+    first = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "dup"))
+    try:
+        with pytest.raises(mw.errors.ConfigError, match="dup"):
+            mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "dup"))
+    finally:
+        first.close()
+    mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "dup")).close()  # free again after close
+
+
+def test_sink_creates_table_on_first_batch(spark, zk_server, zk_base, tmp_path):
+    path = str(tmp_path / "new")
+    sink = mw.MultiWriterSink(path, zk_config(zk_server, zk_base, "w"),
+                              table=dict(name="fresh", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"]))
+    sink(spark.createDataFrame(trips(range(3)).to_pandas()), 0)
+    sink.close()
+    assert mw.Table.open(path).read().num_rows == 3
+
+
+def test_two_queries_overlapping_keys_all_batches_exactly_once(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    keys = [f"k{i}" for i in range(40)]
+    mw.write(trips(keys, ts=0, value=-1), table_path, mw.WriterConfig(writer_id="seed"))
+    batches = {}
+    for w in ("a", "b"):
+        for n in range(4):
+            recs = [{"id": k, "date": "2024-01-01", "ts": 1, "value": float(hash((w, n, k)) % 1000)} for k in keys[n * 5:n * 5 + 20]]
+            batches[(w, n)] = recs
+            write_json(tmp_path / f"src-{w}", n, recs)
+    sinks = {w: mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, f"writer-{w}", max_conflict_retries=20)) for w in "ab"}
+    qs = [run_available(spark, tmp_path / f"src-{w}", sinks[w], tmp_path / f"ck-{w}") for w in "ab"]
+    for q in qs:
+        q.awaitTermination(180)
+        assert q.exception() is None
+    for s in sinks.values():
+        s.close()
+    t = mw.Table.open(table_path)
+    tl = t.timeline()
+    applied = []
+    for i in tl.completed_writes():
+        cp = tl.commit_metadata(i).extra_metadata.get(CHECKPOINT_KEY)
+        if cp:
+            (wid, bid), = json.loads(cp).items()
+            applied.append((wid[-1], int(bid)))
+    assert sorted(applied) == sorted(batches), "every batch committed exactly once"
+    model = {k: -1.0 for k in keys}
+    for key in applied:  # completion order
+        for r in batches[key]:
+            model[r["id"]] = r["value"]
+    assert dict(rows(t.read(), ["id", "value"])) == model
+    assert rows(hudi_read(table_path), ["id", "value"]) == sorted(model.items(), key=repr)
