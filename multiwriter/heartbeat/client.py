@@ -64,6 +64,7 @@ def is_lapsed(storage: Storage, instant_time: str, interval_s: float, tolerable_
 class _Beat:
     last_ok: float  # by the writer's own clock
     consecutive_failures: int = 0
+    worst_gap: float = 0.0  # the longest time between two successful beats
 
 
 class HeartbeatClient:
@@ -157,6 +158,8 @@ class HeartbeatClient:
             problem = "has no live heartbeat thread"
         elif b.consecutive_failures >= self.max_consecutive_failures:
             problem = f"failed to write its heartbeat {b.consecutive_failures} times in a row"
+        elif b.worst_gap > self.bound_s:
+            problem = f"went {b.worst_gap:.1f}s without a beat (a pause or hang), over the bound of {self.bound_s:.1f}s"
         elif self.clock() - b.last_ok > self.bound_s:
             problem = f"last beat {self.clock() - b.last_ok:.1f}s ago, over the bound of {self.bound_s:.1f}s"
         if problem:
@@ -173,10 +176,12 @@ class HeartbeatClient:
             self._thread.start()
 
     def _run(self) -> None:
+        retry_soon = False  # start() already wrote the first beat
         while not self._stop:
-            retry_soon = self._beat_all()
             self._wake.wait(self.interval_s / 4 if retry_soon else self.interval_s)
             self._wake.clear()
+            if not self._stop:
+                retry_soon = self._beat_all()
 
     def _beat_all(self) -> bool:
         if self._paused:
@@ -203,6 +208,7 @@ class HeartbeatClient:
                     self.storage.delete(heartbeat_path(t))
                     continue
                 age = self.clock() - b.last_ok
+                b.worst_gap = max(b.worst_gap, age)
                 b.last_ok, b.consecutive_failures = self.clock(), 0
             if self.on_beat:
                 self.on_beat(age)
