@@ -114,6 +114,8 @@ class HeartbeatClient:
         with self._mu:
             self._beats[instant_time] = _Beat(self.clock())
             self._ensure_thread()
+        if self.on_beat:
+            self.on_beat(0.0)
 
     def stop(self, instant_time: str) -> None:
         with self._mu:
