@@ -85,14 +85,13 @@ def _clean(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
-    return demo_main(args.rest)
+    return demo_main([])
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="multiwriter", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the main demo job (two writers, a doomed writer, the cleaner)")
-    d.add_argument("rest", nargs=argparse.REMAINDER)
     d.set_defaults(fn=_demo)
     z = sub.add_parser("zookeeper", help="run a local ZooKeeper server in the foreground")
     z.add_argument("--port", type=int, default=2181)
@@ -119,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:  # the demo has its own options
+        from .demo import main as demo_main
+
+        return demo_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from .errors import TableFormatError
 from .table import instant as inst
 from .table.instant import Instant
@@ -64,6 +68,46 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
                 writer = _writer_of(timeline, cand)
                 return Conflict(cand, frozenset(overlap), writer)
         return None
+
+
+def find_insert_conflict(
+    timeline: Timeline, base_completion: str | None, own_time: str, inserted: dict[str, pa.Array]
+) -> Conflict | None:
+    """Two writers inserting the same NEW key: the second to commit loses.
+
+    Each insert lands in a new file group, so the file-group rule cannot see this; without it
+    both commits would land and the key would exist twice. Only file groups created by
+    commits that completed after our base, in partitions we insert into, are read (key column
+    only, pruned by the footer key range).
+    """
+    if not inserted:
+        return None
+    for cand in timeline.completed_after(base_completion):
+        if cand.action not in inst.WRITE_ACTIONS or cand.requested_time == own_time:
+            continue
+        for st in timeline.commit_metadata(cand).all_stats():
+            ours = inserted.get(st.partition_path)
+            if ours is None or len(ours) == 0 or st.prev_commit not in (None, "", "null") or not st.path:
+                continue
+            if _new_keys_overlap(timeline, st.path, ours):
+                return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), _writer_of(timeline, cand))
+    return None
+
+
+def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
+    storage = timeline.storage
+    try:
+        with storage.fs.open_input_file(storage.abs(path)) as f:
+            pf = pq.ParquetFile(f)
+            md = pf.metadata.metadata or {}
+            lo, hi = md.get(b"hoodie_min_record_key"), md.get(b"hoodie_max_record_key")
+            if lo is not None and hi is not None:
+                if pc.max(ours).as_py() < lo.decode() or pc.min(ours).as_py() > hi.decode():
+                    return False
+            theirs = pf.read(columns=["_hoodie_record_key"]).column(0)
+    except FileNotFoundError:
+        return False  # cleaned since: its keys live on in a newer slice we also check
+    return bool(pc.any(pc.is_in(ours, value_set=theirs.combine_chunks())).as_py())
 
 
 def overlaps(ours: set[FileGroup], theirs: set[FileGroup]) -> frozenset[FileGroup]:

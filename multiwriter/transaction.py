@@ -12,10 +12,10 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import faults
-from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy
+from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
 from .errors import (
     CommitStateUnknownError,
     LockLostError,
@@ -144,6 +144,7 @@ class Transaction:
         *,
         checkpoint: tuple[str, int] | None = None,
         file_groups: set[tuple[str, str]] | None = None,
+        inserted_keys: dict[str, Any] | None = None,
     ) -> Instant:
         """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
 
@@ -167,6 +168,8 @@ class Transaction:
                 _check_duplicate(tl, base_ct, checkpoint)
             t1 = time.monotonic()
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
+            if conflict is None and inserted_keys:
+                conflict = find_insert_conflict(tl, base_ct, t, inserted_keys)
             self.timings.conflict_check_s += time.monotonic() - t1
             if conflict is not None:
                 groups = sorted(conflict.file_groups)

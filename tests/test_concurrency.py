@@ -130,3 +130,16 @@ def test_session_loss_between_lock_and_commit_raises_lock_lost(tmp_path, trips_t
     assert tl.completed_writes() == []
     assert mw.Table.open(table_path).read().num_rows == 0
     assert not list((Path(table_path)).glob("2024-01-01/*.parquet")), "the aborted attempt's files are gone"
+
+
+def test_same_new_key_inserted_by_two_writers_conflicts(zk_server, zk_base, trips_table, table_path):
+    """Inserts create new file groups, yet two writers inserting one new key must not both land."""
+    start = time.time() + 2.0
+    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
+    procs = [spawn("write", base_args(zk_server, zk_base, table_path, writer=f"n{i}", ids=["same", f"own-{i}"],
+                                      value=i, start_at=start), hang) for i in range(2)]
+    res = [result(p) for p in procs]
+    assert sorted(r["ok"] for r in res) == [False, True], res
+    assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
+    keys = mw.Table.open(table_path).read().column("id").to_pylist()
+    assert keys.count("same") == 1

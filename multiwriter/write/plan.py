@@ -40,6 +40,18 @@ class Plan:
     tasks: list[FileGroupTask]
     routed: pa.Table  # prepared rows with _mw_file_id set for every row that is written
 
+    def inserted_keys(self) -> dict[str, pa.Array]:
+        """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
+        new_ids = pa.array([t.file_id for t in self.tasks if t.is_new], pa.string())
+        if len(new_ids) == 0:
+            return {}
+        rows = self.routed.filter(pc.is_in(self.routed.column(FILE_ID), value_set=new_ids))
+        out: dict[str, pa.Array] = {}
+        parts = rows.column(PARTITION).combine_chunks()
+        for p in pc.unique(parts).to_pylist():
+            out[p] = rows.column(KEY).combine_chunks().filter(pc.equal(parts, p))
+        return out
+
     def rows_for(self, task: FileGroupTask) -> pa.Table:
         mask = pc.and_(pc.equal(self.routed.column(PARTITION), task.partition), pc.equal(self.routed.column(FILE_ID), task.file_id))
         return self.routed.filter(mask)

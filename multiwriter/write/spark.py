@@ -33,3 +33,18 @@ def validate(df: Any, table_config: Any, operation: str) -> None:
 
 def run_on_executors(df: Any, table: Any, ctx: Any, timeline: Any, **kw: Any) -> list:
     raise NotImplementedError("the Spark executor path is not wired yet")
+
+
+def inserted_keys(storage: Any, stats: list) -> dict:
+    """Keys inserted by the executor path, for the same-new-key conflict check: read back from
+    the key column of the new file groups this attempt wrote (outside the lock)."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, list] = {}
+    for st in stats:
+        if st.prev_commit not in (None, "", "null") or not st.path:
+            continue
+        with storage.fs.open_input_file(storage.abs(st.path)) as f:
+            keys = pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()
+        out.setdefault(st.partition_path, []).append(keys)
+    return {p: pa.concat_arrays(ks) for p, ks in out.items()}

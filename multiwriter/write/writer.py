@@ -144,6 +144,7 @@ class Writer:
                 batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
                 target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight,
             )
+            inserted = spark_path.inserted_keys(self.table.storage, stats)
             phases["index"] = 0.0
         else:
             prepared = prepare(batch.arrow, self.table.config, schema, operation=self.config.operation)
@@ -153,11 +154,12 @@ class Writer:
             phases["index"] = time.monotonic() - t0
             txn.write_inflight(_planned(plan.tasks, self.config.operation))
             stats = run_on_driver(self.table.storage, ctx, plan)
+            inserted = plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = _metadata(stats, schema, name, self.config.operation)
         t1 = time.monotonic()
-        instant = txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None)
+        instant = txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
         return CommitResult(
