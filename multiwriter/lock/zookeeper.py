@@ -45,6 +45,12 @@ class _SharedClient:
                 lk._mark_lost(state)
 
 
+def _closed(client: KazooClient) -> bool:
+    """True for a client that was stopped for good (it will never reconnect)."""
+    stopped = getattr(client, "_stopped", None)
+    return bool(stopped is not None and stopped.is_set())
+
+
 _clients: dict[tuple, _SharedClient] = {}
 _clients_mu = threading.Lock()
 
@@ -83,11 +89,11 @@ class ZooKeeperLock(LockProvider):
 
     def _share(self) -> _SharedClient:
         with self._mu:
-            if self._shared is not None:
+            if self._shared is not None and not _closed(self._shared.client):
                 return self._shared
             with _clients_mu:
                 shared = _clients.get(self._key())
-                if shared is None or not shared.client.connected:
+                if shared is None or _closed(shared.client):
                     shared = _SharedClient(self._start_client())
                     _clients[self._key()] = shared
                 shared.refs += 1
@@ -100,9 +106,12 @@ class ZooKeeperLock(LockProvider):
             user, pw = self.auth
             kw["auth_data"] = [("digest", f"{user}:{pw}")]
             kw["default_acl"] = [make_digest_acl(user, pw, all=True)]
-        retry = {"max_tries": self.max_retries, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 5}
-        client = KazooClient(hosts=self.connect, timeout=self.session_timeout_s, connection_retry=retry,
-                             command_retry=retry, **kw)
+        # Reconnect forever (a long GC pause or a server restart must not kill the client for
+        # good); individual commands retry a bounded number of times.
+        reconnect = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 2}
+        command = {"max_tries": self.max_retries, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 5}
+        client = KazooClient(hosts=self.connect, timeout=self.session_timeout_s, connection_retry=reconnect,
+                             command_retry=command, **kw)
         try:
             client.start(timeout=self.connection_timeout_s)
         except (KazooTimeoutError, KazooException) as e:

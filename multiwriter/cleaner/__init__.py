@@ -1,0 +1,150 @@
+"""The cleaner: rolls back failed writers, removes old file slices, archives the timeline and
+reports orphans, so that several writers can run for months against one table.
+
+This module holds only what every cleaner step shares: :class:`CleanerContext` (the table, the
+lock, the clock, the heartbeat rule) and the few timeline operations that must happen under the
+table lock (issuing an instant time, completing an instant). The steps live beside it:
+:mod:`.rollback`, :mod:`.retention`, :mod:`.archive`, :mod:`.orphans`; :mod:`.job` ties them
+together as :class:`~multiwriter.cleaner.job.Cleaner`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..instant_time import PROCESS_CLOCK, InstantClock
+from ..storage import Storage
+from ..table import instant as inst
+from ..table import layout
+from ..table import timeline as tlmod
+from ..table.instant import Instant
+from ..table.properties import TableConfig
+from ..table.table import Table
+from ..table.timeline import Timeline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..heartbeat.client import HeartbeatClient
+    from ..lock.base import TableLock
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Cleaner", "CleanerContext", "CleanerReport"]
+
+
+@dataclass
+class CleanerContext:
+    """Everything a cleaner step needs; one per :class:`Cleaner`, reused across runs.
+
+    ``heartbeat`` beats for the cleaner's own rollback and clean instants while it executes
+    them, so that a second cleaner can tell a plan being executed right now (leave it) from one
+    whose cleaner died (finish it) with the same rule it applies to writers.
+    """
+
+    table: Table
+    lock: TableLock
+    cleaner_id: str
+    heartbeat_interval_s: float = 10.0
+    heartbeat_tolerable_misses: int = 2
+    lock_timeout_s: float = 60.0
+    clock: InstantClock = PROCESS_CLOCK
+    heartbeat: HeartbeatClient | None = None
+    now: float | None = None  # frozen wall clock for tests; None = time.time()
+    lock_holds: list[float] = field(default_factory=list)
+
+    @property
+    def storage(self) -> Storage:
+        return self.table.storage
+
+    @property
+    def config(self) -> TableConfig:
+        return self.table.config
+
+    @property
+    def table_name(self) -> str:
+        return self.table.name
+
+    def is_lapsed(self, instant_time: str) -> bool:
+        """Has the owner of ``instant_time`` stopped beating (writers and cleaners alike)?"""
+        from ..heartbeat.client import is_lapsed
+
+        return bool(
+            is_lapsed(
+                self.storage,
+                instant_time,
+                self.heartbeat_interval_s,
+                self.heartbeat_tolerable_misses,
+                now=self.now,
+            )
+        )
+
+    @contextmanager
+    def locked(self, instant: str | None = None) -> Iterator[Timeline]:
+        """Hold the table lock and yield a timeline loaded after acquiring it."""
+        from ..lock.base import HolderInfo
+
+        holder = HolderInfo(self.cleaner_id, socket.gethostname(), os.getpid(), instant)
+        self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder)
+        since = time.monotonic()
+        try:
+            yield self.table.timeline()
+        finally:
+            self.lock_holds.append(time.monotonic() - since)
+            self.lock.release()
+
+    def issue_time(self, tl: Timeline, *floors: str) -> str:
+        """A new instant time greater than everything on ``tl``; call under the lock only."""
+        return self.clock.issue([tl.max_time(), *floors])
+
+    def start_heartbeat(self, instant_time: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.start(instant_time)
+
+    def stop_heartbeat(self, instant_time: str) -> None:
+        if self.heartbeat is not None:
+            try:
+                self.heartbeat.stop(instant_time)
+            except Exception as e:  # a heartbeat that will not stop only delays a resume
+                log.warning("could not stop the heartbeat of cleaner instant %s: %s", instant_time, e)
+        # the file goes too: a completed instant has no owner to beat for it
+        self.storage.delete(layout.heartbeat_path(instant_time))
+
+
+def mark_inflight(ctx: CleanerContext, instant_time: str, action: str) -> None:
+    """``<T>.<action>.inflight``: execution started (a second attempt finds it there: fine)."""
+    try:
+        tlmod.create_inflight(ctx.storage, ctx.config, instant_time, action)
+    except tlmod.InstantExistsError:
+        pass
+
+
+def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, data: bytes) -> Instant | None:
+    """Write ``<T>_<C>.<action>`` under the lock, unless another cleaner completed it first.
+
+    Completion is the one step two cleaners must never both do (two completed files with
+    different completion times would be two instants), so it re-reads the timeline under the
+    lock. Returns the completed instant, or None when it was already completed.
+    """
+    with ctx.locked(instant_time) as tl:
+        current = tl.find(instant_time, action)
+        if current is not None and current.is_completed:
+            log.info("%s %s was completed by another cleaner", action, instant_time)
+            return None
+        if current is None or current.state == inst.REQUESTED:
+            mark_inflight(ctx, instant_time, action)
+        completion = ctx.issue_time(tl, instant_time)
+        return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, data)
+
+
+def __getattr__(name: str):  # lazy: importing a step module must not import Spark-facing job code
+    if name in ("Cleaner", "CleanerReport"):
+        from . import job
+
+        return getattr(job, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

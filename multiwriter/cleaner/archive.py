@@ -1,0 +1,326 @@
+"""Archival: keep the active timeline (``.hoodie/timeline/``) bounded.
+
+Every reader and writer lists the active timeline, so it must not grow with every commit. When
+more than ``keep_max`` completed instants are active, the oldest ones move to
+``.hoodie/timeline/history/`` as one JSON file per batch, ``<first>_<last>.archive.json`` (see
+docs/cleaner.md for the layout). Readers treat a data file older than the earliest active instant
+as committed, which is what makes removing instants safe, and also what makes it dangerous.
+So the archived set is always a *prefix* of the timeline, in both orders:
+
+* by requested time: everything before a cutoff X and nothing after it, and X is never later
+  than the oldest pending instant (else that instant's uncommitted files would look committed);
+* by completion time: every archived instant completed before every instant that stays and
+  before the oldest pending instant began, so a pending writer's conflict check (instants
+  completed after its base) and the sink's checkpoint scan (newest first) never need an
+  archived instant.
+
+X is further held back so that the newest commit carrying each writer's streaming checkpoint
+(``_hudi_streaming_sink_checkpoint``, read by the sink from the active timeline) stays, that
+the commits retention keeps readable (``earliest_to_retain``) stay, and that at least
+``keep_min`` completed instants stay.
+
+Crash safety: the batch file is written first (atomically, never overwritten); then each
+instant's files are deleted oldest first, requested and inflight before completed, so an
+interrupted archival never leaves an instant that looks pending. The next run finishes it:
+active instants already listed in a batch file are deleted without being archived again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import TableFormatError
+from ..storage import FileExists
+from ..table import instant as inst
+from ..table.instant import Instant
+from ..table.metadata import CommitMetadata
+from ..table.snapshot import list_data_files
+from ..table.table import Table
+from ..table.timeline import Timeline
+from ..transaction import CHECKPOINT_KEY
+from . import CleanerContext
+from .retention import earliest_to_retain
+
+log = logging.getLogger(__name__)
+
+FORMAT = "multiwriter-archive"
+FORMAT_VERSION = 1
+SUFFIX = ".archive.json"
+_STATE_ORDER = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
+
+
+@dataclass(frozen=True)
+class ArchivedInstant:
+    """One instant as recorded in a history batch: its identity and its timeline files' bytes."""
+
+    requested_time: str
+    action: str
+    completion_time: str | None
+    files: dict[str, bytes] = field(default_factory=dict, compare=False)  # file name -> content
+
+    def commit_metadata(self) -> CommitMetadata | None:
+        """The ``HoodieCommitMetadata`` of an archived write commit (None for other actions)."""
+        if self.action not in inst.WRITE_ACTIONS:
+            return None
+        name = Instant(self.requested_time, self.action, inst.COMPLETED, self.completion_time).file_name()
+        data = self.files.get(name)
+        return CommitMetadata.from_bytes(data, source=f"history:{name}") if data is not None else None
+
+
+@dataclass
+class ArchiveResult:
+    archived: int = 0
+    batch: str | None = None  # the history file written by this run
+    finished: int = 0  # instants of an interrupted archival whose files this run removed
+    held_back_by: str | None = None  # the rule that limited the cutoff (for logs and tests)
+    swept: list[str] = field(default_factory=list)  # uncommitted data files deleted (see sweep_uncommitted)
+
+
+# -- deciding (pure, given a timeline) ---------------------------------------------------------
+
+
+def newest_checkpoint_commits(tl: Timeline) -> dict[str, Instant]:
+    """Per writer id, the newest completed commit (by completion time) carrying its checkpoint."""
+    out: dict[str, Instant] = {}
+    for i in reversed(tl.completed_writes()):
+        raw = tl.commit_metadata(i).extra_metadata.get(CHECKPOINT_KEY)
+        if not raw:
+            continue
+        try:
+            writers = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(writers, dict):
+            for w in writers:
+                out.setdefault(str(w), i)
+    return out
+
+
+def choose(tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int) -> tuple[list[Instant], str | None]:
+    """The instants to archive now (oldest first) and the rule that held the cutoff back."""
+    states = tl.latest_states()  # one per instant, by requested time
+    completed = [i for i in states if i.is_completed]
+    if len(completed) <= keep_max:
+        return [], None
+    bounds: dict[str, str] = {
+        "keep_min": completed[len(completed) - keep_min].requested_time if keep_min > 0 else "9" * 17
+    }
+    pending = [i.requested_time for i in states if i.is_pending]
+    if pending:
+        bounds["oldest pending instant"] = min(pending)
+    ckpt = newest_checkpoint_commits(tl)
+    if ckpt:
+        bounds["a writer's newest checkpoint commit"] = min(i.requested_time for i in ckpt.values())
+    e = earliest_to_retain(tl, retain_commits)
+    if e is not None:
+        bounds["retained commits"] = e
+    elif retain_commits > 0 and tl.completed_writes():
+        # too few commits to clean yet: every write commit is retained
+        bounds["retained commits"] = min(i.requested_time for i in tl.completed_writes())
+    rule, cutoff = min(bounds.items(), key=lambda kv: kv[1])
+    prefix = [i for i in states if i.requested_time < cutoff]
+    n = _completion_prefix(states, len(prefix))
+    if n < len(prefix):
+        rule = "completion order"
+    return prefix[:n], rule
+
+
+def _completion_prefix(states: list[Instant], n: int) -> int:
+    """The longest ``k <= n`` such that states[:k] all completed before anything in states[k:]
+    completed or, for pending instants, began."""
+
+    def end(i: Instant) -> str:
+        return (i.completion_time or i.requested_time) if i.is_completed else i.requested_time
+
+    suffix_min = [""] * (len(states) + 1)
+    suffix_min[len(states)] = "9" * 17
+    for j in range(len(states) - 1, -1, -1):
+        suffix_min[j] = min(end(states[j]), suffix_min[j + 1])
+    best, running = 0, ""
+    for k in range(1, n + 1):
+        running = max(running, end(states[k - 1]))
+        if running < suffix_min[k]:
+            best = k
+    return best
+
+
+# -- history files ------------------------------------------------------------------------------
+
+
+def batch_name(instants: list[Instant]) -> str:
+    return f"{instants[0].requested_time}_{instants[-1].requested_time}{SUFFIX}"
+
+
+def _files_of(tl: Timeline, i: Instant) -> list[Instant]:
+    """Every timeline file of one instant (requested, inflight, completed), in deletion order."""
+    same = [x for x in tl.instants if x.requested_time == i.requested_time and x.action == i.action]
+    return sorted(same, key=lambda x: _STATE_ORDER[x.state])
+
+
+def encode_batch(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> bytes:
+    records = []
+    for i in instants:
+        files = {}
+        for f in _files_of(tl, i):
+            try:
+                files[f.file_name(ctx.config.version)] = base64.b64encode(tl.read_bytes(f)).decode("ascii")
+            except FileNotFoundError:
+                continue
+        rec: dict[str, Any] = {
+            "requested_time": i.requested_time,
+            "action": i.action,
+            "state": i.state,
+            "completion_time": i.completion_time,
+            "files": files,
+        }
+        if i.action in inst.WRITE_ACTIONS:
+            meta = tl.commit_metadata(i)
+            rec["summary"] = {
+                "operation": meta.operation_type,
+                "files": len(meta.all_stats()),
+                "extra": {k: v for k, v in meta.extra_metadata.items() if k != "schema"},
+            }
+        records.append(rec)
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, "table": ctx.table_name, "instants": records}
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def decode_batch(data: bytes, *, source: str) -> list[ArchivedInstant]:
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
+        return [
+            ArchivedInstant(
+                r["requested_time"],
+                r["action"],
+                r.get("completion_time"),
+                {name: base64.b64decode(b) for name, b in (r.get("files") or {}).items()},
+            )
+            for r in doc["instants"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise TableFormatError(
+            f"{source}: not a readable multiwriter archive batch ({e}); restore it from backup: "
+            "the instants it holds are no longer on the active timeline"
+        ) from e
+
+
+def batch_files(table: Table) -> list[str]:
+    """The history batch files of ``table``, oldest first."""
+    hist = table.config.history_dir
+    return sorted(e.path for e in table.storage.list_dir(hist, files_only=True) if e.path.endswith(SUFFIX))
+
+
+def load_history(table: Table) -> list[ArchivedInstant]:
+    """Every archived instant of ``table``, oldest first (an interrupted archival may have
+    recorded one twice: deduplicated). Readers of checkpoints or audits that must see the whole
+    history read the active timeline and this."""
+    seen: dict[tuple[str, str], ArchivedInstant] = {}
+    for rel in batch_files(table):
+        for a in decode_batch(table.storage.read_bytes(rel), source=rel):
+            seen.setdefault((a.requested_time, a.action), a)
+    return sorted(seen.values(), key=lambda a: a.requested_time)
+
+
+# -- the step -------------------------------------------------------------------------------------
+
+
+def _delete_instant_files(ctx: CleanerContext, tl: Timeline, i: Instant) -> None:
+    for f in _files_of(tl, i):
+        ctx.storage.delete(tl.path_of(f))
+
+
+def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> list[str]:
+    """Delete data files that would turn visible when the earliest active instant moves up to
+    ``below``: files in [earliest, below) of no completed write. Readers ignore them today
+    (their instant is not completed) but would take them for archived commits tomorrow. They
+    are leftovers: a zombie writer's file written after its rollback, an abort that failed
+    half-way. Nothing pending or new can be in that range (the cutoff is below every pending
+    instant, and new instants are issued above everything)."""
+    lo = tl.earliest_time()
+    if lo is None:
+        return []
+    done = set(tl.completed_write_times())
+    swept = []
+    for f in list_data_files(ctx.storage):
+        t = f.instant_time
+        if t >= lo and (below is None or t < below) and t not in done and ctx.storage.delete(f.path):
+            swept.append(f.path)
+    if swept:
+        log.warning(
+            "deleted %d uncommitted data files below the new earliest instant %s (first: %s)",
+            len(swept),
+            below,
+            swept[0],
+        )
+    return swept
+
+
+def _remove_from_active(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> list[str]:
+    """Sweep, then delete the instants' files oldest first; returns the swept data files."""
+    gone = {(i.requested_time, i.action) for i in instants}
+    remaining = [i.requested_time for i in tl.latest_states() if (i.requested_time, i.action) not in gone]
+    swept = sweep_uncommitted(ctx, tl, min(remaining) if remaining else None)
+    for i in sorted(instants, key=lambda i: i.requested_time):
+        _delete_instant_files(ctx, tl, i)
+    return swept
+
+
+def _finish_interrupted(ctx: CleanerContext, tl: Timeline, swept: list[str]) -> int:
+    """Remove active instants that a batch file already holds (an archival that crashed)."""
+    files = batch_files(ctx.table)
+    if not files:
+        return 0
+    newest_last = max(f.rsplit("/", 1)[-1][: -len(SUFFIX)].split("_")[-1] for f in files)
+    active = [i for i in tl.latest_states() if i.requested_time <= newest_last and i.is_completed]
+    if not active:
+        return 0
+    archived = {(a.requested_time, a.action) for a in load_history(ctx.table)}
+    done = [i for i in active if (i.requested_time, i.action) in archived]
+    if done:
+        swept.extend(_remove_from_active(ctx, tl, done))
+        log.info("finished an interrupted archival: removed %d already archived instants", len(done))
+    return len(done)
+
+
+def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits: int) -> ArchiveResult:
+    """Move the oldest completed instants to history when more than ``keep_max`` are active.
+
+    Decided and recorded under the lock (so two cleaners never archive the same instants into two
+    batches); instant files are deleted after the lock is released.
+    """
+    result = ArchiveResult()
+    with ctx.locked() as tl:
+        result.finished = _finish_interrupted(ctx, tl, result.swept)
+        if result.finished:
+            tl = ctx.table.timeline()
+        chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
+        if not chosen:
+            return result
+        name = batch_name(chosen)
+        rel = f"{ctx.config.history_dir}/{name}"
+        try:
+            ctx.storage.put_if_absent(rel, encode_batch(ctx, tl, chosen))
+        except FileExists:
+            existing = {(a.requested_time, a.action) for a in decode_batch(ctx.storage.read_bytes(rel), source=rel)}
+            if not all((i.requested_time, i.action) in existing for i in chosen):
+                raise TableFormatError(
+                    f"{rel} exists but does not hold every instant chosen for it; "
+                    "move it aside and run the cleaner again"
+                ) from None
+    result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active
+    result.archived = len(chosen)
+    result.batch = name
+    log.info(
+        "archived %d instants (%s) into %s; cutoff held by %s",
+        len(chosen),
+        f"{chosen[0].requested_time}..{chosen[-1].requested_time}",
+        name,
+        result.held_back_by,
+    )
+    return result

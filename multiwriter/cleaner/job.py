@@ -1,0 +1,427 @@
+"""``Cleaner``: one pass of every cleaner step (``run_once``), the companion Structured Streaming
+query (``start``) and the ``multiwriter clean`` command (``clean_command`` / ``main``).
+
+    cleaner = mw.Cleaner(path, lock=mw.ZooKeeperLock(connect="127.0.0.1:2181"))
+    report = cleaner.run_once()          # roll back, clean, archive, report orphans
+    query = cleaner.start(spark, interval="30 seconds")   # or keep it running beside the writers
+
+A run never stops half-way because one step failed: each step's error is recorded, the next
+step still runs (every step is safe on its own), and ``run_once`` raises :class:`CleanerError`
+at the end (``raise_errors=False`` returns the report with ``errors`` instead, which the
+streaming query and the command-line loop use so that one bad run does not end them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, MultiWriterError, TableFormatError
+from ..table.table import Table
+from . import CleanerContext
+from . import archive as archive_mod
+from . import orphans as orphans_mod
+from . import retention as retention_mod
+from . import rollback as rollback_mod
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ..heartbeat.client import HeartbeatClient
+    from ..lock.base import LockProvider, TableLock
+    from ..metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class CleanerError(MultiWriterError):
+    """One or more cleaner steps failed; ``report`` says what the run did anyway."""
+
+    def __init__(self, message: str, report: CleanerReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class CleanerReport:
+    """What one ``run_once`` did."""
+
+    rolled_back: list[str] = field(default_factory=list)  # requested times of failed writes
+    files_deleted: int = 0  # data files of failed writes
+    old_versions_deleted: int = 0  # file slices no retained snapshot needs
+    archived: int = 0  # instants moved to .hoodie/timeline/history
+    orphans: list[str] = field(default_factory=list)  # orphan data files (relative paths)
+    orphans_deleted: int = 0
+    duration_s: float = 0.0
+    resumed: list[str] = field(default_factory=list)  # rollback/clean instants of dead cleaners finished
+    clean_instants: list[str] = field(default_factory=list)
+    stale_files_deleted: int = 0  # marker dirs and heartbeat files of finished instants
+    uncommitted_deleted: int = 0  # leftovers swept before archival would make them look committed
+    pending_instants: int = 0  # left on the timeline after this run
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def __str__(self) -> str:
+        parts = [
+            f"rolled back {len(self.rolled_back)} failed writes ({self.files_deleted} files)",
+            f"deleted {self.old_versions_deleted} old versions",
+            f"archived {self.archived} instants",
+            f"{len(self.orphans)} orphans ({self.orphans_deleted} deleted)",
+            f"{self.pending_instants} pending instants",
+        ]
+        if self.resumed:
+            parts.append(f"resumed {len(self.resumed)} dead cleaner instants")
+        if self.errors:
+            parts.append(f"{len(self.errors)} errors: {self.errors[0]}")
+        return f"cleaner: {', '.join(parts)} in {self.duration_s:.2f}s"
+
+
+class Cleaner:
+    """Keeps one table healthy while writers run: rollback of failed writes, retention of old
+    file slices, archival of old instants, orphan report. Safe to run several at once (they
+    coordinate through the table lock and their own heartbeats) and to kill at any point.
+
+    ``heartbeat_interval_s`` and ``heartbeat_tolerable_misses`` must be the writers' settings:
+    a writer is judged dead once its heartbeat is older than ``interval * (misses + 1)``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        lock: LockProvider,
+        heartbeat_interval_s: float = 10.0,
+        heartbeat_tolerable_misses: int = 2,
+        retain_commits: int = 10,
+        archive_keep_min: int = 20,
+        archive_keep_max: int = 30,
+        orphan_min_age_s: float = 6 * 3600,
+        delete_orphans: bool = False,
+        lock_timeout_s: float = 60.0,
+        metrics: Metrics | None = None,
+        pushgateway: str | None = None,
+    ) -> None:
+        _validate(
+            heartbeat_interval_s,
+            heartbeat_tolerable_misses,
+            retain_commits,
+            archive_keep_min,
+            archive_keep_max,
+            orphan_min_age_s,
+            lock_timeout_s,
+        )
+        from ..lock.base import LockProvider as _LockProvider
+
+        if not isinstance(lock, _LockProvider):
+            raise ConfigError(
+                "lock must be a LockProvider (mw.ZooKeeperLock, mw.FileSystemLock, mw.InProcessLock), "
+                f"got {type(lock).__name__}"
+            )
+        self.path = str(path)
+        self.table = Table.open(self.path)
+        if self.table.config.version < 8:
+            raise TableFormatError(
+                f"{self.path} is a version {self.table.config.version} table; the cleaner writes version 8 "
+                "timelines only: upgrade the table with Hudi first"
+            )
+        self.lock_provider = lock
+        self.heartbeat_interval_s = float(heartbeat_interval_s)
+        self.heartbeat_tolerable_misses = int(heartbeat_tolerable_misses)
+        self.retain_commits = int(retain_commits)
+        self.archive_keep_min = int(archive_keep_min)
+        self.archive_keep_max = int(archive_keep_max)
+        self.orphan_min_age_s = float(orphan_min_age_s)
+        self.delete_orphans = bool(delete_orphans)
+        self.lock_timeout_s = float(lock_timeout_s)
+        self.pushgateway = pushgateway
+        self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.last_report: CleanerReport | None = None
+        self.runs = 0
+        self._metrics = metrics
+        self._lock: TableLock | None = None
+        self._heartbeat: HeartbeatClient | None = None
+        self._mu = threading.Lock()
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def metrics(self) -> Metrics:
+        if self._metrics is None:
+            from ..metrics import default
+
+            self._metrics = default()
+        return self._metrics
+
+    def run_once(self, *, raise_errors: bool = True) -> CleanerReport:
+        """Roll back failed writes, delete old versions, archive, find orphans; one pass."""
+        with self._mu:
+            started = time.monotonic()
+            report = CleanerReport()
+            ctx = self._context()
+            self._step(report, "rollback", lambda: self._rollback(ctx, report))
+            self._step(report, "retention", lambda: self._retention(ctx, report))
+            self._step(report, "archival", lambda: self._archive(ctx, report))
+            self._step(report, "orphans", lambda: self._orphans(ctx, report))
+            self._step(report, "pending", lambda: self._pending(ctx, report))
+            report.duration_s = time.monotonic() - started
+            self.runs += 1
+            self.last_report = report
+            self._push()
+        (log.warning if report.errors else log.info)("%s", report)
+        if report.errors and raise_errors:
+            raise CleanerError(
+                f"cleaner run on {self.path} had {len(report.errors)} errors: " + "; ".join(report.errors), report
+            )
+        return report
+
+    def start(
+        self, spark: SparkSession, interval: str = "30 seconds", checkpoint_location: str | None = None
+    ) -> StreamingQuery:
+        """Run ``run_once`` on every trigger of a Structured Streaming query (a rate source,
+        ``trigger(processingTime=interval)``, ``foreachBatch``), so the cleaner lives in the same
+        Spark application as the writers. Errors of a run are logged, never end the query.
+        Stop it with ``query.stop()``, then ``cleaner.close()``."""
+        ck = checkpoint_location or tempfile.mkdtemp(prefix="multiwriter-cleaner-")
+        ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).option("numPartitions", 1).load()
+
+        def on_batch(_df: Any, batch_id: int) -> None:
+            self._on_trigger(batch_id)
+
+        return (
+            ticks.writeStream.queryName(f"multiwriter-cleaner-{self.table.name}-{self.cleaner_id[-6:]}")
+            .trigger(processingTime=interval)
+            .option("checkpointLocation", ck)
+            .foreachBatch(on_batch)
+            .start()
+        )
+
+    def close(self) -> None:
+        """Stop the cleaner's heartbeat thread and release the lock connection."""
+        with self._mu:
+            if self._heartbeat is not None:
+                self._heartbeat.close()
+                self._heartbeat = None
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+
+    def __enter__(self) -> Cleaner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _rollback(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        r = rollback_mod.rollback_failed_writes(ctx)
+        report.rolled_back.extend(r.rolled_back)
+        report.files_deleted += r.files_deleted
+        report.resumed.extend(r.resumed)
+        report.errors.extend(r.errors)
+        name = self.table.name
+        for _ in r.outcomes:
+            self.metrics.rollback(name)
+        if r.files_deleted:
+            self.metrics.files_deleted(name, "failed_write", r.files_deleted)
+
+    def _retention(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        r = retention_mod.clean_old_versions(ctx, self.retain_commits)
+        report.old_versions_deleted += r.old_versions_deleted
+        report.clean_instants.extend(r.clean_instants)
+        report.resumed.extend(r.resumed)
+        report.errors.extend(r.errors)
+        if r.old_versions_deleted:
+            self.metrics.files_deleted(self.table.name, "old_version", r.old_versions_deleted)
+
+    def _archive(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        r = archive_mod.archive(
+            ctx, keep_min=self.archive_keep_min, keep_max=self.archive_keep_max, retain_commits=self.retain_commits
+        )
+        report.archived += r.archived
+        report.uncommitted_deleted += len(r.swept)
+        if r.swept:
+            self.metrics.files_deleted(self.table.name, "orphan", len(r.swept))
+
+    def _orphans(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        tl = self.table.timeline()
+        found = orphans_mod.find(ctx, tl, min_age_s=self.orphan_min_age_s)
+        report.orphans = [o.path for o in found]
+        if found:
+            log.warning(
+                "%d orphan data files in %s (first: %s)%s",
+                len(found),
+                self.path,
+                found[0].path,
+                "" if self.delete_orphans else "; run with delete_orphans=True to delete them",
+            )
+        if self.delete_orphans and found:
+            report.orphans_deleted = orphans_mod.delete(ctx, found)
+            if report.orphans_deleted:
+                self.metrics.files_deleted(self.table.name, "orphan", report.orphans_deleted)
+        report.stale_files_deleted = orphans_mod.clean_bookkeeping(
+            ctx, tl, min_age_s=min(self.orphan_min_age_s, 3600.0)
+        )
+
+    def _pending(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        report.pending_instants = len(self.table.timeline().pending())
+        self.metrics.pending_instants(self.table.name, report.pending_instants)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _step(self, report: CleanerReport, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except (MultiWriterError, OSError) as e:
+            log.error("cleaner %s step failed on %s: %s", name, self.path, e)
+            report.errors.append(f"{name}: {type(e).__name__}: {e}")
+
+    def _context(self) -> CleanerContext:
+        if self._lock is None:
+            self._lock = self.lock_provider.for_table(self.table.table_id, self.table.storage)
+        if self._heartbeat is None:
+            from ..heartbeat.client import HeartbeatClient
+
+            self._heartbeat = HeartbeatClient(
+                self.table.storage,
+                writer_id=self.cleaner_id,
+                interval_s=self.heartbeat_interval_s,
+                tolerable_misses=self.heartbeat_tolerable_misses,
+            )
+        return CleanerContext(
+            table=self.table,
+            lock=self._lock,
+            cleaner_id=self.cleaner_id,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            heartbeat_tolerable_misses=self.heartbeat_tolerable_misses,
+            lock_timeout_s=self.lock_timeout_s,
+            heartbeat=self._heartbeat,
+        )
+
+    def _on_trigger(self, batch_id: int) -> None:
+        try:
+            self.run_once(raise_errors=False)
+        except Exception:  # the companion query must outlive any one bad run
+            log.exception("cleaner run %s on %s failed", batch_id, self.path)
+
+    def _push(self) -> None:
+        if not self.pushgateway:
+            return
+        try:
+            from ..metrics import push_to_gateway
+
+            push_to_gateway(self.pushgateway, "multiwriter-cleaner", registry=getattr(self.metrics, "registry", None))
+        except Exception as e:  # metrics must never break cleaning
+            log.warning("could not push cleaner metrics to %s: %s", self.pushgateway, e)
+
+
+def _validate(
+    interval: float, misses: int, retain: int, keep_min: int, keep_max: int, orphan_age: float, lock_timeout: float
+) -> None:
+    def bad(name: str, value: Any, rule: str) -> ConfigError:
+        return ConfigError(f"Cleaner {name}={value!r}: {rule}")
+
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
+        raise bad("heartbeat_interval_s", interval, "must be > 0 and equal the writers' heartbeat interval")
+    if not isinstance(misses, int) or isinstance(misses, bool) or misses < 0:
+        raise bad("heartbeat_tolerable_misses", misses, "must be an int >= 0 and equal the writers' setting")
+    if not isinstance(retain, int) or isinstance(retain, bool) or retain < 1:
+        raise bad("retain_commits", retain, "must be an int >= 1 (the newest commits whose snapshots stay readable)")
+    if not isinstance(keep_min, int) or not isinstance(keep_max, int) or not 1 <= keep_min <= keep_max:
+        raise bad(
+            "archive_keep_min/archive_keep_max", (keep_min, keep_max), "need 1 <= archive_keep_min <= archive_keep_max"
+        )
+    if not isinstance(orphan_age, (int, float)) or orphan_age < 0:
+        raise bad("orphan_min_age_s", orphan_age, "must be >= 0 seconds")
+    if not isinstance(lock_timeout, (int, float)) or lock_timeout <= 0:
+        raise bad("lock_timeout_s", lock_timeout, "must be > 0 seconds")
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``multiwriter clean`` (the CLI module adds them to its subparser)."""
+    p.add_argument("path", help="table root")
+    p.add_argument("--zk", help="ZooKeeper HOST:PORT for the table lock (default: a file lock, one machine only)")
+    p.add_argument("--zk-base-path", default="/multiwriter", help="ZooKeeper base path of the writers' locks")
+    p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
+    p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
+    p.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    p.add_argument("--retain-commits", type=int, default=10)
+    p.add_argument("--archive-keep-min", type=int, default=20)
+    p.add_argument("--archive-keep-max", type=int, default=30)
+    p.add_argument("--orphan-min-age", type=float, default=6 * 3600.0, help="seconds before an orphan is reported")
+    p.add_argument("--delete-orphans", action="store_true")
+    p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
+    return p
+
+
+def clean_command(args: argparse.Namespace) -> int:
+    """Run ``multiwriter clean`` with arguments parsed by :func:`add_arguments`; exit code."""
+    from ..lock import FileSystemLock, ZooKeeperLock
+
+    lock = ZooKeeperLock(connect=args.zk, base_path=args.zk_base_path) if args.zk else FileSystemLock()
+    stop = threading.Event()
+    previous = (
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
+    cleaner = Cleaner(
+        args.path,
+        lock=lock,
+        heartbeat_interval_s=args.heartbeat_interval,
+        heartbeat_tolerable_misses=args.heartbeat_misses,
+        retain_commits=args.retain_commits,
+        archive_keep_min=args.archive_keep_min,
+        archive_keep_max=args.archive_keep_max,
+        orphan_min_age_s=args.orphan_min_age,
+        delete_orphans=args.delete_orphans,
+        pushgateway=args.pushgateway,
+    )
+    try:
+        while True:
+            report = cleaner.run_once(raise_errors=False)
+            print(report, flush=True)
+            if args.once:
+                return 0 if report.ok else 1
+            if stop.wait(args.interval):
+                return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cleaner.close()
+        lock.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m multiwriter.cleaner.job PATH --zk HOST:PORT [--once] [--interval 30]``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = add_arguments(
+        argparse.ArgumentParser(prog="multiwriter clean", description=__doc__.split("\n")[0])
+    ).parse_args(argv)
+    try:
+        return clean_command(args)
+    except MultiWriterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

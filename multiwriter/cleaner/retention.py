@@ -1,0 +1,363 @@
+"""Retention: delete file slices that no retained snapshot can read (Hudi KEEP_LATEST_COMMITS).
+
+Copy-on-write keeps every version of a file group, so storage grows with each upsert. We keep
+the snapshots of the newest ``retain_commits`` completed commits readable (``Table.read(as_of=)``
+and hudi-rs time travel to any of them still work) and nothing older:
+
+* E, the *earliest commit to retain*, is the smallest requested time among the newest
+  ``retain_commits`` completed write commits (by completion time), lowered to the requested
+  time of the oldest pending write if there is one (an in-flight writer reads the slices of the
+  snapshot it started from, as Hudi's cleaner also protects).
+* Per file group, the slice visible as of E is kept, and so is every newer slice; the strictly
+  older committed slices are deleted. The latest slice of a group is therefore never deleted.
+* Only committed slices are considered: files of pending instants belong to rollback, files of
+  unknown instants to the orphan report.
+
+The plan is computed outside the lock (it lists the whole table) from a timeline T0. It stays
+safe under any later timeline: new commits only add newer slices and move E forward, and new
+pending writes get times above everything on T0. Under the lock we only check that no other
+clean is pending, then record ``<C>.clean.requested`` (``HoodieCleanerPlan``). Files are deleted
+outside the lock; ``<C>_<D>.clean`` (``HoodieCleanMetadata``) completes it under the lock. A
+clean instant is recorded only when there is something to delete.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import posixpath
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from .. import faults
+from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
+from ..table import instant as inst
+from ..table import layout
+from ..table import timeline as tlmod
+from ..table.instant import Instant
+from ..table.metadata import NS, decode_records, encode
+from ..table.snapshot import FileSlice, list_data_files, visibility
+from ..table.timeline import Timeline
+from . import CleanerContext, complete_under_lock, mark_inflight
+
+log = logging.getLogger(__name__)
+
+POLICY = "KEEP_LATEST_COMMITS"
+PLAN_VERSION = 2
+METADATA_VERSION = 2
+
+#: ``HoodieCleanerPlan`` as published in apache/hudi (hudi-common/src/main/avro).
+CLEANER_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieCleanerPlan",
+    "fields": [
+        {
+            "name": "earliestInstantToRetain",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": f"{NS}.HoodieActionInstant",
+                    "fields": [
+                        {"name": "timestamp", "type": "string"},
+                        {"name": "action", "type": "string"},
+                        {"name": "state", "type": "string"},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "policy", "type": "string"},
+        {
+            "name": "filesToBeDeletedPerPartition",
+            "type": ["null", {"type": "map", "values": {"type": "array", "items": "string"}}],
+            "default": None,
+        },
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "filePathsToBeDeletedPerPartition",
+            "type": [
+                "null",
+                {
+                    "type": "map",
+                    "values": {
+                        "type": "array",
+                        "items": {
+                            "type": "record",
+                            "name": f"{NS}.HoodieCleanFileInfo",
+                            "fields": [
+                                {"name": "filePath", "type": ["null", "string"], "default": None},
+                                {"name": "isBootstrapBaseFile", "type": ["null", "boolean"], "default": None},
+                            ],
+                        },
+                    },
+                },
+            ],
+            "default": None,
+        },
+        {"name": "partitionsToBeDeleted", "type": ["null", {"type": "array", "items": "string"}], "default": None},
+    ],
+}
+_PARSED_PLAN = fastavro.parse_schema(CLEANER_PLAN_SCHEMA, named_schemas={})
+
+
+@dataclass(frozen=True)
+class CleanPlan:
+    """Old file slices to delete, and the commit from which everything is retained."""
+
+    earliest_to_retain: str
+    last_completed: str
+    files: tuple[str, ...]  # paths relative to the table root
+    clean_time: str = ""
+
+    def to_bytes(self, uri_of: Any) -> bytes:
+        per_part: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for rel in self.files:
+            part = rel.rpartition("/")[0]
+            per_part[part].append({"filePath": uri_of(rel), "isBootstrapBaseFile": False})
+        rec = {
+            "earliestInstantToRetain": {
+                "timestamp": self.earliest_to_retain,
+                "action": inst.COMMIT,
+                "state": "COMPLETED",
+            },
+            "policy": POLICY,
+            "filesToBeDeletedPerPartition": None,
+            "version": PLAN_VERSION,
+            "filePathsToBeDeletedPerPartition": dict(per_part),
+            "partitionsToBeDeleted": [],
+        }
+        buf = io.BytesIO()
+        fastavro.writer(buf, _PARSED_PLAN, [rec])
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, clean_time: str, data: bytes, *, source: str) -> CleanPlan:
+        """Parse a plan; only data files inside the table are accepted (see rollback)."""
+        recs = decode_records(data, source=source) if data else []
+        if len(recs) != 1:
+            raise TableFormatError(
+                f"{source}: not a cleaner plan; inspect it, and delete the pending clean instant files by hand "
+                "if it is garbage (a later run plans a new clean)"
+            )
+        rec = recs[0]
+        earliest = (rec.get("earliestInstantToRetain") or {}).get("timestamp") or ""
+        files: list[str] = []
+        for part, infos in (rec.get("filePathsToBeDeletedPerPartition") or {}).items():
+            for info in infos or []:
+                rel = _safe_data_path(part, info.get("filePath") or "", source)
+                if rel is not None:
+                    files.append(rel)
+        for part, names in (rec.get("filesToBeDeletedPerPartition") or {}).items():
+            for name in names or []:
+                rel = _safe_data_path(part, name, source)
+                if rel is not None:
+                    files.append(rel)
+        return cls(earliest, "", tuple(sorted(set(files))), clean_time)
+
+
+def _safe_data_path(partition: str, path: str, source: str) -> str | None:
+    name = posixpath.basename(path)
+    try:
+        part = layout.check_relative(partition)
+    except InvalidRecordError:
+        part = None
+    if layout.parse_data_file(name) is None or part is None:
+        log.warning("%s: ignoring %r: not a data file inside the table", source, path)
+        return None
+    return layout.data_file_path(part, name)
+
+
+@dataclass
+class CleanOutcome:
+    clean_time: str
+    deleted: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    completed: Instant | None = None
+
+
+@dataclass
+class RetentionResult:
+    old_versions_deleted: int = 0
+    clean_instants: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    earliest_to_retain: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+# -- planning (pure, given a timeline and a listing) ----------------------------------------
+
+
+def earliest_to_retain(tl: Timeline, retain_commits: int) -> str | None:
+    """E: the smallest requested time among the newest ``retain_commits`` completed writes,
+    lowered to the oldest pending write's time; None when there are too few commits to clean."""
+    writes = tl.completed_writes()
+    if retain_commits < 1 or len(writes) <= retain_commits:
+        return None
+    e = min(i.requested_time for i in writes[-retain_commits:])
+    pending = [i.requested_time for i in tl.pending(inst.WRITE_ACTIONS)]
+    return min([e, *pending])
+
+
+def old_slices(tl: Timeline, files: list[FileSlice], earliest: str) -> list[FileSlice]:
+    """Committed slices strictly older than their group's slice visible as of ``earliest``."""
+    committed = visibility(tl, None)
+    groups: dict[tuple[str, str], list[FileSlice]] = defaultdict(list)
+    for f in files:
+        if committed(f.instant_time):
+            groups[(f.partition, f.file_id)].append(f)
+    out: list[FileSlice] = []
+    for slices in groups.values():
+        at_e = [f.instant_time for f in slices if f.instant_time <= earliest]
+        if not at_e:
+            continue
+        keep_from = max(at_e)
+        out.extend(f for f in slices if f.instant_time < keep_from)
+    return sorted(out, key=lambda f: f.path)
+
+
+def plan(ctx: CleanerContext, tl: Timeline, retain_commits: int) -> CleanPlan | None:
+    e = earliest_to_retain(tl, retain_commits)
+    if e is None:
+        return None
+    doomed = old_slices(tl, list_data_files(ctx.storage), e)
+    last = tl.last_completed_write()
+    return CleanPlan(e, last.requested_time if last else "", tuple(f.path for f in doomed))
+
+
+# -- scheduling, executing, resuming ----------------------------------------------------------
+
+
+def schedule(ctx: CleanerContext, p: CleanPlan) -> CleanPlan | None:
+    """Record ``<C>.clean.requested`` under the lock unless another clean is pending."""
+    with ctx.locked() as tl:
+        busy = tl.pending(frozenset({inst.CLEAN}))
+        if busy:
+            log.info("clean %s is pending; not planning another", busy[0].requested_time)
+            return None
+        c = ctx.issue_time(tl)
+        p = CleanPlan(p.earliest_to_retain, p.last_completed, p.files, c)
+        ctx.start_heartbeat(c)
+        try:
+            tlmod.create_requested(ctx.storage, ctx.config, c, inst.CLEAN, p.to_bytes(ctx.storage.uri_of))
+        except BaseException:
+            ctx.stop_heartbeat(c)
+            raise
+    log.info("planned clean %s: %d old file slices before %s", c, len(p.files), p.earliest_to_retain)
+    return p
+
+
+def execute(ctx: CleanerContext, p: CleanPlan) -> CleanOutcome:
+    started = time.monotonic()
+    out = CleanOutcome(p.clean_time)
+    try:
+        mark_inflight(ctx, p.clean_time, inst.CLEAN)
+        for i, rel in enumerate(p.files):
+            if i == len(p.files) // 2:
+                faults.point("mid-clean")
+            try:
+                (out.deleted if ctx.storage.delete(rel) else out.missing).append(rel)
+            except OSError as e:
+                log.error("clean %s: could not delete %s (%s)", p.clean_time, rel, e)
+                out.failed.append(rel)
+        if out.failed:
+            raise OSError(
+                f"clean {p.clean_time}: {len(out.failed)} old files could not be deleted (first: {out.failed[0]}); "
+                "the clean stays pending and the next cleaner run retries it"
+            )
+        out.completed = complete_under_lock(ctx, p.clean_time, inst.CLEAN, encode("clean", _metadata(p, out, started)))
+    finally:
+        ctx.stop_heartbeat(p.clean_time)
+    log.info("clean %s deleted %d old file slices (%d already gone)", p.clean_time, len(out.deleted), len(out.missing))
+    return out
+
+
+def _metadata(p: CleanPlan, out: CleanOutcome, started: float) -> dict[str, Any]:
+    """``HoodieCleanMetadata``; Hudi lists file names (not paths) per partition."""
+    per_part: dict[str, dict[str, Any]] = {}
+    planned = defaultdict(list)
+    for rel in p.files:
+        planned[rel.rpartition("/")[0]].append(rel.rpartition("/")[2])
+    done = set(out.deleted) | set(out.missing)
+    for part, names in sorted(planned.items()):
+        per_part[part] = {
+            "partitionPath": part,
+            "policy": POLICY,
+            "deletePathPatterns": sorted(names),
+            "successDeleteFiles": sorted(n for n in names if layout.data_file_path(part, n) in done),
+            "failedDeleteFiles": sorted(n for n in names if layout.data_file_path(part, n) not in done),
+            "isPartitionDeleted": False,
+        }
+    return {
+        "startCleanTime": p.clean_time,
+        "timeTakenInMillis": int((time.monotonic() - started) * 1000),
+        "totalFilesDeleted": len(done),
+        "earliestCommitToRetain": p.earliest_to_retain,
+        "lastCompletedCommitTimestamp": p.last_completed,
+        "partitionMetadata": per_part,
+        "version": METADATA_VERSION,
+    }
+
+
+def read_plan(ctx: CleanerContext, clean_time: str) -> CleanPlan:
+    rel = f"{ctx.config.timeline_dir}/{Instant(clean_time, inst.CLEAN, inst.REQUESTED).file_name()}"
+    try:
+        data = ctx.storage.read_bytes(rel)
+    except FileNotFoundError as e:
+        raise TableFormatError(f"{rel}: the plan of pending clean {clean_time} is missing") from e
+    return CleanPlan.from_bytes(clean_time, data, source=rel)
+
+
+def claim(ctx: CleanerContext, clean_time: str) -> bool:
+    with ctx.locked(clean_time) as tl:
+        current = tl.find(clean_time, inst.CLEAN)
+        if current is None or not current.is_pending or not ctx.is_lapsed(clean_time):
+            return False
+        ctx.start_heartbeat(clean_time)
+        return True
+
+
+def _run(ctx: CleanerContext, p: CleanPlan, result: RetentionResult) -> bool:
+    try:
+        out = execute(ctx, p)
+    except (MultiWriterError, OSError) as e:
+        log.error("clean %s failed: %s; the next cleaner run resumes it", p.clean_time, e)
+        result.errors.append(f"clean {p.clean_time}: {e}")
+        return False
+    result.old_versions_deleted += len(out.deleted)
+    result.clean_instants.append(p.clean_time)
+    return True
+
+
+def clean_old_versions(ctx: CleanerContext, retain_commits: int) -> RetentionResult:
+    """Resume a dead cleaner's clean, then plan and run a new one when slices are due."""
+    result = RetentionResult()
+    tl = ctx.table.timeline()
+    for c in tl.pending(frozenset({inst.CLEAN})):
+        if not ctx.is_lapsed(c.requested_time):
+            return result  # a live cleaner is cleaning; one clean at a time
+        try:
+            p = read_plan(ctx, c.requested_time)
+        except TableFormatError as e:
+            result.errors.append(str(e))
+            return result
+        if claim(ctx, c.requested_time):
+            log.info("resuming clean %s left by a dead cleaner", c.requested_time)
+            if _run(ctx, p, result):
+                result.resumed.append(c.requested_time)
+        return result
+    p = plan(ctx, tl, retain_commits)
+    if p is None:
+        return result
+    result.earliest_to_retain = p.earliest_to_retain
+    if not p.files:
+        return result
+    scheduled = schedule(ctx, p)
+    if scheduled is not None:
+        _run(ctx, scheduled, result)
+    return result

@@ -1,0 +1,412 @@
+"""Roll back failed writes: pending commit instants whose writer stopped beating.
+
+The protocol, and why each step is where it is:
+
+1. Outside the lock: find candidates (pending write instants with a lapsed heartbeat that no
+   rollback targets yet) and list the files each one wrote (its markers; a full listing when the
+   markers are gone). Listing can be slow, so it stays out of the critical path.
+2. Under the lock: reload the timeline and check again (still pending, still lapsed, still not
+   targeted), issue a rollback time R greater than everything on the timeline, start the
+   cleaner's own heartbeat for R and write ``<R>.rollback.requested`` (a ``HoodieRollbackPlan``
+   naming the instant and its files). From here on the writer's commit fence refuses to commit
+   that instant, and no other cleaner will plan a second rollback of it.
+3. Outside the lock: ``<R>.rollback.inflight``; delete the data files, then any file whose marker
+   appeared meanwhile, the marker directory, the writer's heartbeat, and last the pending instant
+   files. Data files go first because a file without any instant left on the timeline could
+   later be taken for an archived (hence committed) one.
+4. Under the lock: ``<R>_<C>.rollback`` (``HoodieRollbackMetadata``), unless someone else
+   completed it first.
+
+A cleaner that dies anywhere leaves a pending rollback whose heartbeat lapses; the next cleaner
+re-reads its plan and finishes steps 3-4. Every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import posixpath
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from .. import faults
+from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
+from ..table import instant as inst
+from ..table import layout
+from ..table import timeline as tlmod
+from ..table.instant import Instant
+from ..table.metadata import INSTANT_INFO_SCHEMA, ROLLBACK_METADATA_SCHEMA, decode_records, encode
+from ..table.snapshot import list_data_files
+from ..table.timeline import Timeline
+from ..transaction import marker_files, rollback_targets
+from . import CleanerContext, complete_under_lock, mark_inflight
+
+log = logging.getLogger(__name__)
+
+PLAN_VERSION = 1
+METADATA_VERSION = 1
+
+
+def _self_contained(schema: dict[str, Any]) -> dict[str, Any]:
+    """``ROLLBACK_METADATA_SCHEMA`` with ``HoodieInstantInfo`` defined inline.
+
+    metadata.py's schema refers to ``HoodieInstantInfo`` by name only, so the schema that
+    fastavro embeds in the container does not define it and no reader (not even fastavro) can
+    open the file. Defining it at its one use makes the file readable by everyone.
+    """
+    fields = [
+        {**f, "type": {"type": "array", "items": INSTANT_INFO_SCHEMA}} if f["name"] == "instantsRollback" else f
+        for f in schema["fields"]
+    ]
+    return {**schema, "fields": fields}
+
+
+_PARSED_METADATA = fastavro.parse_schema(_self_contained(ROLLBACK_METADATA_SCHEMA), named_schemas={})
+
+
+def encode_metadata(record: dict[str, Any]) -> bytes:
+    """A ``HoodieRollbackMetadata`` Avro container that embeds a complete schema."""
+    buf = io.BytesIO()
+    fastavro.writer(buf, _PARSED_METADATA, [record])
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """What one rollback instant undoes: the target instant and the data files it wrote."""
+
+    rollback_time: str
+    target_time: str
+    target_action: str
+    files: tuple[str, ...]  # paths relative to the table root
+
+    def to_record(self, uri_of: Any) -> dict[str, Any]:
+        """A ``HoodieRollbackPlan``: one request per file group, full paths as Hudi writes them."""
+        groups: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+        for rel in self.files:
+            part, _, name = rel.rpartition("/")
+            parsed = layout.parse_data_file(name)
+            groups[(part, parsed.file_id if parsed else None)].append(uri_of(rel))
+        requests = [
+            {
+                "partitionPath": part,
+                "fileId": fid,
+                "latestBaseInstant": self.target_time,
+                "filesToBeDeleted": sorted(paths),
+                "logBlocksToBeDeleted": None,
+            }
+            for (part, fid), paths in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+        ]
+        return {
+            "instantToRollback": {"commitTime": self.target_time, "action": self.target_action},
+            "RollbackRequests": requests,
+            "version": PLAN_VERSION,
+        }
+
+    @classmethod
+    def from_bytes(cls, rollback_time: str, data: bytes, *, source: str) -> RollbackPlan:
+        """Parse a plan; only data files of the target instant inside the table are accepted,
+        so a corrupt or foreign plan can never make the cleaner delete anything else."""
+        recs = decode_records(data, source=source) if data else []
+        if len(recs) != 1 or not recs[0].get("instantToRollback"):
+            raise TableFormatError(
+                f"{source}: not a rollback plan naming its instant; inspect it and delete the rollback "
+                "instant files by hand if it is garbage (its target, if any, will then be planned again)"
+            )
+        rec = recs[0]
+        target = rec["instantToRollback"]
+        t = target.get("commitTime") or ""
+        files: list[str] = []
+        for req in rec.get("RollbackRequests") or []:
+            part = req.get("partitionPath") or ""
+            for path in req.get("filesToBeDeleted") or []:
+                rel = _safe_data_path(part, path, t, source)
+                if rel is not None:
+                    files.append(rel)
+        return cls(rollback_time, t, target.get("action") or inst.COMMIT, tuple(sorted(set(files))))
+
+
+def _safe_data_path(partition: str, path: str, target_time: str, source: str) -> str | None:
+    """``partition/<basename>`` of a planned path, or None (with a warning) if it is not a data
+    file of the target instant: plans store full paths, which change when a table is moved."""
+    name = posixpath.basename(path)
+    parsed = layout.parse_data_file(name)
+    try:
+        part = layout.check_relative(partition)
+    except InvalidRecordError:
+        part = None
+    if parsed is None or parsed.instant_time != target_time or part is None:
+        log.warning("%s: ignoring %r: not a data file of instant %s inside the table", source, path, target_time)
+        return None
+    return layout.data_file_path(part, name)
+
+
+@dataclass
+class RollbackOutcome:
+    """What executing one rollback did."""
+
+    rollback_time: str
+    target_time: str
+    deleted: list[str] = field(default_factory=list)  # data files this cleaner deleted
+    missing: list[str] = field(default_factory=list)  # already gone (an earlier attempt)
+    failed: list[str] = field(default_factory=list)
+    completed: Instant | None = None
+
+
+@dataclass
+class RollbackResult:
+    """All rollbacks of one cleaner run."""
+
+    rolled_back: list[str] = field(default_factory=list)  # requested times of failed writes
+    resumed: list[str] = field(default_factory=list)  # rollback times finished for a dead cleaner
+    files_deleted: int = 0
+    outcomes: list[RollbackOutcome] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+# -- finding work -----------------------------------------------------------------------
+
+
+def failed_writes(ctx: CleanerContext, tl: Timeline) -> list[Instant]:
+    """Pending write instants whose heartbeat lapsed and that no rollback targets yet."""
+    targeted = rollback_targets(tl)
+    out = []
+    for i in tl.pending(inst.WRITE_ACTIONS):
+        if i.requested_time in targeted:
+            continue
+        if ctx.is_lapsed(i.requested_time):
+            out.append(i)
+    return out
+
+
+def pending_rollbacks(tl: Timeline) -> list[Instant]:
+    return tl.pending(frozenset({inst.ROLLBACK}))
+
+
+def files_of(ctx: CleanerContext, t: str) -> list[str]:
+    """Data files instant ``t`` may have written: from its markers (written before each file),
+    or, when the markers are gone, by listing every partition for files named with ``t``."""
+    from_markers = files_of_markers(ctx, t)
+    if from_markers:
+        return from_markers
+    # no direct markers (gone, or another marker kind such as Hudi's timeline-server MARKERS files)
+    return sorted(f.path for f in list_data_files(ctx.storage) if f.instant_time == t)
+
+
+def _is_data_file_of(rel: str, t: str) -> bool:
+    parsed = layout.parse_data_file(rel.rsplit("/", 1)[-1])
+    return parsed is not None and parsed.instant_time == t
+
+
+# -- scheduling (under the lock) -----------------------------------------------------------
+
+
+def schedule(ctx: CleanerContext, target: Instant, files: list[str]) -> RollbackPlan | None:
+    """Record a rollback plan for ``target`` under the lock, after checking again that it is
+    still a pending, lapsed, untargeted write. None when another cleaner got there first or the
+    writer came back to life."""
+    t = target.requested_time
+    with ctx.locked() as tl:
+        current = tl.find(t, target.action)
+        if current is None or not current.is_pending:
+            log.info("instant %s is no longer pending (%s); nothing to roll back", t, current)
+            return None
+        if t in rollback_targets(tl):
+            log.info("instant %s is already targeted by a rollback", t)
+            return None
+        if not ctx.is_lapsed(t):
+            log.info("instant %s beat again; leaving it to its writer", t)
+            return None
+        r = ctx.issue_time(tl)
+        plan = RollbackPlan(r, t, target.action, tuple(files))
+        ctx.start_heartbeat(r)
+        try:
+            tlmod.create_requested(
+                ctx.storage, ctx.config, r, inst.ROLLBACK, encode("rollback_plan", plan.to_record(ctx.storage.uri_of))
+            )
+        except BaseException:
+            ctx.stop_heartbeat(r)
+            raise
+    log.info("planned rollback %s of failed instant %s (%d files)", r, t, len(files))
+    return plan
+
+
+# -- executing (outside the lock) ---------------------------------------------------------
+
+
+def execute(ctx: CleanerContext, plan: RollbackPlan) -> RollbackOutcome:
+    """Carry out a recorded plan and complete the rollback instant; safe to repeat."""
+    started = time.monotonic()
+    t, r = plan.target_time, plan.rollback_time
+    out = RollbackOutcome(r, t)
+    try:
+        _refuse_completed_target(ctx, plan)
+        mark_inflight(ctx, r, inst.ROLLBACK)
+        _delete_all(ctx, plan.files, out, fault_point="mid-rollback")
+        # a writer that was only paused may have written more files since the plan was made
+        planned = set(plan.files)
+        late = [p for p in files_of_markers(ctx, t) if p not in planned]
+        if late:
+            log.warning(
+                "rollback %s: instant %s wrote %d more files after the plan; deleting them too", r, t, len(late)
+            )
+            _delete_all(ctx, late, out)
+        ctx.storage.delete_dir(layout.marker_dir(t))
+        ctx.storage.delete(layout.heartbeat_path(t))
+        tlmod.delete_pending(ctx.storage, ctx.config, t, plan.target_action)
+        data = encode_metadata(_metadata(ctx, plan, out, started))
+        out.completed = complete_under_lock(ctx, r, inst.ROLLBACK, data)
+    finally:
+        ctx.stop_heartbeat(r)
+    log.info(
+        "rolled back instant %s with rollback %s: %d files deleted, %d already gone, %d failed",
+        t,
+        r,
+        len(out.deleted),
+        len(out.missing),
+        len(out.failed),
+    )
+    return out
+
+
+def _refuse_completed_target(ctx: CleanerContext, plan: RollbackPlan) -> None:
+    """Never delete a completed commit's files, whatever a plan says (the writer's fence makes
+    this impossible for our plans; a hand-made or foreign plan could still ask for it)."""
+    current = ctx.table.timeline().find(plan.target_time, plan.target_action)
+    if current is not None and current.is_completed:
+        raise TableFormatError(
+            f"rollback {plan.rollback_time} targets instant {plan.target_time}, which is completed; refusing to "
+            "delete committed data. Inspect the rollback plan and remove the pending rollback instant files by hand"
+        )
+
+
+def files_of_markers(ctx: CleanerContext, t: str) -> list[str]:
+    paths = {layout.marker_to_data_path(t, m) for m in marker_files(ctx.table, t)}
+    return sorted(p for p in paths if p and _is_data_file_of(p, t))
+
+
+def _delete_all(
+    ctx: CleanerContext, files: list[str] | tuple[str, ...], out: RollbackOutcome, fault_point: str | None = None
+) -> None:
+    for n, rel in enumerate(files):
+        if fault_point and n == len(files) // 2:
+            faults.point(fault_point)  # tests kill the cleaner here, half-way through
+        try:
+            (out.deleted if ctx.storage.delete(rel) else out.missing).append(rel)
+        except OSError as e:
+            log.error("rollback %s: could not delete %s (%s); the next cleaner run retries", out.rollback_time, rel, e)
+            out.failed.append(rel)
+    if out.failed:
+        raise OSError(
+            f"rollback {out.rollback_time} of instant {out.target_time}: {len(out.failed)} files could not be "
+            f"deleted (first: {out.failed[0]}); the rollback stays pending and the next run retries it"
+        )
+
+
+def _metadata(ctx: CleanerContext, plan: RollbackPlan, out: RollbackOutcome, started: float) -> dict[str, Any]:
+    """``HoodieRollbackMetadata``: a file already gone counts as deleted (an earlier attempt)."""
+    per_part: dict[str, dict[str, Any]] = {}
+    for rel in sorted(set(out.deleted) | set(out.missing)):
+        part = rel.rpartition("/")[0]
+        pm = per_part.setdefault(
+            part,
+            {
+                "partitionPath": part,
+                "successDeleteFiles": [],
+                "failedDeleteFiles": [],
+                "rollbackLogFiles": None,
+                "writtenLogFiles": None,
+            },
+        )
+        pm["successDeleteFiles"].append(ctx.storage.uri_of(rel))
+    return {
+        "startRollbackTime": plan.rollback_time,
+        "timeTakenInMillis": int((time.monotonic() - started) * 1000),
+        "totalFilesDeleted": sum(len(p["successDeleteFiles"]) for p in per_part.values()),
+        "commitsRollback": [plan.target_time],
+        "partitionMetadata": per_part,
+        "version": METADATA_VERSION,
+        "instantsRollback": [{"commitTime": plan.target_time, "action": plan.target_action}],
+    }
+
+
+def read_plan(ctx: CleanerContext, rollback_time: str) -> RollbackPlan:
+    rel = f"{ctx.config.timeline_dir}/{Instant(rollback_time, inst.ROLLBACK, inst.REQUESTED).file_name()}"
+    try:
+        data = ctx.storage.read_bytes(rel)
+    except FileNotFoundError as e:
+        raise TableFormatError(f"{rel}: the plan of pending rollback {rollback_time} is missing") from e
+    return RollbackPlan.from_bytes(rollback_time, data, source=rel)
+
+
+def read_metadata(ctx: CleanerContext, completed: Instant) -> dict[str, Any]:
+    """The decoded ``HoodieRollbackMetadata`` of a completed rollback instant."""
+    rel = f"{ctx.config.timeline_dir}/{completed.file_name()}"
+    return decode_records(ctx.storage.read_bytes(rel), source=rel)[0]
+
+
+# -- the step ------------------------------------------------------------------------------
+
+
+def claim(ctx: CleanerContext, rollback_time: str) -> bool:
+    """Take over a pending rollback whose cleaner died: under the lock, check its heartbeat has
+    lapsed and start beating for it, so a third cleaner sees it alive and leaves it."""
+    with ctx.locked(rollback_time) as tl:
+        current = tl.find(rollback_time, inst.ROLLBACK)
+        if current is None or not current.is_pending or not ctx.is_lapsed(rollback_time):
+            return False
+        ctx.start_heartbeat(rollback_time)
+        return True
+
+
+def resume(ctx: CleanerContext, tl: Timeline, result: RollbackResult) -> None:
+    """Finish pending rollbacks whose cleaner died (its heartbeat lapsed)."""
+    for r in pending_rollbacks(tl):
+        if not ctx.is_lapsed(r.requested_time):
+            continue  # a live cleaner is executing it
+        try:
+            plan = read_plan(ctx, r.requested_time)
+        except TableFormatError as e:
+            log.error("cannot resume rollback %s: %s", r.requested_time, e)
+            result.errors.append(str(e))
+            continue
+        if not claim(ctx, plan.rollback_time):
+            continue
+        log.info("resuming rollback %s of instant %s left by a dead cleaner", plan.rollback_time, plan.target_time)
+        if _run(ctx, plan, result):
+            result.resumed.append(plan.rollback_time)
+
+
+def _run(ctx: CleanerContext, plan: RollbackPlan, result: RollbackResult) -> bool:
+    """Execute one plan; a failure is logged and reported, and the next run retries it."""
+    try:
+        out = execute(ctx, plan)
+    except (MultiWriterError, OSError) as e:
+        log.error(
+            "rollback %s of instant %s failed: %s; the next cleaner run resumes it",
+            plan.rollback_time,
+            plan.target_time,
+            e,
+        )
+        result.errors.append(f"rollback {plan.rollback_time} of {plan.target_time}: {e}")
+        return False
+    result.rolled_back.append(out.target_time)
+    result.files_deleted += len(out.deleted)
+    result.outcomes.append(out)
+    return True
+
+
+def rollback_failed_writes(ctx: CleanerContext) -> RollbackResult:
+    """Resume dead cleaners' rollbacks, then roll back every failed write found now."""
+    result = RollbackResult()
+    tl = ctx.table.timeline()
+    resume(ctx, tl, result)
+    for target in failed_writes(ctx, tl):
+        plan = schedule(ctx, target, files_of(ctx, target.requested_time))
+        if plan is not None:
+            _run(ctx, plan, result)
+    return result

@@ -1,0 +1,28 @@
+"""A chaos cleaner process: run_once in a loop until told to stop (a file appears)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    import multiwriter as mw
+    from multiwriter.errors import MultiWriterError
+
+    a = json.loads(sys.argv[1])
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0, connection_timeout_s=5.0,
+                            acquire_timeout_s=20.0)
+    cleaner = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
+                         retain_commits=5, orphan_min_age_s=3600)
+    while not os.path.exists(a["stop"]):
+        try:
+            cleaner.run_once()
+        except (MultiWriterError, OSError) as e:
+            print(f"cleaner: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        time.sleep(0.7)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The chaos run: >= 4 writer processes (two on overlapping keys, two on their own partitions)
+and a cleaner process, with random crashes at random fault points, SIGSTOP pauses past the
+heartbeat bound, and ZooKeeper restarts. Invariants are checked at the end, after a final clean.
+
+``python -m tests.chaos.run --minutes 30`` (``make chaos``) runs rounds with fresh seeds until
+time is up and prints the seed of any failure; the test suite runs one small seeded round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
+CLEANER_POINTS = ["mid-rollback", "mid-clean"]
+SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("tag", pa.string())])
+WRITERS = {"hot-a": "hot", "hot-b": "hot", "own-c": "own", "own-d": "own"}
+
+
+@dataclass
+class Summary:
+    seed: int
+    batches: int = 0
+    crashes: int = 0
+    pauses: int = 0
+    zk_restarts: int = 0
+    rollbacks: int = 0
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"seed={self.seed} batches={self.batches} crashes={self.crashes} pauses={self.pauses} "
+                f"zk_restarts={self.zk_restarts} rollbacks={self.rollbacks} violations={len(self.violations)} "
+                f"({self.seconds:.0f}s)")
+
+
+def _spawn(module: str, args: dict, faults: str | None, log) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("MULTIWRITER_FAULTS", None)
+    if faults:
+        env["MULTIWRITER_FAULTS"] = faults
+        env["MULTIWRITER_FAULT_HANG_S"] = "5"
+    return subprocess.Popen([sys.executable, "-m", module, json.dumps(args)], cwd=ROOT, env=env,
+                            stdout=log, stderr=log)
+
+
+def _fault(rng: random.Random, points: list[str], p: float) -> str | None:
+    if rng.random() > p:
+        return None
+    action = "crash" if rng.random() < 0.85 else "hang"
+    return f"{rng.choice(points)}={action}@{rng.randint(1, 3)}"
+
+
+def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0) -> Summary:
+    import multiwriter as mw
+
+    rng = random.Random(seed)
+    s = Summary(seed)
+    t0 = time.monotonic()
+    path = str(workdir / "table")
+    mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+    log = open(workdir / "processes.log", "a")
+    with mw.LocalZooKeeper(port=0) as zk:
+        base = "/chaos"
+        procs: dict[str, subprocess.Popen] = {}
+        args = {w: dict(writer=w, mode=m, zk=zk.connect, base=base, path=path, batches=batches,
+                        ledger=str(workdir / f"ledger-{w}.jsonl")) for w, m in WRITERS.items()}
+        stop = workdir / "stop-cleaner"
+        cl_args = dict(zk=zk.connect, base=base, path=path, stop=str(stop))
+        for w in WRITERS:
+            procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log)
+        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, CLEANER_POINTS, 0.5), log)
+        while time.monotonic() - t0 < max_seconds:
+            time.sleep(0.5)
+            done = True
+            for name in list(procs):
+                p = procs[name]
+                rc = p.poll()
+                if name == "cleaner":
+                    if rc is not None:
+                        s.crashes += 1
+                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, CLEANER_POINTS, 0.3), log)
+                    continue
+                if rc is None:
+                    done = False
+                    continue
+                from tests.chaos.writer import acked
+
+                if acked(args[name]["ledger"]) + 1 < batches:  # died before finishing: restart it
+                    s.crashes += 1
+                    done = False
+                    procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log)
+            if done:
+                break
+            r = rng.random()
+            if r < 0.02:
+                zk.restart()
+                s.zk_restarts += 1
+            elif r < 0.04:
+                victim = procs[rng.choice(list(WRITERS))]
+                if victim.poll() is None:  # a GC pause longer than the heartbeat bound
+                    os.kill(victim.pid, signal.SIGSTOP)
+                    time.sleep(3.5)
+                    os.kill(victim.pid, signal.SIGCONT)
+                    s.pauses += 1
+        stop.touch()
+        for name, p in procs.items():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                if name != "cleaner":
+                    s.violations.append(f"writer {name} did not finish its {batches} batches in time")
+        time.sleep(3.5)  # let every dead writer's heartbeat lapse, then one final clean
+        lock = mw.ZooKeeperLock(connect=zk.connect, base_path=base)
+        final = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, retain_commits=5)
+        final.run_once()
+        lock.close()
+    log.close()
+    check(path, workdir, batches, s)
+    s.seconds = time.monotonic() - t0
+    return s
+
+
+def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
+    """The invariants of the RFC's promise."""
+    import multiwriter as mw
+    from multiwriter.table.layout import parse_data_file
+    from multiwriter.transaction import CHECKPOINT_KEY
+    from tests.oracle import hudi_read, rows
+
+    from multiwriter.cleaner.archive import SUFFIX, decode_batch
+
+    t = mw.Table.open(path)
+    tl = t.timeline()
+    metas = [tl.commit_metadata(i) for i in tl.completed_writes()]
+    for e in t.storage.list_dir(t.config.history_dir, files_only=True):  # archived by the cleaner
+        if e.path.endswith(SUFFIX):
+            archived = decode_batch(t.storage.read_bytes(e.path), source=e.path)
+            metas += [m for m in (a.commit_metadata() for a in archived) if m is not None]
+    committed: dict[str, int] = {}
+    for meta in metas:
+        cp = meta.extra_metadata.get(CHECKPOINT_KEY)
+        if cp:
+            (w, b), = json.loads(cp).items()
+            key = f"{w}:{b}"
+            committed[key] = committed.get(key, 0) + 1
+    s.batches = sum(committed.values())
+    s.rollbacks = len(tl.completed(frozenset({"rollback"})))
+    for key, n in committed.items():
+        if n != 1:
+            s.violations.append(f"batch {key} committed {n} times")
+    for w in WRITERS:
+        ledger = workdir / f"ledger-{w}.jsonl"
+        for line in ledger.read_text().splitlines() if ledger.exists() else []:
+            b = json.loads(line)["batch"]
+            if f"{w}:{b}" not in committed:
+                s.violations.append(f"acknowledged batch {w}:{b} is not on the timeline")
+    ours = t.read()
+    for tag in set(ours.column("tag").to_pylist()):
+        if tag not in committed:
+            s.violations.append(f"rows of uncommitted batch {tag} are visible")
+    if ours.num_rows != len(set(ours.column("_hoodie_record_key").to_pylist())):
+        s.violations.append("duplicate record keys in the snapshot")
+    listed = {st.path for meta in metas for st in meta.all_stats()}
+    earliest = tl.earliest_time() or ""
+    for e in t.storage.walk_files(""):
+        name = e.path.rsplit("/", 1)[-1]
+        parsed = parse_data_file(name)
+        if parsed and e.path not in listed and parsed.instant_time >= earliest:
+            s.violations.append(f"data file {e.path} is referenced by no completed instant")
+    for p in tl.pending():
+        s.violations.append(f"pending instant {p} left behind by a dead writer")
+    if rows(ours, ["id", "tag"]) != rows(hudi_read(path), ["id", "tag"]):
+        s.violations.append("hudi-rs and our reader disagree")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="make chaos")
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--batches", type=int, default=25)
+    a = p.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    deadline = time.monotonic() + a.minutes * 60
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    totals = Summary(seed=-1)
+    rounds = 0
+    while True:
+        with tempfile.TemporaryDirectory(prefix="mw-chaos-") as d:
+            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600)
+        rounds += 1
+        print(s.line(), flush=True)
+        for v in s.violations:
+            print(f"  VIOLATION (seed {seed}): {v}", flush=True)
+        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks"):
+            setattr(totals, f, getattr(totals, f) + getattr(s, f))
+        totals.violations += s.violations
+        if a.seed is not None or time.monotonic() > deadline:
+            break
+        seed = random.randrange(1 << 30)
+    print(f"chaos: {rounds} rounds, batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
+          f"zk_restarts={totals.zk_restarts} rollbacks={totals.rollbacks} violations={len(totals.violations)}")
+    return 1 if totals.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

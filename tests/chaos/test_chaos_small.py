@@ -1,0 +1,13 @@
+"""A small seeded chaos round runs in `make test` (`make chaos` runs long)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.run import run_round
+
+
+@pytest.mark.slow
+def test_seeded_chaos_round_keeps_every_invariant(tmp_path):
+    s = run_round(seed=20261122, workdir=tmp_path, batches=6, max_seconds=180)
+    assert s.violations == [], f"{s.line()}\n" + "\n".join(s.violations)
+    assert s.batches == 4 * 6

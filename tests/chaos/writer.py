@@ -1,0 +1,69 @@
+"""A chaos writer process: commits its batches in order, records each acknowledged batch in a
+ledger (append + fsync), and resumes after a crash from the last acknowledged batch.
+
+Every row carries ``tag = "<writer>:<batch>"`` so the final check can tell which batch wrote it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pyarrow as pa
+
+HOT_KEYS = 60
+
+
+def batch_rows(writer: str, mode: str, b: int) -> pa.Table:
+    if mode == "hot":  # two writers on overlapping keys: updates to a shared key range
+        ids = [f"hot-{(b * 7 + i) % HOT_KEYS}" for i in range(15)] + [f"{writer}-new-{b}-{i}" for i in range(3)]
+        date = "hot"
+    else:  # own partition: inserts and updates of its own keys
+        ids = [f"{writer}-{(b * 5 + i) % 40}" for i in range(12)]
+        date = f"own-{writer}"
+    return pa.table({
+        "id": ids, "date": [date] * len(ids), "ts": pa.array([b] * len(ids), pa.int64()),
+        "tag": [f"{writer}:{b}"] * len(ids),
+    })
+
+
+def acked(ledger: str) -> int:
+    if not os.path.exists(ledger):
+        return -1
+    with open(ledger) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    return max((x["batch"] for x in lines), default=-1)
+
+
+def main() -> None:
+    import multiwriter as mw
+    from multiwriter.errors import CommitStateUnknownError, MultiWriterError
+
+    a = json.loads(sys.argv[1])
+    cfg = mw.WriterConfig(
+        writer_id=a["writer"], lock=mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0,
+                                                     connection_timeout_s=5.0, acquire_timeout_s=20.0),
+        heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, max_conflict_retries=20, retry_backoff_s=0.05,
+        lock_timeout_s=20.0, executor="driver",
+    )
+    b = acked(a["ledger"]) + 1
+    while b < a["batches"]:
+        try:
+            r = mw.write(batch_rows(a["writer"], a["mode"], b), a["path"], cfg, batch_id=b)
+        except CommitStateUnknownError:
+            raise
+        except (MultiWriterError, OSError) as e:  # not acknowledged: retry the same batch id
+            print(f"{a['writer']} batch {b}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            time.sleep(0.3)
+            continue
+        with open(a["ledger"], "a") as f:
+            f.write(json.dumps({"batch": b, "instant": r.instant.requested_time if r.instant else None,
+                                "skipped": r.skipped}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        b += 1
+
+
+if __name__ == "__main__":
+    main()
