@@ -1,0 +1,123 @@
+"""Upsert, insert and delete into file groups: driver path, executor path, a model, hudi-rs."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import multiwriter as mw
+from multiwriter import errors
+from tests.conftest import TRIPS_SCHEMA, trips
+from tests.oracle import hudi_read, rows, unzip_fixture
+
+VIEW = ["_hoodie_record_key", "_hoodie_partition_path", "id", "date", "ts", "value"]
+
+
+def new_table(path):
+    return mw.Table.create(path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+
+
+BATCHES = [
+    ("upsert", trips(range(50), date="2024-01-01", ts=1, value=1)),
+    ("upsert", trips(range(30, 80), date="2024-01-02", ts=2, value=2)),
+    ("upsert", pa.concat_tables([trips(range(10, 40), ts=3, value=3), trips(range(10, 20), ts=4, value=4),
+                                 trips(range(15, 18), ts=2, value=-1)])),  # duplicates: greatest ts wins
+    ("delete", trips(range(0, 5))),
+    ("upsert", trips(range(45, 55), ts=0, value=9)),  # older ts than stored for 45..49: those keep their value
+]
+
+
+@pytest.mark.parametrize("executor", ["driver", "spark"])
+def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, executor):
+    driver, other = str(tmp_path / "driver"), str(tmp_path / executor)
+    for p, ex in ((driver, "driver"), (other, executor)):
+        new_table(p)
+        for op, b in BATCHES:
+            data = spark.createDataFrame(b.to_pandas()) if ex == "spark" else b
+            mw.write(data, p, mw.WriterConfig(writer_id="w", executor=ex, operation=op))
+    a, b = mw.Table.open(driver).read(), mw.Table.open(other).read()
+    assert rows(a, VIEW) == rows(b, VIEW) == rows(hudi_read(other), VIEW)
+    got = {(i, d): v for i, d, v in rows(a, ["id", "date", "value"])}
+    day1 = "2024-01-01"
+    assert ("0", day1) not in got and got[("16", day1)] == 4.0 and got[("45", day1)] == 1.0 and got[("50", day1)] == 9.0
+    assert a.num_rows == 45 + 5 + 50
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["upsert", "delete"]),
+                          st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["a", "b"]), st.integers(0, 5)), min_size=1, max_size=25)),
+                min_size=1, max_size=5))
+def test_random_batches_match_a_model(tmp_path_factory, ops):
+    path = str(tmp_path_factory.mktemp("model") / "t")
+    new_table(path)
+    model: dict[tuple[str, str], tuple[int, float]] = {}
+    for n, (op, recs) in enumerate(ops):
+        batch = pa.table({"id": [str(k) for k, _, _ in recs], "date": [d for _, d, _ in recs],
+                          "ts": pa.array([ts for _, _, ts in recs], pa.int64()), "value": [float(n * 100 + i) for i in range(len(recs))]})
+        mw.write(batch, path, mw.WriterConfig(writer_id="m", operation=op))
+        latest: dict[tuple[str, str], tuple[int, float]] = {}
+        for i, (k, d, ts) in enumerate(recs):  # in-batch dedupe: greatest ts, then the last
+            cur = latest.get((str(k), d))
+            if cur is None or ts >= cur[0]:
+                latest[(str(k), d)] = (ts, float(n * 100 + i))
+        for key, (ts, v) in latest.items():
+            if op == "delete":
+                model.pop(key, None)
+            elif key not in model or ts >= model[key][0]:
+                model[key] = (ts, v)
+    got = mw.Table.open(path).read()
+    expect = sorted(((k, d, ts, v) for (k, d), (ts, v) in model.items()), key=repr)
+    assert rows(got, ["id", "date", "ts", "value"]) == expect
+    assert rows(hudi_read(path), ["id", "date", "ts", "value"]) == expect
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize("executor", ["driver", "spark"])
+def test_upsert_into_spark_written_fixture(spark, tmp_path, executor):
+    path = str(unzip_fixture("v8_simplekeygen_nonhivestyle", tmp_path))
+    t = mw.Table.open(path)
+    base = t.read().drop_columns(list(mw.table.schema.META_COLUMNS))
+    upd = base.filter(pa.compute.equal(base["id"], 2))
+    upd = upd.set_column(upd.schema.get_field_index("name"), "name", pa.array(["Bobby"]))
+    upd = upd.set_column(upd.schema.get_field_index("longField"), "longField", pa.array([9876543211], pa.int64()))
+    new = base.filter(pa.compute.equal(base["id"], 3))
+    new = new.set_column(0, "id", pa.array([5], pa.int32()))
+    batch = pa.concat_tables([upd, new])
+    data = spark.createDataFrame(batch) if executor == "spark" else batch
+    mw.write(data, path, mw.WriterConfig(writer_id="w", executor=executor))
+    got = rows(mw.Table.open(path).read(), ["id", "name"])
+    assert got == [(1, "Alice"), (2, "Bobby"), (3, "Carol"), (4, "Diana"), (5, "Carol")]
+    assert rows(hudi_read(path), ["id", "name"]) == got
+
+
+def test_schema_evolution_adds_nullable_columns(trips_table, table_path):
+    mw.write(trips(range(3)), table_path, mw.WriterConfig(writer_id="w"))
+    wider = trips(range(2, 5)).append_column("note", pa.array(["x", "y", "z"]))
+    mw.write(wider, table_path, mw.WriterConfig(writer_id="w"))
+    got = dict(rows(mw.Table.open(table_path).read(), ["id", "note"]))
+    assert got == {"0": None, "1": None, "2": "x", "3": "y", "4": "z"}
+    assert dict(rows(hudi_read(table_path), ["id", "note"])) == got
+
+
+def test_commit_metadata_carries_full_write_stats(trips_table, table_path):
+    mw.write(trips(range(10)), table_path, mw.WriterConfig(writer_id="w"))
+    r = mw.write(trips(range(5, 12), ts=2), table_path, mw.WriterConfig(writer_id="w"))
+    meta = mw.Table.open(table_path).commit_metadata(r.instant.requested_time)
+    stats = {s.prev_commit != "null": s for s in meta.all_stats()}
+    upd, ins = stats[True], stats[False]
+    assert (upd.num_writes, upd.num_update_writes, upd.num_inserts, upd.num_deletes) == (10, 5, 0, 0)
+    assert upd.prev_base_file and upd.prev_base_file.endswith(".parquet") and upd.file_size == upd.total_write_bytes > 0
+    assert (ins.num_writes, ins.num_inserts) == (2, 2) and ins.prev_base_file is None
+    assert meta.operation_type == "UPSERT" and '"name":"id"' in meta.extra_metadata["schema"]
+
+
+def test_spark_null_key_and_unsafe_partition_write_nothing(spark, trips_table, table_path):
+    bad = trips(range(3)).set_column(0, "id", pa.array(["a", None, "c"]))
+    cfg = mw.WriterConfig(writer_id="w", executor="spark")
+    with pytest.raises(errors.InvalidRecordError):
+        mw.write(spark.createDataFrame(bad.to_pandas()), table_path, cfg)
+    with pytest.raises(errors.InvalidRecordError):
+        mw.write(spark.createDataFrame(trips(range(2), date="../../etc").to_pandas()), table_path, cfg)
+    tl = mw.Table.open(table_path).timeline()
+    assert tl.instants == []
