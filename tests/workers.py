@@ -65,6 +65,19 @@ def instants(a: dict) -> dict:
     return {"instants": out}
 
 
+
+
+def clean(a: dict) -> dict:
+    """One cleaner run (a separate process, so a fault point can crash it)."""
+    import multiwriter as mw
+
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"))
+    c = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
+                   retain_commits=a.get("retain", 10))
+    r = c.run_once()
+    return {"rolled_back": r.rolled_back, "old_versions_deleted": r.old_versions_deleted}
+
+
 def main() -> None:
     cmd, args = sys.argv[1], json.loads(sys.argv[2])
     if args.get("start_at"):
