@@ -49,6 +49,18 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Table", "Instant", "WriterConfig", "CommitResult", "write", "MultiWriterSink", "Cleaner", "CleanerReport",
-    "ZooKeeperLock", "FileSystemLock", "InProcessLock", "LocalZooKeeper", "errors", "metrics",
+    "Cleaner",
+    "CleanerReport",
+    "CommitResult",
+    "FileSystemLock",
+    "InProcessLock",
+    "Instant",
+    "LocalZooKeeper",
+    "MultiWriterSink",
+    "Table",
+    "WriterConfig",
+    "ZooKeeperLock",
+    "errors",
+    "metrics",
+    "write",
 ]

@@ -62,26 +62,6 @@ def _zookeeper(args: argparse.Namespace) -> int:
     return 0
 
 
-def _clean(args: argparse.Namespace) -> int:
-    from .cleaner.job import Cleaner
-    from .lock import FileSystemLock, ZooKeeperLock
-
-    lock = ZooKeeperLock(args.zk) if args.zk else FileSystemLock()
-    cleaner = Cleaner(args.path, lock=lock, heartbeat_interval_s=args.interval, heartbeat_tolerable_misses=args.misses,
-                      retain_commits=args.retain_commits)
-    try:
-        while True:
-            report = cleaner.run_once()
-            print(report, flush=True)
-            if args.once:
-                return 0
-            time.sleep(args.every)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        lock.close()
-
-
 def _demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
@@ -104,15 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--interval", type=float, default=10.0)
     h.add_argument("--misses", type=int, default=2)
     h.set_defaults(fn=_heartbeats)
+    from .cleaner.job import add_arguments, clean_command
+
     c = sub.add_parser("clean", help="roll back failed writers, clean old versions, archive")
-    c.add_argument("path")
-    c.add_argument("--zk", help="ZooKeeper HOST:PORT (default: a file lock, one machine only)")
-    c.add_argument("--once", action="store_true")
-    c.add_argument("--every", type=float, default=30.0, help="seconds between runs")
-    c.add_argument("--interval", type=float, default=10.0, help="writers' heartbeat interval (s)")
-    c.add_argument("--misses", type=int, default=2, help="writers' tolerable heartbeat misses")
-    c.add_argument("--retain-commits", type=int, default=10)
-    c.set_defaults(fn=_clean)
+    add_arguments(c)
+    c.set_defaults(fn=clean_command)
     return p
 
 

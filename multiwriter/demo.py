@@ -278,6 +278,7 @@ def _run_writers(args: argparse.Namespace, path: Path, out: Path, zk: str) -> in
             doomed.wait()
     time.sleep(HEARTBEAT_S * (MISSES + 1))  # let a writer killed late be judged dead
     final = cleaner.run_once()
+    cleaner.close()
     return _summary(path, table, sinks, doomed_instant, final, spark, cleaner_lock)
 
 

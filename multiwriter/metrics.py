@@ -6,9 +6,10 @@ global one. ``start_http_server`` binds to 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import prometheus_client as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram

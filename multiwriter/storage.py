@@ -155,7 +155,7 @@ class Storage:
 
     def _rel(self, absolute: str) -> str:
         root = self.root.rstrip("/") + "/"
-        return absolute[len(root):] if absolute.startswith(root) else absolute
+        return absolute.removeprefix(root)
 
 
 def _as_uri(path: str) -> str:

@@ -11,8 +11,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from . import faults
 from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict

@@ -12,7 +12,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from tests.oracle import FIXTURES  # noqa: E402
+from tests.oracle import FIXTURES
 
 TRIPS_SCHEMA = pa.schema(
     [

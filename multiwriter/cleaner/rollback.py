@@ -23,7 +23,6 @@ re-reads its plan and finishes steps 3-4. Every step is idempotent.
 
 from __future__ import annotations
 
-import io
 import logging
 import posixpath
 import time
@@ -31,15 +30,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import fastavro
-
 from .. import faults
 from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
-from ..table.metadata import INSTANT_INFO_SCHEMA, ROLLBACK_METADATA_SCHEMA, decode_records, encode
+from ..table.metadata import decode_records, encode
 from ..table.snapshot import list_data_files
 from ..table.timeline import Timeline
 from ..transaction import marker_files, rollback_targets
@@ -51,28 +48,9 @@ PLAN_VERSION = 1
 METADATA_VERSION = 1
 
 
-def _self_contained(schema: dict[str, Any]) -> dict[str, Any]:
-    """``ROLLBACK_METADATA_SCHEMA`` with ``HoodieInstantInfo`` defined inline.
-
-    metadata.py's schema refers to ``HoodieInstantInfo`` by name only, so the schema that
-    fastavro embeds in the container does not define it and no reader (not even fastavro) can
-    open the file. Defining it at its one use makes the file readable by everyone.
-    """
-    fields = [
-        {**f, "type": {"type": "array", "items": INSTANT_INFO_SCHEMA}} if f["name"] == "instantsRollback" else f
-        for f in schema["fields"]
-    ]
-    return {**schema, "fields": fields}
-
-
-_PARSED_METADATA = fastavro.parse_schema(_self_contained(ROLLBACK_METADATA_SCHEMA), named_schemas={})
-
-
 def encode_metadata(record: dict[str, Any]) -> bytes:
-    """A ``HoodieRollbackMetadata`` Avro container that embeds a complete schema."""
-    buf = io.BytesIO()
-    fastavro.writer(buf, _PARSED_METADATA, [record])
-    return buf.getvalue()
+    """A ``HoodieRollbackMetadata`` Avro container (its embedded schema is self-contained)."""
+    return encode("rollback", record)
 
 
 @dataclass(frozen=True)

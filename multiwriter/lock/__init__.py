@@ -4,4 +4,4 @@ from .filesystem import FileSystemLock
 from .in_process import InProcessLock
 from .zookeeper import ZooKeeperLock
 
-__all__ = ["HolderInfo", "LockProvider", "TableLock", "FileSystemLock", "InProcessLock", "ZooKeeperLock"]
+__all__ = ["FileSystemLock", "HolderInfo", "InProcessLock", "LockProvider", "TableLock", "ZooKeeperLock"]

@@ -7,8 +7,9 @@ see one machine or process, so they register in a process-local set.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..config import WriterConfig
 from ..errors import ConfigError

@@ -22,9 +22,7 @@ def _opt(name: str, typ: Any, default: Any = None) -> dict[str, Any]:
 
 
 _STR = "string"
-_WRITE_STAT_LONGS = (
-    "numWrites numDeletes numUpdateWrites totalWriteBytes totalWriteErrors"
-).split()
+_WRITE_STAT_LONGS = ["numWrites", "numDeletes", "numUpdateWrites", "totalWriteBytes", "totalWriteErrors"]
 
 WRITE_STAT_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -137,11 +135,9 @@ ROLLBACK_METADATA_SCHEMA: dict[str, Any] = {
             },
         },
         {"name": "version", "type": ["int", "null"], "default": 1},
-        {"name": "instantsRollback", "type": {"type": "array", "items": f"{NS}.HoodieInstantInfo"}, "default": []},
+        {"name": "instantsRollback", "type": {"type": "array", "items": INSTANT_INFO_SCHEMA}, "default": []},
     ],
 }
-# The rollback metadata references HoodieInstantInfo by name: define it first in a union schema.
-_ROLLBACK_METADATA_FULL = dict(ROLLBACK_METADATA_SCHEMA)
 
 CLEAN_METADATA_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -179,12 +175,10 @@ def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
     return fastavro.parse_schema(schema, named_schemas=named if named is not None else {})
 
 
-_NAMED: dict[str, Any] = {}
-_PARSED_INSTANT_INFO = _parsed(INSTANT_INFO_SCHEMA, _NAMED)
 _PARSED = {
     "commit": _parsed(COMMIT_SCHEMA, {}),
     "rollback_plan": _parsed(ROLLBACK_PLAN_SCHEMA, {}),
-    "rollback": _parsed(ROLLBACK_METADATA_SCHEMA, _NAMED),
+    "rollback": _parsed(ROLLBACK_METADATA_SCHEMA, {}),
     "clean": _parsed(CLEAN_METADATA_SCHEMA, {}),
 }
 

@@ -228,4 +228,4 @@ def _describe(c: TableConfig) -> str:
     )
 
 
-__all__ = ["Table", "META_SCHEMA"]
+__all__ = ["META_SCHEMA", "Table"]

@@ -23,7 +23,8 @@ from ..errors import (
     WriteConflictError,
 )
 from ..heartbeat.client import HeartbeatClient
-from ..metrics import Metrics, default as default_metrics
+from ..metrics import Metrics
+from ..metrics import default as default_metrics
 from ..result import CommitResult
 from ..table.instant import Instant
 from ..table.metadata import CommitMetadata, WriteStat

@@ -137,19 +137,15 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
 def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     """The invariants of the RFC's promise."""
     import multiwriter as mw
+    from multiwriter.cleaner.archive import load_history
     from multiwriter.table.layout import parse_data_file
     from multiwriter.transaction import CHECKPOINT_KEY
     from tests.oracle import hudi_read, rows
 
-    from multiwriter.cleaner.archive import SUFFIX, decode_batch
-
     t = mw.Table.open(path)
     tl = t.timeline()
     metas = [tl.commit_metadata(i) for i in tl.completed_writes()]
-    for e in t.storage.list_dir(t.config.history_dir, files_only=True):  # archived by the cleaner
-        if e.path.endswith(SUFFIX):
-            archived = decode_batch(t.storage.read_bytes(e.path), source=e.path)
-            metas += [m for m in (a.commit_metadata() for a in archived) if m is not None]
+    metas += [m for m in (a.commit_metadata() for a in load_history(t)) if m is not None]  # archived
     committed: dict[str, int] = {}
     for meta in metas:
         cp = meta.extra_metadata.get(CHECKPOINT_KEY)

@@ -235,7 +235,7 @@ def test_metrics_are_recorded_and_pushed_after_each_run(trips_table, table_path,
     pushed: list[tuple[str, bytes]] = []
 
     class Gateway(http.server.BaseHTTPRequestHandler):
-        def do_PUT(self):  # noqa: N802 - the http.server naming
+        def do_PUT(self):
             pushed.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(200)
             self.end_headers()

@@ -23,7 +23,7 @@ BATCHES = [
     ("upsert", trips(range(30, 80), date="2024-01-02", ts=2, value=2)),
     ("upsert", pa.concat_tables([trips(range(10, 40), ts=3, value=3), trips(range(10, 20), ts=4, value=4),
                                  trips(range(15, 18), ts=2, value=-1)])),  # duplicates: greatest ts wins
-    ("delete", trips(range(0, 5))),
+    ("delete", trips(range(5))),
     ("upsert", trips(range(45, 55), ts=0, value=9)),  # older ts than stored for 45..49: those keep their value
 ]
 
