@@ -47,9 +47,11 @@ def to_arrow(df: Any) -> pa.Table:
     return t if t.num_columns else arrow_schema(df).empty_table()
 
 
-def fits_driver(df: Any, max_rows: int) -> bool:
-    """True when the batch has at most ``max_rows`` rows (one cheap limit+count job)."""
-    return df.limit(max_rows + 1).count() <= max_rows
+def collect_if_small(df: Any, max_rows: int) -> pa.Table | None:
+    """The batch as Arrow when it has at most ``max_rows`` rows, else None (one Spark job,
+    so a small micro-batch is computed once, not counted and then collected)."""
+    t = to_arrow(df.limit(max_rows + 1))
+    return None if t.num_rows > max_rows else t
 
 
 def validate(df: Any, table_config: Any, operation: str) -> None:

@@ -211,11 +211,13 @@ class _Batch:
     @classmethod
     def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
         if spark_path.is_spark_df(data):
-            use_spark = config.executor == "spark"
-            if config.executor == "auto":
-                use_spark = not spark_path.fits_driver(data, config.driver_max_rows)
-            if not use_spark:
-                data = spark_path.to_arrow(data)
+            small = None
+            if config.executor == "driver":
+                small = spark_path.to_arrow(data)
+            elif config.executor == "auto":  # one job: collect up to the limit, keep it if it fits
+                small = spark_path.collect_if_small(data, config.driver_max_rows)
+            if small is not None:
+                data = small
             else:
                 schema = spark_path.arrow_schema(data)
                 b = cls(None, data, schema, config.operation)
