@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 
 from .errors import MultiWriterError
 
@@ -50,15 +49,9 @@ def _heartbeats(args: argparse.Namespace) -> int:
 
 
 def _zookeeper(args: argparse.Namespace) -> int:
-    from .zookeeper_local import LocalZooKeeper
+    from .zookeeper_local import main as serve
 
-    with LocalZooKeeper(port=args.port) as zk:
-        print(f"ZooKeeper serving at {zk.connect} (pid {zk.pid}); Ctrl-C to stop", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    serve(port=args.port)
     return 0
 
 

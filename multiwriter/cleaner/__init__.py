@@ -116,6 +116,17 @@ class CleanerContext:
         self.storage.delete(layout.heartbeat_path(instant_time))
 
 
+def claim(ctx: CleanerContext, instant_time: str, action: str) -> bool:
+    """Take over a pending rollback/clean whose cleaner died: under the lock, check its heartbeat
+    has lapsed and start beating for it, so a third cleaner sees it alive and leaves it."""
+    with ctx.locked(instant_time) as tl:
+        current = tl.find(instant_time, action)
+        if current is None or not current.is_pending or not ctx.is_lapsed(instant_time):
+            return False
+        ctx.start_heartbeat(instant_time)
+        return True
+
+
 def mark_inflight(ctx: CleanerContext, instant_time: str, action: str) -> None:
     """``<T>.<action>.inflight``: execution started (a second attempt finds it there: fine)."""
     try:

@@ -42,7 +42,7 @@ from ..table.instant import Instant
 from ..table.metadata import NS, decode_records, encode
 from ..table.snapshot import FileSlice, list_data_files, visibility
 from ..table.timeline import Timeline
-from . import CleanerContext, complete_under_lock, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, mark_inflight
 
 log = logging.getLogger(__name__)
 
@@ -313,15 +313,6 @@ def read_plan(ctx: CleanerContext, clean_time: str) -> CleanPlan:
     return CleanPlan.from_bytes(clean_time, data, source=rel)
 
 
-def claim(ctx: CleanerContext, clean_time: str) -> bool:
-    with ctx.locked(clean_time) as tl:
-        current = tl.find(clean_time, inst.CLEAN)
-        if current is None or not current.is_pending or not ctx.is_lapsed(clean_time):
-            return False
-        ctx.start_heartbeat(clean_time)
-        return True
-
-
 def _run(ctx: CleanerContext, p: CleanPlan, result: RetentionResult) -> bool:
     try:
         out = execute(ctx, p)
@@ -346,7 +337,7 @@ def clean_old_versions(ctx: CleanerContext, retain_commits: int) -> RetentionRes
         except TableFormatError as e:
             result.errors.append(str(e))
             return result
-        if claim(ctx, c.requested_time):
+        if claim(ctx, c.requested_time, inst.CLEAN):
             log.info("resuming clean %s left by a dead cleaner", c.requested_time)
             if _run(ctx, p, result):
                 result.resumed.append(c.requested_time)

@@ -40,7 +40,7 @@ from ..table.metadata import decode_records, encode
 from ..table.snapshot import list_data_files
 from ..table.timeline import Timeline
 from ..transaction import marker_files, rollback_targets
-from . import CleanerContext, complete_under_lock, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, mark_inflight
 
 log = logging.getLogger(__name__)
 
@@ -330,17 +330,6 @@ def read_metadata(ctx: CleanerContext, completed: Instant) -> dict[str, Any]:
 # -- the step ------------------------------------------------------------------------------
 
 
-def claim(ctx: CleanerContext, rollback_time: str) -> bool:
-    """Take over a pending rollback whose cleaner died: under the lock, check its heartbeat has
-    lapsed and start beating for it, so a third cleaner sees it alive and leaves it."""
-    with ctx.locked(rollback_time) as tl:
-        current = tl.find(rollback_time, inst.ROLLBACK)
-        if current is None or not current.is_pending or not ctx.is_lapsed(rollback_time):
-            return False
-        ctx.start_heartbeat(rollback_time)
-        return True
-
-
 def resume(ctx: CleanerContext, tl: Timeline, result: RollbackResult) -> None:
     """Finish pending rollbacks whose cleaner died (its heartbeat lapsed)."""
     for r in pending_rollbacks(tl):
@@ -352,7 +341,7 @@ def resume(ctx: CleanerContext, tl: Timeline, result: RollbackResult) -> None:
             log.error("cannot resume rollback %s: %s", r.requested_time, e)
             result.errors.append(str(e))
             continue
-        if not claim(ctx, plan.rollback_time):
+        if not claim(ctx, plan.rollback_time, inst.ROLLBACK):
             continue
         log.info("resuming rollback %s of instant %s left by a dead cleaner", plan.rollback_time, plan.target_time)
         if _run(ctx, plan, result):
