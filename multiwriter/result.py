@@ -19,3 +19,5 @@ class CommitResult:
     duration_s: float = 0.0
     conflicts: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+    #: protocol costs of the successful attempt: lock_wait, lock_hold, conflict_check, timeline_io
+    protocol: dict[str, float] = field(default_factory=dict)

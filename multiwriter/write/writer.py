@@ -174,6 +174,8 @@ class Writer:
             duration_s=phases["total"],
             conflicts=conflicts,
             phases=phases,
+            protocol={"lock_wait": txn.timings.lock_wait_s, "lock_hold": txn.timings.lock_hold_s,
+                      "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s},
         )
 
     def _after_commit(self, r: CommitResult, txn: Transaction) -> None:

@@ -1,0 +1,131 @@
+"""The peers users would pick instead, and the no-transaction limits, behind one small interface."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+import multiwriter as mw
+
+from .data import SCHEMA
+
+
+class Multiwriter:
+    def __init__(self, root: Path, executor: str = "driver", spark=None, lock=None) -> None:
+        self.path = str(root / f"mw-{executor}")
+        self.spark = spark
+        self.cfg = mw.WriterConfig(writer_id=f"bench-{executor}", executor=executor, lock=lock or mw.InProcessLock(),
+                                   driver_max_rows=10_000_000)
+        mw.Table.create(self.path, name="bench", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+        self.last = None
+
+    def _data(self, t: pa.Table):
+        return self.spark.createDataFrame(t) if self.cfg.executor == "spark" else t
+
+    def load(self, t: pa.Table) -> None:
+        self.last = mw.write(self._data(t), self.path, self.cfg)
+
+    upsert = append = load
+
+    def count(self) -> int:
+        return mw.Table.open(self.path).read(columns=["id"]).num_rows
+
+
+class DeltaLake:
+    def __init__(self, root: Path) -> None:
+        self.path = str(root / "delta")
+
+    def load(self, t: pa.Table) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self.path, t, partition_by=["date"], mode="append")
+
+    append = load
+
+    def upsert(self, t: pa.Table) -> None:
+        from deltalake import DeltaTable
+
+        (DeltaTable(self.path).merge(t, predicate="s.id = t.id AND s.date = t.date", source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
+    def count(self) -> int:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path).to_pyarrow_table(columns=["id"]).num_rows
+
+
+class Iceberg:
+    def __init__(self, root: Path) -> None:
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.transforms import IdentityTransform
+
+        wh = root / "iceberg"
+        wh.mkdir(parents=True, exist_ok=True)
+        self.catalog = SqlCatalog("bench", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+        self.catalog.create_namespace_if_not_exists("b")
+        # pyiceberg numbers the fields of an Arrow schema 1..n: "date" is field 2.
+        spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="date"))
+        self.table = self.catalog.create_table("b.t", schema=SCHEMA, partition_spec=spec)
+
+    def load(self, t: pa.Table) -> None:
+        self.table.append(t)
+
+    append = load
+
+    def upsert(self, t: pa.Table) -> None:
+        self.table.upsert(t, join_cols=["id"])
+
+    def count(self) -> int:
+        return self.table.scan(selected_fields=("id",)).to_arrow().num_rows
+
+
+class PyArrowLimit:
+    """Plain Parquet writes of the same rows: no transaction, no index (the physical limit)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "pyarrow"
+        self.n = 0
+
+    def load(self, t: pa.Table) -> None:
+        self.n += 1
+        ds.write_dataset(t, self.path, format="parquet", partitioning=["date"], basename_template=f"b{self.n}-{{i}}.parquet",
+                         existing_data_behavior="overwrite_or_ignore")
+
+    append = load
+
+
+class NaiveCopyOnWrite:
+    """A naive copy-on-write upsert with pyarrow: rewrite every touched partition in full."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "naive"
+
+    def load(self, t: pa.Table) -> None:
+        for d in pc.unique(t["date"]).to_pylist():
+            part = t.filter(pc.equal(t["date"], d))
+            (self.path / d).mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, self.path / d / "data.parquet")
+
+    def upsert(self, t: pa.Table) -> None:
+        for d in pc.unique(t["date"]).to_pylist():
+            new = t.filter(pc.equal(t["date"], d))
+            f = self.path / d / "data.parquet"
+            if f.exists():
+                old = pq.read_table(f)
+                old = old.filter(pc.invert(pc.is_in(old["id"], value_set=new["id"])))
+                new = pa.concat_tables([old, new])
+            f.parent.mkdir(parents=True, exist_ok=True)
+            tmp = f.with_suffix(".tmp")
+            pq.write_table(new, tmp)
+            os.replace(tmp, f)
+
+
+def reset(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)

@@ -1,0 +1,270 @@
+"""The workloads. Each takes a size dict and returns plain data (seconds, counts) for the report."""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import multiwriter as mw
+
+from . import data
+from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, reset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timed(fn, *a) -> float:
+    t0 = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - t0
+
+
+def upsert(size: dict, work: Path, spark) -> dict:
+    n, batch, batches = size["table_rows"], size["batch_rows"], size["batches"]
+    out: dict = {}
+    init = data.initial(n)
+    peers = {
+        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
+        "multiwriter (executors)": lambda: Multiwriter(work, "spark", spark=spark),
+        "deltalake merge": lambda: DeltaLake(work),
+        "naive pyarrow rewrite": lambda: NaiveCopyOnWrite(work),
+    }
+    for name, make in peers.items():
+        reset(work)
+        peer = make()
+        peer.load(init)
+        times = [_timed(peer.upsert, data.upsert_batch(n, batch, b)) for b in range(batches)]
+        out[name] = {"median_s": statistics.median(times), "all_s": times}
+    # pyiceberg's upsert is orders of magnitude slower: measured on a smaller table and batch.
+    reset(work)
+    ice = Iceberg(work)
+    small_n, small_b = size["iceberg_table_rows"], size["iceberg_batch_rows"]
+    ice.load(data.initial(small_n))
+    times = [_timed(ice.upsert, data.upsert_batch(small_n, small_b, b)) for b in range(size["iceberg_batches"])]
+    out["pyiceberg upsert"] = {"median_s": statistics.median(times), "all_s": times,
+                               "note": f"{small_b:,}-row batches into {small_n:,} rows (scaled down)"}
+    return out
+
+
+def append(size: dict, work: Path, spark) -> dict:
+    out: dict = {}
+    peers = {
+        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
+        "deltalake append": lambda: DeltaLake(work),
+        "pyiceberg append": lambda: Iceberg(work),
+        "pyarrow write_dataset (limit)": lambda: PyArrowLimit(work),
+    }
+    for name, make in peers.items():
+        reset(work)
+        peer = make()
+        times = [_timed(peer.append, data.append_batch(size["batch_rows"], b)) for b in range(size["batches"])]
+        out[name] = {"median_s": statistics.median(times), "all_s": times}
+    reset(work)
+    t = data.append_batch(size["batch_rows"], 0)
+    times = []
+    for b in range(min(size["batches"], 5)):
+        target = str(work / f"spark-{b}")
+        t0 = time.perf_counter()
+        spark.createDataFrame(t).write.parquet(target)
+        times.append(time.perf_counter() - t0)
+    out["spark createDataFrame + write.parquet (limit)"] = {"median_s": statistics.median(times), "all_s": times}
+    return out
+
+
+def protocol(size: dict, work: Path, spark) -> dict:
+    reset(work)
+    with mw.LocalZooKeeper(port=0) as zk:
+        lock = mw.ZooKeeperLock(connect=zk.connect, base_path="/bench")
+        peer = Multiwriter(work, "driver", lock=lock)
+        peer.load(data.initial(size["table_rows"]))
+        rows = []
+        for b in range(size["batches"]):
+            peer.upsert(data.upsert_batch(size["table_rows"], size["batch_rows"], b))
+            r = peer.last
+            rows.append({"total": r.duration_s, **r.protocol})
+        lock.close()
+    holds = sorted(x["lock_hold"] / 2 for x in rows)  # two holds per commit: begin and commit
+    share = statistics.median((x["lock_wait"] + x["lock_hold"] + x["conflict_check"] + x["timeline_io"]) / x["total"] for x in rows)
+    return {
+        "median_batch_s": statistics.median(x["total"] for x in rows),
+        "median_protocol_share": share,
+        "lock_hold_p50_ms": 1000 * holds[len(holds) // 2],
+        "lock_hold_p99_ms": 1000 * holds[min(len(holds) - 1, int(len(holds) * 0.99))],
+        "per_batch": rows,
+    }
+
+
+def _fill(path: str, n: int) -> None:
+    from multiwriter.table.metadata import CommitMetadata
+    from multiwriter.transaction import Transaction
+
+    from multiwriter.table.schema import arrow_to_avro_json
+
+    t = mw.Table.open(path)
+    lock = mw.InProcessLock().for_table(t.table_id, t.storage)
+    schema = arrow_to_avro_json(data.SCHEMA, t.name)  # as every real commit carries it
+    for _ in range(n):
+        txn = Transaction(t, lock, writer_id="filler")
+        txn.begin()
+        txn.commit(CommitMetadata(extra_metadata={"schema": schema}))
+
+
+def timeline_growth(size: dict, work: Path, spark) -> dict:
+    out: dict = {}
+    import numpy as np
+
+    tiny = data.rows(np.arange(100) + 90_000_000, np.array([data.DAYS[0]] * 100), 1, 0)
+    for archival in (False, True):
+        reset(work)
+        peer = Multiwriter(work, "driver")
+        have = 0
+        for target in size["timeline_sizes"]:
+            _fill(peer.path, target - have)
+            have = target
+            if archival:
+                mw.Cleaner(peer.path, lock=mw.InProcessLock(), retain_commits=10).run_once()
+            total, commit = [], []
+            for k in range(size["tiny_batches"]):
+                total.append(_timed(peer.append, tiny.slice(0, 100)))
+                commit.append(peer.last.phases["commit"])
+            out[f"{target} instants, archival {'on' if archival else 'off'}"] = {
+                "batch_s": statistics.median(total), "commit_phase_s": statistics.median(commit)}
+    return out
+
+
+CONCURRENT = """
+import sys, time, json
+import pyarrow as pa
+import multiwriter as mw
+from benchmarks import data
+path, zk, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+cfg = mw.WriterConfig(writer_id=f"c{i}", lock=mw.ZooKeeperLock(connect=zk, base_path="/bench"), max_conflict_retries=0)
+w = mw.Writer(mw.Table.open(path), cfg)
+waits, t0 = [], time.perf_counter()
+for b in range(n):
+    t = data.rows(__import__("numpy").arange(b * 100, b * 100 + 100) + i * 10**7, __import__("numpy").array([data.DAYS[i]] * 100), 1, b)
+    r = w.write(t)
+    waits.append(r.protocol["lock_wait"])
+print(json.dumps({"seconds": time.perf_counter() - t0, "commits": n, "lock_wait": sum(waits) / n}))
+"""
+
+DELTA_CONCURRENT = """
+import sys, time, json
+from deltalake import write_deltalake
+from benchmarks import data
+import numpy as np
+path, i, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t0, fails = time.perf_counter(), 0
+for b in range(n):
+    t = data.rows(np.arange(b * 100, b * 100 + 100) + i * 10**7, np.array([data.DAYS[i]] * 100), 1, b)
+    for attempt in range(20):
+        try:
+            write_deltalake(path, t, partition_by=["date"], mode="append")
+            break
+        except Exception:
+            fails += 1
+print(json.dumps({"seconds": time.perf_counter() - t0, "commits": n, "retries": fails}))
+"""
+
+
+def concurrent(size: dict, work: Path, spark) -> dict:
+    import json
+
+    out: dict = {}
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with mw.LocalZooKeeper(port=0) as zk:
+        for k in (1, 2, 4):
+            reset(work)
+            Multiwriter(work, "driver")
+            path = str(work / "mw-driver")
+            t0 = time.perf_counter()
+            ps = [subprocess.Popen([sys.executable, "-c", CONCURRENT, path, zk.connect, str(i), str(size["concurrent_batches"])],
+                                   stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
+            res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
+            wall = time.perf_counter() - t0
+            commits = len(mw.Table.open(path).timeline().completed_writes())
+            out[f"multiwriter x{k}"] = {"commits_per_s": commits / wall, "conflicts": k * size["concurrent_batches"] - commits,
+                                        "mean_lock_wait_s": statistics.mean(r["lock_wait"] for r in res)}
+            reset(work)
+            dpath = str(work / "delta")
+            data_first = data.append_batch(10, 0)
+            DeltaLake(work).load(data_first)
+            t0 = time.perf_counter()
+            ps = [subprocess.Popen([sys.executable, "-c", DELTA_CONCURRENT, dpath, str(i), str(size["concurrent_batches"])],
+                                   stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
+            res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
+            wall = time.perf_counter() - t0
+            out[f"deltalake x{k}"] = {"commits_per_s": k * size["concurrent_batches"] / wall,
+                                      "retries": sum(r["retries"] for r in res)}
+    return out
+
+
+DOOMED = """
+import sys, pyarrow as pa, multiwriter as mw
+from benchmarks import data
+cfg = mw.WriterConfig(writer_id="doomed", heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
+                      lock=mw.ZooKeeperLock(connect=sys.argv[2], base_path="/bench"))
+mw.write(data.append_batch(1000, 7), sys.argv[1], cfg)
+"""
+
+
+def failure_detection(size: dict, work: Path, spark) -> dict:
+    times = []
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MULTIWRITER_FAULTS="after-data-files=hang", MULTIWRITER_FAULT_HANG_S="600")
+    with mw.LocalZooKeeper(port=0) as zk:
+        for _ in range(size["kills"]):
+            reset(work)
+            Multiwriter(work, "driver")
+            path = str(work / "mw-driver")
+            p = subprocess.Popen([sys.executable, "-c", DOOMED, path, zk.connect], env=env)
+            temp = Path(path, ".hoodie", ".temp")
+            while not list(temp.rglob("*.marker.CREATE")):
+                time.sleep(0.02)
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            killed = time.perf_counter()
+            lock = mw.ZooKeeperLock(connect=zk.connect, base_path="/bench")
+            cleaner = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2)
+            while not cleaner.run_once().rolled_back:
+                time.sleep(1.0)  # the cleaner runs every second
+            times.append(time.perf_counter() - killed)
+            cleaner.close()
+            lock.close()
+    return {"median_s": statistics.median(times), "all_s": times, "bound_s": 3.0}
+
+
+def memory(size: dict, work: Path, spark) -> dict:
+    import psutil
+
+    reset(work)
+    Multiwriter(work, "driver")
+    path = str(work / "mw-driver")
+    sink = mw.MultiWriterSink(path, mw.WriterConfig(writer_id="mem"))
+    proc = psutil.Process()
+    rss = []
+    df = spark.createDataFrame(data.append_batch(200, 0))
+    for b in range(size["micro_batches"]):
+        sink(df, b)
+        if b % 10 == 0:
+            rss.append(proc.memory_info().rss / 2**20)
+    sink.close()
+    half = len(rss) // 2
+    return {"rss_mib_first_half": statistics.mean(rss[:half]), "rss_mib_second_half": statistics.mean(rss[half:]),
+            "samples": rss}
+
+
+SIZES = {
+    "small": dict(table_rows=1_000_000, batch_rows=100_000, batches=5, iceberg_table_rows=100_000, iceberg_batch_rows=10_000,
+                  iceberg_batches=2, timeline_sizes=[100, 1000], tiny_batches=10, concurrent_batches=15, kills=3,
+                  micro_batches=200),
+    "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
+                 iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
+                 micro_batches=1000),
+}
+WORKLOADS = {"upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
+             "concurrent": concurrent, "failure": failure_detection, "memory": memory}
