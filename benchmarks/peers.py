@@ -62,16 +62,14 @@ class DeltaLake:
 class Iceberg:
     def __init__(self, root: Path) -> None:
         from pyiceberg.catalog.sql import SqlCatalog
-        from pyiceberg.partitioning import PartitionField, PartitionSpec
-        from pyiceberg.transforms import IdentityTransform
 
         wh = root / "iceberg"
         wh.mkdir(parents=True, exist_ok=True)
         self.catalog = SqlCatalog("bench", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
         self.catalog.create_namespace_if_not_exists("b")
-        # pyiceberg numbers the fields of an Arrow schema 1..n: "date" is field 2.
-        spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="date"))
-        self.table = self.catalog.create_table("b.t", schema=SCHEMA, partition_spec=spec)
+        self.table = self.catalog.create_table("b.t", schema=SCHEMA)
+        with self.table.update_spec() as spec:
+            spec.add_identity("date")
 
     def load(self, t: pa.Table) -> None:
         self.table.append(t)
