@@ -108,16 +108,19 @@ class Storage:
         with self.fs.open_output_stream(target) as f:
             f.write(data)
 
-    def put_if_absent(self, rel: str, data: bytes) -> None:
-        """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists."""
+    def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+        """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists.
+
+        ``durable=False`` skips the fsync (markers: empty files whose loss costs nothing)."""
         target = self.abs(rel)
         self.fs.create_dir(posixpath.dirname(target), recursive=True)
         if self.is_local:
             tmp = posixpath.join(posixpath.dirname(target), f".{uuid.uuid4().hex}.tmp")
             with open(tmp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             try:
                 os.link(tmp, target)
             except FileExistsError as e:

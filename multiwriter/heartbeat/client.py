@@ -1,17 +1,33 @@
 """Heartbeats: ``.hoodie/.heartbeat/<T>`` rewritten every interval while instant T is in flight.
 
-Defaults are 10 s x 2 tolerable misses (Hudi uses 60 s): streaming micro-batches last seconds,
-the cleaner should reclaim a dead writer's garbage within ~30 s, and a tighter bound makes the
-writer's own fence tighter. The cost is one tiny file write per interval.
+Why heartbeats: a writer that dies (or hangs) leaves a pending instant and data files behind. The
+cleaner must tell a dead writer from a slow one without talking to it, so every live writer
+rewrites a small file per in-flight instant; once that file is older than
+``interval * (tolerable_misses + 1)`` the writer counts as dead and its instant may be rolled back.
 
-Everyone judges expiry the same way (:func:`is_lapsed`); a writer also judges itself
-(:meth:`HeartbeatClient.check`) right before committing, so a GC pause or hang long enough for a
-cleaner to call it dead never ends in a commit.
+Defaults: 10 s interval x 2 tolerable misses, a 30 s bound (Hudi uses 60 s). Ours is lower because
+streaming micro-batches last seconds, not minutes: the cleaner should reclaim a dead writer's
+garbage and unblock readers within ~30 s, and a lower bound makes the writer's own fence tighter
+(a writer hung for longer than the bound can never commit). The cost is one small file write per
+in-flight instant per interval. ``tolerable_misses=0`` leaves no slack at all: a beat a few
+milliseconds late already crosses the bound, so keep at least 1.
+
+Two views of the same rule:
+
+* everyone else (cleaner, CLI) judges a writer with :func:`is_lapsed`, from storage alone;
+* the writer judges itself with :meth:`HeartbeatClient.check` right before committing, from the
+  times of its own successful beats. A beat's recorded time is taken *before* its write starts,
+  and that same time goes into the file, so the writer is never more optimistic than a judge
+  whose clock agrees with its own.
+
+Both views assume roughly synchronized clocks (as Hudi does): a judge whose clock runs ahead of
+the writer's by ``d`` sees every beat ``d`` seconds older than the writer believes it is.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -26,31 +42,47 @@ from ..table.layout import heartbeat_path
 
 log = logging.getLogger(__name__)
 
+__all__ = ["HeartbeatClient", "expiry_bound_s", "heartbeat_age_s", "is_lapsed"]
 
+
+# -- the shared expiry rule ---------------------------------------------------------------------
 def expiry_bound_s(interval_s: float, tolerable_misses: int) -> float:
+    """Seconds without a beat after which a writer counts as dead: ``interval * (misses + 1)``."""
     return interval_s * (tolerable_misses + 1)
 
 
 def heartbeat_age_s(storage: Storage, instant_time: str, now: float | None = None) -> float | None:
-    """Seconds since the newest of (file mtime, time inside); None if there is no file."""
+    """Seconds since the newest of (file mtime, ``ts_ms`` inside); None if there is no file.
+
+    Both times count because either may lag: some stores set mtime coarsely or at create time,
+    and the time inside is taken before a (possibly slow) write. A corrupt or unparseable file,
+    or one that vanishes between stat and read, falls back to its mtime. Errors listing the file
+    (permissions, network) propagate: a judge that cannot see must not declare anyone dead.
+    """
     rel = heartbeat_path(instant_time)
     info = storage.info(rel)
     if info is None:
         return None
     newest = info.mtime_s
-    try:
-        body = json.loads(storage.read_bytes(rel))
-        newest = max(newest, float(body["ts_ms"]) / 1000.0)
-    except (ValueError, KeyError, TypeError, OSError):
-        pass  # corrupt or vanished: the mtime still tells
+    ts = _ts_inside(storage, rel)
+    if ts is not None:
+        newest = max(newest, ts)
     return (time.time() if now is None else now) - newest
 
 
-def is_lapsed(storage: Storage, instant_time: str, interval_s: float, tolerable_misses: int, now: float | None = None) -> bool:
+def is_lapsed(
+    storage: Storage,
+    instant_time: str,
+    interval_s: float,
+    tolerable_misses: int,
+    now: float | None = None,
+) -> bool:
     """True when the writer of ``instant_time`` must be considered dead.
 
-    A missing heartbeat for an instant younger than the bound is NOT lapsed: its writer may not
-    have written the first beat yet (Hudi's HUDI-5675 rolled back a live commit that way).
+    A heartbeat older than the bound is lapsed. A *missing* heartbeat is lapsed only when the
+    instant itself (its requested time) is older than the bound: a young instant's writer may
+    not have written its first beat yet, or may have just finished and deleted it (HUDI-5675: a
+    missing file read as expired got a just-completed instant rolled back).
     """
     bound = expiry_bound_s(interval_s, tolerable_misses)
     now = time.time() if now is None else now
@@ -60,15 +92,42 @@ def is_lapsed(storage: Storage, instant_time: str, interval_s: float, tolerable_
     return age > bound
 
 
+def _ts_inside(storage: Storage, rel: str) -> float | None:
+    """The writer's wall-clock time (epoch seconds) recorded in a heartbeat file, if readable."""
+    try:
+        body = json.loads(storage.read_bytes(rel))
+        ts = float(body["ts_ms"]) / 1000.0
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        log.debug("heartbeat %s unreadable (%s); judging by its mtime", rel, e)
+        return None
+    return ts if math.isfinite(ts) else None  # "Infinity" would make a writer immortal
+
+
+# -- the writer's side ----------------------------------------------------------------------------
 @dataclass
-class _Beat:
-    last_ok: float  # by the writer's own clock
+class _InFlight:
+    """What the client knows about one instant it is beating (times by the client's clock)."""
+
+    last_ok: float  # when the last successful beat started (= the ts written into the file)
     consecutive_failures: int = 0
-    worst_gap: float = 0.0  # the longest time between two successful beats
+    worst_gap_s: float = 0.0  # longest time between two successful beats (catches healed pauses)
 
 
 class HeartbeatClient:
-    """One daemon thread beating every in-flight instant of one writer."""
+    """Beats every in-flight instant of one writer from one daemon thread.
+
+    >>> hb = HeartbeatClient(storage, writer_id="ingest")      # doctest: +SKIP
+    >>> hb.start(t)          # first beat written now; raises if it cannot be
+    >>> ...                  # write data files
+    >>> hb.check(t)          # under the table lock, just before completing: the commit fence
+    >>> hb.stop(t)           # after completing or aborting: deletes the file
+    >>> hb.close()
+
+    ``clock`` is the writer's wall clock (epoch seconds): it stamps the files and times the
+    self-check. ``on_beat(age_s)`` is called after each successful beat with the time since the
+    previous one; ``on_failure(exc)`` after each failed write. Both are metric hooks: an error in
+    them is logged and never stops the beats.
+    """
 
     def __init__(
         self,
@@ -82,141 +141,276 @@ class HeartbeatClient:
         on_beat: Callable[[float], None] | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
-        if interval_s < 1.0:
-            raise ConfigError(f"heartbeat interval_s={interval_s} must be >= 1.0")
-        if tolerable_misses < 0:
-            raise ConfigError(f"heartbeat tolerable_misses={tolerable_misses} must be >= 0")
+        _validate(interval_s, tolerable_misses, max_consecutive_failures)
         self.storage = storage
         self.writer_id = writer_id
-        self.interval_s = interval_s
-        self.tolerable_misses = tolerable_misses
+        self.interval_s = float(interval_s)
+        self.tolerable_misses = int(tolerable_misses)
         self.clock = clock
-        self.max_consecutive_failures = max_consecutive_failures
+        self.max_consecutive_failures = int(max_consecutive_failures)
         self.on_beat = on_beat
         self.on_failure = on_failure
-        self.failures = 0
-        self._beats: dict[str, _Beat] = {}
-        self._mu = threading.Lock()
+        self.failures = 0  # failed beat writes, in total, over the client's life
+        self._inflight: dict[str, _InFlight] = {}
+        self._mu = threading.Lock()  # guards the fields above and below
+        self._io = threading.Lock()  # one file operation at a time: a stop() never races a beat
         self._wake = threading.Event()
-        self._stop = False
+        self._closing = False
         self._paused = False
+        self._skipped = False  # a beat was skipped while paused
+        self._overdue = False  # beat at once, whatever the schedule says
         self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
         self._host = socket.gethostname()
 
     @property
     def bound_s(self) -> float:
         return expiry_bound_s(self.interval_s, self.tolerable_misses)
 
-    # -- lifecycle ------------------------------------------------------------------
-    def start(self, instant_time: str) -> None:
-        """Write the first beat synchronously (raises on failure), then keep beating."""
-        self._write(instant_time)
+    @property
+    def instants(self) -> list[str]:
+        """Instants being beaten right now."""
         with self._mu:
-            self._beats[instant_time] = _Beat(self.clock())
+            return sorted(self._inflight)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, instant_time: str) -> None:
+        """Write the first beat now (raises on failure: no batch without a heartbeat), then keep
+        beating ``instant_time`` from the client's thread until :meth:`stop`."""
+        parse_time(instant_time)  # a valid instant time, so the path cannot escape .heartbeat/
+        with self._io:
+            began = self.clock()
+            try:
+                self._write(instant_time, began)
+            except Exception as e:
+                self._count_failure(e)
+                raise
+        with self._mu:
+            self._inflight[instant_time] = _InFlight(last_ok=began)
+            self._closing = False
             self._ensure_thread()
-        if self.on_beat:
-            self.on_beat(0.0)
+        self._call(self.on_beat, 0.0)
 
     def stop(self, instant_time: str) -> None:
+        """Stop beating ``instant_time`` and delete its file (idempotent). When nothing is left
+        in flight, the beat thread ends."""
         with self._mu:
-            self._beats.pop(instant_time, None)
-        try:
-            self.storage.delete(heartbeat_path(instant_time))
-        except OSError as e:
-            log.warning("could not delete heartbeat of %s: %s", instant_time, e)
+            self._inflight.pop(instant_time, None)
+            if not self._inflight:
+                self._wake.set()
+        with self._io:
+            try:
+                self.storage.delete(heartbeat_path(instant_time))
+            except OSError as e:  # the file then lapses and the orphan cleaner removes it
+                log.warning("could not delete the heartbeat of %s: %s", instant_time, e)
 
     def close(self) -> None:
-        with self._mu:
-            instants = list(self._beats)
-        for t in instants:
+        """Stop every instant (deleting their files) and end the beat thread."""
+        for t in self.instants:
             self.stop(t)
-        self._stop = True
+        with self._mu:
+            self._closing = True
+            thread = self._thread
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 5)
-            self._thread = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.interval_s + 5.0)
 
-    # -- test hooks (simulate a GC pause or a hung writer) ----------------------------------
+    def __enter__(self) -> HeartbeatClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- test hooks: a GC pause or a hung writer ------------------------------------------------
     def pause(self) -> None:
+        """Make the beat thread skip beats (its files age as if the process hung)."""
         self._paused = True
 
     def resume(self) -> None:
-        self._paused = False
-
-    # -- self-check ---------------------------------------------------------------------
-    def last_beat_age_s(self, instant_time: str) -> float | None:
+        """End a pause. Like a process waking from a hang, whose overdue timer fires at once,
+        the thread beats right away if it skipped a beat meanwhile."""
         with self._mu:
-            b = self._beats.get(instant_time)
-        return None if b is None else self.clock() - b.last_ok
+            self._paused = False
+            if self._skipped:
+                self._skipped = False
+                self._overdue = True
+        self._wake.set()
+
+    # -- self-check: the commit fence -----------------------------------------------------------
+    def last_beat_age_s(self, instant_time: str) -> float | None:
+        """Seconds since the last successful beat of ``instant_time``; None if not beaten."""
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            return None if b is None else self.clock() - b.last_ok
 
     def check(self, instant_time: str) -> None:
-        """The commit fence: raise HeartbeatExpiredError unless our own beats are fresh."""
-        with self._mu:
-            b = self._beats.get(instant_time)
-        problem = None
-        if b is None:
-            problem = "is not being beaten by this writer"
-        elif self._thread is None or not self._thread.is_alive():
-            problem = "has no live heartbeat thread"
-        elif b.consecutive_failures >= self.max_consecutive_failures:
-            problem = f"failed to write its heartbeat {b.consecutive_failures} times in a row"
-        elif b.worst_gap > self.bound_s:
-            problem = f"went {b.worst_gap:.1f}s without a beat (a pause or hang), over the bound of {self.bound_s:.1f}s"
-        elif self.clock() - b.last_ok > self.bound_s:
-            problem = f"last beat {self.clock() - b.last_ok:.1f}s ago, over the bound of {self.bound_s:.1f}s"
-        if problem:
-            raise HeartbeatExpiredError(
-                f"instant {instant_time} {problem}; another writer or the cleaner may already consider "
-                "this writer dead, so it must not commit: the batch will be retried or aborted"
-            )
+        """Raise :class:`HeartbeatExpiredError` unless the heartbeat of ``instant_time`` is
+        beyond doubt: beaten by a live thread, the last beat younger than the bound, never a gap
+        longer than the bound, and writes not failing ``max_consecutive_failures`` in a row.
 
-    # -- beating --------------------------------------------------------------------------
+        A gap that healed still fails: while it lasted a cleaner may have judged this writer
+        dead and started rolling the instant back.
+        """
+        now = self.clock()
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            alive = self._thread is not None and self._thread.is_alive()
+            problem = self._problem(b, alive, now)
+            age = None if b is None else now - b.last_ok
+        if problem is None:
+            return
+        age_text = "never beaten by this client" if age is None else f"last successful beat {age:.1f}s ago"
+        raise HeartbeatExpiredError(
+            f"heartbeat of instant {instant_time} cannot be trusted: {problem} ({age_text}, bound "
+            f"{self.bound_s:.1f}s = {self.interval_s:g}s x ({self.tolerable_misses} + 1)); another writer "
+            "or the cleaner may already consider this writer dead; the batch will be retried/aborted"
+        )
+
+    def _problem(self, b: _InFlight | None, alive: bool, now: float) -> str | None:
+        if b is None:
+            return "the instant is not being beaten"
+        if not alive:
+            why = f": {self._thread_error!r}" if self._thread_error is not None else ""
+            return f"the heartbeat thread is not running{why}"
+        if b.consecutive_failures >= self.max_consecutive_failures:
+            return f"writing the heartbeat failed {b.consecutive_failures} times in a row"
+        if now - b.last_ok > self.bound_s:
+            return "the last beat is older than the bound"
+        if b.worst_gap_s > self.bound_s:
+            return f"beats stopped for {b.worst_gap_s:.1f}s at some point (a pause or hang)"
+        return None
+
+    # -- the beat thread --------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stop = False
-            self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.writer_id}", daemon=True)
-            self._thread.start()
+        """Start the beat thread unless one is running (caller holds ``_mu``)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread_error = None
+        self._wake.clear()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.writer_id}", daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
-        retry_soon = False  # start() already wrote the first beat
-        while not self._stop:
-            self._wake.wait(self.interval_s / 4 if retry_soon else self.interval_s)
-            self._wake.clear()
-            if not self._stop:
-                retry_soon = self._beat_all()
-
-    def _beat_all(self) -> bool:
-        if self._paused:
-            return False
-        with self._mu:
-            instants = list(self._beats)
-        failed = False
-        for t in instants:
-            try:
-                self._write(t)
-            except OSError as e:
-                failed = True
-                self.failures += 1
-                with self._mu:
-                    if t in self._beats:
-                        self._beats[t].consecutive_failures += 1
-                log.warning("heartbeat write for %s failed (%d in a row): %s", t, self._beats.get(t, _Beat(0)).consecutive_failures, e)
-                if self.on_failure:
-                    self.on_failure(e)
-                continue
+        """Beat on a fixed schedule (write time does not push beats later); after a round's
+        first failure, retry once after a quarter interval. End when nothing is in flight."""
+        try:
+            due = time.monotonic() + self.interval_s
+            while True:
+                self._wake.wait(max(0.0, due - time.monotonic()))
+                self._wake.clear()
+                if self._should_exit():
+                    return
+                if time.monotonic() < due and not self._take_overdue():
+                    continue  # woken early (an instant stopped): nothing is due yet
+                began = time.monotonic()
+                first_failure = self._beat_round()
+                due = began + (self.interval_s / 4 if first_failure else self.interval_s)
+        except BaseException as e:  # a bug here must not look like a healthy writer: check() fails
             with self._mu:
-                b = self._beats.get(t)
-                if b is None:  # stopped meanwhile: do not resurrect its file
-                    self.storage.delete(heartbeat_path(t))
-                    continue
-                age = self.clock() - b.last_ok
-                b.worst_gap = max(b.worst_gap, age)
-                b.last_ok, b.consecutive_failures = self.clock(), 0
-            if self.on_beat:
-                self.on_beat(age)
-        return failed
+                self._thread_error = e
+            log.error("heartbeat thread of writer %r died: %r", self.writer_id, e, exc_info=True)
 
-    def _write(self, instant_time: str) -> None:
-        body = {"ts_ms": int(time.time() * 1000), "writer_id": self.writer_id, "host": self._host,
-                "pid": os.getpid(), "instant": instant_time}
+    def _should_exit(self) -> bool:
+        with self._mu:
+            if self._closing or not self._inflight:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                return True
+            return False
+
+    def _take_overdue(self) -> bool:
+        with self._mu:
+            overdue, self._overdue = self._overdue, False
+            return overdue
+
+    def _beat_round(self) -> bool:
+        """Beat every in-flight instant once; True if some instant just started failing."""
+        with self._mu:
+            if self._paused:
+                self._skipped = True
+                return False
+        first_failure = False
+        for t in self.instants:
+            streak = self._beat(t)
+            first_failure = first_failure or streak == 1
+        return first_failure
+
+    def _beat(self, instant_time: str) -> int:
+        """One beat of one instant; returns its streak of consecutive failures."""
+        with self._io:
+            with self._mu:
+                if instant_time not in self._inflight:
+                    return 0  # stopped meanwhile: do not bring its file back
+            began = self.clock()
+            try:
+                self._write(instant_time, began)
+            except Exception as e:
+                return self._record_failure(instant_time, e)
+        return self._record_success(instant_time, began)
+
+    def _record_success(self, instant_time: str, began: float) -> int:
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            if b is None:
+                return 0
+            gap = began - b.last_ok
+            b.worst_gap_s = max(b.worst_gap_s, gap)
+            b.last_ok, b.consecutive_failures = began, 0
+        self._call(self.on_beat, gap)
+        return 0
+
+    def _record_failure(self, instant_time: str, exc: Exception) -> int:
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            streak = 0 if b is None else b.consecutive_failures + 1
+            if b is not None:
+                b.consecutive_failures = streak
+        total = self._count_failure(exc)
+        log.warning(
+            "heartbeat write for instant %s of writer %r failed (%d in a row, %d in total; fatal at %d): %s",
+            instant_time, self.writer_id, streak, total, self.max_consecutive_failures, exc,
+        )
+        return streak
+
+    def _count_failure(self, exc: BaseException) -> int:
+        with self._mu:
+            self.failures += 1
+            total = self.failures
+        self._call(self.on_failure, exc)
+        return total
+
+    def _write(self, instant_time: str, now: float) -> None:
+        body = {
+            "ts_ms": int(now * 1000),
+            "writer_id": self.writer_id,
+            "host": self._host,
+            "pid": os.getpid(),
+            "instant": instant_time,
+        }
         self.storage.write_bytes(heartbeat_path(instant_time), json.dumps(body).encode())
+
+    @staticmethod
+    def _call(hook: Callable[..., None] | None, arg: object) -> None:
+        if hook is None:
+            return
+        try:
+            hook(arg)
+        except Exception:  # a metrics bug must not stop the beats
+            log.exception("heartbeat hook %r failed", hook)
+
+
+def _validate(interval_s: float, tolerable_misses: int, max_consecutive_failures: int) -> None:
+    if not _is_number(interval_s) or not math.isfinite(interval_s) or interval_s < 1.0:
+        raise ConfigError(f"heartbeat interval_s={interval_s!r} must be a number >= 1.0 (seconds)")
+    if not _is_whole(tolerable_misses) or tolerable_misses < 0:
+        raise ConfigError(f"heartbeat tolerable_misses={tolerable_misses!r} must be a whole number >= 0")
+    if not _is_whole(max_consecutive_failures) or max_consecutive_failures < 1:
+        raise ConfigError(f"heartbeat max_consecutive_failures={max_consecutive_failures!r} must be a whole number >= 1")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_whole(x: object) -> bool:
+    return _is_number(x) and math.isfinite(x) and float(x).is_integer()  # type: ignore[arg-type]

@@ -132,7 +132,8 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
         upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(KEY, "ascending")]))
     meta = {
         "_hoodie_commit_time": pa.array([t] * n, pa.string()),
-        "_hoodie_commit_seqno": pa.array([f"{t}_{task.task_index}_{i}" for i in range(n)], pa.string()),
+        "_hoodie_commit_seqno": pc.binary_join_element_wise(
+            pa.scalar(f"{t}_{task.task_index}"), pc.cast(pa.array(range(n), pa.int64()), pa.string()), "_"),
         "_hoodie_record_key": upserts.column(KEY).cast(pa.string()),
         "_hoodie_partition_path": pa.array([task.partition] * n, pa.string()),
         "_hoodie_file_name": pa.array([name] * n, pa.string()),
@@ -156,7 +157,7 @@ def _write_parquet(storage: Storage, rel: str, out: pa.Table) -> int:
 
 def _put_marker(storage: Storage, rel: str) -> None:
     try:
-        storage.put_if_absent(rel, b"")
+        storage.put_if_absent(rel, b"", durable=False)
     except FileExists:
         pass  # a retried task re-creates the same file
 

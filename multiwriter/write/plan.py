@@ -66,31 +66,35 @@ def bucket_of(key: str, buckets: int) -> int:
 
 
 def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) -> Plan:
-    fids = tagged.column(FILE_ID).combine_chunks()
-    is_new = pc.is_null(fids)
     is_delete = pc.equal(tagged.column(OP), OP_DELETE)
     # Deletes of keys that do not exist have nothing to do.
-    tagged = tagged.filter(pc.invert(pc.and_(is_new, is_delete)))
+    tagged = tagged.filter(pc.invert(pc.and_(pc.is_null(tagged.column(FILE_ID)), is_delete)))
     fids = tagged.column(FILE_ID).combine_chunks()
     is_new = pc.is_null(fids)
+    parts = tagged.column(PARTITION).combine_chunks()
     row_bytes = tagged.nbytes / max(tagged.num_rows, 1)
-    new_ids = fids.to_pylist()
-    parts = tagged.column(PARTITION).to_pylist()
-    keys = tagged.column(KEY).to_pylist()
-    new_rows = pc.indices_nonzero(is_new).to_pylist()
-    per_part: dict[str, list[int]] = {}
-    for r in new_rows:
-        per_part.setdefault(parts[r], []).append(r)
-    fresh: dict[tuple[str, int], str] = {}
-    for p, rows in per_part.items():
-        b = insert_buckets(len(rows), row_bytes, target_file_size)
-        for r in rows:
-            k = (p, bucket_of(keys[r], b))
-            if k not in fresh:
-                fresh[k] = layout.new_file_id()
-            new_ids[r] = fresh[k]
-    routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, pa.array(new_ids, pa.string()))
-    groups = sorted({(p, f) for p, f in zip(parts, new_ids)})
+    single: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for item in pc.value_counts(parts.filter(is_new)).to_pylist():
+        ids = [layout.new_file_id() for _ in range(insert_buckets(item["counts"], row_bytes, target_file_size))]
+        if len(ids) == 1:
+            single[item["values"]] = ids[0]
+        else:
+            multi[item["values"]] = ids
+    assigned = fids
+    if single:  # the common case, vectorized: one new file group per partition
+        chosen = pa.array(list(single.values()), pa.string()).take(pc.index_in(parts, value_set=pa.array(list(single), pa.string())))
+        assigned = pc.if_else(is_new, chosen, fids)
+    if multi:  # large inserts: spread keys over buckets by a stable hash
+        out, keys, plist = assigned.to_pylist(), tagged.column(KEY).to_pylist(), parts.to_pylist()
+        for r in pc.indices_nonzero(is_new).to_pylist():
+            ids = multi.get(plist[r])
+            if ids is not None:
+                out[r] = ids[bucket_of(keys[r], len(ids))]
+        assigned = pa.array(out, pa.string())
+    routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, assigned)
+    pairs = routed.select([PARTITION, FILE_ID]).group_by([PARTITION, FILE_ID]).aggregate([])
+    groups = sorted(zip(pairs.column(PARTITION).to_pylist(), pairs.column(FILE_ID).to_pylist()))
     tasks = []
     for i, (p, f) in enumerate(groups):
         old = snapshot.slices.get((p, f))

@@ -47,23 +47,27 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
 
 
 def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
-    """Each record's partition path, validated so no file can land outside the table root."""
+    """Each record's partition path, validated so no file can land outside the table root.
+
+    Vectorized: only the distinct values of each partition column are validated in Python.
+    """
     if not config.partition_by:
         return pa.array([""] * batch.num_rows, pa.string())
-    strings = []
+    segments = []
     for f in config.partition_by:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"partition column {f!r} is missing from the batch")
-        strings.append(_as_string(batch.column(f)).to_pylist())
-    # Validate distinct value tuples only: partitions are few, rows many.
-    cache: dict[tuple, str] = {}
-    out = []
-    for vals in zip(*strings):
-        p = cache.get(vals)
-        if p is None:
-            p = cache[vals] = layout.partition_path(config.partition_by, vals, config.hive_style_partitioning)
-        out.append(p)
-    return pa.array(out, pa.string())
+        col = _as_string(batch.column(f))
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        for v in pc.unique(col).to_pylist():
+            if v:
+                layout.validate_partition_value(f, v)
+        col = pc.fill_null(pc.if_else(pc.equal(col, ""), layout.DEFAULT_PARTITION, col), layout.DEFAULT_PARTITION)
+        if config.hive_style_partitioning:
+            col = pc.binary_join_element_wise(pa.scalar(f), col, "=")
+        segments.append(col)
+    out = segments[0] if len(segments) == 1 else pc.binary_join_element_wise(*segments, "/")
+    return pc.cast(out, pa.string())
 
 
 def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

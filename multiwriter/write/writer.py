@@ -148,7 +148,7 @@ class Writer:
             inserted = spark_path.inserted_keys(self.table.storage, stats)
             phases["index"] = 0.0
         else:
-            prepared = prepare(batch.arrow, self.table.config, schema, operation=self.config.operation)
+            prepared = batch.prepare_for(schema, self.table.config)
             parts = sorted(set(prepared.column(PARTITION).to_pylist()))
             snap = Snapshot.build(self.table.storage, tl, partitions=[p for p in parts if self.table.storage.is_dir(p) or p == ""])
             plan = make_plan(tag(self.table.storage, snap, prepared), snap, target_file_size=self.config.target_file_size_bytes)
@@ -209,6 +209,8 @@ class _Batch:
         self.schema = schema
         self.operation = operation
         self.empty = arrow is not None and arrow.num_rows == 0
+        self.prepared: pa.Table | None = None
+        self.prepared_schema: pa.Schema | None = None
 
     @classmethod
     def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
@@ -232,9 +234,16 @@ class _Batch:
             else:
                 raise MultiWriterError(f"cannot write {type(data).__name__}: pass a pyarrow.Table or a Spark DataFrame")
         b = cls(data, None, data.schema, config.operation)
-        # Validate fully now, so bad input fails before an instant exists.
-        prepare(data, table.config, b.evolved_schema(table.schema()), operation=config.operation)
+        # Validate fully now, so bad input fails before an instant exists; keep the result for
+        # the first attempt when the table schema has not changed meanwhile.
+        b.prepared_schema = b.evolved_schema(table.schema())
+        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation)
         return b
+
+    def prepare_for(self, schema: pa.Schema, config: Any) -> pa.Table:
+        if self.prepared is not None and self.prepared_schema is not None and schema.equals(self.prepared_schema):
+            return self.prepared
+        return prepare(self.arrow, config, schema, operation=self.operation)
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         if len(table_schema) == 0:
