@@ -116,12 +116,15 @@ class _InFlight:
 class HeartbeatClient:
     """Beats every in-flight instant of one writer from one daemon thread.
 
-    >>> hb = HeartbeatClient(storage, writer_id="ingest")      # doctest: +SKIP
-    >>> hb.start(t)          # first beat written now; raises if it cannot be
-    >>> ...                  # write data files
-    >>> hb.check(t)          # under the table lock, just before completing: the commit fence
-    >>> hb.stop(t)           # after completing or aborting: deletes the file
-    >>> hb.close()
+    One thread per client, not per instant: a writer may have a batch in flight while the next
+    one starts, and beating them together keeps the cost at one thread per writer. ::
+
+        hb = HeartbeatClient(storage, writer_id="ingest")
+        hb.start(t)   # first beat written now; raises if it cannot be
+        ...           # write data files
+        hb.check(t)   # under the table lock, just before completing: the commit fence
+        hb.stop(t)    # after completing or aborting: deletes the file
+        hb.close()
 
     ``clock`` is the writer's wall clock (epoch seconds): it stamps the files and times the
     self-check. ``on_beat(age_s)`` is called after each successful beat with the time since the
@@ -215,16 +218,11 @@ class HeartbeatClient:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self.interval_s + 5.0)
 
-    def __enter__(self) -> HeartbeatClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- test hooks: a GC pause or a hung writer ------------------------------------------------
     def pause(self) -> None:
         """Make the beat thread skip beats (its files age as if the process hung)."""
-        self._paused = True
+        with self._mu:
+            self._paused = True
 
     def resume(self) -> None:
         """End a pause. Like a process waking from a hang, whose overdue timer fires at once,
@@ -277,7 +275,7 @@ class HeartbeatClient:
         if now - b.last_ok > self.bound_s:
             return "the last beat is older than the bound"
         if b.worst_gap_s > self.bound_s:
-            return f"beats stopped for {b.worst_gap_s:.1f}s at some point (a pause or hang)"
+            return f"no successful beat for {b.worst_gap_s:.1f}s at some point (a pause, hang or failing writes)"
         return None
 
     # -- the beat thread --------------------------------------------------------------------------
@@ -308,7 +306,7 @@ class HeartbeatClient:
         except BaseException as e:  # a bug here must not look like a healthy writer: check() fails
             with self._mu:
                 self._thread_error = e
-            log.error("heartbeat thread of writer %r died: %r", self.writer_id, e, exc_info=True)
+            log.exception("heartbeat thread of writer %r died; check() now fails its instants", self.writer_id)
 
     def _should_exit(self) -> bool:
         with self._mu:
@@ -344,7 +342,7 @@ class HeartbeatClient:
             began = self.clock()
             try:
                 self._write(instant_time, began)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - any storage error is a missed beat, counted and logged
                 return self._record_failure(instant_time, e)
         return self._record_success(instant_time, began)
 
