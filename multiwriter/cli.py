@@ -37,6 +37,8 @@ def _heartbeats(args: argparse.Namespace) -> int:
         print("no heartbeats (no writer in flight)")
     for e in entries:
         inst = e.path.rsplit("/", 1)[-1]
+        if not (len(inst) == 17 and inst.isdigit()):
+            continue  # a temporary file of an interrupted write
         try:
             body = json.loads(t.storage.read_bytes(e.path))
         except (ValueError, OSError):
