@@ -1,149 +1,361 @@
-"""``LocalZooKeeper``: a real ZooKeeper server from the jars the installed pyspark ships.
+"""``LocalZooKeeper``: a real ZooKeeper server started from the jars the installed pyspark ships.
 
-Bound to 127.0.0.1 only (a ``zoo.cfg`` with ``clientPortAddress``), data in a temporary
-directory, stopped by the PID of the process it started. For tests, the demo and notebooks.
+Why: tests, the demo and the notebooks need a real ensemble (mocks hide exactly the session and
+ordering behaviour the table lock depends on), and every machine that runs multiwriter already
+has pyspark's ``zookeeper-*.jar`` and a Java runtime.
+
+The server binds 127.0.0.1 only: ``ZooKeeperServerMain <port> <dir>`` would listen on every
+interface, so a small ``zoo.cfg`` with ``clientPortAddress=127.0.0.1`` is written instead. The
+process is stopped through the ``Popen`` handle this object created, never by name::
+
+    with LocalZooKeeper(port=0) as zk:
+        client = KazooClient(hosts=zk.connect)   # "127.0.0.1:<port>"
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from .errors import MultiWriterError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
+
 log = logging.getLogger(__name__)
+
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+#: how often ``start`` picks another port when an automatically chosen one was taken meanwhile
+PORT_ATTEMPTS = 3
+STOP_GRACE_S = 10.0
+LOG_TAIL_CHARS = 3000
+
+#: standalone server on loopback; ``4lw``/admin settings repeat the -D flags for older releases
+ZOO_CFG = """\
+tickTime={tick}
+dataDir={data}
+clientPort={port}
+clientPortAddress=127.0.0.1
+maxSessionTimeout={max_session}
+maxClientCnxns=200
+4lw.commands.whitelist=*
+admin.enableServer=false
+"""
+
+#: INFO to stdout, which goes to the log file (without a config log4j2 prints only errors)
+LOG4J2_PROPERTIES = """\
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
+"""
 
 
 class ZooKeeperStartError(MultiWriterError):
-    """The local ZooKeeper server could not be started."""
+    """The local ZooKeeper server could not be started (no Java, no jar, or it did not come up)."""
 
 
 def pyspark_jars() -> Path:
+    """The ``jars`` directory of the installed pyspark, found without importing pyspark (slow)."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise ZooKeeperStartError("pyspark is not installed; run `make install`")
-    jars = Path(list(spec.submodule_search_locations)[0]) / "jars"
+        raise ZooKeeperStartError("pyspark is not installed in this environment; run `make install`")
+    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
     if not any(jars.glob("zookeeper-*.jar")):
-        raise ZooKeeperStartError(f"no zookeeper jar in {jars}")
+        raise ZooKeeperStartError(f"no zookeeper-*.jar in {jars}; reinstall pyspark (`make install`)")
     return jars
 
 
+def find_java() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return str(Path(home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise ZooKeeperStartError(
+            "java was not found (neither $JAVA_HOME/bin/java nor `java` on the PATH); "
+            "install a Java 17+ runtime to run a local ZooKeeper"
+        )
+    return java
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that was free a moment ago (another process may still take it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
-def _ruok(port: int, timeout: float = 1.0) -> bool:
+def four_letter_word(port: int, word: bytes, timeout_s: float = 1.0) -> bytes:
+    """Send a ZooKeeper four-letter command to 127.0.0.1:port; b"" when nothing answers."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"ruok")
-            return s.recv(4) == b"imok"
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(word)
+            chunks = []
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks)
     except OSError:
-        return False
+        return b""
+
+
+@dataclass
+class _Runtime:
+    """What must be cleaned up even when the owner forgets ``close()`` (see ``weakref.finalize``)."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = None
+    owned_dirs: list[Path] = field(default_factory=list)
+
+
+def _terminate(rt: _Runtime) -> None:
+    """Stop the process this runtime started: SIGTERM, then SIGKILL after a grace period."""
+    proc, rt.proc = rt.proc, None
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            log.warning("ZooKeeper pid %s ignored SIGTERM for %.0fs; killing it", proc.pid, STOP_GRACE_S)
+            proc.kill()
+            proc.wait()
+    if rt.log_file is not None:
+        rt.log_file.close()
+        rt.log_file = None
+
+
+def _finalize(rt: _Runtime) -> None:
+    """Last resort at garbage collection or interpreter exit: no JVM or temp dir outlives us."""
+    _terminate(rt)
+    for d in rt.owned_dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class LocalZooKeeper:
-    """``with LocalZooKeeper(port=0) as zk: zk.connect  # "127.0.0.1:<port>"``."""
+    """A standalone ZooKeeper on 127.0.0.1 for tests, the demo and notebooks.
 
-    def __init__(self, port: int = 0, data_dir: str | None = None, startup_timeout_s: float = 30.0) -> None:
-        self.port = port or free_port()
-        self._own_dir = data_dir is None
-        self.dir = Path(data_dir or tempfile.mkdtemp(prefix="mw-zk-"))
-        self.startup_timeout_s = startup_timeout_s
-        self._proc: subprocess.Popen | None = None
-        self._log = None
+    ``port=0`` picks a free loopback port (fixed for the object's life, so :meth:`restart` comes
+    back on the same address). ``data_dir=None`` uses a temporary directory that :meth:`close`
+    removes; a given ``data_dir`` is kept. The config and the server log (:attr:`log_path`) live
+    in a temporary work directory.
+    """
 
+    def __init__(
+        self,
+        port: int = 0,
+        data_dir: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 30.0,
+        *,
+        heap: str = "256m",
+        tick_time_ms: int = 2000,
+        max_session_timeout_ms: int = 60000,
+    ) -> None:
+        if not 0 <= int(port) <= 65535:
+            raise ZooKeeperStartError(f"port {port} is not a TCP port (0 picks a free one)")
+        self._auto_port = int(port) == 0
+        self.port = int(port) or free_port()
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.heap = heap
+        self.tick_time_ms = int(tick_time_ms)
+        self.max_session_timeout_ms = int(max_session_timeout_ms)
+        self._rt = _Runtime()
+        self.work_dir = Path(tempfile.mkdtemp(prefix="mw-zk-"))
+        self._rt.owned_dirs.append(self.work_dir)
+        if data_dir is None:
+            self.data_dir = self.work_dir / "data"
+        else:
+            self.data_dir = Path(data_dir).resolve()
+        self._finalizer = weakref.finalize(self, _finalize, self._rt)
+        self._mu = threading.Lock()
+
+    # -- addresses and state -----------------------------------------------------------------
     @property
     def connect(self) -> str:
+        """The kazoo/ZooKeeper connect string, ``"127.0.0.1:<port>"``."""
         return f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        """The PID of the running server process, None when stopped."""
+        proc = self._rt.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
 
     @property
     def log_path(self) -> Path:
-        return self.dir / "zookeeper.log"
+        return self.work_dir / "zookeeper.log"
 
-    def _config(self) -> Path:
-        (self.dir / "data").mkdir(parents=True, exist_ok=True)
-        cfg = self.dir / "zoo.cfg"
-        cfg.write_text(
-            f"tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={self.dir / 'data'}\n"
-            f"clientPort={self.port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=200\n"
-            "minSessionTimeout=1000\nmaxSessionTimeout=60000\n4lw.commands.whitelist=*\n"
-            "admin.enableServer=false\n"
-        )
-        return cfg
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """The end of the server log, for error messages and failing tests."""
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no server log)"
 
-    def start(self) -> LocalZooKeeper:
-        if self._proc is not None and self._proc.poll() is None:
-            return self
-        java = shutil.which("java")
-        if java is None:
-            raise ZooKeeperStartError("java not found on PATH; install Java 17 to run a local ZooKeeper")
-        cmd = [java, "-Xmx256m", "-Dzookeeper.4lw.commands.whitelist=*", "-Dzookeeper.admin.enableServer=false",
-               "-cp", f"{pyspark_jars()}/*", "org.apache.zookeeper.server.ZooKeeperServerMain", str(self._config())]
-        self._log = open(self.log_path, "ab")
-        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
-            if _ruok(self.port):
-                log.info("ZooKeeper up at %s (pid %s)", self.connect, self._proc.pid)
+    def __repr__(self) -> str:
+        return f"LocalZooKeeper(connect={self.connect!r}, pid={self.pid}, data_dir={str(self.data_dir)!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> Self:
+        """Start the server and wait until it serves requests; a running server is left alone."""
+        with self._mu:
+            if not self._finalizer.alive:
+                raise ZooKeeperStartError(f"{self!r} was closed (its directories are gone); create a new one")
+            if self.running:
                 return self
-            time.sleep(0.1)
-        tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-        self.stop()
-        raise ZooKeeperStartError(f"ZooKeeper did not come up at {self.connect} within {self.startup_timeout_s}s:\n{tail}")
+            java, jars = find_java(), pyspark_jars()
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                if self._launch_and_wait(java, jars):
+                    log.info("ZooKeeper serving at %s (pid %s, data %s)", self.connect, self.pid, self.data_dir)
+                    return self
+                tail = self.log_tail()
+                _terminate(self._rt)
+                if self._auto_port and "Address already in use" in tail and attempt < PORT_ATTEMPTS:
+                    log.info("port %d was taken meanwhile; trying another", self.port)
+                    self.port = free_port()
+                    continue
+                raise ZooKeeperStartError(
+                    f"ZooKeeper did not come up at {self.connect} within {self.startup_timeout_s:.0f}s "
+                    f"(log: {self.log_path}); last lines of its log:\n{tail}"
+                )
+            raise AssertionError("unreachable")  # pragma: no cover
 
     def stop(self) -> None:
-        """Stop the server this object started (by its own process handle)."""
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait()
-            self._proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        """Stop the server this object started (its own process handle); idempotent.
 
-    def restart(self) -> None:
-        """Stop and start again on the same port and data directory (sessions may survive)."""
+        The data directory stays, so :meth:`start` brings back the same sessions and nodes.
+        """
+        with self._mu:
+            pid = self.pid
+            _terminate(self._rt)
+            if pid is not None:
+                log.info("ZooKeeper at %s (pid %s) stopped", self.connect, pid)
+
+    def restart(self) -> Self:
+        """Stop and start again on the same port and data directory (chaos tests)."""
         self.stop()
-        self.start()
+        return self.start()
 
     def close(self) -> None:
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        """Stop the server and remove the temporary directories this object created."""
+        self._finalizer()
 
-    def __enter__(self) -> LocalZooKeeper:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- internals ----------------------------------------------------------------------------
+    def _launch_and_wait(self, java: str, jars: Path) -> bool:
+        """Start the JVM and poll until it serves; False if it exited or timed out."""
+        cfg = self._write_config()
+        cmd = [
+            java,
+            f"-Xmx{self.heap}",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",  # C1 only: halves start-up on a busy machine; plenty for a test server
+            "-Dzookeeper.4lw.commands.whitelist=*",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dlog4j2.configurationFile={self._write_log_config()}",
+            "-cp",
+            f"{jars}{os.sep}*",
+            MAIN_CLASS,
+            str(cfg),
+        ]
+        self._rt.log_file = open(self.log_path, "ab")  # noqa: SIM115 - open while the server runs; closed by _terminate
+        self._rt.proc = subprocess.Popen(
+            cmd, stdout=self._rt.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._rt.proc.poll() is not None:
+                return False
+            if self._serves_our_data_dir():
+                return True
+            time.sleep(0.1)
+        return False
 
-def main(port: int = 2181) -> None:
-    with LocalZooKeeper(port=port) as zk:
-        print(f"ZooKeeper serving at {zk.connect} (pid {zk.pid}); Ctrl-C to stop", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    def _serves_our_data_dir(self) -> bool:
+        """True once *our* server answers: another server that grabbed the port has another dataDir."""
+        conf = four_letter_word(self.port, b"conf").decode(errors="replace")
+        return f"dataDir={self.data_dir}{os.sep}" in conf
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.work_dir / "zoo.cfg"
+        cfg.write_text(
+            ZOO_CFG.format(tick=self.tick_time_ms, data=self.data_dir, port=self.port,
+                           max_session=self.max_session_timeout_ms)
+        )
+        return cfg
+
+    def _write_log_config(self) -> Path:
+        """Log INFO to stdout (redirected to :attr:`log_path`); without it log4j2 prints only errors."""
+        path = self.work_dir / "log4j2.properties"
+        path.write_text(LOG4J2_PROPERTIES)
+        return path
 
 
-__all__ = ["LocalZooKeeper", "ZooKeeperStartError", "free_port", "pyspark_jars"]
+# -- command line: `multiwriter zookeeper --port N` ------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="multiwriter zookeeper", description="Run a local ZooKeeper in the foreground.")
+    p.add_argument("--port", type=int, default=2181, help="client port on 127.0.0.1 (0 picks a free one)")
+    p.add_argument("--data-dir", default=None, help="keep data here (default: a temporary directory)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, port: int | None = None) -> int:
+    """Serve until Ctrl-C (or SIGTERM); returns the exit code (1 if the server died by itself).
+
+    ``main(["--port", "2181"])`` for a command line; ``main(port=2181)`` from Python.
+    """
+    args = _parser().parse_args(list(argv) if argv is not None else [])
+    if port is not None:
+        args.port = port
+    in_main = threading.current_thread() is threading.main_thread()
+    # SIGTERM -> KeyboardInterrupt, so the JVM is stopped instead of orphaned.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
+    try:
+        with LocalZooKeeper(port=args.port, data_dir=args.data_dir) as zk:
+            print(f"ZooKeeper serving at {zk.connect} (pid {zk.pid}, log {zk.log_path}); Ctrl-C to stop", flush=True)
+            try:
+                while zk.running:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                print("stopping ZooKeeper", flush=True)
+                return 0
+            print(f"ZooKeeper exited on its own; last lines of its log:\n{zk.log_tail()}", file=sys.stderr, flush=True)
+            return 1
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["LocalZooKeeper", "ZooKeeperStartError", "find_java", "four_letter_word", "free_port", "main", "pyspark_jars"]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

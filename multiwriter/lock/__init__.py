@@ -1,7 +1,23 @@
-"""Table lock providers: ZooKeeper (across machines), a lock file (one machine), in-process."""
-from .base import HolderInfo, LockProvider, TableLock
+"""Table lock providers: ZooKeeper (across machines), a lock file (one machine), in-process (threads).
+
+Every provider hands out :class:`TableLock` objects with the same contract, including the commit
+fence :meth:`TableLock.check`.
+"""
+from __future__ import annotations
+
+from .base import HolderInfo, LockProvider, TableLock, validate_table_id, validate_writer_id
 from .filesystem import FileSystemLock
 from .in_process import InProcessLock
-from .zookeeper import ZooKeeperLock
+from .zookeeper import WriterRegistration, ZooKeeperLock
 
-__all__ = ["FileSystemLock", "HolderInfo", "InProcessLock", "LockProvider", "TableLock", "ZooKeeperLock"]
+__all__ = [
+    "FileSystemLock",
+    "HolderInfo",
+    "InProcessLock",
+    "LockProvider",
+    "TableLock",
+    "WriterRegistration",
+    "ZooKeeperLock",
+    "validate_table_id",
+    "validate_writer_id",
+]

@@ -1,52 +1,105 @@
-"""The lock interface: one small contract that every provider keeps."""
+"""The lock contract every provider keeps, and the holder record stored with a lock.
+
+A commit holds the table lock only around short critical sections (issue an instant time; check
+conflicts and complete the instant). :meth:`TableLock.check` is the commit *fence*: called right
+before the completed instant is written, it refuses to go on if the lock may have passed to
+someone else meanwhile (ZooKeeper session suspended or expired, lock file broken), which is the
+failure a plain "acquire, then write" protocol silently gets wrong.
+"""
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
+
     from ..storage import Storage
 
-TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+#: ids end up as ZooKeeper node names and file names: keep them boring
+TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
+WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 @dataclass(frozen=True)
 class HolderInfo:
-    """Who holds the lock; stored with the lock as JSON so an operator can see it."""
+    """Who holds (or asks for) a lock; stored with the lock as JSON so operators and the
+    timeout message of the next waiter can name it."""
 
     writer_id: str
     host: str
     pid: int
     instant: str | None = None
 
-    def to_dict(self) -> dict:
+    @classmethod
+    def current(cls, writer_id: str, instant: str | None = None) -> HolderInfo:
+        """This process as a holder."""
+        return cls(writer_id, socket.gethostname(), os.getpid(), instant)
+
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HolderInfo:
+        """Parse a stored holder; tolerant of extra keys (providers add their own)."""
+        return cls(str(d.get("writer_id", "?")), str(d.get("host", "?")), int(d.get("pid", -1)), d.get("instant"))
+
+    def describe(self) -> str:
+        """``writer 'w1' (pid 12 on host-a, instant 2024...)`` for messages."""
+        at = f", instant {self.instant}" if self.instant else ""
+        return f"writer {self.writer_id!r} (pid {self.pid} on {self.host}{at})"
+
+
+def describe_holder(raw: str | bytes | dict[str, Any] | None) -> str:
+    """Human-readable holder from whatever a lock stored; never raises (used in error paths)."""
+    if raw is None:
+        return "nobody (it was released meanwhile)"
+    try:
+        d = raw if isinstance(raw, dict) else json.loads(raw)
+        if not isinstance(d, dict) or "writer_id" not in d:
+            return f"an unknown holder ({d!r})"
+        return HolderInfo.from_dict(d).describe()
+    except (ValueError, TypeError):
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return f"an unknown holder ({text[:200]!r})"
 
 
 class TableLock(ABC):
-    """One lock on one table, as used by one writer."""
+    """One lock on one table, as used by one writer (not re-entrant; not shared between threads)."""
 
     @abstractmethod
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None: ...
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+        """Block until held. ``LockAcquireTimeout`` after ``timeout_s`` (None: the provider's
+        default); ``LockError`` if the backend cannot be reached or the lock is already held by
+        this object."""
 
     @abstractmethod
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Give the lock up; idempotent, and safe to call after the lock was lost."""
 
     @abstractmethod
-    def is_held(self) -> bool: ...
+    def is_held(self) -> bool:
+        """Whether we hold it as far as we know locally (no round trip)."""
 
     @abstractmethod
     def check(self) -> None:
-        """Raise LockLostError if we believed we held the lock but lost it."""
+        """The commit fence: raise ``LockLostError`` unless the lock is held and provably still ours."""
 
     def close(self) -> None:
+        """Release, and free what this table lock holds (not the provider's shared connection)."""
         self.release()
 
-    def __enter__(self) -> TableLock:
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
@@ -58,13 +111,42 @@ class LockProvider(ABC):
     """The user-facing lock configuration (``mw.ZooKeeperLock(...)`` and friends)."""
 
     @abstractmethod
-    def for_table(self, table_id: str, storage: Storage) -> TableLock: ...
+    def for_table(self, table_id: str, storage: Storage) -> TableLock:
+        """A lock on one table; ``storage`` is the table's storage (only file locks use it)."""
 
     def close(self) -> None:
         """Release connections this provider holds."""
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def validate_table_id(table_id: str) -> str:
-    if not isinstance(table_id, str) or not TABLE_ID_RE.match(table_id):
-        raise ConfigError(f"table id {table_id!r} must match {TABLE_ID_RE.pattern}")
+    """Table ids become ZooKeeper node names and lock keys: ``[A-Za-z0-9_.-]{1,255}``."""
+    if not isinstance(table_id, str) or not TABLE_ID_RE.match(table_id) or table_id in (".", ".."):
+        raise ConfigError(
+            f"table id {table_id!r} is not usable as a lock name: it must match {TABLE_ID_RE.pattern} "
+            "and not be '.' or '..'"
+        )
     return table_id
+
+
+def validate_writer_id(writer_id: str) -> str:
+    """Writer ids become ZooKeeper node names: ``[A-Za-z0-9_.-]{1,128}``."""
+    if not isinstance(writer_id, str) or not WRITER_ID_RE.match(writer_id) or writer_id in (".", ".."):
+        raise ConfigError(
+            f"writer id {writer_id!r} must match {WRITER_ID_RE.pattern} (and not be '.' or '..'); "
+            "pick a short name such as 'ingest' or 'backfill-2024'"
+        )
+    return writer_id
+
+
+def resolve_timeout(timeout_s: float | None, default_s: float) -> float:
+    """The timeout of one acquire: the call's, else the provider's; never negative."""
+    timeout = default_s if timeout_s is None else float(timeout_s)
+    if timeout < 0:
+        raise ConfigError(f"lock timeout must be >= 0 seconds, got {timeout}")
+    return timeout

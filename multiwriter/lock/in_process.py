@@ -1,60 +1,87 @@
-"""``InProcessLock``: threads of one process (tests, single-process pipelines)."""
+"""``InProcessLock``: the table lock for threads of one process (tests, single-process pipelines).
+
+Never use it when two processes write one table: each process has its own locks, so nothing
+would be excluded. Use :class:`~multiwriter.lock.FileSystemLock` (one machine) or
+:class:`~multiwriter.lock.ZooKeeperLock` (any number of machines) there.
+"""
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
-from ..errors import LockAcquireTimeout, LockLostError
-from .base import HolderInfo, LockProvider, TableLock, validate_table_id
+from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
+from .base import HolderInfo, LockProvider, TableLock, resolve_timeout, validate_table_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
 
-_locks: dict[str, threading.Lock] = {}
-_holders: dict[str, HolderInfo | None] = {}
-_registry_mu = threading.Lock()
+log = logging.getLogger(__name__)
 
 
-def _lock_for(table_id: str) -> threading.Lock:
-    with _registry_mu:
-        return _locks.setdefault(table_id, threading.Lock())
+class _Slot:
+    """The process-wide lock of one table id and who holds it (for timeout messages)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holder: HolderInfo | None = None
+
+
+_slots: dict[str, _Slot] = {}
+_slots_mu = threading.Lock()
+
+
+def _slot(table_id: str) -> _Slot:
+    with _slots_mu:
+        return _slots.setdefault(table_id, _Slot())
+
+
+class InProcessLock(LockProvider):
+    """A lock shared by the threads of this process, one per table id."""
+
+    def __init__(self, acquire_timeout_s: float = 30.0) -> None:
+        if acquire_timeout_s < 0:
+            raise ConfigError(f"acquire_timeout_s must be >= 0, got {acquire_timeout_s}")
+        self.acquire_timeout_s = float(acquire_timeout_s)
+
+    def for_table(self, table_id: str, storage: Storage | None = None) -> TableLock:
+        return _InProcessTableLock(validate_table_id(table_id), self.acquire_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"InProcessLock(acquire_timeout_s={self.acquire_timeout_s})"
 
 
 class _InProcessTableLock(TableLock):
     def __init__(self, table_id: str, default_timeout_s: float) -> None:
         self.table_id = table_id
-        self._lock = _lock_for(table_id)
+        self._slot = _slot(table_id)
         self._default_timeout_s = default_timeout_s
         self._held = False
 
     def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
-        timeout = self._default_timeout_s if timeout_s is None else timeout_s
-        if not self._lock.acquire(timeout=timeout):
+        if self._held:
+            raise LockError(f"the in-process lock of table {self.table_id} is already held by this writer")
+        timeout = resolve_timeout(timeout_s, self._default_timeout_s)
+        if not self._slot.lock.acquire(timeout=timeout):
+            current = self._slot.holder
             raise LockAcquireTimeout(
-                f"table lock {self.table_id} not acquired within {timeout:.1f}s; held by {_holders.get(self.table_id)}"
+                f"in-process lock of table {self.table_id} not acquired within {timeout:.1f}s; held by "
+                f"{current.describe() if current else 'an unnamed holder'}; another thread is committing or hangs"
             )
         self._held = True
-        _holders[self.table_id] = holder
+        self._slot.holder = holder
 
     def release(self) -> None:
-        if self._held:
-            self._held = False
-            _holders[self.table_id] = None
-            self._lock.release()
+        if not self._held:
+            return
+        self._held = False
+        self._slot.holder = None
+        self._slot.lock.release()
 
     def is_held(self) -> bool:
         return self._held
 
     def check(self) -> None:
+        # Nothing can take a threading.Lock away from its holder: only "not held" is possible.
         if not self._held:
-            raise LockLostError(f"table lock {self.table_id} is not held")
-
-
-class InProcessLock(LockProvider):
-    """A lock shared by the threads of one process; never use it across processes."""
-
-    def __init__(self, acquire_timeout_s: float = 30.0) -> None:
-        self.acquire_timeout_s = acquire_timeout_s
-
-    def for_table(self, table_id: str, storage: Storage) -> TableLock:
-        return _InProcessTableLock(validate_table_id(table_id), self.acquire_timeout_s)
+            raise LockLostError(f"the in-process lock of table {self.table_id} is not held; not committing")

@@ -1,62 +1,188 @@
-"""``ZooKeeperLock``: kazoo's Lock recipe at ``<base_path>/<table id>/lock``.
+"""``ZooKeeperLock``: kazoo's Lock recipe at ``<base_path>/<table id>/lock``, safe across machines.
 
-One ZooKeeper connection per process (per connect string and credentials), reused across
-tables and commits. A connection-state listener marks every held lock lost on SUSPENDED or
-LOST, so the commit fence (:meth:`check`) refuses to commit after a session hiccup: Hudi's
-ZooKeeper lock misses exactly that. Optional digest auth puts an ACL on our nodes so other
-clients cannot delete them.
+Design points, each fixing a way a ZooKeeper lock commonly goes wrong:
+
+* One ``KazooClient`` per process and (connect string, credentials, session timeout), shared by
+  every table and commit: a session per commit would make every commit pay a connection setup
+  and would flood the ensemble with sessions.
+* A lock is only as good as the session that owns its ephemeral node. A connection-state
+  listener marks every held lock lost on SUSPENDED or LOST, and :meth:`check` (the commit fence)
+  also confirms the session id and the node before every commit. A lock that was suspended stays
+  lost even if the session survives: we cannot prove nobody else held it meanwhile. (Hudi's own
+  ZooKeeper lock provider does not fence like this.)
+* Bounded waits: an unreachable ensemble is a ``LockError`` within ``connection_timeout_s``; the
+  acquire timeout bounds the whole acquire, not each wait inside kazoo's recipe.
+* Releases never leave a node behind while our session lives: a release that cannot reach the
+  server is retried by a background thread when the connection comes back.
+* Optional digest auth: our nodes get an ACL so other clients cannot delete them.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
+import re
 import threading
+import time
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, LockTimeout, NodeExistsError, NoNodeError
+from kazoo.exceptions import CancelledError, KazooException, LockTimeout, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
-from .base import HolderInfo, LockProvider, TableLock, validate_table_id
+from .base import (
+    HolderInfo,
+    LockProvider,
+    TableLock,
+    describe_holder,
+    resolve_timeout,
+    validate_table_id,
+    validate_writer_id,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
 
 log = logging.getLogger(__name__)
-WRITER_ID_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+BASE_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+#: kazoo's own wait can overrun the timeout (it restarts on every predecessor change); a timer
+#: cancels the recipe at the deadline, but never sooner than this, so tiny timeouts still try once.
+MIN_CANCEL_S = 0.25
 
 
+def retry_policy(max_tries: int, *, deadline: float | None = None) -> KazooRetry:
+    """Bounded retries with exponential backoff and jitter for one ZooKeeper command.
+
+    A session expiry is not retried: the ephemeral nodes it owned are gone, so the caller must
+    learn about it.
+    """
+    return KazooRetry(max_tries=max_tries, delay=0.1, backoff=2, max_jitter=0.4, max_delay=5.0,
+                      ignore_expire=False, deadline=deadline)
+
+
+# -- one shared client per process ----------------------------------------------------------------
 class _SharedClient:
-    """A started KazooClient shared by every ZooKeeperLock of this process with the same key."""
+    """A started KazooClient and everything that must hear about its session."""
 
-    def __init__(self, client: KazooClient) -> None:
+    def __init__(self, client: KazooClient, connect: str, call_timeout_s: float) -> None:
         self.client = client
+        self.connect = connect
+        self.call_timeout_s = call_timeout_s  # bound for background calls (kazoo queues them while disconnected)
+        self.pid = os.getpid()
         self.refs = 0
-        self.locks: weakref.WeakSet[_ZkTableLock] = weakref.WeakSet()
+        self._watchers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._orphans: set[str] = set()
+        self._mu = threading.Lock()
+        self._reconnect_mu = threading.Lock()
         client.add_listener(self._on_state)
 
+    def usable(self) -> bool:
+        """False once stopped for good, or in a forked child (kazoo's threads do not survive fork)."""
+        stopped = getattr(self.client, "_stopped", None)
+        return self.pid == os.getpid() and not (stopped is not None and stopped.is_set())
+
+    def watch(self, obj: Any) -> None:
+        with self._mu:
+            self._watchers.add(obj)
+
+    def unwatch(self, obj: Any) -> None:
+        with self._mu:
+            self._watchers.discard(obj)
+
+    def add_orphan(self, node: str) -> None:
+        """A lock node we released but could not delete; deleted once the server answers again."""
+        with self._mu:
+            self._orphans.add(node)
+        if self.client.connected:
+            self._spawn_followup()
+
+    def flush_orphans(self) -> None:
+        """Delete orphaned lock nodes now, if there are any (no round trip otherwise)."""
+        if self._orphans:
+            self.after_reconnect()
+
     def _on_state(self, state: str) -> None:
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            for lk in list(self.locks):
-                lk._mark_lost(state)
+        # Runs on kazoo's connection thread: only set flags and start threads here.
+        with self._mu:
+            watchers = list(self._watchers)
+        for w in watchers:
+            w._on_session_event(state)
+        if state == KazooState.CONNECTED:
+            self._spawn_followup()
+
+    def _spawn_followup(self) -> None:
+        threading.Thread(target=self.after_reconnect, daemon=True, name="mw-zk-reconnect").start()
+
+    def after_reconnect(self) -> None:
+        """Delete orphaned lock nodes and restore writer registrations (serialised; idempotent)."""
+        with self._reconnect_mu:
+            with self._mu:
+                orphans, watchers = list(self._orphans), list(self._watchers)
+            for node in orphans:
+                try:
+                    self.client.delete_async(node).get(timeout=self.call_timeout_s)
+                except NoNodeError:
+                    pass
+                except (KazooTimeoutError, KazooException) as e:
+                    log.info("lock node %s not deleted yet (%s); will retry on the next reconnect", node, e)
+                    continue
+                with self._mu:
+                    self._orphans.discard(node)
+                log.info("deleted lock node %s left by a release that could not reach ZooKeeper", node)
+            for w in watchers:
+                hook = getattr(w, "_after_reconnect", None)
+                if hook is not None:
+                    hook()
+
+    def stop(self) -> None:
+        try:
+            self.client.stop()
+            self.client.close()
+        except (KazooException, OSError) as e:  # shutting down: nothing left to protect
+            log.debug("stopping the ZooKeeper client of %s: %s", self.connect, e)
 
 
-def _closed(client: KazooClient) -> bool:
-    """True for a client that was stopped for good (it will never reconnect)."""
-    stopped = getattr(client, "_stopped", None)
-    return bool(stopped is not None and stopped.is_set())
-
-
-_clients: dict[tuple, _SharedClient] = {}
+_clients: dict[tuple[Any, ...], _SharedClient] = {}
 _clients_mu = threading.Lock()
+_start_mus: dict[tuple[Any, ...], threading.Lock] = {}
 
 
+def _start_lock(key: tuple[Any, ...]) -> threading.Lock:
+    """One lock per key, so a slow connect to one ensemble does not block the others."""
+    with _clients_mu:
+        return _start_mus.setdefault(key, threading.Lock())
+
+
+def _stop_all_at_exit() -> None:
+    """Close our sessions on a clean exit, so our ephemeral nodes vanish now rather than after
+    the session timeout (a crashed process still blocks others for up to one session timeout)."""
+    with _clients_mu:
+        shared = list(_clients.values())
+        _clients.clear()
+    for s in shared:
+        if s.pid == os.getpid():
+            s.stop()
+
+
+atexit.register(_stop_all_at_exit)
+
+
+# -- the provider ------------------------------------------------------------------------------------
 class ZooKeeperLock(LockProvider):
-    """Table locks in ZooKeeper; safe across processes and machines."""
+    """Table locks in ZooKeeper; safe across processes and machines.
+
+    >>> lock = ZooKeeperLock(connect="127.0.0.1:2181", base_path="/multiwriter")  # doctest: +SKIP
+    >>> with lock.for_table("trips-1a2b", storage) as held:                       # doctest: +SKIP
+    ...     held.check()
+    """
 
     def __init__(
         self,
@@ -69,190 +195,439 @@ class ZooKeeperLock(LockProvider):
         auth: tuple[str, str] | None = None,
         max_retries: int = 5,
     ) -> None:
-        if not connect or not isinstance(connect, str):
-            raise ConfigError("ZooKeeperLock needs connect='host:port[,host:port]'")
-        if not base_path.startswith("/") or base_path.endswith("/") and base_path != "/":
-            raise ConfigError(f"base_path {base_path!r} must be absolute and not end with '/'")
-        self.connect = connect
-        self.base_path = base_path.rstrip("/")
-        self.session_timeout_s = session_timeout_s
-        self.acquire_timeout_s = acquire_timeout_s
-        self.connection_timeout_s = connection_timeout_s
+        if not isinstance(connect, str) or not connect.strip():
+            raise ConfigError("ZooKeeperLock needs connect='host:port[,host:port...]', e.g. '127.0.0.1:2181'")
+        if not isinstance(base_path, str) or not BASE_PATH_RE.match(base_path) or _has_dot_part(base_path):
+            raise ConfigError(
+                f"base_path {base_path!r} must be an absolute ZooKeeper path such as '/multiwriter' "
+                "(parts of [A-Za-z0-9_.-], no trailing '/', no '.' or '..')"
+            )
+        if base_path.split("/")[1] == "zookeeper":
+            raise ConfigError(f"base_path {base_path!r} is inside /zookeeper, which ZooKeeper reserves")
+        if session_timeout_s <= 0 or connection_timeout_s <= 0 or acquire_timeout_s < 0 or max_retries < 1:
+            raise ConfigError(
+                "ZooKeeperLock needs session_timeout_s > 0, connection_timeout_s > 0, acquire_timeout_s >= 0 "
+                f"and max_retries >= 1; got {session_timeout_s}, {connection_timeout_s}, {acquire_timeout_s}, "
+                f"{max_retries}"
+            )
+        if auth is not None and not (
+            isinstance(auth, tuple) and len(auth) == 2 and all(isinstance(a, str) and a for a in auth)
+            and ":" not in auth[0]
+        ):
+            raise ConfigError("auth must be (user, password): two non-empty strings, the user without ':'")
+        self.connect = connect.strip()
+        self.base_path = base_path
+        self.session_timeout_s = float(session_timeout_s)
+        self.acquire_timeout_s = float(acquire_timeout_s)
+        self.connection_timeout_s = float(connection_timeout_s)
         self.auth = auth
-        self.max_retries = max_retries
+        self.max_retries = int(max_retries)
         self._shared: _SharedClient | None = None
         self._mu = threading.Lock()
 
-    # -- connection --------------------------------------------------------------------------
-    def _key(self) -> tuple:
+    def __repr__(self) -> str:
+        auth = f"({self.auth[0]!r}, '***')" if self.auth else "None"
+        return (f"ZooKeeperLock(connect={self.connect!r}, base_path={self.base_path!r}, "
+                f"session_timeout_s={self.session_timeout_s}, auth={auth})")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable as configuration; the connection is per process and reopened lazily."""
+        state = dict(self.__dict__)
+        state["_shared"], state["_mu"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._mu = threading.Lock()
+
+    # -- paths --------------------------------------------------------------------------------
+    def lock_path(self, table_id: str) -> str:
+        """The lock recipe's directory of one table; contenders are its children."""
+        return f"{self.base_path}/{validate_table_id(table_id)}/lock"
+
+    def writers_path(self, table_id: str) -> str:
+        return f"{self.base_path}/{validate_table_id(table_id)}/writers"
+
+    # -- connection ----------------------------------------------------------------------------
+    def _key(self) -> tuple[Any, ...]:
         return (self.connect, self.auth, self.session_timeout_s)
 
-    def _share(self) -> _SharedClient:
+    def _shared_client(self) -> _SharedClient:
+        """This provider's share of the process-wide client; started on first use."""
         with self._mu:
-            if self._shared is not None and not _closed(self._shared.client):
+            if self._shared is not None and self._shared.usable():
                 return self._shared
-            with _clients_mu:
-                shared = _clients.get(self._key())
-                if shared is None or _closed(shared.client):
-                    shared = _SharedClient(self._start_client())
-                    _clients[self._key()] = shared
-                shared.refs += 1
+            key = self._key()
+            with _start_lock(key):
+                with _clients_mu:
+                    shared = _clients.get(key)
+                if shared is None or not shared.usable():
+                    shared = _SharedClient(self._start_client(), self.connect, self.connection_timeout_s)
+                with _clients_mu:
+                    _clients[key] = shared
+                    shared.refs += 1
             self._shared = shared
             return shared
 
+    def client(self) -> KazooClient:
+        """The shared, started KazooClient of this process (one per connect string and credentials)."""
+        return self._shared_client().client
+
+    def retry(self, deadline: float | None = None) -> KazooRetry:
+        """A fresh copy of the command retry policy (bounded tries, backoff, jitter)."""
+        return retry_policy(self.max_retries, deadline=deadline)
+
     def _start_client(self) -> KazooClient:
         kw: dict[str, Any] = {}
-        if self.auth:
-            user, pw = self.auth
-            kw["auth_data"] = [("digest", f"{user}:{pw}")]
-            kw["default_acl"] = [make_digest_acl(user, pw, all=True)]
-        # Reconnect forever (a long GC pause or a server restart must not kill the client for
-        # good); individual commands retry a bounded number of times.
-        reconnect = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 2}
-        command = {"max_tries": self.max_retries, "delay": 0.1, "backoff": 2, "max_jitter": 0.4, "max_delay": 5}
-        client = KazooClient(hosts=self.connect, timeout=self.session_timeout_s, connection_retry=reconnect,
-                             command_retry=command, **kw)
+        if self.auth is not None:
+            user, password = self.auth
+            kw["auth_data"] = [("digest", f"{user}:{password}")]
+            kw["default_acl"] = [make_digest_acl(user, password, all=True)]
+        # Reconnect forever: a GC pause or a server restart must not kill a long-running
+        # writer's client for good. Commands retry a bounded number of times.
+        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=2.0)
+        try:
+            client = KazooClient(hosts=self.connect, timeout=self.session_timeout_s, connection_retry=reconnect,
+                                 command_retry=self.retry(), **kw)
+        except (ValueError, KazooException) as e:
+            raise ConfigError(f"ZooKeeper connect string {self.connect!r} is not usable: {e}") from e
         try:
             client.start(timeout=self.connection_timeout_s)
-        except (KazooTimeoutError, KazooException) as e:
+        except (KazooTimeoutError, KazooException, OSError) as e:
             client.stop()
             client.close()
             raise LockError(
-                f"ZooKeeper at {self.connect} is unreachable ({type(e).__name__}: {e}); "
-                "check the connect string and that the ensemble is up"
+                f"ZooKeeper at {self.connect} is unreachable: no session within {self.connection_timeout_s:.1f}s "
+                f"({type(e).__name__}: {e}); check the connect string and that the ensemble is up "
+                "(`multiwriter zookeeper --port N` runs a local one)"
             ) from e
+        log.info("connected to ZooKeeper at %s (session 0x%x)", self.connect, client.client_id[0])
         return client
 
-    def client(self) -> KazooClient:
-        """The shared, started KazooClient of this process."""
-        return self._share().client
+    def await_connection(self, client: KazooClient) -> None:
+        """Wait up to ``connection_timeout_s`` for a (re)connected client, else ``LockError``."""
+        deadline = time.monotonic() + self.connection_timeout_s
+        while not client.connected:
+            if time.monotonic() >= deadline:
+                raise LockError(
+                    f"not connected to ZooKeeper at {self.connect} for {self.connection_timeout_s:.1f}s (the ensemble "
+                    "is down or unreachable; the client keeps reconnecting): retry later"
+                )
+            time.sleep(0.05)
 
-    def retry(self) -> KazooRetry:
-        return KazooRetry(max_tries=self.max_retries, delay=0.1, backoff=2, max_jitter=0.4, max_delay=5,
-                          ignore_expire=False)
-
-    # -- locks -------------------------------------------------------------------------------
+    # -- locks ---------------------------------------------------------------------------------
     def for_table(self, table_id: str, storage: Storage | None = None) -> TableLock:
+        return ZooKeeperTableLock(self, validate_table_id(table_id))
+
+    # -- writer registration ------------------------------------------------------------------------
+    def register_writer(self, table_id: str, writer_id: str) -> WriterRegistration:
+        """Claim ``writer_id`` on the table with an ephemeral node, so that a second live query
+        with the same writer id fails fast (``ConfigError``) instead of corrupting the other's
+        exactly-once checkpoint. ``handle.close()`` gives it up; a crash gives it up after the
+        session timeout."""
         validate_table_id(table_id)
-        return _ZkTableLock(self, table_id)
-
-    def lock_path(self, table_id: str) -> str:
-        return f"{self.base_path}/{table_id}/lock"
-
-    # -- writer registration ---------------------------------------------------------------------
-    def register_writer(self, table_id: str, writer_id: str) -> _Registration:
-        validate_table_id(table_id)
-        if not writer_id or not set(writer_id) <= WRITER_ID_CHARS or len(writer_id) > 128:
-            raise ConfigError(f"writer id {writer_id!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        import os
-        import socket
-
-        client = self.client()
-        path = f"{self.base_path}/{table_id}/writers/{writer_id}"
-        data = json.dumps({"writer_id": writer_id, "host": socket.gethostname(), "pid": os.getpid()}).encode()
-        try:
-            self.retry()(client.create, path, data, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            try:
-                holder = client.get(path)[0].decode()
-            except NoNodeError:
-                holder = "(just released: retry)"
-            raise ConfigError(
-                f"writer id {writer_id!r} is already in use on table {table_id} by {holder}; "
-                "two queries must not share a writer id: give each query its own"
-            ) from None
-        except KazooException as e:
-            raise LockError(f"could not register writer {writer_id!r} in ZooKeeper at {self.connect}: {e}") from e
-        return _Registration(client, path)
+        validate_writer_id(writer_id)
+        shared = self._shared_client()
+        self.await_connection(shared.client)
+        reg = WriterRegistration(self, shared, table_id, writer_id)
+        reg.create()
+        shared.watch(reg)
+        return reg
 
     def close(self) -> None:
+        """Give up this provider's share of the client; the last share closes the session."""
         with self._mu:
             shared, self._shared = self._shared, None
         if shared is None:
             return
         with _clients_mu:
             shared.refs -= 1
-            if shared.refs <= 0 and _clients.get(self._key()) is shared:
+            last = shared.refs <= 0
+            if last and _clients.get(self._key()) is shared:
                 del _clients[self._key()]
-                shared.client.stop()
-                shared.client.close()
+        if last:
+            shared.stop()
 
 
-class _Registration:
-    def __init__(self, client: KazooClient, path: str) -> None:
-        self.client, self.path = client, path
-
-    def close(self) -> None:
-        try:
-            self.client.delete(self.path)
-        except (NoNodeError, KazooException):
-            pass  # gone with the session, or already released
+def _has_dot_part(path: str) -> bool:
+    return any(part in (".", "..") for part in path.split("/"))
 
 
-class _ZkTableLock(TableLock):
+# -- one table's lock ----------------------------------------------------------------------------
+class ZooKeeperTableLock(TableLock):
+    """kazoo's Lock recipe on one table, fenced by the session it was acquired in."""
+
     def __init__(self, provider: ZooKeeperLock, table_id: str) -> None:
         self.provider = provider
         self.table_id = table_id
-        self._lock: Any = None
-        self._held = False
+        self.path = provider.lock_path(table_id)
+        self._shared: _SharedClient | None = None
+        self._node: str | None = None  # full path of our lock node while held
+        self._session: int | None = None
         self._lost: str | None = None
+        self._acl_checked = False
 
-    def _mark_lost(self, state: str) -> None:
-        if self._held:
-            self._lost = state
-            log.warning("ZooKeeper session %s while holding the lock of %s", state, self.table_id)
+    @property
+    def node_path(self) -> str | None:
+        """Our lock node while we hold the lock (for operators and tests)."""
+        return self._node
 
+    # -- acquire -----------------------------------------------------------------------------
     def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
-        shared = self.provider._share()
-        timeout = self.provider.acquire_timeout_s if timeout_s is None else timeout_s
-        ident = json.dumps(holder.to_dict() if holder else {})
-        self._lock = shared.client.Lock(self.provider.lock_path(self.table_id), identifier=ident)
-        try:
-            got = self._lock.acquire(blocking=True, timeout=timeout)
-        except LockTimeout:
-            got = False
-        except KazooException as e:
-            raise LockError(f"ZooKeeper error while acquiring the lock of {self.table_id}: {e}") from e
-        if not got:
+        if self._node is not None:
+            raise LockError(f"the ZooKeeper lock of table {self.table_id} is already held by this writer; release it first")
+        timeout = resolve_timeout(timeout_s, self.provider.acquire_timeout_s)
+        shared = self.provider._shared_client()
+        client = shared.client
+        self.provider.await_connection(client)
+        shared.flush_orphans()  # our own stale nodes must not block us
+        self._warn_if_unprotected(client)
+        data = {**(holder.to_dict() if holder else {}), "table_id": self.table_id, "acquired_at": time.time()}
+        recipe = Lock(client, self.path, identifier=json.dumps(data, sort_keys=True))
+        started = time.monotonic()
+        if not self._run_recipe(recipe, timeout):
+            if not client.connected:
+                raise LockError(
+                    f"lost the connection to ZooKeeper at {self.provider.connect} while waiting for the lock of "
+                    f"table {self.table_id}; retry when the ensemble is reachable"
+                )
             raise LockAcquireTimeout(
-                f"table lock {self.table_id} not acquired within {timeout:.1f}s; held by {self._holder()}; "
-                "another writer is committing or a holder hangs: retry, or raise lock_timeout_s"
+                f"ZooKeeper lock of table {self.table_id} ({self.path} at {self.provider.connect}) not acquired "
+                f"within {timeout:.1f}s; held by {self._current_holder(recipe)}; another writer is committing, or "
+                "its process hangs while holding the lock (it is released when its session expires): retry, or "
+                "raise the lock timeout"
             )
-        self._held, self._lost = True, None
-        shared.locks.add(self)
+        self._take(shared, f"{self.path}/{recipe.node}")
+        log.debug("lock of %s acquired after %.3fs (%s)", self.table_id, time.monotonic() - started, self._node)
 
-    def _holder(self) -> str:
+    def _run_recipe(self, recipe: Lock, timeout: float) -> bool:
+        """kazoo's acquire, bounded by ``timeout`` overall; False on timeout."""
+        timer = threading.Timer(max(timeout, MIN_CANCEL_S), recipe.cancel)
+        timer.daemon = True
+        timer.start()
         try:
-            contenders = self._lock.contenders()
-            return contenders[0] if contenders else "nobody (released meanwhile)"
-        except KazooException:
-            return "unknown"
+            return bool(recipe.acquire(blocking=True, timeout=timeout))
+        except (LockTimeout, CancelledError):
+            return False
+        except KazooException as e:
+            raise LockError(
+                f"ZooKeeper error while acquiring the lock of table {self.table_id} at {self.provider.connect}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        finally:
+            timer.cancel()
 
-    def release(self) -> None:
-        if self._lock is None:
+    def _take(self, shared: _SharedClient, node: str) -> None:
+        """Become the holder, then confirm: a session event between kazoo's last look and our
+        listener registration would otherwise go unnoticed."""
+        client_id = shared.client.client_id
+        self._shared, self._node, self._lost = shared, node, None
+        self._session = client_id[0] if client_id else None
+        shared.watch(self)
+        why = self._probe()
+        if why is not None:
+            self.release()
+            raise LockError(f"the lock of table {self.table_id} was lost right after it was acquired ({why}); retry")
+
+    def _current_holder(self, recipe: Lock) -> str:
+        """The holder named in the lowest contender node (best effort: only for messages)."""
+        try:
+            contenders = recipe.contenders()
+        except KazooException as e:
+            return f"an unknown holder (could not read it: {e})"
+        return describe_holder(contenders[0] if contenders else None)
+
+    def _warn_if_unprotected(self, client: KazooClient) -> None:
+        """With auth, our ACL only protects nodes we create: warn if the lock directory was created
+        earlier by someone else with an ACL that lets others delete our lock nodes."""
+        if self.provider.auth is None or self._acl_checked:
             return
-        was = self._held
-        self._held = False
-        if was:
-            try:
-                self.provider.retry()(self._lock.release)
-            except KazooException as e:  # the node dies with the session anyway
-                log.warning("releasing the lock of %s failed: %s", self.table_id, e)
-        self._lock = None
+        self._acl_checked = True
+        user, password = self.provider.auth
+        ours = make_digest_acl_credential(user, password)
+        try:
+            client.ensure_path(self.path)
+            acls: list[ACL] = client.get_acls(self.path)[0]
+        except KazooException as e:
+            log.warning("could not read the ACL of %s: %s", self.path, e)
+            return
+        others = [a for a in acls if a.perms & Permissions.DELETE and not (a.id.scheme == "digest" and a.id.id == ours)]
+        if others:
+            log.warning(
+                "%s was created without our ACL; %s may delete lock nodes there. Recreate it with auth, "
+                "or restrict it (zkCli setAcl)", self.path, [f"{a.id.scheme}:{a.id.id}" for a in others],
+            )
+
+    # -- fence -----------------------------------------------------------------------------------
+    def _on_session_event(self, state: str) -> None:
+        if self._node is None:
+            return
+        if state == KazooState.SUSPENDED:
+            self._mark_lost("the connection to ZooKeeper was suspended; the session may have expired meanwhile")
+        elif state == KazooState.LOST:
+            self._mark_lost("the ZooKeeper session expired or was closed, and its lock node with it")
+
+    def _mark_lost(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = why
+            log.warning("ZooKeeper lock of table %s lost: %s", self.table_id, why)
+
+    def _probe_timeout(self) -> float:
+        return min(self.provider.connection_timeout_s, self.provider.session_timeout_s)
+
+    def _probe(self) -> str | None:
+        """Why the lock is no longer ours, or None. One round trip (sync + exists, pipelined)."""
+        assert self._shared is not None and self._node is not None
+        client = self._shared.client
+        client_id = client.client_id
+        if client_id is None:
+            return "not connected to ZooKeeper"
+        if client_id[0] != self._session:
+            return "the ZooKeeper session changed (the one holding the lock expired)"
+        try:
+            client.sync_async(self._node)
+            stat = client.exists_async(self._node).get(timeout=self._probe_timeout())
+        except KazooTimeoutError:
+            return f"ZooKeeper did not answer within {self._probe_timeout():.1f}s"
+        except KazooException as e:
+            return f"ZooKeeper error ({type(e).__name__}: {e})"
+        if stat is None:
+            return f"our lock node {self._node} is gone (deleted, or expired with the session)"
+        if stat.ephemeralOwner != self._session:
+            return f"our lock node {self._node} belongs to another session"
+        return None
 
     def is_held(self) -> bool:
-        return self._held and self._lost is None and self.provider.client().connected
+        if self._node is None or self._lost is not None or self._shared is None:
+            return False
+        client_id = self._shared.client.client_id
+        return client_id is not None and client_id[0] == self._session
 
     def check(self) -> None:
-        if not self._held:
-            raise LockLostError(f"the lock of {self.table_id} is not held")
+        if self._node is None:
+            raise LockLostError(f"the ZooKeeper lock of table {self.table_id} is not held; not committing")
+        if self._lost is None:
+            why = self._probe()
+            if why is not None:
+                self._mark_lost(why)
         if self._lost is not None:
             raise LockLostError(
-                f"the ZooKeeper session was {self._lost} while holding the lock of {self.table_id}; "
-                "another writer may have taken it, so this commit is refused"
+                f"the ZooKeeper lock of table {self.table_id} may have passed to another writer ({self._lost}); "
+                "this commit is refused and will be retried"
             )
-        if not self.provider.client().connected:
-            raise LockLostError(f"not connected to ZooKeeper while holding the lock of {self.table_id}")
+
+    # -- release ---------------------------------------------------------------------------------
+    def release(self) -> None:
+        node, shared = self._node, self._shared
+        self._node = None
+        if node is None or shared is None:
+            return
+        shared.unwatch(self)
+        client = shared.client
+        if not client.connected:
+            log.warning("releasing the lock of %s while disconnected; %s is deleted on reconnect", self.table_id, node)
+            shared.add_orphan(node)
+            return
+        try:
+            client.delete_async(node).get(timeout=self._probe_timeout())
+        except NoNodeError:
+            pass  # expired with an old session
+        except (KazooTimeoutError, KazooException) as e:
+            log.warning("releasing the lock of %s failed (%s); %s is deleted on reconnect", self.table_id, e, node)
+            shared.add_orphan(node)
+
+
+# -- writer registration -----------------------------------------------------------------------------
+class WriterRegistration:
+    """The ephemeral node ``<base>/<table>/writers/<writer id>`` of one live writer.
+
+    Restored after a session expiry (when the id is still free), so a writer that survived a
+    long pause keeps its claim.
+    """
+
+    def __init__(self, provider: ZooKeeperLock, shared: _SharedClient, table_id: str, writer_id: str) -> None:
+        self.provider, self._shared = provider, shared
+        self.table_id, self.writer_id = table_id, writer_id
+        self.path = f"{provider.writers_path(table_id)}/{writer_id}"
+        self.token = uuid.uuid4().hex
+        self._data = json.dumps({**HolderInfo.current(writer_id).to_dict(), "token": self.token,
+                                 "registered_at": time.time()}, sort_keys=True).encode()
+        self._closed = False
+
+    def create(self) -> None:
+        """Create our node; ``ConfigError`` naming the holder if another writer has the id."""
+        client = self._shared.client
+        for _ in range(3):  # the other holder may vanish between our create and our read
+            try:
+                self.provider.retry()(client.create, self.path, self._data, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            except KazooException as e:
+                raise LockError(
+                    f"could not register writer {self.writer_id!r} in ZooKeeper at {self.provider.connect}: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+            try:
+                got = self._get()
+            except (KazooTimeoutError, KazooException) as e:
+                raise LockError(f"could not read the registration {self.path}: {e}") from e
+            if got is None:
+                continue
+            if self.token.encode() in got[0]:
+                return  # our own create, retried after a lost reply
+            raise ConfigError(
+                f"writer id {self.writer_id!r} is already in use on table {self.table_id} by "
+                f"{describe_holder(got[0])}; two queries must not share a writer id: stop the other query or give "
+                "this one its own writer_id"
+            )
+        raise LockError(f"could not register writer {self.writer_id!r}: {self.path} kept appearing and vanishing")
+
+    def _get(self) -> tuple[bytes, Any] | None:
+        """Our node's data and stat, None if absent; bounded wait (kazoo queues calls while
+        disconnected, and a plain ``get`` would then block until the server is back)."""
+        try:
+            raw, stat = self._shared.client.get_async(self.path).get(timeout=self.provider.connection_timeout_s)
+        except NoNodeError:
+            return None
+        return raw, stat
+
+    def is_registered(self) -> bool:
+        """Whether our node is there now (one round trip)."""
+        try:
+            got = self._get()
+        except (KazooTimeoutError, KazooException):
+            return False
+        return got is not None and self.token.encode() in got[0]
+
+    def _on_session_event(self, state: str) -> None:
+        if state == KazooState.LOST and not self._closed:
+            log.warning("the ZooKeeper session of writer %r expired; re-registering on reconnect", self.writer_id)
+
+    def _after_reconnect(self) -> None:
+        if self._closed or self.is_registered():
+            return
+        try:
+            self.create()
+            log.info("writer %r re-registered on table %s", self.writer_id, self.table_id)
+        except ConfigError as e:
+            log.error("writer %r could not re-register after its session expired: %s", self.writer_id, e)
+        except LockError as e:
+            log.warning("re-registering writer %r failed (%s); retrying on the next reconnect", self.writer_id, e)
 
     def close(self) -> None:
-        self.release()
+        """Delete our node (only if it is still ours); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shared.unwatch(self)
+        try:
+            got = self._get()
+            if got is not None and self.token.encode() in got[0]:
+                wait = self.provider.connection_timeout_s
+                self._shared.client.delete_async(self.path, version=got[1].version).get(timeout=wait)
+        except (KazooTimeoutError, KazooException) as e:  # gone, or disconnected: it goes with the session
+            log.debug("unregistering writer %r: %s", self.writer_id, e)
+
+
+__all__ = ["WriterRegistration", "ZooKeeperLock", "ZooKeeperTableLock", "retry_policy"]

@@ -1,0 +1,285 @@
+"""ZooKeeperLock against a real ZooKeeper: exclusion, timeouts, the session fence, ACLs, writer ids."""
+from __future__ import annotations
+
+import json
+import pickle
+import time
+
+import pytest
+from kazoo.exceptions import NoAuthError
+
+from multiwriter.errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
+from multiwriter.lock import HolderInfo, ZooKeeperLock
+from multiwriter.zookeeper_local import LocalZooKeeper, free_port
+from tests.lock.conftest import assert_no_overlap, expire_session, wait_until
+
+HOLDER = HolderInfo("w1", "host-a", 4242, "20240101000000000")
+
+
+@pytest.fixture()
+def providers(zk_server, zk_base):
+    """ZooKeeperLock factory on the session server and a fresh base path; all closed at teardown."""
+    made: list[ZooKeeperLock] = []
+
+    def make(**kw) -> ZooKeeperLock:
+        kw.setdefault("base_path", zk_base)
+        made.append(ZooKeeperLock(connect=zk_server.connect, **kw))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def test_exclusion_and_timeout_names_table_timeout_and_holder(providers):
+    p = providers()
+    a, b = p.for_table("t1", None), p.for_table("t1", None)
+    a.acquire(timeout_s=5, holder=HOLDER)
+    assert a.is_held()
+    a.check()
+    t0 = time.monotonic()
+    with pytest.raises(LockAcquireTimeout) as e:
+        b.acquire(timeout_s=0.5)
+    assert time.monotonic() - t0 < 3
+    msg = str(e.value)
+    assert "t1" in msg and "0.5s" in msg and "'w1'" in msg and "4242" in msg and "host-a" in msg
+    assert not b.is_held()
+    a.release()
+    a.release()  # idempotent
+    b.acquire(timeout_s=5)
+    with pytest.raises(LockError, match="already held"):
+        b.acquire(timeout_s=1)
+    b.release()
+
+
+def test_lock_node_carries_the_holder(providers):
+    p = providers()
+    lk = p.for_table("t", None)
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    data, _ = p.client().get(lk.node_path)
+    body = json.loads(data)
+    assert body["writer_id"] == "w1" and body["instant"] == HOLDER.instant and body["table_id"] == "t"
+    assert lk.node_path.startswith(f"{p.base_path}/t/lock/")
+    node = lk.node_path
+    lk.release()
+    assert lk.node_path is None and p.client().exists(node) is None
+
+
+def test_exclusion_across_processes(zk_server, zk_base, child, tmp_path):
+    """Three processes (own sessions) read-modify-write one counter under the lock: no lost update."""
+    counter, log = tmp_path / "counter", tmp_path / "log"
+    counter.write_text("0")
+    args = {"kind": "zk", "connect": zk_server.connect, "base": zk_base, "table": "t", "mode": "count", "n": 15,
+            "counter": str(counter), "log": str(log)}
+    kids = [child({**args, "writer": f"c{i}"}) for i in range(3)]
+    for k in kids:
+        k.expect("done", timeout_s=60)
+        k.finish()
+    assert counter.read_text() == "45"
+    assert_no_overlap(log)
+
+
+def test_timeout_names_holder_in_another_process(providers, zk_server, zk_base, child):
+    k = child({"kind": "zk", "connect": zk_server.connect, "base": zk_base, "table": "t", "mode": "hold",
+               "writer": "other-proc"})
+    k.expect("held")
+    lk = providers().for_table("t", None)
+    with pytest.raises(LockAcquireTimeout, match=f"'other-proc' \\(pid {k.proc.pid} "):
+        lk.acquire(timeout_s=0.3)
+    k.send("release")
+    k.expect("released")
+    lk.acquire(timeout_s=5)
+    lk.release()
+    k.send("exit")
+    k.finish()
+
+
+def test_expired_session_fails_the_fence(providers, zk_server):
+    p = providers()
+    lk = p.for_table("t", None)
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    node = lk.node_path
+    expire_session(p.client(), zk_server.connect)
+    wait_until(lambda: not lk.is_held(), what="the holder noticing its session expired")
+    with pytest.raises(LockLostError, match="t"):
+        lk.check()
+    # The client reconnects with a new session; the old node died with the old session.
+    wait_until(lambda: p.client().connected, what="reconnect")
+    assert p.client().exists(node) is None
+    lk.release()
+    other = p.for_table("t", None)
+    other.acquire(timeout_s=5)
+    other.check()
+    other.release()
+
+
+def test_deleted_lock_node_fails_the_fence(providers, kazoo):
+    """Without auth anyone may delete the node; the fence notices even though the session is fine."""
+    lk = providers().for_table("t", None)
+    lk.acquire(timeout_s=5)
+    kazoo().delete(lk.node_path)
+    assert lk.is_held()  # only a round trip can tell
+    with pytest.raises(LockLostError, match="gone"):
+        lk.check()
+    assert not lk.is_held()
+    lk.release()
+
+
+def test_suspended_connection_loses_the_lock_and_release_is_finished_on_reconnect(tmp_path):
+    """Stop the server under a held lock: SUSPENDED marks it lost. Acquiring while disconnected is
+    a quick LockError. Releasing while disconnected must not leave the node behind once the
+    server is back (it would block every writer for as long as our session lives)."""
+    with LocalZooKeeper(port=0, data_dir=str(tmp_path / "zk")) as zk:
+        port = zk.port
+        p = ZooKeeperLock(connect=zk.connect, base_path="/suspend", session_timeout_s=12.0, connection_timeout_s=0.5)
+        q = ZooKeeperLock(connect=zk.connect, base_path="/suspend", session_timeout_s=4.0)  # another client
+        try:
+            lk = p.for_table("t", None)
+            lk.acquire(timeout_s=5, holder=HOLDER)
+            node = lk.node_path
+            q.client()
+            zk.stop()
+            wait_until(lambda: not lk.is_held(), what="SUSPENDED noticed")
+            with pytest.raises(LockLostError, match="suspended"):
+                lk.check()
+            t0 = time.monotonic()
+            lk.release()  # disconnected: must return at once and leave the delete for later
+            assert time.monotonic() - t0 < 1
+            with pytest.raises(LockError, match=f"not connected to ZooKeeper at {zk.connect}"):
+                p.for_table("u", None).acquire(timeout_s=10)
+            assert time.monotonic() - t0 < 3
+            zk.start()
+            assert zk.port == port
+            # The session normally survives the restart: then only our deferred delete frees the lock.
+            # (A connect attempt that hits the server while it starts waits out a read timeout, so be patient.)
+            wait_until(lambda: p.client().connected and p.client().exists(node) is None, 30, "orphan deleted")
+            other = q.for_table("t", None)
+            other.acquire(timeout_s=5)
+            other.release()
+        finally:
+            p.close()
+            q.close()
+
+
+def test_unreachable_zookeeper_is_a_lock_error_quickly():
+    connect = f"127.0.0.1:{free_port()}"  # nothing listens there
+    p = ZooKeeperLock(connect=connect, connection_timeout_s=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(LockError, match=f"ZooKeeper at {connect} is unreachable"):
+        p.for_table("t", None).acquire(timeout_s=30)
+    assert time.monotonic() - t0 < 3
+    with pytest.raises(LockError):
+        p.register_writer("t", "w")
+    p.close()
+
+
+def test_one_client_per_process_shared_across_tables_and_providers(providers):
+    a, b = providers(), providers()
+    for table in ("x", "y"):
+        for provider in (a, b):
+            lk = provider.for_table(table, None)
+            lk.acquire(timeout_s=5)
+            lk.release()
+    assert a.client() is b.client()
+    session = a.client().client_id
+    a.close()  # b still uses it
+    assert b.client().connected and b.client().client_id == session
+    other_timeout = providers(session_timeout_s=7.0)
+    assert other_timeout.client() is not b.client()  # a different session timeout needs its own session
+
+
+def test_last_close_ends_the_session_and_a_later_use_reconnects(zk_server, zk_base):
+    p = ZooKeeperLock(connect=zk_server.connect, base_path=zk_base, session_timeout_s=9.0)
+    first = p.client()
+    p.close()
+    assert not first.connected
+    lk = p.for_table("t", None)
+    lk.acquire(timeout_s=5)
+    assert p.client() is not first and p.client().connected
+    lk.release()
+    p.close()
+
+
+def test_digest_acl_protects_lock_nodes(providers, kazoo, zk_base):
+    p = providers(auth=("mw", "s3cret"))
+    lk = p.for_table("secured", None)
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    intruder = kazoo()
+    with pytest.raises(NoAuthError):
+        intruder.delete(lk.node_path)
+    with pytest.raises(NoAuthError):
+        intruder.get_children(f"{zk_base}/secured/lock")
+    wrong = kazoo(auth_data=[("digest", "mw:wrong")])
+    with pytest.raises(NoAuthError):
+        wrong.delete(lk.node_path)
+    lk.check()
+    # The same credentials in another session may (it is us, e.g. a cleaner on another host).
+    p2 = providers(auth=("mw", "s3cret"), session_timeout_s=11.0)
+    lk2 = p2.for_table("secured", None)
+    with pytest.raises(LockAcquireTimeout, match="'w1'"):
+        lk2.acquire(timeout_s=0.3)
+    lk.release()
+    lk2.acquire(timeout_s=5)
+    lk2.release()
+    assert "s3cret" not in repr(p)
+
+
+def test_writer_registration_is_exclusive(providers, zk_server, zk_base, child):
+    p = providers()
+    h = p.register_writer("t", "ingest")
+    assert h.is_registered()
+    with pytest.raises(ConfigError, match="writer id 'ingest' is already in use .* two queries must not share"):
+        p.register_writer("t", "ingest")
+    h.close()
+    h.close()  # idempotent
+    p.register_writer("t", "ingest").close()
+    p.register_writer("other-table", "ingest").close()
+    for bad in ("bad/id", "", "x" * 129, "..", "sp ace"):
+        with pytest.raises(ConfigError):
+            p.register_writer("t", bad)
+    # across processes, the message names the other process
+    k = child({"kind": "zk", "connect": zk_server.connect, "base": zk_base, "table": "t", "mode": "register",
+               "writer": "dup"})
+    k.expect("registered")
+    with pytest.raises(ConfigError, match=f"pid {k.proc.pid} "):
+        p.register_writer("t", "dup")
+    k.send("bye")
+    k.finish()
+    p.register_writer("t", "dup").close()
+
+
+def test_registration_comes_back_after_session_expiry(providers, zk_server):
+    p = providers()
+    h = p.register_writer("t", "survivor")
+    expire_session(p.client(), zk_server.connect)
+    wait_until(lambda: p.client().connected and h.is_registered(), 15, "re-registration")
+    h.close()
+    assert not h.is_registered()
+
+
+def test_configuration_errors(zk_server):
+    for bad in ("", "nope", "/a/", "/a//b", "/a/../b", "/zookeeper/x", "/a b"):
+        with pytest.raises(ConfigError):
+            ZooKeeperLock(connect=zk_server.connect, base_path=bad)
+    with pytest.raises(ConfigError):
+        ZooKeeperLock(connect="")
+    with pytest.raises(ConfigError):
+        ZooKeeperLock(connect=zk_server.connect, session_timeout_s=0)
+    with pytest.raises(ConfigError):
+        ZooKeeperLock(connect=zk_server.connect, auth=("user:x", "pw"))
+    p = ZooKeeperLock(connect=zk_server.connect)
+    for bad in ("a/b", "", "..", "a b"):
+        with pytest.raises(ConfigError):
+            p.for_table(bad, None)
+    with pytest.raises(ConfigError):
+        p.for_table("t", None).acquire(timeout_s=-1)
+    p.close()
+
+
+def test_provider_pickles_as_configuration(providers):
+    p = providers()
+    p.client()
+    clone = pickle.loads(pickle.dumps(p))
+    assert clone.connect == p.connect and clone.base_path == p.base_path
+    assert clone.client() is p.client()  # same process, same key: the shared client
+    clone.close()
