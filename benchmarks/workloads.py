@@ -244,7 +244,7 @@ def memory(size: dict, work: Path, spark) -> dict:
     reset(work)
     Multiwriter(work, "driver")
     path = str(work / "mw-driver")
-    sink = mw.MultiWriterSink(path, mw.WriterConfig(writer_id="mem"))
+    sink = mw.MultiWriterSink(path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="mem"))
     proc = psutil.Process()
     rss = []
     df = spark.createDataFrame(data.append_batch(200, 0))

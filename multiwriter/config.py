@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
@@ -24,18 +24,12 @@ HUDI_KEYS = {
 }
 
 
-def _default_lock() -> LockProvider:
-    from .lock.in_process import InProcessLock
-
-    return InProcessLock()
-
-
 @dataclass
 class WriterConfig:
     """Settings of one writer. ``writer_id`` must be unique among concurrent writers."""
 
     writer_id: str = "default"
-    lock: LockProvider = field(default_factory=_default_lock)
+    lock: LockProvider | None = None
     operation: str = "upsert"
     heartbeat_interval_s: float = 10.0
     heartbeat_tolerable_misses: int = 2
@@ -54,6 +48,12 @@ class WriterConfig:
                 f"writer_id {self.writer_id!r} must match {WRITER_ID_RE.pattern} "
                 "(it names ZooKeeper nodes and checkpoint keys)"
             )
+        if self.lock is None:
+            raise ConfigError(
+                "WriterConfig needs a lock: mw.ZooKeeperLock(connect=...) when writers run in several processes "
+                "or machines (the usual case), mw.FileSystemLock() for processes on one machine and a local disk, "
+                "mw.InProcessLock() only when every writer is a thread of this one process"
+            )
         if not isinstance(self.lock, LockProvider):
             raise ConfigError(f"lock must be a LockProvider (mw.ZooKeeperLock, mw.FileSystemLock, mw.InProcessLock), got {type(self.lock).__name__}")
         if self.operation not in OPERATIONS:
@@ -68,8 +68,6 @@ class WriterConfig:
         _range("lock_timeout_s", self.lock_timeout_s, 0.01, 3600.0)
         _range("target_file_size_bytes", self.target_file_size_bytes, 1024, 1 << 40)
         _range("driver_max_rows", self.driver_max_rows, 0, 1 << 40)
-        if self.lock_timeout_s >= self.heartbeat_bound_s * 10:
-            pass  # long waits are fine: the heartbeat keeps beating while we wait
 
     @property
     def heartbeat_bound_s(self) -> float:

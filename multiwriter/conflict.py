@@ -71,19 +71,25 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
 
 
 def find_insert_conflict(
-    timeline: Timeline, base_completion: str | None, own_time: str, inserted: dict[str, pa.Array]
+    timeline: Timeline,
+    base_completion: str | None,
+    own_time: str,
+    inserted: dict[str, pa.Array],
+    *,
+    skip: set[str] | frozenset[str] = frozenset(),
 ) -> Conflict | None:
     """Two writers inserting the same NEW key: the second to commit loses.
 
     Each insert lands in a new file group, so the file-group rule cannot see this; without it
     both commits would land and the key would exist twice. Only file groups created by
     commits that completed after our base, in partitions we insert into, are read (key column
-    only, pruned by the footer key range).
+    only, pruned by the footer key range). ``skip`` names instants already checked (outside the
+    lock), so the check under the lock reads only what completed since.
     """
     if not inserted:
         return None
     for cand in timeline.completed_after(base_completion):
-        if cand.action not in inst.WRITE_ACTIONS or cand.requested_time == own_time:
+        if cand.action not in inst.WRITE_ACTIONS or cand.requested_time == own_time or cand.requested_time in skip:
             continue
         for st in timeline.commit_metadata(cand).all_stats():
             ours = inserted.get(st.partition_path)

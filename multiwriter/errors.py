@@ -67,3 +67,15 @@ class HeartbeatExpiredError(MultiWriterError):
 
 class CommitStateUnknownError(MultiWriterError):
     """The commit may or may not have landed; never delete its files before re-reading."""
+
+    def __init__(self, message: str, *, instant: str | None = None) -> None:
+        super().__init__(message)
+        self.instant = instant
+
+
+class InstantRolledBackError(MultiWriterError):
+    """Our pending instant vanished or a rollback targets it: the cleaner judged us dead."""
+
+
+class DuplicateBatchError(MultiWriterError):
+    """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""

@@ -6,19 +6,20 @@ transaction cannot be reused; a retry starts a new one with a new instant.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import checkpoint as ckpt
 from . import faults
 from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
 from .errors import (
     CommitStateUnknownError,
+    DuplicateBatchError,
+    InstantRolledBackError,
     LockLostError,
     MultiWriterError,
     TableFormatError,
@@ -40,16 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+CHECKPOINT_KEY = ckpt.CHECKPOINT_KEY
 WRITER_KEY = "multiwriter.writer_id"
-
-
-class InstantRolledBackError(MultiWriterError):
-    """Our pending instant vanished or a rollback targets it: the cleaner judged us dead."""
-
-
-class DuplicateBatchError(MultiWriterError):
-    """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""
 
 
 @dataclass
@@ -139,6 +132,11 @@ class Transaction:
         faults.point("after-inflight")
 
     # -- commit ----------------------------------------------------------------------
+    @property
+    def committed(self) -> bool:
+        """True once this instant's completed file exists: from then on nothing of it may be deleted."""
+        return self._state == "committed"
+
     def commit(
         self,
         metadata: CommitMetadata,
@@ -150,53 +148,88 @@ class Transaction:
         """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
 
         Raises WriteConflictError / DuplicateBatchError / fence errors when the commit did not
-        land, CommitStateUnknownError when it may have.
+        land, CommitStateUnknownError when it may have. Once the completed file exists the
+        transaction counts as committed whatever happens next (a failing unlock, an interrupt):
+        :meth:`abort` then refuses, so a landed commit never loses its files.
         """
         assert self.instant is not None and self._state == "begun"
         t = self.instant.requested_time
         ours = file_groups if file_groups is not None else _updated_groups(metadata)
         metadata.extra_metadata[WRITER_KEY] = self.writer_id
-        if checkpoint is not None:
-            metadata.extra_metadata[CHECKPOINT_KEY] = json.dumps({checkpoint[0]: str(checkpoint[1])})
+        base_ct = (self.base.completion_time or self.base.requested_time) if self.base else None
+        # The same-new-key check reads Parquet key columns: do it outside the lock against what
+        # completed so far, and under the lock only for what completed after this look.
+        pre_checked: set[str] = set()
+        if inserted_keys:
+            t0 = time.monotonic()
+            pre_tl = self.table.timeline()
+            pre_checked = {i.requested_time for i in pre_tl.completed_after(base_ct)}
+            conflict = find_insert_conflict(pre_tl, base_ct, t, inserted_keys)
+            self.timings.conflict_check_s += time.monotonic() - t0
+            if conflict is not None:
+                raise self._conflict_error(conflict)
         since = self._acquire()
         try:
             faults.point("after-lock-acquired")
             t0 = time.monotonic()
             tl = self.table.timeline()
             self.timings.timeline_io_s += time.monotonic() - t0
-            base_ct = (self.base.completion_time or self.base.requested_time) if self.base else None
             if checkpoint is not None:
                 _check_duplicate(tl, base_ct, checkpoint)
+                metadata.extra_metadata[ckpt.CHECKPOINT_KEY] = ckpt.encode(self._checkpoints(tl, base_ct, checkpoint))
             t1 = time.monotonic()
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
-                conflict = find_insert_conflict(tl, base_ct, t, inserted_keys)
+                conflict = find_insert_conflict(tl, base_ct, t, inserted_keys, skip=pre_checked)
             self.timings.conflict_check_s += time.monotonic() - t1
             if conflict is not None:
-                groups = sorted(conflict.file_groups)
-                who = f" by writer {conflict.winner_writer!r}" if conflict.winner_writer else ""
-                raise WriteConflictError(
-                    f"instant {t} of writer {self.writer_id!r} conflicts with instant "
-                    f"{conflict.winner.requested_time} (completed {conflict.winner.completion_time}){who} "
-                    f"on file groups {groups[:5]}{' ...' if len(groups) > 5 else ''}; the first committer "
-                    "wins: retry the batch (the sink does this) or make the writers touch disjoint data",
-                    instant=t,
-                    winner=conflict.winner.requested_time,
-                    file_groups=groups,
-                )
+                raise self._conflict_error(conflict)
             self._fence(tl)
             faults.point("before-complete")
             completion = self.clock.issue([tl.max_time(), t])
             t2 = time.monotonic()
+            self._state = "completing"
             self._write_completed(completion, metadata)
+            self._state = "committed"
+            self.instant = Instant(t, self.instant.action, inst.COMPLETED, completion)
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
         finally:
-            self._release(since)
-        self._state = "committed"
-        self.instant = Instant(t, self.instant.action, inst.COMPLETED, completion)
-        self._finish()
+            try:
+                self._release(since)
+            except Exception as e:
+                if not self.committed:
+                    raise
+                log.warning("instant %s committed, but releasing the table lock failed: %s", t, e)
+            if self.committed:
+                self._finish()
         return self.instant
+
+    def _checkpoints(self, tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> dict[str, int]:
+        """Every writer's checkpoint, carried forward, with ours on top (see :mod:`checkpoint`)."""
+        assert self.base_timeline is not None
+        out = ckpt.carried_forward(self.base_timeline)
+        for i in reversed(tl.completed_after(base_ct)):
+            if i.action in inst.WRITE_ACTIONS:
+                for writer, batch in ckpt.parse(tl.commit_metadata(i)).items():
+                    out[writer] = max(batch, out.get(writer, batch))
+        out[checkpoint[0]] = checkpoint[1]
+        return out
+
+    def _conflict_error(self, conflict: Any) -> WriteConflictError:
+        assert self.instant is not None
+        t = self.instant.requested_time
+        groups = sorted(conflict.file_groups)
+        who = f" by writer {conflict.winner_writer!r}" if conflict.winner_writer else ""
+        return WriteConflictError(
+            f"instant {t} of writer {self.writer_id!r} conflicts with instant "
+            f"{conflict.winner.requested_time} (completed {conflict.winner.completion_time}){who} "
+            f"on file groups {groups[:5]}{' ...' if len(groups) > 5 else ''}; the first committer "
+            "wins: retry the batch (the sink does this) or make the writers touch disjoint data",
+            instant=t,
+            winner=conflict.winner.requested_time,
+            file_groups=groups,
+        )
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""
@@ -219,21 +252,43 @@ class Transaction:
     def _write_completed(self, completion: str, metadata: CommitMetadata) -> None:
         assert self.instant is not None
         t = self.instant.requested_time
+        rel = f"{self.table.config.timeline_dir}/{t}_{completion}.{self.instant.action}"
         try:
             tlmod.create_completed(self.table.storage, self.table.config, t, completion, self.instant.action, metadata.to_bytes())
         except (tlmod.InstantExistsError, FileExists) as e:
-            raise CommitStateUnknownError(f"completed file of instant {t} already exists: {e}") from e
+            raise CommitStateUnknownError(f"completed file of instant {t} already exists: {e}", instant=t) from e
         except OSError as e:
-            rel = f"{self.table.config.timeline_dir}/{t}_{completion}.{self.instant.action}"
             try:
                 landed = self.table.storage.exists(rel)
             except OSError:
                 landed = None
             if landed is False:
+                self._state = "begun"
                 raise MultiWriterError(f"writing {rel} failed before it landed: {e}") from e
             raise CommitStateUnknownError(
-                f"writing {rel} failed ({e}); the commit may have landed: re-read the timeline before retrying"
+                f"writing {rel} failed ({e}); the commit may have landed: re-read the timeline before retrying",
+                instant=t,
             ) from e
+
+    def resolve_unknown(self) -> bool:
+        """After ``CommitStateUnknownError``: re-read the timeline and learn whether our completed
+        instant landed (True: this transaction is committed; False: it provably did not, and
+        :meth:`abort` may undo it). Raises CommitStateUnknownError when the timeline cannot be read."""
+        assert self.instant is not None
+        t = self.instant.requested_time
+        try:
+            own = self.table.timeline().find(t, self.instant.action)
+        except (OSError, MultiWriterError) as e:
+            raise CommitStateUnknownError(
+                f"cannot re-read the timeline to learn whether instant {t} landed ({e}); its files are kept: "
+                "the cleaner rolls it back if it did not land", instant=t) from e
+        if own is not None and own.is_completed:
+            self._state = "committed"
+            self.instant = own
+            self._finish()
+            return True
+        self._state = "begun"
+        return False
 
     def _finish(self) -> None:
         assert self.instant is not None
@@ -245,18 +300,37 @@ class Transaction:
         except OSError as e:  # markers of a completed instant are garbage, not state
             log.warning("could not delete markers of %s: %s", t, e)
 
+    def stop_heartbeat(self) -> None:
+        """Stop beating for this instant whatever its state (every exit path calls this): a
+        leaked heartbeat would keep a dead attempt looking alive and pin archival."""
+        if self.heartbeat is not None and self.instant is not None:
+            self.heartbeat.stop(self.instant.requested_time)
+
     # -- abort -----------------------------------------------------------------------
     def abort(self) -> list[str]:
         """Undo an attempt that provably did not land: delete its files (from markers), then its
-        markers and pending instant files. Never call after CommitStateUnknownError."""
-        if self.instant is None or self._state in ("committed", "aborted"):
+        markers and pending instant files.
+
+        Refuses (returns nothing, deletes nothing) unless the transaction is begun and not
+        completed; before deleting it also checks the timeline, so even a caller that lost track
+        cannot delete the files of a landed commit.
+        """
+        if self.instant is None or self._state != "begun":
+            if self._state in ("completing", "committed"):
+                log.warning("not aborting instant %s: it is %s", self.instant.requested_time if self.instant else None, self._state)
+            self.stop_heartbeat()
             return []
         t = self.instant.requested_time
+        own = self.table.timeline().find(t, self.instant.action)
+        if own is not None and own.is_completed:
+            log.error("instant %s is completed on the timeline; refusing to delete its files", t)
+            self._state = "committed"
+            self.stop_heartbeat()
+            return []
         deleted = delete_files_from_markers(self.table, t)
         delete_markers(self.table, t)
         tlmod.delete_pending(self.table.storage, self.table.config, t, self.instant.action)
-        if self.heartbeat is not None:
-            self.heartbeat.stop(t)
+        self.stop_heartbeat()
         self._state = "aborted"
         log.info("aborted instant %s of writer %s: deleted %d files", t, self.writer_id, len(deleted))
         return deleted
@@ -272,30 +346,14 @@ def _check_duplicate(tl: Timeline, base_ct: str | None, checkpoint: tuple[str, i
     for i in tl.completed_after(base_ct):
         if i.action not in inst.WRITE_ACTIONS:
             continue
-        got = checkpoint_of(tl.commit_metadata(i), writer)
+        got = ckpt.of(tl.commit_metadata(i), writer)
         if got is not None and got >= batch:
             raise DuplicateBatchError(f"batch {batch} of writer {writer!r} was already committed by instant {i.requested_time}")
 
 
-def checkpoint_of(meta: CommitMetadata, writer_id: str) -> int | None:
-    raw = meta.extra_metadata.get(CHECKPOINT_KEY)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw).get(writer_id)
-        return int(value) if value is not None else None
-    except (ValueError, AttributeError, TypeError):
-        return None
-
-
 def last_checkpoint(table: Table, writer_id: str, timeline: Timeline | None = None) -> int | None:
-    """The newest batch id this writer committed (scans back from the newest commit)."""
-    tl = timeline or table.timeline()
-    for i in reversed(tl.completed_writes()):
-        got = checkpoint_of(tl.commit_metadata(i), writer_id)
-        if got is not None:
-            return got
-    return None
+    """The newest batch id this writer committed."""
+    return ckpt.last(timeline or table.timeline(), writer_id)
 
 
 def rollback_targets(tl: Timeline, newer_than: str | None = None) -> set[str]:
@@ -351,5 +409,3 @@ def delete_files_from_markers(table: Table, t: str) -> list[str]:
 def delete_markers(table: Table, t: str) -> None:
     table.storage.delete_dir(layout.marker_dir(t))
 
-
-Hook = Callable[[], None]

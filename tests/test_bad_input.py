@@ -21,12 +21,12 @@ def snapshot_of(path: str) -> dict[str, bytes]:
 
 @pytest.fixture()
 def seeded(trips_table, table_path):
-    mw.write(trips(range(5)), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     return table_path
 
 
 def cfg(**kw):
-    return mw.WriterConfig(writer_id="w", **kw)
+    return mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", **kw)
 
 
 @pytest.mark.parametrize("bad", [None, ""])
@@ -92,7 +92,7 @@ def test_path_that_is_not_a_table(tmp_path):
 @pytest.mark.parametrize("wid", ["a/b", "", "x" * 200, "../up", "sp ace", "ü"])
 def test_unsafe_writer_ids(wid):
     with pytest.raises(errors.ConfigError, match="writer_id"):
-        mw.WriterConfig(writer_id=wid)
+        mw.WriterConfig(lock=mw.InProcessLock(), writer_id=wid)
 
 
 @pytest.mark.parametrize("kw", [
@@ -102,7 +102,7 @@ def test_unsafe_writer_ids(wid):
 ])
 def test_config_out_of_range(kw):
     with pytest.raises(errors.ConfigError):
-        mw.WriterConfig(writer_id="w", **kw)
+        mw.WriterConfig(**{"lock": mw.InProcessLock(), "writer_id": "w", **kw})
 
 
 def test_create_with_other_settings_is_a_config_error(trips_table, table_path):

@@ -13,7 +13,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_timeline_heartbeats_and_clean(zk_server, zk_base, trips_table, table_path):
-    r = mw.write(trips(range(3)), table_path, mw.WriterConfig(writer_id="cli-writer"))
+    r = mw.write(trips(range(3)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="cli-writer"))
     out = cli("timeline", table_path)
     assert out.returncode == 0 and r.instant.requested_time in out.stdout and "cli-writer" in out.stdout
     hb = cli("heartbeats", table_path)

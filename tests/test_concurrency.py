@@ -37,7 +37,7 @@ def base_args(zk_server, zk_base, path, **kw) -> dict:
 
 
 def test_overlapping_updates_one_wins(zk_server, zk_base, trips_table, table_path):
-    mw.write(trips(range(20), ts=1), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(20), ts=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     start = time.time() + 2.0
     hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
     procs = [

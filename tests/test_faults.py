@@ -45,7 +45,7 @@ def run_clean(zk_server, zk_base, path, env=None) -> dict:
 
 @pytest.mark.parametrize("point", WRITER_POINTS)
 def test_writer_crash_at_each_point_is_recovered(point, zk_server, zk_base, trips_table, table_path):
-    mw.write(trips(range(10), value=1), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(10), value=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     args = dict(zk=zk_server.connect, base=zk_base, path=table_path, writer="w", ids=list(range(5, 15)), value=2, batch_id=0)
     p = spawn("write", args, {"MULTIWRITER_FAULTS": f"{point}=crash"})
     p.communicate(timeout=120)
@@ -67,11 +67,11 @@ def test_writer_crash_at_each_point_is_recovered(point, zk_server, zk_base, trip
 
 @pytest.mark.parametrize("point", ["after-data-files", "before-complete", "after-lock-acquired"])
 def test_error_at_a_point_aborts_cleanly_without_a_cleaner(point, trips_table, table_path):
-    mw.write(trips(range(4), value=1), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(4), value=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     faults.configure(f"{point}=error")
     try:
         with pytest.raises(faults.InjectedFault):
-            mw.write(trips(range(2, 6), value=2), table_path, mw.WriterConfig(writer_id="w", heartbeat_interval_s=1.0))
+            mw.write(trips(range(2, 6), value=2), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", heartbeat_interval_s=1.0))
     finally:
         faults.configure(None)
     invariants(table_path)
@@ -79,7 +79,7 @@ def test_error_at_a_point_aborts_cleanly_without_a_cleaner(point, trips_table, t
 
 
 def test_cleaner_crash_mid_rollback_is_finished_by_the_next(zk_server, zk_base, trips_table, table_path):
-    mw.write(trips(range(10), value=1), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(10), value=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     many = {"ids": list(range(100)), "date": "2024-01-01"}
     for i in range(3):  # several files so the crash lands half-way
         p = spawn("write", dict(zk=zk_server.connect, base=zk_base, path=table_path, writer=f"d{i}", value=9,
@@ -100,7 +100,7 @@ def test_cleaner_crash_mid_rollback_is_finished_by_the_next(zk_server, zk_base, 
 
 def test_cleaner_crash_mid_clean_is_finished_by_the_next(zk_server, zk_base, trips_table, table_path):
     for v in range(14):  # 14 versions of one file group; retention keeps 10 commits
-        mw.write(trips(range(5), ts=v, value=v), table_path, mw.WriterConfig(writer_id="w"))
+        mw.write(trips(range(5), ts=v, value=v), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     before = len(list(Path(table_path, "2024-01-01").glob("*.parquet")))
     crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path),
                     {"MULTIWRITER_FAULTS": "mid-clean=crash"})

@@ -14,7 +14,7 @@ from tests.test_concurrency import result, spawn
 
 def test_frozen_writer_process_does_not_commit(zk_server, zk_base, trips_table, table_path):
     """SIGSTOP a writer between its data files and its commit, past the bound: it must abort."""
-    mw.write(trips(range(5)), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     p = spawn("write", dict(zk=zk_server.connect, base=zk_base, path=table_path, writer="frozen", ids=[1, 2, 3], value=9),
               {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"})
     temp = Path(table_path) / ".hoodie" / ".temp"
@@ -36,6 +36,6 @@ def test_frozen_writer_process_does_not_commit(zk_server, zk_base, trips_table, 
 
 
 def test_heartbeat_gone_after_commit(trips_table, table_path):
-    mw.write(trips(range(3)), table_path, mw.WriterConfig(writer_id="w", heartbeat_interval_s=1.0))
+    mw.write(trips(range(3)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", heartbeat_interval_s=1.0))
     hb_dir = Path(table_path) / ".hoodie" / ".heartbeat"
     assert not hb_dir.exists() or not list(hb_dir.iterdir())

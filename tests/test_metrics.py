@@ -51,11 +51,11 @@ def test_real_commits_with_a_conflict_show_up_on_the_endpoint(trips_table, table
     m = Metrics(reg)
     server = start_http_server(port=0, registry=reg)
     try:
-        w = Writer(mw.Table.open(table_path), mw.WriterConfig(writer_id="a", heartbeat_interval_s=1.0, retry_backoff_s=0.01), metrics=m)
+        w = Writer(mw.Table.open(table_path), mw.WriterConfig(lock=mw.InProcessLock(), writer_id="a", heartbeat_interval_s=1.0, retry_backoff_s=0.01), metrics=m)
         w.write(trips(range(10), ts=1))
         # make writer a's next batch lose one conflict: writer b commits to the same file group
         # between a's begin and a's commit.
-        rival = Writer(mw.Table.open(table_path), mw.WriterConfig(writer_id="b"), metrics=m)
+        rival = Writer(mw.Table.open(table_path), mw.WriterConfig(lock=mw.InProcessLock(), writer_id="b"), metrics=m)
         real_begin = Transaction.begin
         fired = {"done": False}
 

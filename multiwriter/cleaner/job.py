@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MultiWriterError, TableFormatError
+from ..lock.base import LOCK_KIND_KEY, LockProvider, check_table_lock
 from ..table.table import Table
 from . import CleanerContext
 from . import archive as archive_mod
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.streaming import StreamingQuery
 
     from ..heartbeat.client import HeartbeatClient
-    from ..lock.base import LockProvider, TableLock
+    from ..lock.base import TableLock
     from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Cleaner:
                 f"{self.path} is a version {self.table.config.version} table; the cleaner writes version 8 "
                 "timelines only: upgrade the table with Hudi first"
             )
+        check_table_lock(self.table.config.raw, lock, table=self.path)
         self.lock_provider = lock
         self.heartbeat_interval_s = float(heartbeat_interval_s)
         self.heartbeat_tolerable_misses = int(heartbeat_tolerable_misses)
@@ -355,8 +357,10 @@ def _validate(
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of ``multiwriter clean`` (the CLI module adds them to its subparser)."""
     p.add_argument("path", help="table root")
-    p.add_argument("--zk", help="ZooKeeper HOST:PORT for the table lock (default: a file lock, one machine only)")
-    p.add_argument("--zk-base-path", default="/multiwriter", help="ZooKeeper base path of the writers' locks")
+    p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
+    p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
+                   "(default: the one the table records, else /multiwriter)")
+    p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
     p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
@@ -370,11 +374,29 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def clean_command(args: argparse.Namespace) -> int:
-    """Run ``multiwriter clean`` with arguments parsed by :func:`add_arguments`; exit code."""
+def cli_lock(args: argparse.Namespace) -> LockProvider:
+    """The lock named on the command line; never a silent default, since a cleaner on another
+    lock than the writers' excludes nothing (the table's recorded lock is checked by Cleaner)."""
     from ..lock import FileSystemLock, ZooKeeperLock
 
-    lock = ZooKeeperLock(connect=args.zk, base_path=args.zk_base_path) if args.zk else FileSystemLock()
+    if args.zk and args.file_lock:
+        raise ConfigError("pass either --zk or --file-lock, not both")
+    if args.zk:
+        base = args.zk_base_path
+        if base is None:
+            recorded = Table.open(args.path).config.raw.get("multiwriter.lock.zookeeper.base_path")
+            base = recorded or "/multiwriter"
+        return ZooKeeperLock(connect=args.zk, base_path=base)
+    if args.file_lock:
+        return FileSystemLock()
+    kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
+    hint = f"the table records a {kind} lock" if kind else "the table records no lock"
+    raise ConfigError(f"multiwriter clean needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+
+
+def clean_command(args: argparse.Namespace) -> int:
+    """Run ``multiwriter clean`` with arguments parsed by :func:`add_arguments`; exit code."""
+    lock = cli_lock(args)
     stop = threading.Event()
     previous = (
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..storage import Storage
 
+#: hoodie.properties keys recording the table's lock (written by ``Table.create(lock=...)``)
+LOCK_KIND_KEY = "multiwriter.lock.kind"
+LOCK_PROPERTY_PREFIX = "multiwriter.lock."
+
 #: ids end up as ZooKeeper node names and file names: keep them boring
 TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -117,6 +121,14 @@ class LockProvider(ABC):
     def close(self) -> None:
         """Release connections this provider holds."""
 
+    def table_properties(self) -> dict[str, str]:
+        """What ``hoodie.properties`` records about the lock every writer of the table must use
+        (kind, and where the lock lives); see :func:`check_table_lock`."""
+        return {LOCK_KIND_KEY: self.kind}
+
+    #: the lock kind recorded in hoodie.properties
+    kind: str = "unknown"
+
     def __enter__(self) -> Self:
         return self
 
@@ -150,3 +162,21 @@ def resolve_timeout(timeout_s: float | None, default_s: float) -> float:
     if timeout < 0:
         raise ConfigError(f"lock timeout must be >= 0 seconds, got {timeout}")
     return timeout
+
+
+def check_table_lock(recorded: dict[str, str], provider: LockProvider, *, table: str) -> None:
+    """Refuse a lock other than the one the table records: writers (or a cleaner) on different
+    locks exclude nothing, so their commits could interleave. Tables that record none (created by
+    other tools, or before the lock was recorded) accept any lock."""
+    want = {k: v for k, v in recorded.items() if k.startswith(LOCK_PROPERTY_PREFIX)}
+    if not want:
+        return
+    have = provider.table_properties()
+    diff = {k: (v, have.get(k)) for k, v in want.items() if have.get(k) != v}
+    if diff:
+        detail = ", ".join(f"{k}: table has {v!r}, this lock has {h!r}" for k, (v, h) in sorted(diff.items()))
+        raise ConfigError(
+            f"table {table} is written under a {want.get(LOCK_KIND_KEY, '?')} lock and this writer or cleaner was "
+            f"given {provider!r} ({detail}): every writer and cleaner of one table must use the same lock, or they "
+            "exclude nothing; pass the table's lock (the multiwriter CLI: --zk CONNECT [--zk-base PATH])"
+        )

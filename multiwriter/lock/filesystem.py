@@ -67,6 +67,8 @@ class FileSystemLock(LockProvider):
     looks again.
     """
 
+    kind = "filesystem"
+
     def __init__(self, acquire_timeout_s: float = 30.0, lease_s: float = 30.0, poll_s: float = 0.05) -> None:
         if acquire_timeout_s < 0 or lease_s <= 0 or poll_s <= 0:
             raise ConfigError(

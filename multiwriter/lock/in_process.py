@@ -39,6 +39,8 @@ def _slot(table_id: str) -> _Slot:
 class InProcessLock(LockProvider):
     """A lock shared by the threads of this process, one per table id."""
 
+    kind = "in-process"
+
     def __init__(self, acquire_timeout_s: float = 30.0) -> None:
         if acquire_timeout_s < 0:
             raise ConfigError(f"acquire_timeout_s must be >= 0, got {acquire_timeout_s}")

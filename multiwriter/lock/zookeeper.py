@@ -225,6 +225,11 @@ class ZooKeeperLock(LockProvider):
         self._shared: _SharedClient | None = None
         self._mu = threading.Lock()
 
+    kind = "zookeeper"
+
+    def table_properties(self) -> dict[str, str]:
+        return {**super().table_properties(), "multiwriter.lock.zookeeper.base_path": self.base_path}
+
     def __repr__(self) -> str:
         auth = f"({self.auth[0]!r}, '***')" if self.auth else "None"
         return (f"ZooKeeperLock(connect={self.connect!r}, base_path={self.base_path!r}, "

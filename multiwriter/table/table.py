@@ -21,6 +21,8 @@ from .timeline import Timeline
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..lock.base import LockProvider
+
 log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -44,8 +46,14 @@ class Table:
         partition_by: list[str] | tuple[str, ...] | None = None,
         ordering_field: str | None = None,
         hive_style_partitioning: bool = False,
+        lock: LockProvider | None = None,
     ) -> Table:
-        """Create the table, or open it when it exists with the same settings (idempotent)."""
+        """Create the table, or open it when it exists with the same settings (idempotent).
+
+        ``lock``: the lock every writer and cleaner of this table will use; recorded in
+        ``hoodie.properties`` so that a writer or cleaner given another lock is refused (two
+        locks exclude nothing). Tables created without one accept any lock.
+        """
         keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
@@ -58,7 +66,10 @@ class Table:
             create_schema=arrow_to_avro_json(schema, name),
         )
         storage = Storage(path)
-        data = props.render(cfg.to_properties()).encode()
+        recorded = cfg.to_properties()
+        if lock is not None:
+            recorded.update(lock.table_properties())
+        data = props.render(recorded).encode()
         try:
             storage.put_if_absent(PROPERTIES_FILE, data)
         except FileExists:

@@ -23,6 +23,7 @@ from ..errors import (
     WriteConflictError,
 )
 from ..heartbeat.client import HeartbeatClient
+from ..lock.base import check_table_lock
 from ..metrics import Metrics
 from ..metrics import default as default_metrics
 from ..result import CommitResult
@@ -31,7 +32,8 @@ from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
 from ..table.table import Table
-from ..transaction import DuplicateBatchError, Transaction, last_checkpoint
+from ..errors import DuplicateBatchError
+from ..transaction import Transaction, last_checkpoint
 from . import spark as spark_path
 from .executor import run_on_driver
 from .index import tag
@@ -50,6 +52,8 @@ class Writer:
         self.table = table
         self.config = config
         self.metrics = metrics or default_metrics()
+        assert config.lock is not None  # WriterConfig refuses a missing lock
+        check_table_lock(table.config.raw, config.lock, table=table.path)
         self.lock = config.lock.for_table(table.table_id, table.storage)
         self.heartbeat = HeartbeatClient(
             table.storage,
@@ -89,37 +93,47 @@ class Writer:
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started)
-                self._after_commit(result, txn)
-                return result
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
                 self._checkpoint, self._checkpoint_loaded = batch_id, True
                 self.metrics.commit(name, wid, "skipped")
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
-            except (WriteConflictError, LockAcquireTimeout) as e:
+            except (WriteConflictError, LockAcquireTimeout, _NotLanded) as e:
                 txn.abort()
                 conflicts += isinstance(e, WriteConflictError)
                 self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
                 if attempts > self.config.max_conflict_retries:
-                    raise type(e)(
-                        f"{e} -- gave up after {attempts} attempts (max_conflict_retries="
-                        f"{self.config.max_conflict_retries}); raise max_conflict_retries or reduce overlap between writers",
-                        **_error_kwargs(e),
-                    ) from e
+                    raise _gave_up(e, attempts, self.config.max_conflict_retries) from e
                 log.warning("writer %s attempt %d: %s; retrying with a new instant", wid, attempts, e)
                 self.metrics.retry(name, wid)
                 time.sleep(self._backoff(attempts))
-            except CommitStateUnknownError:
-                self.metrics.commit(name, wid, "failed")
-                raise
+                continue
             except BaseException:
-                self.metrics.commit(name, wid, "failed")
-                try:
-                    txn.abort()
-                except Exception as cleanup:  # keep the original error
-                    log.warning("writer %s: cleanup after failure also failed: %s", wid, cleanup)
+                self._after_failure(txn, batch_id)
                 raise
+            self._after_commit(result, txn)
+            return result
+
+    def _after_failure(self, txn: Transaction, batch_id: int | None) -> None:
+        """Any other exit: undo the attempt unless it landed (``abort`` refuses a committed or
+        possibly-committed transaction), and never leave its heartbeat beating."""
+        name, wid = self.table.name, self.config.writer_id
+        try:
+            if txn.committed:
+                # the completed instant exists: the batch is durable, whatever failed after it
+                self.metrics.commit(name, wid, "committed")
+                if batch_id is not None:
+                    self._checkpoint, self._checkpoint_loaded = batch_id, True
+                log.warning("writer %s: instant %s committed, then the write raised; its data stays", wid,
+                            txn.instant.requested_time if txn.instant else None)
+            else:
+                self.metrics.commit(name, wid, "failed")
+                txn.abort()
+        except Exception as cleanup:  # keep the original error
+            log.warning("writer %s: cleanup after failure also failed: %s", wid, cleanup)
+        finally:
+            txn.stop_heartbeat()
 
     def close(self) -> None:
         self.heartbeat.close()
@@ -160,7 +174,7 @@ class Writer:
         faults.point("after-data-files")
         meta = _metadata(stats, schema, name, self.config.operation)
         t1 = time.monotonic()
-        instant = txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted)
+        instant = self._commit(txn, meta, batch_id, inserted)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
         return CommitResult(
@@ -177,6 +191,18 @@ class Writer:
             protocol={"lock_wait": txn.timings.lock_wait_s, "lock_hold": txn.timings.lock_hold_s,
                       "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s},
         )
+
+    def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any) -> Instant:
+        """Commit; when the outcome is unknown, re-read the timeline instead of guessing."""
+        wid = self.config.writer_id
+        try:
+            return txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted)
+        except CommitStateUnknownError as e:
+            if txn.resolve_unknown():
+                log.warning("writer %s: %s -- re-read the timeline: the commit landed", wid, e)
+                assert txn.instant is not None
+                return txn.instant
+            raise _NotLanded(f"{e} -- re-read the timeline: it did not land; retrying with a new instant") from e
 
     def _after_commit(self, r: CommitResult, txn: Transaction) -> None:
         name, wid = self.table.name, self.config.writer_id
@@ -267,11 +293,15 @@ def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operat
     return CommitMetadata(p2s, {"schema": arrow_to_avro_json(schema, table_name)}, OPERATION_TYPES[operation])
 
 
-def _error_kwargs(e: Exception) -> dict[str, Any]:
+class _NotLanded(MultiWriterError):
+    """A commit whose state was unknown provably did not land (the timeline was re-read)."""
+
+
+def _gave_up(e: Exception, attempts: int, max_retries: int) -> Exception:
+    msg = (f"{e} -- gave up after {attempts} attempts (max_conflict_retries={max_retries}); "
+           "raise max_conflict_retries or reduce overlap between writers")
     if isinstance(e, WriteConflictError):
-        return {"instant": e.instant, "winner": e.winner, "file_groups": e.file_groups}
-    return {}
-
-
-def completed_instant(r: CommitResult) -> Instant | None:
-    return r.instant
+        return WriteConflictError(msg, instant=e.instant, winner=e.winner, file_groups=e.file_groups)
+    if isinstance(e, _NotLanded):
+        return MultiWriterError(msg)
+    return type(e)(msg)

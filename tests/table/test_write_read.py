@@ -16,7 +16,7 @@ COLS = ["_hoodie_record_key", "_hoodie_partition_path", "_hoodie_commit_time", "
 
 
 def test_two_partitions_and_as_of_match_hudi_rs(trips_table, table_path):
-    cfg = mw.WriterConfig(writer_id="w")
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w")
     first = mw.write(trips(range(10), date="2024-01-01", ts=1, value=1), table_path, cfg)
     mw.write(trips(range(5), date="2024-01-02", ts=1, value=2), table_path, cfg)
     mw.write(trips(range(3, 8), date="2024-01-01", ts=2, value=3), table_path, cfg)
@@ -31,7 +31,7 @@ def test_two_partitions_and_as_of_match_hudi_rs(trips_table, table_path):
 
 
 def test_table_files_are_hudi_shaped(trips_table, table_path):
-    r = mw.write(trips(range(4)), table_path, mw.WriterConfig(writer_id="w"))
+    r = mw.write(trips(range(4)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     part = Path(table_path) / "2024-01-01"
     files = list(part.glob("*.parquet"))
     assert len(files) == 1 and (part / ".hoodie_partition_metadata").exists()
@@ -49,7 +49,7 @@ def test_table_files_are_hudi_shaped(trips_table, table_path):
 
 
 def test_pending_instant_files_are_invisible(trips_table, table_path):
-    mw.write(trips(range(3), value=1), table_path, mw.WriterConfig(writer_id="w"))
+    mw.write(trips(range(3), value=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     t = mw.Table.open(table_path)
     # a writer that died after writing a data file: requested + inflight, no completed instant
     pending_t = "29990101000000000"
@@ -64,7 +64,7 @@ def test_pending_instant_files_are_invisible(trips_table, table_path):
 
 
 def test_read_incremental_uses_completion_times(trips_table, table_path):
-    cfg = mw.WriterConfig(writer_id="w")
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w")
     a = mw.write(trips(range(3), value=1), table_path, cfg)
     b = mw.write(trips(range(2, 5), value=2), table_path, cfg)
     t = mw.Table.open(table_path)
@@ -75,6 +75,6 @@ def test_read_incremental_uses_completion_times(trips_table, table_path):
 
 
 def test_to_spark(spark, trips_table, table_path):
-    mw.write(trips(range(6)), table_path, mw.WriterConfig(writer_id="w"))
+    mw.write(trips(range(6)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     df = mw.Table.open(table_path).to_spark(spark)
     assert df.count() == 6 and "_hoodie_commit_time" in df.columns

@@ -17,7 +17,7 @@ def main() -> None:
              .config("spark.ui.enabled", "false").config("spark.executor.memory", "512m")
              .config("spark.cores.max", "1").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    cfg = mw.WriterConfig(writer_id="cluster", executor="spark")
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="cluster", executor="spark")
     first = pa.table({"id": [str(i) for i in range(100)], "date": ["2024-01-01"] * 100,
                       "ts": pa.array([1] * 100, pa.int64()), "value": [1.0] * 100})
     second = pa.table({"id": [str(i) for i in range(50, 150)], "date": ["2024-01-01"] * 100,

@@ -35,7 +35,7 @@ def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, executor
         new_table(p)
         for op, b in BATCHES:
             data = spark.createDataFrame(b.to_pandas()) if ex == "spark" else b
-            mw.write(data, p, mw.WriterConfig(writer_id="w", executor=ex, operation=op))
+            mw.write(data, p, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor=ex, operation=op))
     a, b = mw.Table.open(driver).read(), mw.Table.open(other).read()
     assert rows(a, VIEW) == rows(b, VIEW) == rows(hudi_read(other), VIEW)
     got = {(i, d): v for i, d, v in rows(a, ["id", "date", "value"])}
@@ -55,7 +55,7 @@ def test_random_batches_match_a_model(tmp_path_factory, ops):
     for n, (op, recs) in enumerate(ops):
         batch = pa.table({"id": [str(k) for k, _, _ in recs], "date": [d for _, d, _ in recs],
                           "ts": pa.array([ts for _, _, ts in recs], pa.int64()), "value": [float(n * 100 + i) for i in range(len(recs))]})
-        mw.write(batch, path, mw.WriterConfig(writer_id="m", operation=op))
+        mw.write(batch, path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="m", operation=op))
         latest: dict[tuple[str, str], tuple[int, float]] = {}
         for i, (k, d, ts) in enumerate(recs):  # in-batch dedupe: greatest ts, then the last
             cur = latest.get((str(k), d))
@@ -85,24 +85,24 @@ def test_upsert_into_spark_written_fixture(spark, tmp_path, executor):
     new = new.set_column(0, "id", pa.array([5], pa.int32()))
     batch = pa.concat_tables([upd, new])
     data = spark.createDataFrame(batch) if executor == "spark" else batch
-    mw.write(data, path, mw.WriterConfig(writer_id="w", executor=executor))
+    mw.write(data, path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor=executor))
     got = rows(mw.Table.open(path).read(), ["id", "name"])
     assert got == [(1, "Alice"), (2, "Bobby"), (3, "Carol"), (4, "Diana"), (5, "Carol")]
     assert rows(hudi_read(path), ["id", "name"]) == got
 
 
 def test_schema_evolution_adds_nullable_columns(trips_table, table_path):
-    mw.write(trips(range(3)), table_path, mw.WriterConfig(writer_id="w"))
+    mw.write(trips(range(3)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     wider = trips(range(2, 5)).append_column("note", pa.array(["x", "y", "z"]))
-    mw.write(wider, table_path, mw.WriterConfig(writer_id="w"))
+    mw.write(wider, table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     got = dict(rows(mw.Table.open(table_path).read(), ["id", "note"]))
     assert got == {"0": None, "1": None, "2": "x", "3": "y", "4": "z"}
     assert dict(rows(hudi_read(table_path), ["id", "note"])) == got
 
 
 def test_commit_metadata_carries_full_write_stats(trips_table, table_path):
-    mw.write(trips(range(10)), table_path, mw.WriterConfig(writer_id="w"))
-    r = mw.write(trips(range(5, 12), ts=2), table_path, mw.WriterConfig(writer_id="w"))
+    mw.write(trips(range(10)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    r = mw.write(trips(range(5, 12), ts=2), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     meta = mw.Table.open(table_path).commit_metadata(r.instant.requested_time)
     stats = {s.prev_commit != "null": s for s in meta.all_stats()}
     upd, ins = stats[True], stats[False]
@@ -114,7 +114,7 @@ def test_commit_metadata_carries_full_write_stats(trips_table, table_path):
 
 def test_spark_null_key_and_unsafe_partition_write_nothing(spark, trips_table, table_path):
     bad = trips(range(3)).set_column(0, "id", pa.array(["a", None, "c"]))
-    cfg = mw.WriterConfig(writer_id="w", executor="spark")
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor="spark")
     with pytest.raises(errors.InvalidRecordError):
         mw.write(spark.createDataFrame(bad.to_pandas()), table_path, cfg)
     with pytest.raises(errors.InvalidRecordError):
