@@ -116,11 +116,6 @@ def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
     return bool(pc.any(pc.is_in(ours, value_set=theirs.combine_chunks())).as_py())
 
 
-def overlaps(ours: set[FileGroup], theirs: set[FileGroup]) -> frozenset[FileGroup]:
-    """Pure form of the rule, used by property tests."""
-    return frozenset(ours & theirs)
-
-
 def _file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
     if i.is_completed:
         return timeline.commit_metadata(i).file_groups()

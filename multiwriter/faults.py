@@ -6,6 +6,9 @@ Off by default and cheap when off (one dict lookup). Switched on by the environm
 (SIGKILL self), ``hang`` (sleep ``MULTIWRITER_FAULT_HANG_S`` seconds, default 3600), ``error``
 (raise :class:`InjectedFault`). An action may carry a count: ``after-data-files=crash@2`` fires
 on the second pass only.
+
+With ``MULTIWRITER_FAULT_DIR`` set, a hang announces itself by creating ``<dir>/<point>.hanging``
+and ends early once ``<dir>/<point>.release`` exists, so tests wait on events, not on sleeps.
 """
 from __future__ import annotations
 
@@ -68,9 +71,22 @@ def point(name: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "hang":
-        time.sleep(float(os.environ.get("MULTIWRITER_FAULT_HANG_S", "3600")))
+        _hang(name)
         return
     raise InjectedFault(f"injected fault at {name}")
+
+
+def _hang(name: str) -> None:
+    limit = time.monotonic() + float(os.environ.get("MULTIWRITER_FAULT_HANG_S", "3600"))
+    signal_dir = os.environ.get("MULTIWRITER_FAULT_DIR")
+    if not signal_dir:
+        time.sleep(max(0.0, limit - time.monotonic()))
+        return
+    with open(os.path.join(signal_dir, f"{name}.hanging"), "w") as f:
+        f.write(str(os.getpid()))
+    release = os.path.join(signal_dir, f"{name}.release")
+    while time.monotonic() < limit and not os.path.exists(release):
+        time.sleep(0.02)
 
 
 configure(os.environ.get("MULTIWRITER_FAULTS"))

@@ -110,20 +110,28 @@ def test_lock_timeout_commits_nothing(zk_server, zk_base, trips_table, table_pat
     assert mw.Table.open(table_path).read().num_rows == 0
 
 
+def wait_for(path: Path, proc, timeout: float = 60.0) -> None:
+    """Until ``path`` exists (a fault point announcing its hang), failing fast if ``proc`` died."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the child exited early ({proc.returncode})"
+        assert time.monotonic() < deadline, f"{path.name} did not appear within {timeout}s"
+        time.sleep(0.02)
+
+
 def test_session_loss_between_lock_and_commit_raises_lock_lost(tmp_path, trips_table, table_path):
     """The server restarts while the writer holds the commit lock: the fence refuses to commit."""
+    signals = tmp_path / "faults"
+    signals.mkdir()
     with mw.LocalZooKeeper(port=0) as zk:
         p = spawn("write", dict(zk=zk.connect, base="/lost", path=table_path, writer="w", ids=[1, 2, 3],
                                 session_timeout_s=4.0),
-                  {"MULTIWRITER_FAULTS": "after-lock-acquired=hang", "MULTIWRITER_FAULT_HANG_S": "6"})
-        deadline = time.time() + 60
-        temp = Path(table_path) / ".hoodie" / ".temp"
-        while time.time() < deadline and not list(temp.rglob("*.marker.CREATE")):
-            time.sleep(0.1)
-        time.sleep(1.0)  # now inside the commit's critical section, hanging
+                  {"MULTIWRITER_FAULTS": "after-lock-acquired=hang", "MULTIWRITER_FAULT_HANG_S": "120",
+                   "MULTIWRITER_FAULT_DIR": str(signals)})
+        wait_for(signals / "after-lock-acquired.hanging", p)  # inside the commit's critical section
         zk.stop()
-        time.sleep(1.0)
         zk.start()
+        (signals / "after-lock-acquired.release").touch()
         r = result(p)
     assert not r["ok"] and r["error"] == "LockLostError", r
     tl = mw.Table.open(table_path).timeline()

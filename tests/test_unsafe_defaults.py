@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,3 +98,42 @@ def test_every_commit_carries_every_writers_checkpoint(trips_table, table_path):
     tl = mw.Table.open(table_path).timeline()
     newest = tl.completed_writes()[-1]
     assert set(newest_checkpoint_commits(tl).values()) == {newest}
+
+
+def test_same_new_key_check_reads_parquet_outside_the_lock(trips_table, table_path, tmp_path, monkeypatch):
+    """Writer B inserts while writer A commits new file groups in the same partition: B's commit
+    must read A's key column, and must do it without holding the table lock."""
+    import threading
+
+    from multiwriter import conflict, faults
+    from multiwriter.lock import in_process
+
+    slot = in_process._slot(trips_table.table_id)
+    reads: list[bool] = []
+    real = conflict._new_keys_overlap
+
+    def spy(timeline, path, ours):
+        reads.append(slot.lock.locked())
+        return real(timeline, path, ours)
+
+    monkeypatch.setattr(conflict, "_new_keys_overlap", spy)
+    monkeypatch.setenv("MULTIWRITER_FAULT_DIR", str(tmp_path))
+    monkeypatch.setenv("MULTIWRITER_FAULT_HANG_S", "60")
+    lock = mw.InProcessLock()
+    faults.configure("after-data-files=hang@1")  # only B, the first to pass, hangs there
+    try:
+        out = {}
+        b = threading.Thread(target=lambda: out.setdefault("b", mw.write(trips(["b1"]), table_path, mw.WriterConfig(writer_id="b", lock=lock))))
+        b.start()
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "after-data-files.hanging").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        mw.write(trips(["a1"]), table_path, mw.WriterConfig(writer_id="a", lock=lock))
+        (tmp_path / "after-data-files.release").touch()
+        b.join(60)
+    finally:
+        faults.configure(None)
+    assert out["b"].instant is not None
+    assert reads, "B's commit never looked at A's new file group"
+    assert not any(reads), "a Parquet key column was read while holding the table lock"

@@ -224,9 +224,10 @@ def test_a_pause_past_the_bound_fails_the_check_even_after_beats_resume(storage,
         c.start(t)
     hung.pause()
     short.pause()
-    time.sleep(1.2)
+    wait_until(lambda: short.last_beat_age_s(t_short) >= 1.0, what="a pause of half the bound")
     short.resume()  # a hiccup shorter than the bound is harmless: the overdue beat comes at once
-    time.sleep(1.1)
+    wait_until(lambda: short.last_beat_age_s(t_short) < 0.9, what="the overdue beat after resume")
+    wait_until(lambda: hung.last_beat_age_s(t_hung) > hung.bound_s, what="the hung client past its bound")
 
     with pytest.raises(HeartbeatExpiredError, match=t_hung):
         hung.check(t_hung)
