@@ -15,7 +15,7 @@ def main() -> None:
     lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0, connection_timeout_s=5.0,
                             acquire_timeout_s=20.0)
     cleaner = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
-                         retain_commits=5, orphan_min_age_s=3600)
+                         retain_commits=3, archive_keep_min=4, archive_keep_max=8, orphan_min_age_s=3600)
     while not os.path.exists(a["stop"]):
         try:
             cleaner.run_once()

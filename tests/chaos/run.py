@@ -56,10 +56,19 @@ def _spawn(module: str, args: dict, faults: str | None, log) -> subprocess.Popen
 
 
 def _fault(rng: random.Random, points: list[str], p: float) -> str | None:
+    """A random rule: mostly crashes, some in-process errors (the writer carries on with the
+    same batch), some hangs."""
     if rng.random() > p:
         return None
-    action = "crash" if rng.random() < 0.85 else "hang"
+    r = rng.random()
+    action = "crash" if r < 0.6 else "error" if r < 0.9 else "hang"
     return f"{rng.choice(points)}={action}@{rng.randint(1, 3)}"
+
+
+def _pause_s(rng: random.Random) -> float:
+    """A GC-like pause past the heartbeat bound (3 s); every third one long enough for the cleaner
+    to roll the frozen instant back and archive past it while it sleeps."""
+    return 3.5 if rng.random() < 0.67 else rng.uniform(8.0, 14.0)
 
 
 def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0) -> Summary:
@@ -111,7 +120,7 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
                 victim = procs[rng.choice(list(WRITERS))]
                 if victim.poll() is None:  # a GC pause longer than the heartbeat bound
                     os.kill(victim.pid, signal.SIGSTOP)
-                    time.sleep(3.5)
+                    time.sleep(_pause_s(rng))
                     os.kill(victim.pid, signal.SIGCONT)
                     s.pauses += 1
         stop.touch()
@@ -139,7 +148,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     import multiwriter as mw
     from multiwriter.cleaner.archive import load_history
     from multiwriter.table.layout import parse_data_file
-    from multiwriter.transaction import CHECKPOINT_KEY
+    from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
     from tests.oracle import hudi_read, rows
 
     t = mw.Table.open(path)
@@ -148,10 +157,9 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     metas += [m for m in (a.commit_metadata() for a in load_history(t)) if m is not None]  # archived
     committed: dict[str, int] = {}
     for meta in metas:
-        cp = meta.extra_metadata.get(CHECKPOINT_KEY)
-        if cp:
-            (w, b), = json.loads(cp).items()
-            key = f"{w}:{b}"
+        cp, w = meta.extra_metadata.get(CHECKPOINT_KEY), meta.extra_metadata.get(WRITER_KEY)
+        if cp and w in WRITERS:  # every commit carries all checkpoints forward; its own is its writer's
+            key = f"{w}:{json.loads(cp)[w]}"
             committed[key] = committed.get(key, 0) + 1
     s.batches = sum(committed.values())
     s.rollbacks = len(tl.completed(frozenset({"rollback"})))
@@ -165,6 +173,10 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
             if f"{w}:{b}" not in committed:
                 s.violations.append(f"acknowledged batch {w}:{b} is not on the timeline")
     ours = t.read()
+    done = {i.requested_time for i in tl.completed_writes()} | {
+        a.requested_time for a in load_history(t) if a.completion_time}
+    for ct in set(ours.column("_hoodie_commit_time").to_pylist()) - done:
+        s.violations.append(f"rows written by instant {ct}, which never completed, are visible")
     for tag in set(ours.column("tag").to_pylist()):
         if tag not in committed:
             s.violations.append(f"rows of uncommitted batch {tag} are visible")

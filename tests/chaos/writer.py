@@ -39,6 +39,7 @@ def acked(ledger: str) -> int:
 def main() -> None:
     import multiwriter as mw
     from multiwriter.errors import CommitStateUnknownError, MultiWriterError
+    from multiwriter.faults import InjectedFault
 
     a = json.loads(sys.argv[1])
     cfg = mw.WriterConfig(
@@ -53,7 +54,7 @@ def main() -> None:
             r = mw.write(batch_rows(a["writer"], a["mode"], b), a["path"], cfg, batch_id=b)
         except CommitStateUnknownError:
             raise
-        except (MultiWriterError, OSError) as e:  # not acknowledged: retry the same batch id
+        except (MultiWriterError, OSError, InjectedFault) as e:  # not acknowledged: retry the same batch id
             print(f"{a['writer']} batch {b}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             time.sleep(0.3)
             continue
