@@ -79,3 +79,21 @@ class InstantRolledBackError(MultiWriterError):
 
 class DuplicateBatchError(MultiWriterError):
     """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""
+
+
+class CommitNotLandedError(MultiWriterError):
+    """A commit whose outcome was unknown provably did not land (the timeline was re-read); its
+    files were deleted and the batch may be retried with a new instant."""
+
+
+class FileExists(MultiWriterError, FileExistsError):
+    """A create-if-absent found the file already there (instant files, lock files, markers)."""
+
+
+class ZooKeeperStartError(MultiWriterError):
+    """The local ZooKeeper server could not be started (no Java, no jar, or it did not come up)."""
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a fault point's ``error`` action (reliability tests). Deliberately not a
+    MultiWriterError: it stands for any unexpected exception."""

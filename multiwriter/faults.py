@@ -16,6 +16,8 @@ import os
 import signal
 import time
 
+from .errors import InjectedFault
+
 POINTS = (
     "after-requested",
     "after-inflight",
@@ -27,10 +29,6 @@ POINTS = (
     "mid-clean",
 )
 ACTIONS = ("crash", "kill", "hang", "error")
-
-
-class InjectedFault(RuntimeError):
-    """Raised by the ``error`` action."""
 
 
 _rules: dict[str, tuple[str, int]] = {}

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from .errors import FileExists
+
 log = logging.getLogger(__name__)
-
-
-class FileExists(Exception):
-    """Raised by :meth:`Storage.put_if_absent` when the target already exists."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .errors import MultiWriterError
+from .errors import ZooKeeperStartError
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -65,10 +65,6 @@ appender.console.name = console
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
 """
-
-
-class ZooKeeperStartError(MultiWriterError):
-    """The local ZooKeeper server could not be started (no Java, no jar, or it did not come up)."""
 
 
 def pyspark_jars() -> Path:

@@ -17,6 +17,7 @@ import pyarrow as pa
 from .. import faults
 from ..config import WriterConfig
 from ..errors import (
+    CommitNotLandedError,
     CommitStateUnknownError,
     LockAcquireTimeout,
     MultiWriterError,
@@ -99,7 +100,7 @@ class Writer:
                 self._checkpoint, self._checkpoint_loaded = batch_id, True
                 self.metrics.commit(name, wid, "skipped")
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
-            except (WriteConflictError, LockAcquireTimeout, _NotLanded) as e:
+            except (WriteConflictError, LockAcquireTimeout, CommitNotLandedError) as e:
                 txn.abort()
                 conflicts += isinstance(e, WriteConflictError)
                 self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
@@ -145,7 +146,7 @@ class Writer:
         return self._rng.uniform(cap / 2, cap) if cap > 0 else 0.0
 
     def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float) -> CommitResult:
-        name, wid = self.table.name, self.config.writer_id
+        name = self.table.name
         phases: dict[str, float] = {}
         txn.begin()
         assert txn.instant is not None and txn.base_timeline is not None
@@ -202,7 +203,7 @@ class Writer:
                 log.warning("writer %s: %s -- re-read the timeline: the commit landed", wid, e)
                 assert txn.instant is not None
                 return txn.instant
-            raise _NotLanded(f"{e} -- re-read the timeline: it did not land; retrying with a new instant") from e
+            raise CommitNotLandedError(f"{e} -- re-read the timeline: it did not land; retrying with a new instant") from e
 
     def _after_commit(self, r: CommitResult, txn: Transaction) -> None:
         name, wid = self.table.name, self.config.writer_id
@@ -293,15 +294,11 @@ def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operat
     return CommitMetadata(p2s, {"schema": arrow_to_avro_json(schema, table_name)}, OPERATION_TYPES[operation])
 
 
-class _NotLanded(MultiWriterError):
-    """A commit whose state was unknown provably did not land (the timeline was re-read)."""
-
-
 def _gave_up(e: Exception, attempts: int, max_retries: int) -> Exception:
     msg = (f"{e} -- gave up after {attempts} attempts (max_conflict_retries={max_retries}); "
            "raise max_conflict_retries or reduce overlap between writers")
     if isinstance(e, WriteConflictError):
         return WriteConflictError(msg, instant=e.instant, winner=e.winner, file_groups=e.file_groups)
-    if isinstance(e, _NotLanded):
+    if isinstance(e, CommitNotLandedError):
         return MultiWriterError(msg)
     return type(e)(msg)
