@@ -141,7 +141,11 @@ class Table:
     # -- reads ---------------------------------------------------------------------
     def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
         """Snapshot read (with meta columns) as a pyarrow Table; ``filters`` is a pyarrow
-        compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``."""
+        compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``.
+
+        ``as_of`` (a requested instant time) reads the table as it was then; before the earliest
+        commit the cleaner retains it raises :class:`~multiwriter.errors.InstantNotRetainedError`
+        (whose ``earliest`` is readable) instead of returning a snapshot with holes."""
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
         full = self._read_schema(tl, snap)
