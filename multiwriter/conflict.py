@@ -2,7 +2,8 @@
 
 The default strategy (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``) says two
 writes conflict when they share a (partition, fileId). Inserts that create new file groups never
-conflict. Candidates are every write instant completed after our base (by completion time) plus
+conflict. A replace commit touches the groups it writes and the groups it retires: an update to a
+group that a concurrent replace retired conflicts (else it would land in a dead group). Candidates are every write instant completed after our base (by completion time) plus
 pending table-service plans (clustering / replace), whose file groups are already promised.
 """
 from __future__ import annotations
@@ -125,10 +126,10 @@ def _file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
         return set()
     if not data:
         return set()
-    from .table.metadata import CommitMetadata
+    from .table.metadata import decode_commit_metadata
 
     try:
-        return CommitMetadata.from_bytes(data, source=timeline.path_of(i)).file_groups()
+        return decode_commit_metadata(i.action, data, source=timeline.path_of(i)).file_groups()
     except TableFormatError:
         log.warning("pending plan %s is unreadable; treating it as touching nothing", i)
         return set()

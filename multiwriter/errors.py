@@ -97,3 +97,17 @@ class ZooKeeperStartError(MultiWriterError):
 class InjectedFault(RuntimeError):
     """Raised by a fault point's ``error`` action (reliability tests). Deliberately not a
     MultiWriterError: it stands for any unexpected exception."""
+
+
+class InstantNotRetainedError(MultiWriterError):
+    """A time-travel or incremental read needs file slices or instants that the cleaner has
+    removed (old versions deleted, instants archived), so no exact answer exists any more.
+
+    ``earliest`` is the earliest as-of time (time travel) or incremental start (completion time)
+    that is still answered exactly; ``None`` when no such bound is known.
+    """
+
+    def __init__(self, message: str, *, requested: str | None = None, earliest: str | None = None) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.earliest = earliest

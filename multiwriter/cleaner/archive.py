@@ -16,7 +16,9 @@ So the archived set is always a *prefix* of the timeline, in both orders:
 
 X is further held back so that the newest commit carrying each writer's streaming checkpoint
 (``_hudi_streaming_sink_checkpoint``, read by the sink from the active timeline) stays, that
-the commits retention keeps readable (``earliest_to_retain``) stay, and that at least
+the commits retention keeps readable (``earliest_to_retain``) stay, that a replace commit stays
+while any file of a group it replaced is still on storage (once it is archived, those files
+would be older than the earliest active instant and count as committed again), and that at least
 ``keep_min`` completed instants stay.
 
 Crash safety: the batch file is written first (atomically, never overwritten); then each
@@ -38,9 +40,10 @@ from ..storage import FileExists
 from ..table import instant as inst
 from ..table.instant import Instant
 from ..table.metadata import CommitMetadata
-from ..table.snapshot import list_data_files
+from ..table.files import FileSlice, list_data_files
 from ..table.table import Table
 from ..table.timeline import Timeline
+from ..table.view import TimelineView
 from ..transaction import CHECKPOINT_KEY
 from . import CleanerContext
 from .retention import earliest_to_retain
@@ -100,8 +103,22 @@ def newest_checkpoint_commits(tl: Timeline) -> dict[str, Instant]:
     return out
 
 
-def choose(tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int) -> tuple[list[Instant], str | None]:
-    """The instants to archive now (oldest first) and the rule that held the cutoff back."""
+def replace_with_live_files(tl: Timeline, files: list[FileSlice] | None = None) -> str | None:
+    """The oldest completed replace commit whose replaced groups still have files on storage."""
+    view = TimelineView(tl)
+    if not view.replacements:
+        return None
+    present = {f.group for f in (files if files is not None else list_data_files(tl.storage))}
+    held = [i.requested_time for g, i in view.replacements.items() if g in present]
+    return min(held, default=None)
+
+
+def choose(
+    tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None
+) -> tuple[list[Instant], str | None]:
+    """The instants to archive now (oldest first) and the rule that held the cutoff back.
+
+    ``files`` is a listing of the table's data files; listed here when needed and not given."""
     states = tl.latest_states()  # one per instant, by requested time
     completed = [i for i in states if i.is_completed]
     if len(completed) <= keep_max:
@@ -121,6 +138,9 @@ def choose(tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int) -
     elif retain_commits > 0 and tl.completed_writes():
         # too few commits to clean yet: every write commit is retained
         bounds["retained commits"] = min(i.requested_time for i in tl.completed_writes())
+    replace = replace_with_live_files(tl, files)
+    if replace is not None:
+        bounds["a replace commit whose replaced files are not cleaned yet"] = replace
     rule, cutoff = min(bounds.items(), key=lambda kv: kv[1])
     prefix = [i for i in states if i.requested_time < cutoff]
     n = _completion_prefix(states, len(prefix))

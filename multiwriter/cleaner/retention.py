@@ -9,7 +9,10 @@ and hudi-rs time travel to any of them still work) and nothing older:
   time of the oldest pending write if there is one (an in-flight writer reads the slices of the
   snapshot it started from, as Hudi's cleaner also protects).
 * Per file group, the slice visible as of E is kept, and so is every newer slice; the strictly
-  older committed slices are deleted. The latest slice of a group is therefore never deleted.
+  older committed slices are deleted. The latest slice of a live group is never deleted.
+* A file group retired by a replace commit whose requested time is at or before E is invisible
+  in every retained snapshot: all its slices are deleted (Hudi cleans replaced groups the same
+  way). Until then time travel before the replace still reads it.
 * Only committed slices are considered: files of pending instants belong to rollback, files of
   unknown instants to the orphan report.
 
@@ -40,8 +43,9 @@ from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import NS, decode_records, encode
-from ..table.snapshot import FileSlice, list_data_files, visibility
+from ..table.files import FileSlice, list_data_files
 from ..table.timeline import Timeline
+from ..table.view import TimelineView
 from . import CleanerContext, claim, complete_under_lock, mark_inflight
 
 log = logging.getLogger(__name__)
@@ -205,14 +209,19 @@ def earliest_to_retain(tl: Timeline, retain_commits: int) -> str | None:
 
 
 def old_slices(tl: Timeline, files: list[FileSlice], earliest: str) -> list[FileSlice]:
-    """Committed slices strictly older than their group's slice visible as of ``earliest``."""
-    committed = visibility(tl, None)
+    """Committed slices no snapshot as of ``earliest`` or later reads: those strictly older than
+    their group's slice visible as of ``earliest``, and every slice of a group replaced by then."""
+    view = TimelineView(tl)
+    retired = view.replaced(earliest)
     groups: dict[tuple[str, str], list[FileSlice]] = defaultdict(list)
     for f in files:
-        if committed(f.instant_time):
-            groups[(f.partition, f.file_id)].append(f)
+        if view.committed(f.instant_time):
+            groups[f.group].append(f)
     out: list[FileSlice] = []
-    for slices in groups.values():
+    for g, slices in groups.items():
+        if g in retired:
+            out.extend(slices)
+            continue
         at_e = [f.instant_time for f in slices if f.instant_time <= earliest]
         if not at_e:
             continue

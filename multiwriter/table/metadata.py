@@ -1,4 +1,4 @@
-"""Timeline metadata: commit, rollback and clean records as Avro container files.
+"""Timeline metadata: commit, replace, rollback and clean records as Avro container files.
 
 Layouts follow Hudi's ``org.apache.hudi.avro.model`` records so that Java Hudi and hudi-rs read
 them; version 6 tables keep commit metadata as JSON, which we read too. Never pickle.
@@ -74,6 +74,17 @@ COMMIT_SCHEMA: dict[str, Any] = {
         _opt("extraMetadata", {"type": "map", "values": _STR}),
         {"name": "version", "type": ["int", "null"], "default": 1},
         _opt("operationType", _STR),
+    ],
+}
+
+#: ``HoodieReplaceCommitMetadata``: a commit's fields plus the file groups it retires. Field order
+#: as Java Hudi writes it in version 8 (``compacted`` included, replaced ids last).
+REPLACE_COMMIT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieReplaceCommitMetadata",
+    "fields": [
+        *[f for f in COMMIT_SCHEMA["fields"]],
+        _opt("partitionToReplaceFileIds", {"type": "map", "values": {"type": "array", "items": _STR}}),
     ],
 }
 
@@ -177,6 +188,7 @@ def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
 
 _PARSED = {
     "commit": _parsed(COMMIT_SCHEMA, {}),
+    "replacecommit": _parsed(REPLACE_COMMIT_SCHEMA, {}),
     "rollback_plan": _parsed(ROLLBACK_PLAN_SCHEMA, {}),
     "rollback": _parsed(ROLLBACK_METADATA_SCHEMA, {}),
     "clean": _parsed(CLEAN_METADATA_SCHEMA, {}),
@@ -296,27 +308,99 @@ class CommitMetadata:
             },
         )
 
+    def replaced_file_groups(self) -> set[tuple[str, str]]:
+        """(partition, fileId) pairs this commit retires; none for a plain commit."""
+        return set()
+
     @classmethod
     def from_bytes(cls, data: bytes, *, source: str) -> CommitMetadata:
-        if not data.strip():
+        rec = _commit_record(data, source=source)
+        if rec is None:
             return cls()
-        if data.lstrip()[:1] == b"{":
-            try:
-                rec = json.loads(data)
-            except ValueError as e:
-                raise TableFormatError(f"{source}: commit metadata is neither Avro nor valid JSON ({e})") from e
-        else:
-            recs = decode_records(data, source=source)
-            if len(recs) != 1:
-                raise TableFormatError(f"{source}: expected one commit metadata record, found {len(recs)}")
-            rec = recs[0]
         try:
-            p2s = rec.get("partitionToWriteStats") or {}
-            return cls(
-                partition_to_write_stats={p: [WriteStat.from_avro(s, p) for s in ss or []] for p, ss in p2s.items()},
-                extra_metadata=dict(rec.get("extraMetadata") or {}),
-                operation_type=rec.get("operationType") or "UNKNOWN",
-                compacted=bool(rec.get("compacted") or False),
-            )
+            return cls(**_commit_fields(rec))
         except (AttributeError, TypeError) as e:
             raise TableFormatError(f"{source}: commit metadata has an unexpected shape ({e})") from e
+
+
+@dataclass
+class ReplaceCommitMetadata(CommitMetadata):
+    """A ``HoodieReplaceCommitMetadata``: a commit that also retires whole file groups.
+
+    Written by INSERT OVERWRITE, DELETE PARTITION and clustering. Once the instant completes, the
+    groups in ``partition_to_replace_file_ids`` are no longer part of the table for any reader
+    (snapshot, time travel at or after it, incremental), even though their files stay on storage
+    until the cleaner's retention window has passed.
+    """
+
+    partition_to_replace_file_ids: dict[str, list[str]] = field(default_factory=dict)
+    operation_type: str = "INSERT_OVERWRITE"
+
+    def replaced_file_groups(self) -> set[tuple[str, str]]:
+        return {(p, f) for p, ids in self.partition_to_replace_file_ids.items() for f in ids if f}
+
+    def file_groups(self) -> set[tuple[str, str]]:
+        """Written and retired groups alike: a concurrent write to either conflicts."""
+        return super().file_groups() | self.replaced_file_groups()
+
+    def to_bytes(self) -> bytes:
+        return encode(
+            "replacecommit",
+            {
+                "partitionToWriteStats": {p: [s.to_avro() for s in ss] for p, ss in self.partition_to_write_stats.items()},
+                "compacted": self.compacted,
+                "extraMetadata": dict(self.extra_metadata),
+                "version": 1,
+                "operationType": self.operation_type,
+                "partitionToReplaceFileIds": {p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()},
+            },
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str) -> ReplaceCommitMetadata:
+        rec = _commit_record(data, source=source)
+        if rec is None:
+            return cls()
+        try:
+            replaced = rec.get("partitionToReplaceFileIds") or {}
+            return cls(
+                **_commit_fields(rec),
+                partition_to_replace_file_ids={p: [str(f) for f in ids or []] for p, ids in replaced.items()},
+            )
+        except (AttributeError, TypeError) as e:
+            raise TableFormatError(f"{source}: replace commit metadata has an unexpected shape ({e})") from e
+
+
+def decode_commit_metadata(action: str, data: bytes, *, source: str) -> CommitMetadata:
+    """The metadata of a completed write instant: a replace commit's carries its retired groups."""
+    if action == "replacecommit":
+        return ReplaceCommitMetadata.from_bytes(data, source=source)
+    return CommitMetadata.from_bytes(data, source=source)
+
+
+def _commit_record(data: bytes, *, source: str) -> dict[str, Any] | None:
+    """The one record of a commit file: Avro (version 8) or JSON (version 6); None when empty."""
+    if not data.strip():
+        return None
+    if data.lstrip()[:1] == b"{":
+        try:
+            rec = json.loads(data)
+        except ValueError as e:
+            raise TableFormatError(f"{source}: commit metadata is neither Avro nor valid JSON ({e})") from e
+        if not isinstance(rec, dict):
+            raise TableFormatError(f"{source}: commit metadata is JSON but not an object")
+        return rec
+    recs = decode_records(data, source=source)
+    if len(recs) != 1:
+        raise TableFormatError(f"{source}: expected one commit metadata record, found {len(recs)}")
+    return recs[0]
+
+
+def _commit_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    p2s = rec.get("partitionToWriteStats") or {}
+    return {
+        "partition_to_write_stats": {p: [WriteStat.from_avro(s, p) for s in ss or []] for p, ss in p2s.items()},
+        "extra_metadata": dict(rec.get("extraMetadata") or {}),
+        "operation_type": rec.get("operationType") or "UNKNOWN",
+        "compacted": bool(rec.get("compacted") or False),
+    }

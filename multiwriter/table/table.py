@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
@@ -15,8 +16,10 @@ from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
 from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
+from .files import list_data_files
 from .snapshot import Snapshot
 from .timeline import Timeline
+from .view import TimelineView
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -119,7 +122,13 @@ class Table:
         return Timeline.load(self.storage, self.config)
 
     def snapshot(self, as_of: str | None = None, *, timeline: Timeline | None = None, partitions: list[str] | None = None) -> Snapshot:
-        return Snapshot.build(self.storage, timeline or self.timeline(), as_of=as_of, partitions=partitions)
+        """The visible file slices (as of requested time ``as_of``); raises
+        :class:`~multiwriter.errors.InstantNotRetainedError` when the cleaner has removed slices
+        that snapshot needs (before its earliest retained commit, or before archived instants)."""
+        tl = timeline or self.timeline()
+        if as_of is not None:
+            TimelineView(tl).check_as_of(as_of)
+        return Snapshot.build(self.storage, tl, as_of=as_of, partitions=partitions)
 
     def schema(self, timeline: Timeline | None = None) -> pa.Schema:
         """The data schema (no meta columns): from the latest commit, else from the create schema."""
@@ -143,31 +152,44 @@ class Table:
     # -- reads ---------------------------------------------------------------------
     def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
         """Snapshot read (with meta columns) as a pyarrow Table; ``filters`` is a pyarrow
-        compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``."""
+        compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``.
+
+        ``as_of`` (a requested instant time) reads the table as it was then; before the earliest
+        commit the cleaner retains it raises :class:`~multiwriter.errors.InstantNotRetainedError`
+        (whose ``earliest`` is readable) instead of returning a snapshot with holes."""
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
         full = self._read_schema(tl, snap)
         return _read_files(self.storage, [f.path for f in snap.files()], full, columns, filters)
 
     def read_incremental(self, start: str | None = None, end: str | None = None) -> pa.Table:
-        """Rows written by commits whose completion time is in (start, end]."""
+        """Records changed by commits whose completion time is in (start, end], each once.
+
+        Hudi's incremental semantics: for every record a commit in the range inserted or
+        updated, its latest version written inside the range, read from the file slices that are
+        latest as of ``end`` and kept by ``_hoodie_commit_time``. Rows of file groups that a
+        replace commit completed by ``end`` retired are not returned. ``start=None`` reads from
+        the beginning, ``end=None`` up to the latest commit. Bounds are completion times (the
+        ``<T>_<C>`` of the timeline), as hudi-rs takes them on version 8 tables.
+
+        Never partial: when the cleaner deleted a slice the range needs (``end`` before its
+        retention window) or archived instants that may have completed in the range, this raises
+        :class:`~multiwriter.errors.InstantNotRetainedError` whose ``earliest`` is the earliest
+        start still answered exactly. A full scan would not help there: versions overwritten
+        after ``end`` are gone. A range ending at the latest commit from ``start=None`` is always
+        exact.
+        """
         tl = self.timeline()
         full = self._read_schema(tl, None)
-        parts = []
-        for i in tl.completed_writes():
-            ct = i.completion_time or i.requested_time
-            if (start is not None and ct <= start) or (end is not None and ct > end):
-                continue
-            files = [s.path for s in tl.commit_metadata(i).all_stats() if s.path]
-            files = [f for f in files if self.storage.exists(f)]
-            if not files:
-                continue
-            t = _read_files(self.storage, files, full, None, None)
-            mask = pa.compute.equal(t["_hoodie_commit_time"], i.requested_time)
-            parts.append(t.filter(mask))
-        if not parts:
+        plan = TimelineView(tl).incremental(list_data_files(self.storage), start, end)
+        if not plan.slices:
             return full.empty_table()
-        return pa.concat_tables(parts)
+        t = _read_files(self.storage, [f.path for f in plan.slices], full, None, None)
+        commit_time = t["_hoodie_commit_time"]
+        keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times), pa.string()))
+        if plan.archived_before is not None:
+            keep = pc.or_(keep, pc.less(commit_time, plan.archived_before))
+        return t.filter(pc.fill_null(keep, False))
 
     def to_spark(self, spark: SparkSession, as_of: str | None = None) -> DataFrame:
         tl = self.timeline()

@@ -1,19 +1,31 @@
 """The active timeline: load instants, order completed ones by completion time, write instant
 files atomically (create fails if the file exists, never overwrites).
+
+Loading lists the timeline directory and then reads the metadata of every completed write
+instant, so a loaded view answers from one listing. The cleaner archives instants concurrently
+(it deletes their files after recording them in history); a file that vanishes between the
+listing and the read makes the load list again, a bounded number of times. Instant files are
+immutable, so their parsed metadata is shared between loads (keyed by path, size and mtime).
 """
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from functools import cached_property
 
 from ..errors import TableFormatError
-from ..storage import FileExists, Storage
+from ..storage import FileEntry, FileExists, Storage
 from . import instant as inst
 from .instant import Instant
-from .metadata import CommitMetadata
+from .metadata import CommitMetadata, decode_commit_metadata
 from .properties import TableConfig
 
 log = logging.getLogger(__name__)
+
+#: listings tried before a load gives up on a timeline that keeps changing under it
+LOAD_ATTEMPTS = 8
+_CACHE_SIZE = 2048
 
 
 class InstantExistsError(TableFormatError):
@@ -31,7 +43,41 @@ class Timeline:
 
     @classmethod
     def load(cls, storage: Storage, config: TableConfig) -> Timeline:
-        return cls(storage, config, _scan(storage, config))
+        """List the timeline and read every completed write's metadata from that listing;
+        list again when archival removed a file in between (bounded by ``LOAD_ATTEMPTS``)."""
+        vanished = ""
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            entries = _scan(storage, config)
+            tl = cls(storage, config, [i for i, _ in entries])
+            vanished = tl._prefetch(dict(entries))
+            if not vanished:
+                return tl
+            log.info("timeline load %d: %s vanished after listing (archived meanwhile); listing again", attempt, vanished)
+        raise TableFormatError(
+            f"{vanished}: instant files kept vanishing while loading the timeline ({LOAD_ATTEMPTS} listings); "
+            "another process is deleting instants faster than they can be read: check that only the cleaner archives"
+        )
+
+    def _prefetch(self, entries: dict[Instant, FileEntry]) -> str:
+        """Read the metadata of completed writes; the path of a vanished file, or ''."""
+        for i in self._instants:
+            if not (i.is_completed and i.action in inst.WRITE_ACTIONS):
+                continue
+            key = self.path_of(i)
+            e = entries.get(i)
+            cached = _CACHE.get(self.storage, e) if e is not None else None
+            if cached is not None:
+                self._meta_cache[key] = cached
+                continue
+            try:
+                data = self.storage.read_bytes(key)
+            except FileNotFoundError:
+                return key
+            meta = decode_commit_metadata(i.action, data, source=key)
+            self._meta_cache[key] = meta
+            if e is not None:
+                _CACHE.put(self.storage, e, meta)
+        return ""
 
     # -- views ---------------------------------------------------------------
     @property
@@ -104,11 +150,11 @@ class Timeline:
                 data = self.storage.read_bytes(key)
             except FileNotFoundError as e:
                 raise TableFormatError(f"{key}: instant file vanished while reading the timeline") from e
-            self._meta_cache[key] = CommitMetadata.from_bytes(data, source=key)
+            self._meta_cache[key] = decode_commit_metadata(i.action, data, source=key)
         return self._meta_cache[key]
 
 
-def _scan(storage: Storage, config: TableConfig) -> list[Instant]:
+def _scan(storage: Storage, config: TableConfig) -> list[tuple[Instant, FileEntry]]:
     out = []
     for e in storage.list_dir(config.timeline_dir, files_only=True):
         name = e.path.rsplit("/", 1)[-1]
@@ -117,9 +163,43 @@ def _scan(storage: Storage, config: TableConfig) -> list[Instant]:
             continue
         if config.version < 8 and i.is_completed:
             i = Instant(i.requested_time, i.action, i.state, None)
-        out.append(i)
-    out.sort(key=lambda i: (i.requested_time, i.state))
+        out.append((i, e))
+    out.sort(key=lambda ie: (ie[0].requested_time, ie[0].state))
     return out
+
+
+class _MetadataCache:
+    """Parsed metadata of immutable instant files, shared by every load in this process.
+
+    Keyed by table root, path, size and mtime: a file rewritten in place (by hand, or a test
+    corrupting it) is read again.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, str, int, float], CommitMetadata] = OrderedDict()
+        self._mu = threading.Lock()
+
+    @staticmethod
+    def _key(storage: Storage, e: FileEntry) -> tuple[str, str, int, float]:
+        return (storage.uri, e.path, e.size, e.mtime_s)
+
+    def get(self, storage: Storage, e: FileEntry) -> CommitMetadata | None:
+        k = self._key(storage, e)
+        with self._mu:
+            meta = self._items.get(k)
+            if meta is not None:
+                self._items.move_to_end(k)
+            return meta
+
+    def put(self, storage: Storage, e: FileEntry, meta: CommitMetadata) -> None:
+        with self._mu:
+            self._items[self._key(storage, e)] = meta
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+_CACHE = _MetadataCache(_CACHE_SIZE)
 
 
 # -- writing instant files -------------------------------------------------------

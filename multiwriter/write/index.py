@@ -1,7 +1,8 @@
 """Index: tag each incoming record with the file group that already holds its key.
 
 Reads only the ``_hoodie_record_key`` column of the latest file slices of the partitions the
-batch touches, and skips files whose footer key range (``hoodie_min/max_record_key``) cannot
+batch touches (the live groups of the base snapshot, as :mod:`multiwriter.table.view` decides:
+a group a replace commit retired holds no key, so such a key is inserted anew), and skips files whose footer key range (``hoodie_min/max_record_key``) cannot
 hold any incoming key.
 """
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""Data files as storage lists them: file slices, partitions. Which of them are committed is
+decided by :mod:`.view`, never here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..storage import Storage
+from .layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
+
+#: (partition path, fileId): the unit of versioning, conflict and replacement
+FileGroup = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """One base file of a file group."""
+
+    partition: str
+    file_id: str
+    instant_time: str
+    name: str
+    size: int = 0
+
+    @property
+    def path(self) -> str:
+        return data_file_path(self.partition, self.name)
+
+    @property
+    def group(self) -> FileGroup:
+        return (self.partition, self.file_id)
+
+
+def list_partitions(storage: Storage) -> list[str]:
+    """Every partition directory (leaf holding a partition metadata file or data files)."""
+    out: set[str] = set()
+    for e in storage.walk_files(""):
+        rel = e.path
+        if rel.startswith(HOODIE + "/") or _hidden(rel):
+            continue
+        name = rel.rsplit("/", 1)[-1]
+        if name == PARTITION_METADATA or parse_data_file(name):
+            out.add(rel.rsplit("/", 1)[0] if "/" in rel else "")
+    return sorted(out)
+
+
+def _hidden(rel: str) -> bool:
+    return any(seg.startswith(".") and seg != PARTITION_METADATA or seg == "__MACOSX" for seg in rel.split("/"))
+
+
+def list_data_files(storage: Storage, partitions: list[str] | None = None) -> list[FileSlice]:
+    """All data files (committed or not) in the given partitions (all when None)."""
+    out: list[FileSlice] = []
+    if partitions is None:
+        entries = [e for e in storage.walk_files("") if not e.path.startswith(HOODIE + "/") and not _hidden(e.path)]
+    else:
+        entries = [e for p in partitions for e in storage.list_dir(p, files_only=True)]
+    for e in entries:
+        part, _, name = e.path.rpartition("/")
+        parsed = parse_data_file(name)
+        if parsed:
+            out.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, e.size))
+    return out
