@@ -19,7 +19,7 @@ COLS = ["id", "value"]
 
 def _replace_first_partition(table_path: str) -> tuple[mw.Table, str, set[str]]:
     """Write two partitions, then a completed replace commit retiring the first one's group."""
-    cfg = mw.WriterConfig(writer_id="w")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
     mw.write(trips(range(10), date="2024-01-01", value=1), table_path, cfg)
     mw.write(trips(range(100, 105), date="2024-01-02", value=1), table_path, cfg)
     t = mw.Table.open(table_path)
@@ -33,7 +33,7 @@ def _replace_first_partition(table_path: str) -> tuple[mw.Table, str, set[str]]:
 
 def _later_updates(table_path: str, n: int) -> None:
     for k in range(n):
-        mw.write(trips(range(100, 105), date="2024-01-02", ts=2 + k, value=2 + k), table_path, mw.WriterConfig(writer_id="w"))
+        mw.write(trips(range(100, 105), date="2024-01-02", ts=2 + k, value=2 + k), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
 
 
 def test_replaced_group_readable_before_the_replace_until_the_window_passes(trips_table, table_path):

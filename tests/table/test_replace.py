@@ -113,7 +113,7 @@ def test_write_into_overwritten_fixture_keeps_replaced_groups_retired(tmp_path):
     diana = old.filter(pc.equal(old["id"], 4))
     diana = diana.set_column(diana.schema.get_field_index("longField"), "longField", pa.array([987654322], pa.int64()))
     diana = diana.set_column(diana.schema.get_field_index("name"), "name", pa.array(["Di"]))
-    mw.write(pa.concat_tables([alice, diana]), path, mw.WriterConfig(writer_id="w"))
+    mw.write(pa.concat_tables([alice, diana]), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
     got = rows(mw.Table.open(path).read(), ["id", "name"])
     assert got == [(1, "Alice"), (4, "Di")]
     assert rows(hudi_read(path), ["id", "name"]) == got
@@ -124,7 +124,7 @@ def test_write_into_overwritten_fixture_keeps_replaced_groups_retired(tmp_path):
 
 
 def test_update_of_a_group_a_concurrent_replace_retired_conflicts(trips_table, table_path):
-    cfg = mw.WriterConfig(writer_id="w")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
     base = mw.write(trips(range(5)), table_path, cfg)
     t = mw.Table.open(table_path)
     (group,) = {(f.partition, f.file_id) for f in t.snapshot().files()}

@@ -38,12 +38,12 @@ def archive_after_next_listing(monkeypatch, table_path):
 
 
 def test_writer_resumes_while_the_cleaner_archives(trips_table, table_path, archive_after_next_listing):
-    cfg = mw.WriterConfig(writer_id="ingest")
+    cfg = mw.WriterConfig(writer_id="ingest", lock=mw.InProcessLock())
     for k in range(6):
         mw.write(trips(range(10 * k, 10 * k + 10), value=k), table_path, cfg)
     archive_after_next_listing["armed"] = True
     # a new streaming writer: its first batch scans the whole timeline for its checkpoint
-    r = mw.write(trips(range(5), value=9), table_path, mw.WriterConfig(writer_id="late"), batch_id=0)
+    r = mw.write(trips(range(5), value=9), table_path, mw.WriterConfig(writer_id="late", lock=mw.InProcessLock()), batch_id=0)
     assert archive_after_next_listing["fired"] >= 4
     assert r.instant is not None and not r.skipped
     got = rows(mw.Table.open(table_path).read(), ["id", "value"])
@@ -52,7 +52,7 @@ def test_writer_resumes_while_the_cleaner_archives(trips_table, table_path, arch
 
 
 def test_reader_loads_while_the_cleaner_archives(trips_table, table_path, archive_after_next_listing):
-    cfg = mw.WriterConfig(writer_id="ingest")
+    cfg = mw.WriterConfig(writer_id="ingest", lock=mw.InProcessLock())
     for k in range(6):
         mw.write(trips(range(k, k + 3), value=k), table_path, cfg)
     archive_after_next_listing["armed"] = True
