@@ -9,6 +9,11 @@ by one side only takes that side's (wider) type; a column changed by both sides 
 types is a conflict, and the later committer fails. This follows the rules of Hudi's
 concurrent schema evolution check, but merges compatible evolutions of both sides instead of
 failing them, since files lacking a column read as null and narrower types read widened.
+
+Hudi's readers take the schema of the completed commit with the greatest *requested* time
+instead, so a commit that adds to the schema also retries (``WriteConflictError``, with a new
+instant) when a commit requested after it, lacking its new columns, completed first. Both
+orders then show every commit's schema as a superset of the one before it.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from itertools import pairwise
 
 import pyarrow as pa
 
-from .errors import SchemaMismatchError
+from .errors import SchemaMismatchError, WriteConflictError
 from .table import instant as inst
 from .table.instant import Instant
 from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, widens
@@ -140,15 +145,21 @@ def schema_history(tl: Timeline) -> list[tuple[Instant, pa.Schema]]:
 
 
 def history_violations(tl: Timeline) -> list[str]:
-    """Each completed commit whose schema is not a superset of the previous commit's.
+    """Each completed commit whose schema is not a superset of the previous commit's, in
+    completion order (our reader) and in requested order (Hudi's readers).
 
     Empty on a healthy table; tests and the chaos checker assert that.
     """
     out = []
-    history = schema_history(tl)
-    for (prev_i, prev), (i, s) in pairwise(history):
-        for v in superset_violations(prev, s):
-            out.append(f"instant {i.requested_time} (completed {i.completion_time}) after {prev_i.requested_time}: {v}")
+    by_completion = schema_history(tl)
+    by_request = sorted(by_completion, key=lambda e: e[0].requested_time)
+    for order, history in (("completion", by_completion), ("requested", by_request)):
+        for (prev_i, prev), (i, s) in pairwise(history):
+            for v in superset_violations(prev, s):
+                out.append(
+                    f"instant {i.requested_time} (completed {i.completion_time}) after {prev_i.requested_time} "
+                    f"in {order} order: {v}"
+                )
     return out
 
 
@@ -184,9 +195,31 @@ def commit_schema(
             f"{'; '.join(c.describe() for c in r.conflicts)}. The first committer wins: instant {instant} "
             "was not committed and its files are removed; align the writers' schemas, then resend the batch"
         )
+    _check_later_requested(timeline, base_completion, instant, writer_id, r.schema)
     if r.schema.equals(ours):
         return None
     return arrow_to_avro_json(r.schema, table.name)
+
+
+def _check_later_requested(tl: Timeline, base_completion: str | None, instant: str, writer_id: str, schema: pa.Schema) -> None:
+    """Hudi readers (hudi-rs among them) take the schema of the completed commit with the
+    greatest *requested* time. A commit requested after ours that completed first must
+    therefore already hold every column of ours, or our new columns would vanish for them;
+    if not, this attempt retries with a new (later) instant, as after a write conflict."""
+    for i in tl.completed_after(base_completion):
+        if i.action not in inst.WRITE_ACTIONS or i.requested_time <= instant:
+            continue
+        theirs = schema_of(tl, i)
+        missing = superset_violations(schema, theirs) if theirs is not None else []
+        if missing:
+            raise WriteConflictError(
+                f"instant {instant} of writer {writer_id!r} records schema {describe(schema)}, but instant "
+                f"{i.requested_time}, requested later and completed first, recorded {describe(theirs)} "
+                f"({'; '.join(missing)}); readers that take the schema of the latest requested commit "
+                "would not see ours: retry the batch with a new instant (the writer does this)",
+                instant=instant,
+                winner=i.requested_time,
+            )
 
 
 def _latest_schema_since(tl: Timeline, base_completion: str | None, own: str) -> tuple[Instant, pa.Schema] | None:

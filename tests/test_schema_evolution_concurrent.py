@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import multiwriter as mw
 from multiwriter import faults
@@ -185,6 +188,8 @@ def run_interleaved(outer, inner):
             out["outer"] = outer()
         except Exception as e:  # noqa: BLE001 - the test inspects it
             out["outer"] = e
+        finally:
+            reached.set()  # failed before its files (bad batch): the inner one simply runs after
 
     with held_at("after-data-files", "outer") as (reached, release):
         t = threading.Thread(target=run_outer, name="outer")
@@ -213,6 +218,22 @@ def test_retry_after_conflict_revalidates_against_new_schema(table):
     assert rows(mw.Table.open(table).read(), ["id", "extra"]) == [("s0", None), ("s1", "x")]
 
 
+def test_evolving_writer_retries_behind_a_later_requested_commit(table):
+    """B adds a column; A, requested after B without it, completes first. Hudi's readers take
+    the schema of the latest *requested* commit (A's), so B retries with a new instant
+    instead of committing a column those readers would not show."""
+    cfg = mw.WriterConfig(writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
+    evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
+    b_batch = _rows(["b0"], "2024-01-02", schema=evolved, extra="y")
+    a_batch = _rows(["a0"], "2024-01-03")
+    b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(writer_id="A")))
+    assert not isinstance(a, Exception) and not isinstance(b, Exception), (a, b)
+    assert b.attempts == 2 and b.instant.requested_time > a.instant.requested_time
+    expect = [("a0", None), ("b0", "y"), ("s0", None), ("s1", None)]
+    assert rows(hudi_read(table), ["id", "extra"]) == expect == rows(mw.Table.open(table).read(), ["id", "extra"])
+    assert history_violations(mw.Table.open(table).timeline()) == []
+
+
 def test_omitted_nullable_column_reads_null_and_strict_option_refuses(table):
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
     mw.write(_rows(["s0"], "2024-01-01", schema=evolved, extra="x"), table, mw.WriterConfig(writer_id="A"))
@@ -233,3 +254,96 @@ def test_to_spark_reads_the_table_schema(spark, table):
     got = sorted((r["id"], r["n"], r["extra"]) for r in df.select("id", "n", "extra").collect())
     assert got == [("s0", 7, None), ("s1", 7, None), ("w0", 1 << 40, "x")]
     assert got == rows(hudi_read(table), ["id", "n", "extra"])
+
+
+# -- random evolutions across two writers ------------------------------------------------------
+WIDER = {pa.int16(): pa.int32(), pa.int32(): pa.int64(), pa.float32(): pa.float64()}
+NEW_TYPES = [pa.int32(), pa.string(), pa.float32()]
+EVOLUTIONS = st.one_of(
+    st.just(("keep",)),
+    st.just(("refresh",)),
+    st.tuples(st.just("add"), st.sampled_from(["c1", "c2"]), st.sampled_from(range(len(NEW_TYPES)))),
+    st.tuples(st.just("widen"), st.sampled_from(["n", "value32", "c1", "c2"])),
+)
+STEPS = st.lists(st.tuples(st.sampled_from(["A", "B", "A inside B", "B inside A"]), EVOLUTIONS, EVOLUTIONS), min_size=1, max_size=5)
+RANDOM_SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("n", pa.int16()), ("value32", pa.float32())])
+AVRO_ORDER = [["int8", "int16", "int32", "int64"], ["float", "double"]]
+
+
+def _evolve(view: pa.Schema, evo: tuple, table_path: str) -> pa.Schema:
+    if evo[0] == "refresh":
+        return mw.Table.open(table_path).schema()
+    if evo[0] == "add" and view.get_field_index(evo[1]) < 0:
+        return view.append(pa.field(evo[1], NEW_TYPES[evo[2]]))
+    if evo[0] == "widen" and view.get_field_index(evo[1]) >= 0 and view.field(evo[1]).type in WIDER:
+        return view.set(view.get_field_index(evo[1]), pa.field(evo[1], WIDER[view.field(evo[1]).type]))
+    return view
+
+
+def _value(t: pa.DataType):
+    return "s" if pa.types.is_string(t) else 1.5 if pa.types.is_floating(t) else 3
+
+
+def _batch_for(view: pa.Schema, ids: list[str], writer: str) -> tuple[pa.Table, dict[str, dict]]:
+    rows_ = [{f.name: _value(f.type) for f in view} | {"id": i, "date": f"2024-01-0{1 + (writer == 'B')}", "ts": 1} for i in ids]
+    return pa.Table.from_pylist(rows_, schema=view), {r["id"]: r for r in rows_}
+
+
+def _independent_superset(old: dict[str, object], new: dict[str, object]) -> bool:
+    """Each column of ``old`` is in ``new`` with the same or a wider type (fastavro-read names)."""
+    for name, t in old.items():
+        if name not in new:
+            return False
+        u = new[name]
+        if t != u and not any(t in chain and u in chain and chain.index(u) > chain.index(t) for chain in AVRO_ORDER):
+            return False
+    return True
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS)
+def test_random_evolutions_of_two_writers_keep_every_commit_a_superset(steps):
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/t"
+        mw.Table.create(path, name="r", schema=RANDOM_SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+        views = {"A": RANDOM_SCHEMA, "B": RANDOM_SCHEMA}
+        expected: dict[str, dict] = {}
+        counter = iter(range(10_000))
+
+        def writer_call(w: str, evo: tuple):
+            views[w] = _evolve(views[w], evo, path)
+            batch, sent = _batch_for(views[w], [f"{w}{next(counter)}" for _ in range(2)], w)
+
+            def call():
+                mw.write(batch, path, mw.WriterConfig(writer_id=w))
+                expected.update(sent)
+            return call
+
+        for mode, evo_a, evo_b in steps:
+            if mode in ("A", "B"):
+                outcomes = [_outcome(writer_call(mode, evo_a if mode == "A" else evo_b))]
+            else:
+                inner, outer = mode.split(" inside ")
+                o = writer_call(outer, evo_a if outer == "A" else evo_b)
+                i = writer_call(inner, evo_a if inner == "A" else evo_b)
+                outcomes = list(run_interleaved(lambda o=o: _outcome(o), lambda i=i: _outcome(i)))
+            for r in outcomes:
+                assert r is None or isinstance(r, SchemaMismatchError), repr(r)
+
+        table = mw.Table.open(path)
+        assert history_violations(table.timeline()) == []
+        schemas = [_json_schema(p) for p in _commit_files(path)]
+        assert all(_independent_superset(a, b) for a, b in zip(schemas, schemas[1:], strict=False)), schemas
+        names = table.schema().names
+        want = sorted((tuple(row.get(c) for c in names) for row in expected.values()), key=repr)
+        assert rows(table.read(), names) == want
+        if expected:
+            assert rows(hudi_read(path), names) == want
+
+
+def _outcome(call):
+    try:
+        call()
+    except SchemaMismatchError as e:
+        return e
+    return None
