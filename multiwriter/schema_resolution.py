@@ -176,7 +176,9 @@ def commit_schema(
 
     Runs under the lock. Raises :class:`SchemaMismatchError` (naming both instants and all
     three schemas) when a commit completed since our base evolved the schema in a way ours
-    contradicts; the caller then aborts, so nothing of ours stays.
+    contradicts; the caller then aborts, so nothing of ours stays. Every write commits
+    through this step, table services included: a clustering commit that records the schema
+    of its base still ends up recording the current table schema.
     """
     if not ours_avro:
         return None
