@@ -41,6 +41,8 @@ class WriterConfig:
     executor: str = "auto"
     driver_max_rows: int = 200_000
     register_writer: bool = True
+    #: a batch may omit nullable table columns (written as null); False: every column is required
+    allow_missing_columns: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.writer_id, str) or not WRITER_ID_RE.match(self.writer_id):
@@ -60,6 +62,8 @@ class WriterConfig:
             raise ConfigError(f"operation {self.operation!r} must be one of {OPERATIONS}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor {self.executor!r} must be one of {EXECUTORS}")
+        if not isinstance(self.allow_missing_columns, bool):
+            raise ConfigError(f"allow_missing_columns={self.allow_missing_columns!r} must be True or False")
         _range("heartbeat_interval_s", self.heartbeat_interval_s, 1.0, 3600.0)
         _range("heartbeat_tolerable_misses", self.heartbeat_tolerable_misses, 0, 100)
         _range("max_conflict_retries", self.max_conflict_retries, 0, 100)

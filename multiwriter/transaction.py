@@ -27,6 +27,7 @@ from .errors import (
 )
 from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
+from .schema_resolution import SCHEMA_KEY, commit_schema
 from .storage import FileExists
 from .table import instant as inst
 from .table import layout
@@ -184,6 +185,7 @@ class Transaction:
             self.timings.conflict_check_s += time.monotonic() - t1
             if conflict is not None:
                 raise self._conflict_error(conflict)
+            self._reconcile_schema(tl, base_ct, metadata)
             self._fence(tl)
             faults.point("before-complete")
             completion = self.clock.issue([tl.max_time(), t])
@@ -230,6 +232,17 @@ class Transaction:
             winner=conflict.winner.requested_time,
             file_groups=groups,
         )
+
+    def _reconcile_schema(self, tl: Timeline, base_ct: str | None, metadata: CommitMetadata) -> None:
+        """Record the table schema evolved by commits since our base (never a regressed one),
+        or raise SchemaMismatchError when our schema contradicts theirs (schema_resolution)."""
+        assert self.instant is not None and self.base_timeline is not None
+        t0 = time.monotonic()
+        schema = commit_schema(self.table, self.base_timeline, tl, base_ct, self.instant.requested_time,
+                               self.writer_id, metadata.extra_metadata.get(SCHEMA_KEY))
+        if schema is not None:
+            metadata.extra_metadata[SCHEMA_KEY] = schema
+        self.timings.conflict_check_s += time.monotonic() - t0
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""

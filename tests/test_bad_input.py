@@ -38,11 +38,25 @@ def test_null_or_empty_key(seeded, bad):
     assert snapshot_of(seeded) == before
 
 
-def test_missing_column(seeded):
+def test_missing_column_strict(seeded):
     before = snapshot_of(seeded)
     with pytest.raises(errors.SchemaMismatchError, match="value"):
-        mw.write(trips(range(3)).drop_columns(["value"]), seeded, cfg())
+        mw.write(trips(range(3)).drop_columns(["value"]), seeded, cfg(allow_missing_columns=False))
     assert snapshot_of(seeded) == before
+
+
+@pytest.mark.parametrize("column", ["ts", "date"])
+def test_missing_required_column(seeded, column):
+    """The ordering and partition fields may never be omitted, even when other columns may."""
+    before = snapshot_of(seeded)
+    with pytest.raises(errors.SchemaMismatchError, match=column):
+        mw.write(trips(range(3)).drop_columns([column]), seeded, cfg())
+    assert snapshot_of(seeded) == before
+
+
+def test_allow_missing_columns_is_validated():
+    with pytest.raises(errors.ConfigError, match="allow_missing_columns"):
+        cfg(allow_missing_columns="yes")
 
 
 def test_retyped_column(seeded):

@@ -45,6 +45,36 @@ def write(a: dict) -> dict:
             "attempts": r.attempts, "skipped": r.skipped}
 
 
+def write_columns(a: dict) -> dict:
+    """Write ``rows`` with an explicit ``schema`` ([[name, type], ...]); with ``gate`` (a
+    directory), stop at fault point ``hold_at``: create ``gate/reached`` and wait for
+    ``gate/release``, so a test orders this writer against another one deterministically."""
+    import multiwriter as mw
+
+    schema = pa.schema([(n, pa.type_for_alias(t)) for n, t in a["schema"]])
+    if a.get("gate"):
+        _hold_at(a.get("hold_at", "after-data-files"), a["gate"])
+    r = mw.write(pa.Table.from_pylist(a["rows"], schema=schema), a["path"], _config(a), batch_id=a.get("batch_id"))
+    return {"instant": r.instant.requested_time if r.instant else None,
+            "completion": r.instant.completion_time if r.instant else None, "attempts": r.attempts}
+
+
+def _hold_at(point: str, gate: str) -> None:
+    from multiwriter import faults
+
+    def hold(name: str) -> None:
+        if name != point:
+            return
+        open(os.path.join(gate, "reached"), "w").close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(gate, "release")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate} was never released")
+            time.sleep(0.01)
+
+    faults.point = hold
+
+
 def instants(a: dict) -> dict:
     """Issue and complete ``n`` empty commits; record what each saw at issue time."""
     from multiwriter.table.metadata import CommitMetadata

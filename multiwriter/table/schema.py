@@ -7,6 +7,7 @@ Arrow type of primitive columns.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -147,29 +148,89 @@ def _atype(t: Any) -> pa.DataType:
     return _atype(typ)
 
 
-def check_compatible(table: pa.Schema, batch: pa.Schema, *, instant: str = "") -> pa.Schema:
+def check_compatible(
+    table: pa.Schema,
+    batch: pa.Schema,
+    *,
+    instant: str = "",
+    required: Iterable[str] = (),
+    allow_missing: bool = False,
+) -> pa.Schema:
     """Validate a batch against the table schema; return the evolved table schema.
 
-    Missing or retyped columns raise :class:`SchemaMismatchError` before anything is written;
-    new columns are appended as nullable (schema evolution).
+    New columns are appended as nullable and a column whose batch type holds every value of
+    the table type (:func:`widens`) takes the wider type: both are schema evolution. With
+    ``allow_missing`` a batch may omit nullable table columns outside ``required`` (they are
+    written as null); any other missing or retyped column raises
+    :class:`SchemaMismatchError` before anything is written.
     """
     table, batch = data_schema(table), data_schema(batch)
     where = f" (instant {instant})" if instant else ""
-    missing = [f.name for f in table if batch.get_field_index(f.name) < 0]
-    if missing:
-        raise SchemaMismatchError(
-            f"batch{where} lacks table columns {missing}; send every column (nulls are fine) "
-            "or evolve the table explicitly"
-        )
-    retyped = [
-        f"{f.name}: table {f.type} vs batch {batch.field(f.name).type}"
-        for f in table
-        if not _same_type(f.type, batch.field(f.name).type)
-    ]
+    _check_missing(table, batch, where, set(required), allow_missing)
+    fields: list[pa.Field] = []
+    retyped: list[str] = []
+    for f in table:
+        i = batch.get_field_index(f.name)
+        if i < 0:
+            fields.append(f)
+            continue
+        bt = batch.field(i).type
+        if _same_type(f.type, bt):
+            fields.append(f)
+        elif widens(f.type, bt):
+            fields.append(pa.field(f.name, bt, nullable=True))
+        else:
+            retyped.append(f"{f.name}: table {f.type} vs batch {bt}")
     if retyped:
-        raise SchemaMismatchError(f"batch{where} changes column types: {'; '.join(retyped)}")
+        raise SchemaMismatchError(
+            f"batch{where} changes column types: {'; '.join(retyped)}; a column may only widen "
+            "losslessly (e.g. int32 -> int64, float -> double)"
+        )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
-    return pa.schema(list(table) + added)
+    return pa.schema(fields + added)
+
+
+def _check_missing(table: pa.Schema, batch: pa.Schema, where: str, required: set[str], allow_missing: bool) -> None:
+    missing = [f for f in table if batch.get_field_index(f.name) < 0]
+    if not missing:
+        return
+    if not allow_missing:
+        raise SchemaMismatchError(
+            f"batch{where} lacks table columns {[f.name for f in missing]}; send every column (nulls are "
+            "fine) or set WriterConfig(allow_missing_columns=True) to write omitted columns as null"
+        )
+    needed = [f.name for f in missing if f.name in required or not f.nullable]
+    if needed:
+        raise SchemaMismatchError(
+            f"batch{where} lacks required columns {needed} (record key, partition and ordering fields "
+            "and non-nullable columns must be sent; other columns may be omitted and are written as null)"
+        )
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """True when ``new`` holds every value of ``old`` exactly (equal types included).
+
+    These are the only type changes schema evolution makes: files written with ``old`` stay
+    readable as ``new`` without a rewrite, so no writer's data is lost or altered.
+    """
+    if old == new or _same_repr(old, new):
+        return True
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        if pa.types.is_signed_integer(old):
+            return pa.types.is_signed_integer(new) and new.bit_width >= old.bit_width
+        return new.bit_width > old.bit_width or (pa.types.is_unsigned_integer(new) and new.bit_width == old.bit_width)
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return new.bit_width >= old.bit_width
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return False
+
+
+def _same_repr(a: pa.DataType, b: pa.DataType) -> bool:
+    """Arrow types Avro stores alike (string/large_string, binary/large_binary)."""
+    strings = (pa.string(), pa.large_string())
+    binaries = (pa.binary(), pa.large_binary())
+    return (a in strings and b in strings) or (a in binaries and b in binaries)
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:

@@ -131,7 +131,10 @@ class Table:
         return Snapshot.build(self.storage, tl, as_of=as_of, partitions=partitions)
 
     def schema(self, timeline: Timeline | None = None) -> pa.Schema:
-        """The data schema (no meta columns): from the latest commit, else from the create schema."""
+        """The data schema (no meta columns): the schema the latest completed commit recorded,
+        else the create schema. The one source of the table schema for every reader and writer;
+        the commit check (``schema_resolution``) keeps each commit's schema a superset of the
+        previous one, so the latest never lacks a column that any data file may hold."""
         tl = timeline or self.timeline()
         for i in reversed(tl.completed_writes()):
             meta = tl.commit_metadata(i)
@@ -195,9 +198,14 @@ class Table:
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
         uris = [self.storage.uri_of(f.path) for f in snap.files()]
+        schema = self._read_schema(tl, snap)
         if not uris:
-            return spark.createDataFrame(self._read_schema(tl, snap).empty_table().to_pandas())
-        return spark.read.option("mergeSchema", "true").parquet(*uris)
+            return spark.createDataFrame(schema.empty_table().to_pandas())
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        # The table schema, not the files' merged one: files older than a column lack it, and
+        # files older than a widening hold the narrower type (Spark cannot merge those).
+        return spark.read.schema(from_arrow_schema(schema)).parquet(*uris)
 
     def _read_schema(self, tl: Timeline, snap: Snapshot | None) -> pa.Schema:
         schema = self.schema(tl)

@@ -40,7 +40,7 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
     if len(fields) == 1:
         return pc.cast(cols[0].combine_chunks() if isinstance(cols[0], pa.ChunkedArray) else cols[0], pa.string())
     parts = []
-    for f, c in zip(fields, cols):
+    for f, c in zip(fields, cols, strict=True):
         parts.append(pc.binary_join_element_wise(pa.scalar(f), c, ":"))
     out = pc.binary_join_element_wise(*parts, ",")
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
@@ -84,16 +84,17 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str) -> pa.Table:
     """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns.
 
-    ``table_schema`` is the (possibly evolved) data schema; delete batches may carry only the
-    key and partition columns.
+    ``table_schema`` is the (possibly evolved) data schema. Table columns the batch omits are
+    written as null (full-record upsert, as Hudi's default payload does): the writer has
+    already checked which columns may be omitted; delete batches may carry only the key and
+    partition columns.
     """
     batch = batch.select([n for n in batch.schema.names if n not in META_COLUMNS and not n.startswith("_mw_")])
     keys = record_keys(batch, config)
     parts = partition_paths(batch, config)
-    if operation == "delete":
-        data = _null_fill(batch, table_schema)
-    else:
-        data = batch.select(data_schema(table_schema).names).cast(data_schema(table_schema))
+    if operation != "delete" and config.ordering_field and batch.schema.get_field_index(config.ordering_field) < 0:
+        raise SchemaMismatchError(f"ordering field {config.ordering_field!r} is missing from the batch")
+    data = _null_fill(batch, table_schema)
     op = OP_DELETE if operation == "delete" else OP_UPSERT
     data = data.append_column(KEY, keys).append_column(PARTITION, parts)
     data = data.append_column(OP, pa.array([op] * data.num_rows, pa.int8()))
@@ -101,6 +102,7 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
 
 
 def _null_fill(batch: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The batch in ``schema``'s column order and types; columns it lacks are all null."""
     cols = []
     for f in data_schema(schema):
         if batch.schema.get_field_index(f.name) >= 0:

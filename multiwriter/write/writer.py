@@ -230,11 +230,16 @@ class Writer:
 class _Batch:
     """The input batch, validated once before any attempt."""
 
-    def __init__(self, arrow: pa.Table | None, spark_df: Any, schema: pa.Schema, operation: str) -> None:
+    def __init__(
+        self, arrow: pa.Table | None, spark_df: Any, schema: pa.Schema, operation: str,
+        *, required: tuple[str, ...] = (), allow_missing: bool = False,
+    ) -> None:
         self.arrow = arrow
         self.spark_df = spark_df
         self.schema = schema
         self.operation = operation
+        self.required = required
+        self.allow_missing = allow_missing
         self.empty = arrow is not None and arrow.num_rows == 0
         self.prepared: pa.Table | None = None
         self.prepared_schema: pa.Schema | None = None
@@ -251,7 +256,7 @@ class _Batch:
                 data = small
             else:
                 schema = spark_path.arrow_schema(data)
-                b = cls(None, data, schema, config.operation)
+                b = cls(None, data, schema, config.operation, **_column_rules(table, config))
                 b.evolved_schema(table.schema())
                 spark_path.validate(data, table.config, config.operation)
                 return b
@@ -260,7 +265,7 @@ class _Batch:
                 data = pa.Table.from_batches([data])
             else:
                 raise MultiWriterError(f"cannot write {type(data).__name__}: pass a pyarrow.Table or a Spark DataFrame")
-        b = cls(data, None, data.schema, config.operation)
+        b = cls(data, None, data.schema, config.operation, **_column_rules(table, config))
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
         b.prepared_schema = b.evolved_schema(table.schema())
@@ -273,11 +278,20 @@ class _Batch:
         return prepare(self.arrow, config, schema, operation=self.operation)
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
+        """The schema this attempt writes: the table's, evolved by the batch. Called again on
+        every attempt, so a retry after a concurrent evolution validates against the new one."""
         if len(table_schema) == 0:
             return data_schema(self.schema)
         if self.operation == "delete":
             return table_schema
-        return check_compatible(table_schema, self.schema)
+        return check_compatible(table_schema, self.schema, required=self.required, allow_missing=self.allow_missing)
+
+
+def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
+    """Columns every upsert batch must carry, and whether others may be omitted."""
+    c = table.config
+    required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
+    return {"required": required, "allow_missing": config.allow_missing_columns}
 
 
 def _planned(tasks: list, operation: str) -> CommitMetadata:
