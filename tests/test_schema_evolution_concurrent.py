@@ -36,7 +36,7 @@ TABLE_SCHEMA = pa.schema([(n, pa.type_for_alias(t)) for n, t in OLD])
 @pytest.fixture()
 def table(table_path):
     mw.Table.create(table_path, name="trips", schema=TABLE_SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
-    mw.write(_rows(["s0", "s1"], "2024-01-01"), table_path, mw.WriterConfig(writer_id="seed"))
+    mw.write(_rows(["s0", "s1"], "2024-01-01"), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     return table_path
 
 
@@ -207,11 +207,11 @@ def run_interleaved(outer, inner):
 def test_retry_after_conflict_revalidates_against_new_schema(table):
     """B's attempt loses a file-group conflict to A, which also added a column; the retry is
     validated against the evolved schema and commits with it (nulls in the new column)."""
-    cfg = mw.WriterConfig(writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
     b_batch = _rows(["s0"], "2024-01-01")
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
     a_batch = _rows(["s1"], "2024-01-01", schema=evolved, extra="x")
-    b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(writer_id="A")))
+    b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A")))
     assert not isinstance(a, Exception) and not isinstance(b, Exception), (a, b)
     assert b.attempts == 2 and b.conflicts == 1
     assert rows(hudi_read(table), ["id", "extra"]) == [("s0", None), ("s1", "x")]
@@ -222,11 +222,11 @@ def test_evolving_writer_retries_behind_a_later_requested_commit(table):
     """B adds a column; A, requested after B without it, completes first. Hudi's readers take
     the schema of the latest *requested* commit (A's), so B retries with a new instant
     instead of committing a column those readers would not show."""
-    cfg = mw.WriterConfig(writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
     b_batch = _rows(["b0"], "2024-01-02", schema=evolved, extra="y")
     a_batch = _rows(["a0"], "2024-01-03")
-    b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(writer_id="A")))
+    b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A")))
     assert not isinstance(a, Exception) and not isinstance(b, Exception), (a, b)
     assert b.attempts == 2 and b.instant.requested_time > a.instant.requested_time
     expect = [("a0", None), ("b0", "y"), ("s0", None), ("s1", None)]
@@ -236,11 +236,11 @@ def test_evolving_writer_retries_behind_a_later_requested_commit(table):
 
 def test_omitted_nullable_column_reads_null_and_strict_option_refuses(table):
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
-    mw.write(_rows(["s0"], "2024-01-01", schema=evolved, extra="x"), table, mw.WriterConfig(writer_id="A"))
+    mw.write(_rows(["s0"], "2024-01-01", schema=evolved, extra="x"), table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A"))
     older = _rows(["s0", "s2"], "2024-01-01").drop_columns(["value"])
     with pytest.raises(SchemaMismatchError, match="extra"):
-        mw.write(older, table, mw.WriterConfig(writer_id="B", allow_missing_columns=False))
-    mw.write(older, table, mw.WriterConfig(writer_id="B"))
+        mw.write(older, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", allow_missing_columns=False))
+    mw.write(older, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B"))
     got = rows(hudi_read(table), ["id", "value", "extra"])
     assert got == [("s0", None, None), ("s1", 1.0, None), ("s2", None, None)]
     assert got == rows(mw.Table.open(table).read(), ["id", "value", "extra"])
@@ -249,7 +249,7 @@ def test_omitted_nullable_column_reads_null_and_strict_option_refuses(table):
 def test_to_spark_reads_the_table_schema(spark, table):
     """Files older than an added column and a widened type read with the table schema."""
     widened = pa.schema([f if f.name != "n" else pa.field("n", pa.int64()) for f in TABLE_SCHEMA]).append(pa.field("extra", pa.string()))
-    mw.write(_rows(["w0"], "2024-01-02", schema=widened, extra="x").set_column(4, "n", pa.array([1 << 40])), table, mw.WriterConfig(writer_id="A"))
+    mw.write(_rows(["w0"], "2024-01-02", schema=widened, extra="x").set_column(4, "n", pa.array([1 << 40])), table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A"))
     df = mw.Table.open(table).to_spark(spark)
     got = sorted((r["id"], r["n"], r["extra"]) for r in df.select("id", "n", "extra").collect())
     assert got == [("s0", 7, None), ("s1", 7, None), ("w0", 1 << 40, "x")]
@@ -315,7 +315,7 @@ def test_random_evolutions_of_two_writers_keep_every_commit_a_superset(steps):
             batch, sent = _batch_for(views[w], [f"{w}{next(counter)}" for _ in range(2)], w)
 
             def call():
-                mw.write(batch, path, mw.WriterConfig(writer_id=w))
+                mw.write(batch, path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id=w))
                 expected.update(sent)
             return call
 
