@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import faults
+from . import faults, markers
 from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
 from .errors import (
     CommitStateUnknownError,
@@ -28,7 +28,6 @@ from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
 from .storage import FileExists
 from .table import instant as inst
-from .table import layout
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records
@@ -241,7 +240,7 @@ class Transaction:
         if self.heartbeat is not None:
             self.heartbeat.stop(t)
         try:
-            delete_markers(self.table, t)
+            markers.delete_dir(self.table.storage, t)
         except OSError as e:  # markers of a completed instant are garbage, not state
             log.warning("could not delete markers of %s: %s", t, e)
 
@@ -252,8 +251,8 @@ class Transaction:
         if self.instant is None or self._state in ("committed", "aborted"):
             return []
         t = self.instant.requested_time
-        deleted = delete_files_from_markers(self.table, t)
-        delete_markers(self.table, t)
+        deleted = markers.delete_files(self.table.storage, t)
+        markers.delete_dir(self.table.storage, t)
         tlmod.delete_pending(self.table.storage, self.table.config, t, self.instant.action)
         if self.heartbeat is not None:
             self.heartbeat.stop(t)
@@ -335,21 +334,17 @@ def _rollback_target(tl: Timeline, i: Instant) -> str | None:
     return None
 
 
+# Marker helpers live in multiwriter.markers; these names stay for existing importers.
 def marker_files(table: Table, t: str) -> list[str]:
-    return [e.path for e in table.storage.walk_files(layout.marker_dir(t))]
+    return markers.list_markers(table.storage, t)
 
 
 def delete_files_from_markers(table: Table, t: str) -> list[str]:
-    deleted = []
-    for m in marker_files(table, t):
-        data = layout.marker_to_data_path(t, m)
-        if data and table.storage.delete(data):
-            deleted.append(data)
-    return deleted
+    return markers.delete_files(table.storage, t)
 
 
 def delete_markers(table: Table, t: str) -> None:
-    table.storage.delete_dir(layout.marker_dir(t))
+    markers.delete_dir(table.storage, t)
 
 
 Hook = Callable[[], None]
