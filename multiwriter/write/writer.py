@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import faults
+from .. import faults, markers
 from ..config import WriterConfig
 from ..errors import (
     CommitStateUnknownError,
@@ -159,6 +159,7 @@ class Writer:
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = _metadata(stats, schema, name, self.config.operation)
+        markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
         instant = txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted)
         phases["commit"] = time.monotonic() - t1
