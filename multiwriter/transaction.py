@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import checkpoint as ckpt
-from . import faults
+from . import faults, markers
 from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
 from .errors import (
     CommitStateUnknownError,
@@ -30,7 +30,6 @@ from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
 from .storage import FileExists
 from .table import instant as inst
-from .table import layout
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records
@@ -309,7 +308,7 @@ class Transaction:
         if self.heartbeat is not None:
             self.heartbeat.stop(t)
         try:
-            delete_markers(self.table, t)
+            markers.delete_dir(self.table.storage, t)
         except OSError as e:  # markers of a completed instant are garbage, not state
             log.warning("could not delete markers of %s: %s", t, e)
 
@@ -340,8 +339,8 @@ class Transaction:
             self._state = "committed"
             self.stop_heartbeat()
             return []
-        deleted = delete_files_from_markers(self.table, t)
-        delete_markers(self.table, t)
+        deleted = markers.delete_files(self.table.storage, t)
+        markers.delete_dir(self.table.storage, t)
         tlmod.delete_pending(self.table.storage, self.table.config, t, self.instant.action)
         self.stop_heartbeat()
         self._state = "aborted"
@@ -404,21 +403,4 @@ def _rollback_target(tl: Timeline, i: Instant) -> str | None:
         if commits:
             return commits[0]
     return None
-
-
-def marker_files(table: Table, t: str) -> list[str]:
-    return [e.path for e in table.storage.walk_files(layout.marker_dir(t))]
-
-
-def delete_files_from_markers(table: Table, t: str) -> list[str]:
-    deleted = []
-    for m in marker_files(table, t):
-        data = layout.marker_to_data_path(t, m)
-        if data and table.storage.delete(data):
-            deleted.append(data)
-    return deleted
-
-
-def delete_markers(table: Table, t: str) -> None:
-    table.storage.delete_dir(layout.marker_dir(t))
 

@@ -70,6 +70,7 @@ class CleanerReport:
     clean_instants: list[str] = field(default_factory=list)
     stale_files_deleted: int = 0  # marker dirs and heartbeat files of finished instants
     uncommitted_deleted: int = 0  # leftovers swept before archival would make them look committed
+    failed_writes_swept: list[str] = field(default_factory=list)  # files of instants neither completed nor pending
     pending_instants: int = 0  # left on the timeline after this run
     errors: list[str] = field(default_factory=list)
 
@@ -87,6 +88,8 @@ class CleanerReport:
         ]
         if self.resumed:
             parts.append(f"resumed {len(self.resumed)} dead cleaner instants")
+        if self.failed_writes_swept:
+            parts.append(f"swept {len(self.failed_writes_swept)} files of failed writes")
         if self.errors:
             parts.append(f"{len(self.errors)} errors: {self.errors[0]}")
         return f"cleaner: {', '.join(parts)} in {self.duration_s:.2f}s"
@@ -99,6 +102,9 @@ class Cleaner:
 
     ``heartbeat_interval_s`` and ``heartbeat_tolerable_misses`` must be the writers' settings:
     a writer is judged dead once its heartbeat is older than ``interval * (misses + 1)``.
+    ``sweep_failed_writes`` deletes data files whose instant is neither completed (active
+    timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
+    heartbeat bounds old (see :mod:`.orphans`).
     """
 
     def __init__(
@@ -113,6 +119,8 @@ class Cleaner:
         archive_keep_max: int = 30,
         orphan_min_age_s: float = 6 * 3600,
         delete_orphans: bool = False,
+        sweep_failed_writes: bool = True,
+        failed_write_min_age_bounds: float = 5.0,
         lock_timeout_s: float = 60.0,
         metrics: Metrics | None = None,
         pushgateway: str | None = None,
@@ -126,6 +134,15 @@ class Cleaner:
             orphan_min_age_s,
             lock_timeout_s,
         )
+        if (
+            not isinstance(failed_write_min_age_bounds, (int, float))
+            or isinstance(failed_write_min_age_bounds, bool)
+            or not failed_write_min_age_bounds >= 1
+        ):
+            raise ConfigError(
+                f"Cleaner failed_write_min_age_bounds={failed_write_min_age_bounds!r}: must be >= 1 (heartbeat bounds "
+                "an instant must be old before its files may be swept); use sweep_failed_writes=False to turn it off"
+            )
         from ..lock.base import LockProvider as _LockProvider
 
         if not isinstance(lock, _LockProvider):
@@ -149,6 +166,8 @@ class Cleaner:
         self.archive_keep_max = int(archive_keep_max)
         self.orphan_min_age_s = float(orphan_min_age_s)
         self.delete_orphans = bool(delete_orphans)
+        self.sweep_failed_writes = bool(sweep_failed_writes)
+        self.failed_write_min_age_bounds = float(failed_write_min_age_bounds)
         self.lock_timeout_s = float(lock_timeout_s)
         self.pushgateway = pushgateway
         self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -177,6 +196,8 @@ class Cleaner:
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
             self._step(report, "retention", lambda: self._retention(ctx, report))
             self._step(report, "archival", lambda: self._archive(ctx, report))
+            if self.sweep_failed_writes:
+                self._step(report, "failed writes", lambda: self._sweep(ctx, report))
             self._step(report, "orphans", lambda: self._orphans(ctx, report))
             self._step(report, "pending", lambda: self._pending(ctx, report))
             report.duration_s = time.monotonic() - started
@@ -257,6 +278,15 @@ class Cleaner:
         report.uncommitted_deleted += len(r.swept)
         if r.swept:
             self.metrics.files_deleted(self.table.name, "orphan", len(r.swept))
+
+    def _sweep(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        from ..heartbeat.client import expiry_bound_s
+
+        bound = expiry_bound_s(self.heartbeat_interval_s, self.heartbeat_tolerable_misses)
+        swept = orphans_mod.sweep_failed_writes(ctx, min_age_s=self.failed_write_min_age_bounds * bound, now=ctx.now)
+        report.failed_writes_swept.extend(swept)
+        if swept:
+            self.metrics.files_deleted(self.table.name, "failed_write", len(swept))
 
     def _orphans(self, ctx: CleanerContext, report: CleanerReport) -> None:
         tl = self.table.timeline()

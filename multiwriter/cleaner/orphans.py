@@ -1,4 +1,19 @@
-"""Orphans: data files no instant accounts for, and stale bookkeeping files.
+"""Orphans and failed writes: data files no completed instant accounts for, and stale
+bookkeeping files.
+
+Failed writes (:func:`failed_write_files`, deleted by default): a data file whose instant is
+neither completed on the active timeline, nor pending there, nor recorded in the archive can
+never become part of a commit, so it is garbage; and readers (ours and Hudi's) take a file older
+than the earliest active instant for an archived commit's file, so such garbage may be *visible*.
+It comes from writers paused past their heartbeat that woke up after their rollback and wrote
+one more file (the pre-write check leaves only a pause between check and write), or from aborts
+and rollbacks that failed half-way. Decided in this order: list the data files, then load the
+timeline, then the archive. A data file is written only after its instant's requested file
+exists, so a live instant seen in the listing is pending or completed on the timeline loaded
+after it, or archived in the history read after that. Files whose instant is younger than a
+safe age (some heartbeat bounds) are left alone anyway. When the history holds files that are
+not ours (Hudi's LSM archive), archived commits cannot be told from failed ones and files
+older than the earliest active instant are kept.
 
 An orphan data file has an instant time that is no write instant on the active timeline
 (neither completed nor pending) and is not older than the earliest active instant: files older
@@ -22,11 +37,14 @@ import logging
 import time
 from dataclasses import dataclass
 
+from .. import markers
 from ..instant_time import parse_time
 from ..table import instant as inst
 from ..table import layout
+from ..table.snapshot import FileSlice, list_data_files
 from ..table.timeline import Timeline
 from . import CleanerContext
+from . import archive as archive_mod
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +119,67 @@ def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, no
         return _age_of_instant(t, now) >= min_age_s and ctx.is_lapsed(t)
 
     n = 0
-    for d in ctx.storage.list_subdirs(layout.TEMP_DIR):
-        t = d.rsplit("/", 1)[-1]
-        if inst.TIME_RE.match(t) and stale(t):
-            ctx.storage.delete_dir(d)
+    for t in markers.instants_with_markers(ctx.storage):
+        if stale(t):
+            markers.delete_dir(ctx.storage, t)
             n += 1
     for e in ctx.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True):
         t = e.path.rsplit("/", 1)[-1]
         if inst.TIME_RE.match(t) and stale(t) and ctx.storage.delete(e.path):
             n += 1
     return n
+
+
+# -- failed writes --------------------------------------------------------------------------------
+
+V6_ARCHIVE_DIR = f"{layout.HOODIE}/archived"
+
+
+def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[FileSlice]:
+    """Data files of instants that are neither completed (active timeline or archive) nor
+    pending, and whose instant time is at least ``min_age_s`` old; by path."""
+    now = time.time() if now is None else now
+    files = list_data_files(ctx.storage)  # first the files, then what accounts for them
+    tl = ctx.table.timeline()
+    earliest = tl.earliest_time()
+    if earliest is None:
+        return []  # no active instant at all: nothing to judge against
+    known = {i.requested_time for i in tl.latest_states()}  # completed or pending, any action
+    archived, complete = archived_times(ctx)
+    out = []
+    for f in files:
+        t = f.instant_time
+        if t in known or t in archived:
+            continue
+        if t < earliest and not complete:
+            continue  # may be a commit archived by another tool
+        if _age_of_instant(t, now) >= min_age_s:
+            out.append(f)
+    return sorted(out, key=lambda f: f.path)
+
+
+def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:
+    """Requested times of every archived instant, and whether the archive is complete: only our
+    history batches (a Hudi LSM history or a version 6 archive cannot be read here)."""
+    foreign = [
+        e.path
+        for d in (ctx.config.history_dir, V6_ARCHIVE_DIR)
+        for e in ctx.storage.list_dir(d)
+        if not e.path.rsplit("/", 1)[-1].startswith(".") and not e.path.endswith(archive_mod.SUFFIX)
+    ]
+    if foreign:
+        log.info("archive holds files that are not multiwriter history batches (first: %s); "
+                 "data files older than the earliest active instant are not swept", foreign[0])
+    return {a.requested_time for a in archive_mod.load_history(ctx.table)}, not foreign
+
+
+def sweep_failed_writes(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[str]:
+    """Delete :func:`failed_write_files`; returns the deleted paths."""
+    deleted = [f.path for f in failed_write_files(ctx, min_age_s=min_age_s, now=now) if ctx.storage.delete(f.path)]
+    if deleted:
+        log.warning(
+            "deleted %d data files of failed writes (instant neither completed nor pending; first: %s)",
+            len(deleted),
+            deleted[0],
+        )
+    return deleted

@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import faults
+from .. import faults, markers
 from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
@@ -39,7 +39,7 @@ from ..table.instant import Instant
 from ..table.metadata import decode_records, encode
 from ..table.snapshot import list_data_files
 from ..table.timeline import Timeline
-from ..transaction import marker_files, rollback_targets
+from ..transaction import rollback_targets
 from . import CleanerContext, claim, complete_under_lock, mark_inflight
 
 log = logging.getLogger(__name__)
@@ -168,16 +168,11 @@ def pending_rollbacks(tl: Timeline) -> list[Instant]:
 def files_of(ctx: CleanerContext, t: str) -> list[str]:
     """Data files instant ``t`` may have written: from its markers (written before each file),
     or, when the markers are gone, by listing every partition for files named with ``t``."""
-    from_markers = files_of_markers(ctx, t)
+    from_markers = markers.data_paths(ctx.storage, t)
     if from_markers:
         return from_markers
     # no direct markers (gone, or another marker kind such as Hudi's timeline-server MARKERS files)
     return sorted(f.path for f in list_data_files(ctx.storage) if f.instant_time == t)
-
-
-def _is_data_file_of(rel: str, t: str) -> bool:
-    parsed = layout.parse_data_file(rel.rsplit("/", 1)[-1])
-    return parsed is not None and parsed.instant_time == t
 
 
 # -- scheduling (under the lock) -----------------------------------------------------------
@@ -227,13 +222,13 @@ def execute(ctx: CleanerContext, plan: RollbackPlan) -> RollbackOutcome:
         _delete_all(ctx, plan.files, out, fault_point="mid-rollback")
         # a writer that was only paused may have written more files since the plan was made
         planned = set(plan.files)
-        late = [p for p in files_of_markers(ctx, t) if p not in planned]
+        late = [p for p in markers.data_paths(ctx.storage, t) if p not in planned]
         if late:
             log.warning(
                 "rollback %s: instant %s wrote %d more files after the plan; deleting them too", r, t, len(late)
             )
             _delete_all(ctx, late, out)
-        ctx.storage.delete_dir(layout.marker_dir(t))
+        markers.delete_dir(ctx.storage, t)
         ctx.storage.delete(layout.heartbeat_path(t))
         tlmod.delete_pending(ctx.storage, ctx.config, t, plan.target_action)
         data = encode_metadata(_metadata(ctx, plan, out, started))
@@ -260,11 +255,6 @@ def _refuse_completed_target(ctx: CleanerContext, plan: RollbackPlan) -> None:
             f"rollback {plan.rollback_time} targets instant {plan.target_time}, which is completed; refusing to "
             "delete committed data. Inspect the rollback plan and remove the pending rollback instant files by hand"
         )
-
-
-def files_of_markers(ctx: CleanerContext, t: str) -> list[str]:
-    paths = {layout.marker_to_data_path(t, m) for m in marker_files(ctx.table, t)}
-    return sorted(p for p in paths if p and _is_data_file_of(p, t))
 
 
 def _delete_all(

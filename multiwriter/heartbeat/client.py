@@ -32,6 +32,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,7 +43,20 @@ from ..table.layout import heartbeat_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HeartbeatClient", "expiry_bound_s", "heartbeat_age_s", "is_lapsed"]
+__all__ = ["HeartbeatClient", "beating_client", "expiry_bound_s", "heartbeat_age_s", "is_lapsed"]
+
+# instant time -> the client of this process beating it: the write path asks it, right before
+# each data file, whether its own heartbeat can still be trusted (see beating_client)
+_BEATING: weakref.WeakValueDictionary[str, HeartbeatClient] = weakref.WeakValueDictionary()
+_BEATING_MU = threading.Lock()
+
+
+def beating_client(instant_time: str) -> HeartbeatClient | None:
+    """The client of *this process* beating ``instant_time``, if any. Code that runs in the
+    writer's process but is not handed the client (the driver-side merge) uses it for the same
+    self-check as the commit fence; other processes (Spark executors) judge from storage."""
+    with _BEATING_MU:
+        return _BEATING.get(instant_time)
 
 
 # -- the shared expiry rule ---------------------------------------------------------------------
@@ -192,6 +206,8 @@ class HeartbeatClient:
             self._inflight[instant_time] = _InFlight(last_ok=began)
             self._closing = False
             self._ensure_thread()
+        with _BEATING_MU:
+            _BEATING[instant_time] = self
         self._call(self.on_beat, 0.0)
 
     def stop(self, instant_time: str) -> None:
@@ -201,6 +217,9 @@ class HeartbeatClient:
             self._inflight.pop(instant_time, None)
             if not self._inflight:
                 self._wake.set()
+        with _BEATING_MU:
+            if _BEATING.get(instant_time) is self:
+                del _BEATING[instant_time]
         with self._io:
             try:
                 self.storage.delete(heartbeat_path(instant_time))

@@ -8,13 +8,18 @@ import pyarrow.compute as pc
 from ..storage import Storage
 from ..table import layout
 from ..table.metadata import WriteStat
+from ..table.properties import TableConfig
+from ..table.table import Table
 from .index import FILE_ID
-from .merge import MergeContext, merge_file_group
+from .merge import MergeContext, armed, merge_file_group
 from .plan import Plan
 from .records import PARTITION
 
 
-def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan) -> list[WriteStat]:
+def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None) -> list[WriteStat]:
+    """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
+    read from the table when not given)."""
+    ctx = armed(ctx, config if config is not None else Table.open(storage.uri).config)
     routed = plan.routed
     if routed.num_rows:
         order = pc.sort_indices(routed, sort_keys=[(PARTITION, "ascending"), (FILE_ID, "ascending")])

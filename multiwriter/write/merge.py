@@ -2,10 +2,13 @@
 call :func:`merge_file_group`, so both paths write the same rows).
 
 A marker is created before the data file, so a failed attempt's files can always be found and
-deleted. Untouched rows keep their commit time and sequence number.
+deleted. Right before the marker and right before the data file, the task checks that its instant
+is still alive (:mod:`.guard`): a writer paused past its heartbeat bound writes nothing more.
+Untouched rows keep their commit time and sequence number.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -13,10 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import markers
+from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
 from ..table import layout
+from ..table.properties import TableConfig
 from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, data_schema, with_meta
+from . import guard
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
 
@@ -33,6 +40,8 @@ class MergeContext:
     schema_ipc: bytes  # the (evolved) data schema, Arrow IPC-serialized
     ordering_field: str | None
     partition_depth: int
+    heartbeat_bound_s: float | None = None  # the writer's heartbeat expiry bound (pre-write check)
+    pending_files: tuple[str, ...] = ()  # requested/inflight files of the instant (pre-write check)
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -41,6 +50,22 @@ class MergeContext:
 
 def context(table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int) -> MergeContext:
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth)
+
+
+def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
+    """``ctx`` with what the pre-write check needs where no heartbeat client is at hand (Spark
+    executors): the bound of the client beating the instant in this process, and the instant's
+    pending timeline files."""
+    client = beating_client(ctx.instant_time)
+    bound = client.bound_s if client is not None else ctx.heartbeat_bound_s
+    return dataclasses.replace(
+        ctx, heartbeat_bound_s=bound, pending_files=guard.pending_files(config, ctx.instant_time)
+    )
+
+
+def check_alive(storage: Storage, ctx: MergeContext, what: str) -> None:
+    """The pre-write check of :mod:`.guard` for one file of this instant."""
+    guard.check_alive(storage, ctx.instant_time, ctx.heartbeat_bound_s, ctx.pending_files, what)
 
 
 def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -62,7 +87,8 @@ def merge_file_group(
     full = with_meta(ctx.data_schema)
     name = layout.DataFileName(task.file_id, write_token, t).name
     rel = layout.data_file_path(task.partition, name)
-    _put_marker(storage, layout.marker_path(t, task.partition, name))
+    check_alive(storage, ctx, f"the marker of {rel}")
+    markers.create(storage, t, task.partition, name)
     _ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
 
     incoming = dedupe(incoming, ctx.ordering_field) if incoming.num_rows > 1 else incoming
@@ -89,6 +115,7 @@ def merge_file_group(
     out = pa.concat_tables([kept, fresh]).combine_chunks()
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
+    check_alive(storage, ctx, rel)
     size = _write_parquet(storage, rel, out)
     return WriteStat(
         file_id=task.file_id,
@@ -153,13 +180,6 @@ def _write_parquet(storage: Storage, rel: str, out: pa.Table) -> int:
         pq.write_table(out, f, compression="snappy")
     info = storage.info(rel)
     return info.size if info else 0
-
-
-def _put_marker(storage: Storage, rel: str) -> None:
-    try:
-        storage.put_if_absent(rel, b"", durable=False)
-    except FileExists:
-        pass  # a retried task re-creates the same file
 
 
 def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:

@@ -98,8 +98,11 @@ def run_on_executors(
 ) -> list[WriteStat]:
     from pyspark.sql import functions as F
 
+    from .merge import armed
+
     spark = df.sparkSession
     cfg = table.config
+    ctx = armed(ctx, cfg)  # executors check the heartbeat file and pending instant before each file
     data_schema = ctx.data_schema
     prepared_schema = pa.schema(list(data_schema) + [pa.field(KEY, pa.string()), pa.field(PARTITION, pa.string()),
                                                      pa.field(OP, pa.int8())])
@@ -186,7 +189,7 @@ def _merge(routed: Any, tasks: dict[tuple[str, str], FileGroupTask], ctx: Any) -
     from pyspark import TaskContext
 
     from ..table import layout
-    from .merge import merge_file_group
+    from .merge import check_alive, merge_file_group
 
     def merge(group: pa.Table) -> pa.Table:  # runs on executors, one file group per call
         key = (group.column(PARTITION)[0].as_py(), group.column(FILE_ID)[0].as_py())
@@ -196,7 +199,13 @@ def _merge(routed: Any, tasks: dict[tuple[str, str], FileGroupTask], ctx: Any) -
         st = merge_file_group(Storage(ctx.table_uri), ctx, task, group, token)
         return pa.Table.from_pylist([{name: getattr(st, name) for name, _ in STAT_FIELDS}], schema=STAT_SCHEMA)
 
-    rows = routed.groupBy(PARTITION, FILE_ID).applyInArrow(merge, _spark_schema(STAT_SCHEMA)).collect()
+    try:
+        rows = routed.groupBy(PARTITION, FILE_ID).applyInArrow(merge, _spark_schema(STAT_SCHEMA)).collect()
+    except Exception:
+        # a task that refused to write (pre-write check) fails the job with a wrapped error: say
+        # so with the typed error when the instant is indeed no longer alive
+        check_alive(Storage(ctx.table_uri), ctx, "any further data file")
+        raise
     return [WriteStat(**{name: r[name] for name, _ in STAT_FIELDS}) for r in rows]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import faults
+from .. import faults, markers
 from ..config import WriterConfig
 from ..errors import (
     CommitNotLandedError,
@@ -174,6 +174,7 @@ class Writer:
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = _metadata(stats, schema, name, self.config.operation)
+        markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
         instant = self._commit(txn, meta, batch_id, inserted)
         phases["commit"] = time.monotonic() - t1
