@@ -27,7 +27,7 @@ def main() -> None:
              .config("spark.default.parallelism", "2").config("spark.python.daemon.module", "tests.write.retry_daemon")
              .getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
-    cfg = mw.WriterConfig(writer_id="retry", executor="spark")
+    cfg = mw.WriterConfig(writer_id="retry", executor="spark", lock=mw.InProcessLock())
     results = [mw.write(spark.createDataFrame(_batch(range(n), 1.0)), path, cfg) for n in map(int, sys.argv[2:])]
     print(json.dumps({"inserts": [r.num_inserts for r in results], "updates": [r.num_updates for r in results],
                       "instants": [r.instant.requested_time for r in results]}), flush=True)
