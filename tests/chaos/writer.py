@@ -36,6 +36,27 @@ def acked(ledger: str) -> int:
     return max((x["batch"] for x in lines), default=-1)
 
 
+def simulate_task_retries(rate: float, seed: int) -> None:
+    """Make some file-group merges behave like a Spark task that failed after writing its file
+    and was retried: the first attempt's file stays on storage (with its marker) and the second
+    attempt's stat is the one committed. Marker reconciliation must delete the first."""
+    import random
+
+    from multiwriter.table import layout
+    from multiwriter.write import executor
+
+    rng = random.Random(seed)
+    real = executor.merge_file_group
+
+    def merge(storage, ctx, task, rows, token):
+        if rng.random() < rate:
+            real(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0))
+            token = layout.write_token(task.task_index, 0, 1)
+        return real(storage, ctx, task, rows, token)
+
+    executor.merge_file_group = merge
+
+
 def main() -> None:
     import multiwriter as mw
     from multiwriter.errors import CommitStateUnknownError, MultiWriterError
@@ -48,6 +69,7 @@ def main() -> None:
         heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, max_conflict_retries=20, retry_backoff_s=0.05,
         lock_timeout_s=20.0, executor="driver",
     )
+    simulate_task_retries(a.get("task_retry_rate", 0.2), hash(a["writer"]) ^ os.getpid())
     b = acked(a["ledger"]) + 1
     while b < a["batches"]:
         try:
