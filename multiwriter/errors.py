@@ -24,6 +24,10 @@ class TableFormatError(MultiWriterError):
     """A table file is unreadable, corrupt or of an unsupported version."""
 
 
+class InstantExistsError(TableFormatError):
+    """An instant file that must be new already exists (instant times must be unique)."""
+
+
 class SchemaMismatchError(MultiWriterError):
     """A batch's columns do not fit the table schema (missing or retyped columns)."""
 

@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from functools import cached_property
 
-from ..errors import TableFormatError
+from ..errors import InstantExistsError, TableFormatError
 from ..storage import FileEntry, FileExists, Storage
 from . import instant as inst
 from .instant import Instant
@@ -26,10 +26,6 @@ log = logging.getLogger(__name__)
 #: listings tried before a load gives up on a timeline that keeps changing under it
 LOAD_ATTEMPTS = 8
 _CACHE_SIZE = 2048
-
-
-class InstantExistsError(TableFormatError):
-    """An instant file that must be new already exists."""
 
 
 class Timeline:
