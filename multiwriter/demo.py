@@ -236,14 +236,14 @@ def run_demo(args: argparse.Namespace) -> int:
 def _run_writers(args: argparse.Namespace, path: Path, out: Path, zk: str) -> int:
     import multiwriter as mw
 
+    cleaner_lock = mw.ZooKeeperLock(connect=zk, base_path="/multiwriter-demo")
     table = mw.Table.create(str(path), name="events", schema=SCHEMA, record_key="event_id",
-                            partition_by=["date"], ordering_field="ts")
+                            partition_by=["date"], ordering_field="ts", lock=cleaner_lock)
     spark = _spark()
     sinks = {
         "ingest": mw.MultiWriterSink(str(path), _writer_config("ingest", zk)),
         "backfill": mw.MultiWriterSink(str(path), _writer_config("backfill", zk)),
     }
-    cleaner_lock = mw.ZooKeeperLock(connect=zk, base_path="/multiwriter-demo")
     cleaner = mw.Cleaner(str(path), lock=cleaner_lock, heartbeat_interval_s=HEARTBEAT_S,
                          heartbeat_tolerable_misses=MISSES, retain_commits=20)
     queries = []
