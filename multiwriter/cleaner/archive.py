@@ -35,16 +35,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import checkpoint as ckpt
 from ..errors import TableFormatError
 from ..storage import FileExists
 from ..table import instant as inst
+from ..table.files import FileSlice, list_data_files
 from ..table.instant import Instant
 from ..table.metadata import CommitMetadata
-from ..table.files import FileSlice, list_data_files
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
-from ..transaction import CHECKPOINT_KEY
 from . import CleanerContext
 from .retention import earliest_to_retain
 
@@ -87,19 +87,12 @@ class ArchiveResult:
 
 
 def newest_checkpoint_commits(tl: Timeline) -> dict[str, Instant]:
-    """Per writer id, the newest completed commit (by completion time) carrying its checkpoint."""
+    """Per writer id, the newest completed commit (by completion time) carrying its checkpoint
+    (with carried-forward checkpoints that is the newest commit for every writer)."""
     out: dict[str, Instant] = {}
     for i in reversed(tl.completed_writes()):
-        raw = tl.commit_metadata(i).extra_metadata.get(CHECKPOINT_KEY)
-        if not raw:
-            continue
-        try:
-            writers = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(writers, dict):
-            for w in writers:
-                out.setdefault(str(w), i)
+        for w in ckpt.parse(tl.commit_metadata(i)):
+            out.setdefault(w, i)
     return out
 
 
