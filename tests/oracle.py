@@ -27,7 +27,7 @@ def rows(t: pa.Table, columns: list[str]) -> list[tuple]:
     """Sorted row tuples of some columns, for order-insensitive comparison."""
     if t.num_rows == 0:
         return []
-    return sorted(zip(*[t.column(c).to_pylist() for c in columns]), key=repr)
+    return sorted(zip(*[t.column(c).to_pylist() for c in columns], strict=True), key=repr)
 
 
 def unzip_fixture(name: str, dest: Path) -> Path:

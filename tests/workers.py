@@ -115,7 +115,7 @@ def main() -> None:
     try:
         res = globals()[cmd](args)
         res["ok"] = True
-    except Exception as e:  # report the error type to the test
+    except Exception as e:  # noqa: BLE001 -- the child reports any error type to the test
         res = {"ok": False, "error": type(e).__name__, "message": str(e), "trace": traceback.format_exc()}
     print(json.dumps(res), flush=True)
 

@@ -118,7 +118,7 @@ class LockProvider(ABC):
     def for_table(self, table_id: str, storage: Storage) -> TableLock:
         """A lock on one table; ``storage`` is the table's storage (only file locks use it)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional hook: most providers hold no connection
         """Release connections this provider holds."""
 
     def table_properties(self) -> dict[str, str]:

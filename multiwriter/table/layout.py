@@ -68,7 +68,7 @@ def validate_partition_value(field: str, value: str) -> str:
 def partition_path(fields: tuple[str, ...], values: tuple[str | None, ...], hive_style: bool) -> str:
     """The relative partition path of one record; '' for a non-partitioned table."""
     parts = []
-    for f, v in zip(fields, values):
+    for f, v in zip(fields, values, strict=True):
         v = DEFAULT_PARTITION if v is None or v == "" else validate_partition_value(f, v)
         parts.append(f"{f}={v}" if hive_style else v)
     return "/".join(parts)

@@ -131,7 +131,7 @@ class Writer:
             else:
                 self.metrics.commit(name, wid, "failed")
                 txn.abort()
-        except Exception as cleanup:  # keep the original error
+        except Exception as cleanup:  # noqa: BLE001 -- any cleanup failure must not mask the original error
             log.warning("writer %s: cleanup after failure also failed: %s", wid, cleanup)
         finally:
             txn.stop_heartbeat()

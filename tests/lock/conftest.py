@@ -133,7 +133,7 @@ def assert_no_overlap(log: Path) -> None:
     """Every ``enter <pid>`` line is followed by the same pid's ``exit``: no two holders at once."""
     lines = log.read_text().split("\n")[:-1]
     assert lines and len(lines) % 2 == 0
-    for enter, leave in zip(lines[::2], lines[1::2]):
+    for enter, leave in zip(lines[::2], lines[1::2], strict=False):
         assert enter.startswith("enter ") and leave == "exit " + enter.split()[1], (enter, leave)
 
 
