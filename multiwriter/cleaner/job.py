@@ -32,9 +32,11 @@ from ..lock.base import LOCK_KIND_KEY, LockProvider, check_table_lock
 from ..table.table import Table
 from . import CleanerContext
 from . import archive as archive_mod
+from . import clustering as clustering_mod
 from . import orphans as orphans_mod
 from . import retention as retention_mod
 from . import rollback as rollback_mod
+from .clustering import ClusteringConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -45,6 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTERING = ClusteringConfig()
 
 
 class CleanerError(MultiWriterError):
@@ -72,6 +76,11 @@ class CleanerReport:
     uncommitted_deleted: int = 0  # leftovers swept before archival would make them look committed
     failed_writes_swept: list[str] = field(default_factory=list)  # files of instants neither completed nor pending
     pending_instants: int = 0  # left on the timeline after this run
+    clustering_instants: list[str] = field(default_factory=list)  # requested times of clusterings committed
+    clustered_file_groups: int = 0  # input file groups those clusterings replaced
+    clustering_aborted_file_groups: int = 0  # input groups of clusterings that lost to a writer
+    live_files: int = 0  # live file groups after this run
+    small_files: int = 0  # of which below the clustering small-file size
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -88,6 +97,11 @@ class CleanerReport:
         ]
         if self.resumed:
             parts.append(f"resumed {len(self.resumed)} dead cleaner instants")
+        if self.clustering_instants or self.clustering_aborted_file_groups:
+            parts.append(
+                f"clustered {self.clustered_file_groups} file groups in {len(self.clustering_instants)} instants"
+                f" ({self.clustering_aborted_file_groups} aborted)"
+            )
         if self.failed_writes_swept:
             parts.append(f"swept {len(self.failed_writes_swept)} files of failed writes")
         if self.errors:
@@ -104,7 +118,9 @@ class Cleaner:
     a writer is judged dead once its heartbeat is older than ``interval * (misses + 1)``.
     ``sweep_failed_writes`` deletes data files whose instant is neither completed (active
     timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
-    heartbeat bounds old (see :mod:`.orphans`).
+    heartbeat bounds old (see :mod:`.orphans`). ``clustering`` (on by default) stitches small
+    file groups into target-size ones after the rollback step (:mod:`.clustering`);
+    ``clustering=None`` turns it off.
     """
 
     def __init__(
@@ -124,6 +140,7 @@ class Cleaner:
         lock_timeout_s: float = 60.0,
         metrics: Metrics | None = None,
         pushgateway: str | None = None,
+        clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
     ) -> None:
         _validate(
             heartbeat_interval_s,
@@ -170,6 +187,9 @@ class Cleaner:
         self.failed_write_min_age_bounds = float(failed_write_min_age_bounds)
         self.lock_timeout_s = float(lock_timeout_s)
         self.pushgateway = pushgateway
+        if clustering is not None and not isinstance(clustering, ClusteringConfig):
+            raise ConfigError(f"clustering must be a mw.ClusteringConfig or None, got {type(clustering).__name__}")
+        self.clustering = clustering
         self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.last_report: CleanerReport | None = None
         self.runs = 0
@@ -194,12 +214,15 @@ class Cleaner:
             report = CleanerReport()
             ctx = self._context()
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
+            if self.clustering is not None:
+                self._step(report, "clustering", lambda: self._cluster(ctx, report))
             self._step(report, "retention", lambda: self._retention(ctx, report))
             self._step(report, "archival", lambda: self._archive(ctx, report))
             if self.sweep_failed_writes:
                 self._step(report, "failed writes", lambda: self._sweep(ctx, report))
             self._step(report, "orphans", lambda: self._orphans(ctx, report))
             self._step(report, "pending", lambda: self._pending(ctx, report))
+            self._step(report, "health", lambda: self._health(report))
             report.duration_s = time.monotonic() - started
             self.runs += 1
             self.last_report = report
@@ -260,6 +283,24 @@ class Cleaner:
             self.metrics.rollback(name)
         if r.files_deleted:
             self.metrics.files_deleted(name, "failed_write", r.files_deleted)
+
+    def _cluster(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        assert self.clustering is not None
+        r = clustering_mod.run(ctx, self.clustering)
+        report.clustering_instants.extend(r.committed)
+        report.clustered_file_groups += r.replaced
+        report.clustering_aborted_file_groups += r.aborted
+        report.errors.extend(r.errors)
+        self.metrics.clustering(self.table.name, replaced=r.replaced, aborted=r.aborted, bytes_rewritten=r.bytes_rewritten)
+
+    def _health(self, report: CleanerReport) -> None:
+        from ..table.snapshot import Snapshot
+
+        small = (self.clustering or ClusteringConfig()).small_file_bytes
+        parts = clustering_mod.health(Snapshot.build(self.table.storage, self.table.timeline()), small)
+        report.live_files = sum(h.file_groups for h in parts.values())
+        report.small_files = sum(h.small_files for h in parts.values())
+        self.metrics.table_files(self.table.name, live=report.live_files, small=report.small_files)
 
     def _retention(self, ctx: CleanerContext, report: CleanerReport) -> None:
         r = retention_mod.clean_old_versions(ctx, self.retain_commits)
