@@ -234,6 +234,23 @@ class Cleaner:
             )
         return report
 
+    def cluster_once(self, *, raise_errors: bool = True) -> CleanerReport:
+        """Only the clustering step (and the file-health gauges): ``multiwriter cluster``, or a
+        caller that runs the other steps elsewhere. Uses ``ClusteringConfig()`` when the cleaner
+        was built with ``clustering=None``."""
+        with self._mu:
+            started = time.monotonic()
+            report = CleanerReport()
+            ctx = self._context()
+            cfg = self.clustering or DEFAULT_CLUSTERING
+            self._step(report, "clustering", lambda: self._cluster(ctx, report, cfg))
+            self._step(report, "health", lambda: self._health(report))
+            report.duration_s = time.monotonic() - started
+            self._push()
+        if report.errors and raise_errors:
+            raise CleanerError(f"clustering run on {self.path} failed: " + "; ".join(report.errors), report)
+        return report
+
     def start(
         self, spark: SparkSession, interval: str = "30 seconds", checkpoint_location: str | None = None
     ) -> StreamingQuery:
@@ -284,9 +301,10 @@ class Cleaner:
         if r.files_deleted:
             self.metrics.files_deleted(name, "failed_write", r.files_deleted)
 
-    def _cluster(self, ctx: CleanerContext, report: CleanerReport) -> None:
-        assert self.clustering is not None
-        r = clustering_mod.run(ctx, self.clustering)
+    def _cluster(self, ctx: CleanerContext, report: CleanerReport, cfg: ClusteringConfig | None = None) -> None:
+        cfg = cfg or self.clustering
+        assert cfg is not None
+        r = clustering_mod.run(ctx, cfg)
         report.clustering_instants.extend(r.committed)
         report.clustered_file_groups += r.replaced
         report.clustering_aborted_file_groups += r.aborted
@@ -441,11 +459,13 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--archive-keep-max", type=int, default=30)
     p.add_argument("--orphan-min-age", type=float, default=6 * 3600.0, help="seconds before an orphan is reported")
     p.add_argument("--delete-orphans", action="store_true")
+    p.add_argument("--no-clustering", action="store_true", help="do not cluster small file groups "
+                   "(run `multiwriter cluster` separately, or not at all)")
     p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
     return p
 
 
-def cli_lock(args: argparse.Namespace) -> LockProvider:
+def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     """The lock named on the command line; never a silent default, since a cleaner on another
     lock than the writers' excludes nothing (the table's recorded lock is checked by Cleaner)."""
     from ..lock import FileSystemLock, ZooKeeperLock
@@ -462,7 +482,78 @@ def cli_lock(args: argparse.Namespace) -> LockProvider:
         return FileSystemLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
     hint = f"the table records a {kind} lock" if kind else "the table records no lock"
-    raise ConfigError(f"multiwriter clean needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+
+
+def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--zk``, ``--zk-base-path``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
+    p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
+    p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
+                   "(default: the one the table records, else /multiwriter)")
+    p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
+    return p
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``multiwriter cluster``."""
+    d = DEFAULT_CLUSTERING
+    p.add_argument("path", help="table root")
+    add_lock_arguments(p)
+    p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if it failed)")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between runs")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
+    p.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    p.add_argument("--small-file-bytes", type=int, default=d.small_file_bytes)
+    p.add_argument("--target-file-bytes", type=int, default=d.target_file_bytes)
+    p.add_argument("--max-bytes-per-run", type=int, default=d.max_bytes_per_run)
+    p.add_argument("--min-file-groups", type=int, default=d.min_file_groups)
+    p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
+    return p
+
+
+def cluster_command(args: argparse.Namespace) -> int:
+    """Run ``multiwriter cluster``: only the clustering step, once or every ``--interval``."""
+    lock = cli_lock(args, "cluster")
+    cfg = ClusteringConfig(
+        small_file_bytes=args.small_file_bytes,
+        target_file_bytes=args.target_file_bytes,
+        max_bytes_per_run=args.max_bytes_per_run,
+        min_file_groups=args.min_file_groups,
+    )
+    cleaner = Cleaner(
+        args.path,
+        lock=lock,
+        heartbeat_interval_s=args.heartbeat_interval,
+        heartbeat_tolerable_misses=args.heartbeat_misses,
+        pushgateway=args.pushgateway,
+        clustering=cfg,
+    )
+    return _loop(lambda: cleaner.cluster_once(raise_errors=False), args, [cleaner.close, lock.close])
+
+
+def _loop(run: Callable[[], CleanerReport], args: argparse.Namespace, closers: list[Callable[[], None]]) -> int:
+    """Run until SIGTERM / Ctrl-C, or once with ``--once`` (exit code 1 when the run failed)."""
+    stop = threading.Event()
+    previous = (
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
+    try:
+        while True:
+            report = run()
+            print(report, flush=True)
+            if args.once:
+                return 0 if report.ok else 1
+            if stop.wait(args.interval):
+                return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for close in closers:
+            close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def clean_command(args: argparse.Namespace) -> int:
@@ -485,6 +576,7 @@ def clean_command(args: argparse.Namespace) -> int:
         orphan_min_age_s=args.orphan_min_age,
         delete_orphans=args.delete_orphans,
         pushgateway=args.pushgateway,
+        clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
     )
     try:
         while True:
