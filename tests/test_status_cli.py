@@ -36,7 +36,7 @@ def _cfg(zk_server, zk_base, writer_id: str) -> mw.WriterConfig:
 def _groups_per_partition_by_hudi_rs(path: str) -> dict[str, int]:
     t = hudi_read(path)
     out: dict[str, set[str]] = {}
-    for part, name in zip(t.column("_hoodie_partition_path").to_pylist(), t.column("_hoodie_file_name").to_pylist()):
+    for part, name in zip(t.column("_hoodie_partition_path").to_pylist(), t.column("_hoodie_file_name").to_pylist(), strict=True):
         out.setdefault(part, set()).add(layout.parse_data_file(name).file_id)
     return {p: len(ids) for p, ids in out.items()}
 

@@ -256,7 +256,7 @@ def test_two_streaming_writers_and_continuous_clustering(trips_table, table_path
     tl = mw.Table.open(table_path).timeline()
     completion = {i.requested_time: i.completion_time for i in tl.completed_writes()}
     expected: dict[str, float] = {}
-    for t, _, _, data in sorted(committed, key=lambda c: completion[c[0]]):
+    for _, _, _, data in sorted(committed, key=lambda c: completion[c[0]]):
         expected.update({k: v for k, (_, v) in data.items()})
     assert rows(hudi_read(table_path), ["id", "value"]) == sorted(expected.items(), key=repr)
     assert rows(mw.Table.open(table_path).read(), ["id", "value"]) == sorted(expected.items(), key=repr)
