@@ -45,12 +45,17 @@ def __getattr__(name: str) -> Any:
         from .cleaner import job
 
         return getattr(job, name)
+    if name == "ClusteringConfig":
+        from .cleaner.clustering import ClusteringConfig
+
+        return ClusteringConfig
     raise AttributeError(name)
 
 
 __all__ = [
     "Cleaner",
     "CleanerReport",
+    "ClusteringConfig",
     "CommitResult",
     "FileSystemLock",
     "InProcessLock",

@@ -5,17 +5,35 @@ of ``extraMetadata``. Every commit carries the whole map forward (the newest com
 own writer's entry), so the newest commit alone knows every writer's checkpoint: a writer that
 stopped for good neither pins archival at its last commit nor loses its checkpoint when that
 commit is archived.
+
+A writer id that stopped for good is *retired* (:func:`retire`, ``multiwriter writers retire``):
+a small JSON record, ``.hoodie/multiwriter.retired_writers.json``, names it with the latest
+timeline time R at retirement. From then on every reader of the maps here ignores the writer's
+entries, except those in its own commits requested after R (the id came back to life). New
+commits build their map from these readers, so they stop carrying it; a commit that raced with
+the retirement may still carry it once, and is ignored like the rest. No commit is written: the
+record lives outside the timeline, so archival never loses it.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .errors import ConfigError, TableFormatError
+
 if TYPE_CHECKING:  # pragma: no cover
+    from .lock.base import LockProvider
+    from .storage import Storage
+    from .table.instant import Instant
     from .table.metadata import CommitMetadata
+    from .table.table import Table
     from .table.timeline import Timeline
 
 CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+WRITER_KEY = "multiwriter.writer_id"
+RETIRED_PATH = ".hoodie/multiwriter.retired_writers.json"
+RETIRED_FORMAT = "multiwriter-retired-writers"
 
 
 def parse(meta: CommitMetadata) -> dict[str, int]:
@@ -47,22 +65,142 @@ def of(meta: CommitMetadata, writer_id: str) -> int | None:
 def last(timeline: Timeline, writer_id: str) -> int | None:
     """The newest batch id this writer committed: scans back from the newest commit (the first
     map that names the writer wins, which is the newest commit once every commit carries the
-    map forward)."""
+    map forward). None for a retired writer (unless it committed again since)."""
+    gone = retired(timeline.storage)
     for i in reversed(timeline.completed_writes()):
-        got = of(timeline.commit_metadata(i), writer_id)
-        if got is not None:
+        meta = timeline.commit_metadata(i)
+        got = of(meta, writer_id)
+        if got is not None and _counts(writer_id, i, meta, gone):
             return got
     return None
 
 
 def carried_forward(timeline: Timeline) -> dict[str, int]:
     """Every writer's newest checkpoint as far as the active timeline knows it: the union of the
-    maps, newest commit first (older tables carry only each commit's own writer)."""
+    maps, newest commit first (older tables carry only each commit's own writer). Retired
+    writers are left out."""
+    gone = retired(timeline.storage)
     out: dict[str, int] = {}
     for i in reversed(timeline.completed_writes()):
-        for writer, batch in parse(timeline.commit_metadata(i)).items():
-            out.setdefault(writer, batch)
+        meta = timeline.commit_metadata(i)
+        for writer, batch in parse(meta).items():
+            if writer not in out and _counts(writer, i, meta, gone):
+                out[writer] = batch
     return out
+
+
+def last_commits(timeline: Timeline) -> dict[str, Instant]:
+    """Per writer with a (non-retired) checkpoint, its newest own commit on the active timeline
+    (absent when only carried maps name it: its own commits were archived)."""
+    gone = retired(timeline.storage)
+    names = carried_forward(timeline)
+    out: dict[str, Instant] = {}
+    for i in reversed(timeline.completed_writes()):
+        w = timeline.commit_metadata(i).extra_metadata.get(WRITER_KEY)
+        if w in names and w not in out and (w not in gone or i.requested_time > gone[w]):
+            out[w] = i
+    return out
+
+
+def _counts(writer: str, i: Instant, meta: CommitMetadata, gone: dict[str, str]) -> bool:
+    """Does this commit's entry for ``writer`` count: not retired, or its own commit since."""
+    at = gone.get(writer)
+    return at is None or (meta.extra_metadata.get(WRITER_KEY) == writer and i.requested_time > at)
+
+
+# -- retired writers -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetiredWriter:
+    writer_id: str
+    retired_at: str  # the latest timeline time at retirement
+    last_batch: int | None
+
+
+def retired(storage: Storage) -> dict[str, str]:
+    """Retired writer ids and the timeline time each was retired at (empty when none)."""
+    try:
+        data = storage.read_bytes(RETIRED_PATH)
+    except FileNotFoundError:
+        return {}
+    return {w: str(rec["retired_at"]) for w, rec in _retired_records(data).items()}
+
+
+def _retired_records(data: bytes) -> dict[str, dict]:
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != RETIRED_FORMAT or not isinstance(doc.get("writers"), dict):
+            raise ValueError("not a retired-writers record")
+        return {str(w): dict(rec) for w, rec in doc["writers"].items() if rec.get("retired_at")}
+    except (ValueError, AttributeError, TypeError) as e:
+        raise TableFormatError(
+            f"{RETIRED_PATH} is unreadable ({e}); fix or delete it (deleting it un-retires every writer id)"
+        ) from e
+
+
+def retire(table: Table, writer_id: str, *, lock: LockProvider, lock_timeout_s: float = 60.0) -> RetiredWriter:
+    """Forget a stopped writer's checkpoint: later commits stop carrying it, status stops
+    listing it. Refuses while the id is registered live (ZooKeeper registration, held for the
+    duration so it cannot start meanwhile) or has an instant in flight. A writer that starts
+    again under the id afterwards starts without a checkpoint."""
+    from .lock.base import HolderInfo
+
+    registration = _claim_id(table, writer_id, lock)
+    tlock = lock.for_table(table.table_id, table.storage)
+    try:
+        tlock.acquire(timeout_s=lock_timeout_s, holder=HolderInfo.current(f"retire-{writer_id}"))
+        try:
+            tl = table.timeline()
+            _refuse_in_flight(table, tl, writer_id)
+            batch = last(tl, writer_id)
+            if batch is None:
+                raise ConfigError(f"writer id {writer_id!r} has no checkpoint on {table.path}; nothing to retire")
+            rec = RetiredWriter(writer_id, tl.max_time(), batch)
+            _write_retired(table.storage, rec)
+        finally:
+            tlock.release()
+    finally:
+        tlock.close()
+        if registration is not None:
+            registration.close()
+    return rec
+
+
+def _claim_id(table: Table, writer_id: str, lock: LockProvider):
+    """Register the id like a starting query would: fails (ConfigError) while it is live."""
+    if not hasattr(lock, "register_writer"):
+        return None
+    try:
+        return lock.register_writer(table.table_id, writer_id)
+    except ConfigError as e:
+        raise ConfigError(f"cannot retire writer id {writer_id!r}: it is registered live ({e}); stop its query first") from e
+
+
+def _refuse_in_flight(table: Table, tl: Timeline, writer_id: str) -> None:
+    from .table import layout
+
+    for i in tl.pending():
+        try:
+            body = json.loads(table.storage.read_bytes(layout.heartbeat_path(i.requested_time)))
+        except (FileNotFoundError, ValueError):
+            continue
+        if isinstance(body, dict) and body.get("writer_id") == writer_id:
+            raise ConfigError(
+                f"cannot retire writer id {writer_id!r}: its instant {i.requested_time} is in flight; "
+                "stop the writer and let the cleaner roll the instant back first"
+            )
+
+
+def _write_retired(storage: Storage, rec: RetiredWriter) -> None:
+    """Add one writer to the record (under the table lock: read, modify, replace)."""
+    try:
+        current = _retired_records(storage.read_bytes(RETIRED_PATH))
+    except FileNotFoundError:
+        current = {}
+    current[rec.writer_id] = {"retired_at": rec.retired_at, "last_batch": rec.last_batch}
+    doc = {"format": RETIRED_FORMAT, "version": 1, "writers": current}
+    storage.write_bytes(RETIRED_PATH, json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
 def encode(checkpoints: dict[str, int]) -> str:

@@ -1,4 +1,5 @@
-"""``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean."""
+"""``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean | cluster | status |
+writers retire."""
 from __future__ import annotations
 
 import argparse
@@ -50,6 +51,52 @@ def _heartbeats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_writers(lock: object, table_id: str) -> list[str]:
+    """Writer ids registered live on the table (ZooKeeper ephemeral nodes)."""
+    from kazoo.exceptions import NoNodeError
+
+    shared = lock._shared_client()  # type: ignore[attr-defined]
+    lock.await_connection(shared.client)  # type: ignore[attr-defined]
+    try:
+        return sorted(shared.client.get_children(lock.writers_path(table_id)))  # type: ignore[attr-defined]
+    except NoNodeError:
+        return []
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import collect, render
+    from .table.table import Table
+
+    t = Table.open(args.path)
+    live = None
+    if args.zk:
+        from .cleaner.job import cli_lock
+
+        lock = cli_lock(args, "status")
+        try:
+            live = _live_writers(lock, t.table_id)
+        finally:
+            lock.close()
+    s = collect(t, live_writers=live, heartbeat_interval_s=args.heartbeat_interval,
+                heartbeat_tolerable_misses=args.heartbeat_misses, small_file_bytes=args.small_file_bytes)
+    print(s.to_json() if args.json else render(s))
+    return 0
+
+
+def _retire(args: argparse.Namespace) -> int:
+    from .cleaner.job import cli_lock
+    from .table.table import Table
+
+    lock = cli_lock(args, "writers retire")
+    try:
+        rec = Table.open(args.path).retire_writer(args.writer_id, lock=lock)
+    finally:
+        lock.close()
+    print(f"retired writer {rec.writer_id!r} (last batch {rec.last_batch}) at {rec.retired_at}: "
+          "later commits no longer carry its checkpoint")
+    return 0
+
+
 def _zookeeper(args: argparse.Namespace) -> int:
     from .zookeeper_local import main as serve
 
@@ -79,11 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--interval", type=float, default=10.0)
     h.add_argument("--misses", type=int, default=2)
     h.set_defaults(fn=_heartbeats)
-    from .cleaner.job import add_arguments, clean_command
+    from .cleaner.job import add_arguments, add_cluster_arguments, add_lock_arguments, clean_command, cluster_command
 
-    c = sub.add_parser("clean", help="roll back failed writers, clean old versions, archive")
+    c = sub.add_parser("clean", help="roll back failed writers, cluster small files, clean old versions, archive")
     add_arguments(c)
     c.set_defaults(fn=clean_command)
+    k = sub.add_parser("cluster", help="stitch small file groups into target-size ones (clustering only)")
+    add_cluster_arguments(k)
+    k.set_defaults(fn=cluster_command)
+    s = sub.add_parser("status", help="writers, in-flight instants, pending services, file health, on one screen")
+    s.add_argument("path")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    add_lock_arguments(s)  # --zk lists the live (registered) writers
+    s.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
+    s.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    s.add_argument("--small-file-bytes", type=int, default=None, help="what counts as a small file (default: clustering's)")
+    s.set_defaults(fn=_status)
+    w = sub.add_parser("writers", help="manage writer ids")
+    wsub = w.add_subparsers(dest="writers_cmd", required=True)
+    r = wsub.add_parser("retire", help="forget a stopped writer id's checkpoint (refused while it is live)")
+    r.add_argument("path")
+    r.add_argument("writer_id")
+    add_lock_arguments(r)
+    r.set_defaults(fn=_retire)
     return p
 
 

@@ -3,8 +3,11 @@
 The default strategy (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``) says two
 writes conflict when they share a (partition, fileId). Inserts that create new file groups never
 conflict. A replace commit touches the groups it writes and the groups it retires: an update to a
-group that a concurrent replace retired conflicts (else it would land in a dead group). Candidates are every write instant completed after our base (by completion time) plus
-pending table-service plans (clustering / replace), whose file groups are already promised.
+group that a concurrent replace retired conflicts (else it would land in a dead group).
+Candidates are every write instant completed after our base (by completion time) plus pending
+replace plans of writers. A pending clustering is never a candidate: ingestion goes first, the
+clustering loses at its own commit when a writer touched one of its input groups
+(:mod:`.cleaner.clustering`).
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from .table.timeline import Timeline
 log = logging.getLogger(__name__)
 
 FileGroup = tuple[str, str]
-_TABLE_SERVICE_ACTIONS = frozenset({inst.REPLACE_COMMIT, inst.CLUSTERING})
+#: pending plans that count against a writer (a pending clustering does not: ingestion first)
+_PENDING_PLAN_ACTIONS = frozenset({inst.REPLACE_COMMIT})
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
             for i in timeline.completed_after(base_completion)
             if i.action in inst.WRITE_ACTIONS and i.requested_time != own_time
         ]
-        plans = [i for i in timeline.pending(_TABLE_SERVICE_ACTIONS) if i.requested_time != own_time]
+        plans = [i for i in timeline.pending(_PENDING_PLAN_ACTIONS) if i.requested_time != own_time]
         return done + plans
 
     def find_conflict(

@@ -27,6 +27,7 @@ POINTS = (
     "after-complete",
     "mid-rollback",
     "mid-clean",
+    "mid-clustering",
 )
 ACTIONS = ("crash", "kill", "hang", "error")
 

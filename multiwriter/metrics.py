@@ -18,6 +18,7 @@ OUTCOMES = ("committed", "conflict", "failed", "skipped")
 PHASES = ("index", "write", "commit", "total")
 OPS = ("insert", "update", "delete")
 KINDS = ("failed_write", "old_version", "orphan")
+CLUSTERING_OUTCOMES = ("replaced", "aborted")
 
 BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 LOCK_HOLD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
@@ -68,6 +69,15 @@ class Metrics:
         self.deleted = Counter("multiwriter_cleaner_files_deleted_total", "Files the cleaner deleted", ["table", "kind"], registry=reg)
         self.pending = Gauge("multiwriter_pending_instants", "Requested or inflight instants on the timeline", ["table"], registry=reg)
         self.last = Gauge("multiwriter_last_commit_timestamp_seconds", "Unix time of the writer's last commit", tw, registry=reg)
+        self.clustering_groups = Counter(
+            "multiwriter_clustering_file_groups_total",
+            "Input file groups of clusterings: replaced (committed) or aborted (lost to a writer, or failed)",
+            ["table", "outcome"], registry=reg)
+        self.clustering_bytes = Counter(
+            "multiwriter_clustering_bytes_rewritten_total", "Input bytes rewritten by committed clusterings", ["table"], registry=reg)
+        self.live_files_g = Gauge("multiwriter_live_files", "Live file groups (latest snapshot), set by the cleaner", ["table"], registry=reg)
+        self.small_files_g = Gauge(
+            "multiwriter_small_files", "Live file groups below the clustering small-file size, set by the cleaner", ["table"], registry=reg)
 
     # -- recording --------------------------------------------------------------------
     def commit(self, table: str, writer: str, outcome: str) -> None:
@@ -115,6 +125,15 @@ class Metrics:
 
     def last_commit(self, table: str, writer: str, ts: float) -> None:
         self.last.labels(table, writer).set(ts)
+
+    def clustering(self, table: str, *, replaced: int = 0, aborted: int = 0, bytes_rewritten: int = 0) -> None:
+        for outcome, n in (("replaced", replaced), ("aborted", aborted)):
+            self.clustering_groups.labels(table, _check(outcome, CLUSTERING_OUTCOMES, "outcome")).inc(n)
+        self.clustering_bytes.labels(table).inc(bytes_rewritten)
+
+    def table_files(self, table: str, *, live: int, small: int) -> None:
+        self.live_files_g.labels(table).set(live)
+        self.small_files_g.labels(table).set(small)
 
 
 def default() -> Metrics:

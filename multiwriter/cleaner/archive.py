@@ -170,7 +170,8 @@ def batch_name(instants: list[Instant]) -> str:
 
 def _files_of(tl: Timeline, i: Instant) -> list[Instant]:
     """Every timeline file of one instant (requested, inflight, completed), in deletion order."""
-    same = [x for x in tl.instants if x.requested_time == i.requested_time and x.action == i.action]
+    action = inst.instant_action(i.action)  # a clustering's requested/inflight files go with its replacecommit
+    same = [x for x in tl.instants if x.requested_time == i.requested_time and inst.instant_action(x.action) == action]
     return sorted(same, key=lambda x: _STATE_ORDER[x.state])
 
 

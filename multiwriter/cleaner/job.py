@@ -32,9 +32,11 @@ from ..lock.base import LOCK_KIND_KEY, LockProvider, check_table_lock
 from ..table.table import Table
 from . import CleanerContext
 from . import archive as archive_mod
+from . import clustering as clustering_mod
 from . import orphans as orphans_mod
 from . import retention as retention_mod
 from . import rollback as rollback_mod
+from .clustering import ClusteringConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -45,6 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTERING = ClusteringConfig()
 
 
 class CleanerError(MultiWriterError):
@@ -72,6 +76,11 @@ class CleanerReport:
     uncommitted_deleted: int = 0  # leftovers swept before archival would make them look committed
     failed_writes_swept: list[str] = field(default_factory=list)  # files of instants neither completed nor pending
     pending_instants: int = 0  # left on the timeline after this run
+    clustering_instants: list[str] = field(default_factory=list)  # requested times of clusterings committed
+    clustered_file_groups: int = 0  # input file groups those clusterings replaced
+    clustering_aborted_file_groups: int = 0  # input groups of clusterings that lost to a writer
+    live_files: int = 0  # live file groups after this run
+    small_files: int = 0  # of which below the clustering small-file size
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -88,6 +97,11 @@ class CleanerReport:
         ]
         if self.resumed:
             parts.append(f"resumed {len(self.resumed)} dead cleaner instants")
+        if self.clustering_instants or self.clustering_aborted_file_groups:
+            parts.append(
+                f"clustered {self.clustered_file_groups} file groups in {len(self.clustering_instants)} instants"
+                f" ({self.clustering_aborted_file_groups} aborted)"
+            )
         if self.failed_writes_swept:
             parts.append(f"swept {len(self.failed_writes_swept)} files of failed writes")
         if self.errors:
@@ -104,7 +118,9 @@ class Cleaner:
     a writer is judged dead once its heartbeat is older than ``interval * (misses + 1)``.
     ``sweep_failed_writes`` deletes data files whose instant is neither completed (active
     timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
-    heartbeat bounds old (see :mod:`.orphans`).
+    heartbeat bounds old (see :mod:`.orphans`). ``clustering`` (on by default) stitches small
+    file groups into target-size ones after the rollback step (:mod:`.clustering`);
+    ``clustering=None`` turns it off.
     """
 
     def __init__(
@@ -124,6 +140,7 @@ class Cleaner:
         lock_timeout_s: float = 60.0,
         metrics: Metrics | None = None,
         pushgateway: str | None = None,
+        clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
     ) -> None:
         _validate(
             heartbeat_interval_s,
@@ -170,6 +187,9 @@ class Cleaner:
         self.failed_write_min_age_bounds = float(failed_write_min_age_bounds)
         self.lock_timeout_s = float(lock_timeout_s)
         self.pushgateway = pushgateway
+        if clustering is not None and not isinstance(clustering, ClusteringConfig):
+            raise ConfigError(f"clustering must be a mw.ClusteringConfig or None, got {type(clustering).__name__}")
+        self.clustering = clustering
         self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.last_report: CleanerReport | None = None
         self.runs = 0
@@ -194,12 +214,15 @@ class Cleaner:
             report = CleanerReport()
             ctx = self._context()
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
+            if self.clustering is not None:
+                self._step(report, "clustering", lambda: self._cluster(ctx, report))
             self._step(report, "retention", lambda: self._retention(ctx, report))
             self._step(report, "archival", lambda: self._archive(ctx, report))
             if self.sweep_failed_writes:
                 self._step(report, "failed writes", lambda: self._sweep(ctx, report))
             self._step(report, "orphans", lambda: self._orphans(ctx, report))
             self._step(report, "pending", lambda: self._pending(ctx, report))
+            self._step(report, "health", lambda: self._health(report))
             report.duration_s = time.monotonic() - started
             self.runs += 1
             self.last_report = report
@@ -209,6 +232,23 @@ class Cleaner:
             raise CleanerError(
                 f"cleaner run on {self.path} had {len(report.errors)} errors: " + "; ".join(report.errors), report
             )
+        return report
+
+    def cluster_once(self, *, raise_errors: bool = True) -> CleanerReport:
+        """Only the clustering step (and the file-health gauges): ``multiwriter cluster``, or a
+        caller that runs the other steps elsewhere. Uses ``ClusteringConfig()`` when the cleaner
+        was built with ``clustering=None``."""
+        with self._mu:
+            started = time.monotonic()
+            report = CleanerReport()
+            ctx = self._context()
+            cfg = self.clustering or DEFAULT_CLUSTERING
+            self._step(report, "clustering", lambda: self._cluster(ctx, report, cfg))
+            self._step(report, "health", lambda: self._health(report))
+            report.duration_s = time.monotonic() - started
+            self._push()
+        if report.errors and raise_errors:
+            raise CleanerError(f"clustering run on {self.path} failed: " + "; ".join(report.errors), report)
         return report
 
     def start(
@@ -260,6 +300,25 @@ class Cleaner:
             self.metrics.rollback(name)
         if r.files_deleted:
             self.metrics.files_deleted(name, "failed_write", r.files_deleted)
+
+    def _cluster(self, ctx: CleanerContext, report: CleanerReport, cfg: ClusteringConfig | None = None) -> None:
+        cfg = cfg or self.clustering
+        assert cfg is not None
+        r = clustering_mod.run(ctx, cfg)
+        report.clustering_instants.extend(r.committed)
+        report.clustered_file_groups += r.replaced
+        report.clustering_aborted_file_groups += r.aborted
+        report.errors.extend(r.errors)
+        self.metrics.clustering(self.table.name, replaced=r.replaced, aborted=r.aborted, bytes_rewritten=r.bytes_rewritten)
+
+    def _health(self, report: CleanerReport) -> None:
+        from ..table.snapshot import Snapshot
+
+        small = (self.clustering or ClusteringConfig()).small_file_bytes
+        parts = clustering_mod.health(Snapshot.build(self.table.storage, self.table.timeline()), small)
+        report.live_files = sum(h.file_groups for h in parts.values())
+        report.small_files = sum(h.small_files for h in parts.values())
+        self.metrics.table_files(self.table.name, live=report.live_files, small=report.small_files)
 
     def _retention(self, ctx: CleanerContext, report: CleanerReport) -> None:
         r = retention_mod.clean_old_versions(ctx, self.retain_commits)
@@ -400,11 +459,13 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--archive-keep-max", type=int, default=30)
     p.add_argument("--orphan-min-age", type=float, default=6 * 3600.0, help="seconds before an orphan is reported")
     p.add_argument("--delete-orphans", action="store_true")
+    p.add_argument("--no-clustering", action="store_true", help="do not cluster small file groups "
+                   "(run `multiwriter cluster` separately, or not at all)")
     p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
     return p
 
 
-def cli_lock(args: argparse.Namespace) -> LockProvider:
+def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     """The lock named on the command line; never a silent default, since a cleaner on another
     lock than the writers' excludes nothing (the table's recorded lock is checked by Cleaner)."""
     from ..lock import FileSystemLock, ZooKeeperLock
@@ -421,7 +482,78 @@ def cli_lock(args: argparse.Namespace) -> LockProvider:
         return FileSystemLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
     hint = f"the table records a {kind} lock" if kind else "the table records no lock"
-    raise ConfigError(f"multiwriter clean needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+
+
+def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--zk``, ``--zk-base-path``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
+    p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
+    p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
+                   "(default: the one the table records, else /multiwriter)")
+    p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
+    return p
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``multiwriter cluster``."""
+    d = DEFAULT_CLUSTERING
+    p.add_argument("path", help="table root")
+    add_lock_arguments(p)
+    p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if it failed)")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between runs")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
+    p.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    p.add_argument("--small-file-bytes", type=int, default=d.small_file_bytes)
+    p.add_argument("--target-file-bytes", type=int, default=d.target_file_bytes)
+    p.add_argument("--max-bytes-per-run", type=int, default=d.max_bytes_per_run)
+    p.add_argument("--min-file-groups", type=int, default=d.min_file_groups)
+    p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
+    return p
+
+
+def cluster_command(args: argparse.Namespace) -> int:
+    """Run ``multiwriter cluster``: only the clustering step, once or every ``--interval``."""
+    lock = cli_lock(args, "cluster")
+    cfg = ClusteringConfig(
+        small_file_bytes=args.small_file_bytes,
+        target_file_bytes=args.target_file_bytes,
+        max_bytes_per_run=args.max_bytes_per_run,
+        min_file_groups=args.min_file_groups,
+    )
+    cleaner = Cleaner(
+        args.path,
+        lock=lock,
+        heartbeat_interval_s=args.heartbeat_interval,
+        heartbeat_tolerable_misses=args.heartbeat_misses,
+        pushgateway=args.pushgateway,
+        clustering=cfg,
+    )
+    return _loop(lambda: cleaner.cluster_once(raise_errors=False), args, [cleaner.close, lock.close])
+
+
+def _loop(run: Callable[[], CleanerReport], args: argparse.Namespace, closers: list[Callable[[], None]]) -> int:
+    """Run until SIGTERM / Ctrl-C, or once with ``--once`` (exit code 1 when the run failed)."""
+    stop = threading.Event()
+    previous = (
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
+    try:
+        while True:
+            report = run()
+            print(report, flush=True)
+            if args.once:
+                return 0 if report.ok else 1
+            if stop.wait(args.interval):
+                return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for close in closers:
+            close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def clean_command(args: argparse.Namespace) -> int:
@@ -444,6 +576,7 @@ def clean_command(args: argparse.Namespace) -> int:
         orphan_min_age_s=args.orphan_min_age,
         delete_orphans=args.delete_orphans,
         pushgateway=args.pushgateway,
+        clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
     )
     try:
         while True:

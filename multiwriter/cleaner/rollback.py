@@ -149,11 +149,16 @@ class RollbackResult:
 # -- finding work -----------------------------------------------------------------------
 
 
+#: pending instants that write data files: writers' and clustering's (a clustering whose cleaner
+#: died is rolled back like a failed writer; it is planned again later)
+ROLLBACK_ACTIONS = inst.WRITE_ACTIONS | {inst.CLUSTERING}
+
+
 def failed_writes(ctx: CleanerContext, tl: Timeline) -> list[Instant]:
-    """Pending write instants whose heartbeat lapsed and that no rollback targets yet."""
+    """Pending write (or clustering) instants whose heartbeat lapsed and no rollback targets yet."""
     targeted = rollback_targets(tl)
     out = []
-    for i in tl.pending(inst.WRITE_ACTIONS):
+    for i in tl.pending(ROLLBACK_ACTIONS):
         if i.requested_time in targeted:
             continue
         if ctx.is_lapsed(i.requested_time):

@@ -29,6 +29,16 @@ KNOWN_ACTIONS = frozenset(
     {COMMIT, DELTA_COMMIT, REPLACE_COMMIT, ROLLBACK, CLEAN, COMPACTION, CLUSTERING, RESTORE, SAVEPOINT, INDEXING}
 )
 
+#: version 8 completes a clustering instant (``<T>.clustering.requested`` / ``.inflight``) as
+#: ``<T>_<C>.replacecommit``: the two actions name one instant
+_SAME_INSTANT = {CLUSTERING: REPLACE_COMMIT}
+
+
+def instant_action(action: str) -> str:
+    """The action that identifies an instant across its states (clustering -> replacecommit)."""
+    return _SAME_INSTANT.get(action, action)
+
+
 _TIME = r"\d{17}|\d{14}"
 _V8 = re.compile(rf"^(?P<t>{_TIME})(?:_(?P<c>{_TIME}))?\.(?P<rest>[a-z.]+)$")
 TIME_RE = re.compile(r"^\d{17}$")

@@ -182,6 +182,67 @@ CLEAN_METADATA_SCHEMA: dict[str, Any] = {
 }
 
 
+SLICE_INFO_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieSliceInfo",
+    "fields": [
+        _opt("dataFilePath", _STR),
+        _opt("deltaFilePaths", {"type": "array", "items": _STR}),
+        {"name": "fileId", "type": ["null", _STR]},
+        _opt("partitionPath", _STR),
+        _opt("bootstrapFilePath", _STR),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+CLUSTERING_GROUP_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieClusteringGroup",
+    "fields": [
+        _opt("slices", {"type": "array", "items": SLICE_INFO_SCHEMA}),
+        _opt("metrics", {"type": "map", "values": "double"}),
+        {"name": "numOutputFileGroups", "type": ["int", "null"], "default": 1},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+CLUSTERING_STRATEGY_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieClusteringStrategy",
+    "fields": [
+        _opt("strategyClassName", _STR),
+        _opt("strategyParams", {"type": "map", "values": _STR}),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+CLUSTERING_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieClusteringPlan",
+    "fields": [
+        _opt("inputGroups", {"type": "array", "items": CLUSTERING_GROUP_SCHEMA}),
+        {"name": "strategy", "type": [CLUSTERING_STRATEGY_SCHEMA, "null"], "default": None},
+        _opt("extraMetadata", {"type": "map", "values": _STR}),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        _opt("preserveHoodieMetadata", "boolean"),
+        _opt("missingSchedulePartitions", {"type": "array", "items": _STR}),
+    ],
+}
+
+#: ``HoodieRequestedReplaceMetadata``: the body of ``<T>.clustering.requested`` (and of its
+#: inflight file), with ``operationType`` "CLUSTER" and the plan.
+REQUESTED_REPLACE_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": f"{NS}.HoodieRequestedReplaceMetadata",
+    "fields": [
+        {"name": "operationType", "type": ["null", _STR], "default": ""},
+        {"name": "clusteringPlan", "type": [CLUSTERING_PLAN_SCHEMA, "null"], "default": None},
+        _opt("extraMetadata", {"type": "map", "values": _STR}),
+        {"name": "version", "type": ["int", "null"], "default": 1},
+    ],
+}
+
+
 def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
     return fastavro.parse_schema(schema, named_schemas=named if named is not None else {})
 
@@ -192,6 +253,7 @@ _PARSED = {
     "rollback_plan": _parsed(ROLLBACK_PLAN_SCHEMA, {}),
     "rollback": _parsed(ROLLBACK_METADATA_SCHEMA, {}),
     "clean": _parsed(CLEAN_METADATA_SCHEMA, {}),
+    "requested_replace": _parsed(REQUESTED_REPLACE_SCHEMA, {}),
 }
 
 

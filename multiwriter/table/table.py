@@ -152,6 +152,13 @@ class Table:
             raise TableFormatError(f"instant {requested_time} is not a completed instant of {self.path}")
         return tl.commit_metadata(i)
 
+    def retire_writer(self, writer_id: str, *, lock: Any, lock_timeout_s: float = 60.0) -> Any:
+        """Forget a stopped writer id's streaming checkpoint (see :func:`multiwriter.checkpoint.retire`);
+        ``lock`` is the writers' lock provider. Refuses while the id is registered live."""
+        from ..checkpoint import retire
+
+        return retire(self, writer_id, lock=lock, lock_timeout_s=lock_timeout_s)
+
     # -- reads ---------------------------------------------------------------------
     def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
         """Snapshot read (with meta columns) as a pyarrow Table; ``filters`` is a pyarrow

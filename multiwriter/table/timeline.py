@@ -82,11 +82,12 @@ class Timeline:
 
     @cached_property
     def _state_by_time(self) -> dict[tuple[str, str], Instant]:
-        """Per (time, action), the most advanced state seen."""
+        """Per (time, action), the most advanced state seen (a completed replacecommit completes
+        the pending clustering of the same time: :func:`~.instant.instant_action`)."""
         rank = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
         out: dict[tuple[str, str], Instant] = {}
         for i in self._instants:
-            k = (i.requested_time, i.action)
+            k = (i.requested_time, inst.instant_action(i.action))
             if k not in out or rank[i.state] > rank[out[k].state]:
                 out[k] = i
         return out
@@ -117,7 +118,8 @@ class Timeline:
         return {i.requested_time: i for i in self.completed_writes()}
 
     def find(self, requested_time: str, action: str | None = None) -> Instant | None:
-        cands = [i for (t, a), i in self._state_by_time.items() if t == requested_time and (action is None or a == action)]
+        want = inst.instant_action(action) if action is not None else None
+        cands = [i for (t, a), i in self._state_by_time.items() if t == requested_time and (want is None or a == want)]
         return cands[0] if cands else None
 
     def max_time(self) -> str:

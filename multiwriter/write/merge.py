@@ -190,3 +190,35 @@ def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: 
         storage.put_if_absent(rel, layout.partition_metadata_bytes(t, depth))
     except FileExists:
         pass
+
+
+def write_moved_rows(
+    storage: Storage, ctx: MergeContext, partition: str, file_id: str, write_token: str, rows: pa.Table
+) -> WriteStat:
+    """Write rows that a table service moves into a new file group (clustering): marker first,
+    the pre-write check, rows sorted by record key. Meta columns are kept as they are (commit
+    time and sequence number stay the rows' own, so incremental readers do not see them as new)
+    except ``_hoodie_file_name``, which names the new file."""
+    started = time.monotonic()
+    name = layout.DataFileName(file_id, write_token, ctx.instant_time).name
+    rel = layout.data_file_path(partition, name)
+    check_alive(storage, ctx, f"the marker of {rel}")
+    markers.create(storage, ctx.instant_time, partition, name)
+    _ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
+    full = with_meta(ctx.data_schema)
+    out = align(rows, full)
+    out = out.set_column(full.get_field_index("_hoodie_file_name"), "_hoodie_file_name", pa.array([name] * out.num_rows, pa.string()))
+    if out.num_rows > 1:
+        out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
+    check_alive(storage, ctx, rel)
+    size = _write_parquet(storage, rel, out.combine_chunks())
+    return WriteStat(
+        file_id=file_id,
+        path=rel,
+        partition_path=partition,
+        num_writes=out.num_rows,
+        num_inserts=out.num_rows,
+        total_write_bytes=size,
+        file_size=size,
+        create_time_ms=int((time.monotonic() - started) * 1000),
+    )

@@ -1,0 +1,169 @@
+"""What an operator of a long-running table needs on one screen (``multiwriter status``):
+writers (live registrations, checkpoints), instants in flight and whether their owners still
+beat, pending table services, per-partition file health, timeline sizes, and what the cleaner
+did last. Read-only: it takes no lock and writes nothing."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import checkpoint as ckpt
+from .table import instant as inst
+from .table.instant import Instant
+from .table.table import Table
+from .table.timeline import Timeline
+
+
+@dataclass
+class InFlight:
+    instant: str
+    action: str
+    state: str
+    writer: str | None
+    heartbeat_age_s: float | None
+    verdict: str  # alive | lapsed
+
+
+@dataclass
+class WriterStatus:
+    writer_id: str
+    last_batch: int
+    last_commit: str | None  # requested time of its newest own commit on the active timeline
+    last_commit_completed: str | None
+    live: bool | None  # registered live (None: unknown without ZooKeeper)
+
+
+@dataclass
+class TableStatus:
+    table: str
+    path: str
+    version: int
+    live_writers: list[str] | None
+    writers: list[WriterStatus]
+    retired_writers: dict[str, str]
+    in_flight: list[InFlight]
+    pending_rollbacks: list[str]
+    pending_clusterings: list[str]
+    partitions: list[dict[str, Any]]
+    live_files: int
+    small_files: int
+    active_instants: int
+    archived_instants: int
+    cleaner_last: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+
+def collect(
+    table: Table,
+    *,
+    live_writers: list[str] | None = None,
+    heartbeat_interval_s: float = 10.0,
+    heartbeat_tolerable_misses: int = 2,
+    small_file_bytes: int | None = None,
+) -> TableStatus:
+    """Gather the status from one timeline load and one listing of the table."""
+    from .cleaner.archive import load_history
+    from .cleaner.clustering import ClusteringConfig, health
+    from .table.snapshot import Snapshot
+
+    tl = table.timeline()
+    small = small_file_bytes if small_file_bytes is not None else ClusteringConfig().small_file_bytes
+    parts = health(Snapshot.build(table.storage, tl), small)
+    pending = tl.pending()
+    return TableStatus(
+        table=table.name,
+        path=table.path,
+        version=table.config.version,
+        live_writers=sorted(live_writers) if live_writers is not None else None,
+        writers=_writers(tl, live_writers),
+        retired_writers=ckpt.retired(table.storage),
+        in_flight=[_in_flight(table, i, heartbeat_interval_s, heartbeat_tolerable_misses) for i in pending],
+        pending_rollbacks=[i.requested_time for i in pending if i.action == inst.ROLLBACK],
+        pending_clusterings=[i.requested_time for i in pending if i.action == inst.CLUSTERING],
+        partitions=[asdict(h) for _, h in sorted(parts.items())],
+        live_files=sum(h.file_groups for h in parts.values()),
+        small_files=sum(h.small_files for h in parts.values()),
+        active_instants=len(tl.latest_states()),
+        archived_instants=len(load_history(table)),
+        cleaner_last=_cleaner_last(table, tl),
+    )
+
+
+def _writers(tl: Timeline, live: list[str] | None) -> list[WriterStatus]:
+    commits = ckpt.last_commits(tl)
+    out = []
+    for w, batch in sorted(ckpt.carried_forward(tl).items()):
+        i = commits.get(w)
+        out.append(WriterStatus(w, batch, i.requested_time if i else None, i.completion_time if i else None,
+                                (w in live) if live is not None else None))
+    return out
+
+
+def _in_flight(table: Table, i: Instant, interval: float, misses: int) -> InFlight:
+    from .heartbeat.client import heartbeat_age_s, is_lapsed
+    from .table import layout
+
+    writer = None
+    try:
+        body = json.loads(table.storage.read_bytes(layout.heartbeat_path(i.requested_time)))
+        writer = body.get("writer_id") if isinstance(body, dict) else None
+    except (FileNotFoundError, ValueError):
+        pass
+    age = heartbeat_age_s(table.storage, i.requested_time)
+    lapsed = is_lapsed(table.storage, i.requested_time, interval, misses)
+    return InFlight(i.requested_time, i.action, i.state, writer, None if age is None else round(age, 1),
+                    "lapsed" if lapsed else "alive")
+
+
+def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
+    """The newest completed rollback, clean and clustering, and the newest archive batch."""
+    from .cleaner.archive import batch_files
+
+    out: dict[str, Any] = {}
+    for action in (inst.ROLLBACK, inst.CLEAN):
+        done = tl.completed(frozenset({action}))
+        if done:
+            out[action] = {"requested": done[-1].requested_time, "completed": done[-1].completion_time}
+    clusterings = [i for i in tl.completed(frozenset({inst.REPLACE_COMMIT}))
+                   if tl.commit_metadata(i).operation_type == "CLUSTER"]
+    if clusterings:
+        i = clusterings[-1]
+        out["clustering"] = {"requested": i.requested_time, "completed": i.completion_time,
+                             "replaced_file_groups": len(tl.commit_metadata(i).replaced_file_groups())}
+    batches = batch_files(table)
+    if batches:
+        out["archive"] = {"newest_batch": sorted(batches)[-1].rsplit("/", 1)[-1]}
+    return out
+
+
+def render(s: TableStatus) -> str:
+    """The status as one screen of text."""
+    lines = [f"table {s.table} (version {s.version}) at {s.path}"]
+    live = "unknown (pass --zk)" if s.live_writers is None else (", ".join(s.live_writers) or "none")
+    lines.append(f"live writers: {live}")
+    lines.append("writers with a checkpoint:" if s.writers else "writers with a checkpoint: none")
+    for w in s.writers:
+        state = "" if w.live is None else (" live" if w.live else " stopped")
+        lines.append(f"  {w.writer_id:<24} batch {w.last_batch:<8} last commit {w.last_commit or '(archived)'}{state}")
+    if s.retired_writers:
+        lines.append("retired: " + ", ".join(f"{w} (at {t})" for w, t in sorted(s.retired_writers.items())))
+    lines.append(f"in flight: {len(s.in_flight)}" if s.in_flight else "in flight: none")
+    for f in s.in_flight:
+        age = "no heartbeat" if f.heartbeat_age_s is None else f"heartbeat {f.heartbeat_age_s:.1f}s ago"
+        lines.append(f"  {f.instant} {f.action:<13} {f.state:<9} {f.writer or '?':<20} {age}: {f.verdict}")
+    lines.append(f"pending rollbacks: {', '.join(s.pending_rollbacks) or 'none'}; "
+                 f"pending clusterings: {', '.join(s.pending_clusterings) or 'none'}")
+    lines.append(f"files: {s.live_files} live file groups, {s.small_files} small")
+    for p in s.partitions:
+        lines.append(f"  {p['partition'] or '(table root)':<30} {p['file_groups']:>6} groups {p['small_files']:>6} small "
+                     f"{p['bytes']:>14,} bytes")
+    lines.append(f"timeline: {s.active_instants} active instants, {s.archived_instants} archived")
+    if s.cleaner_last:
+        done = "; ".join(f"{k} {v.get('requested') or v.get('newest_batch')}" for k, v in sorted(s.cleaner_last.items()))
+        lines.append(f"cleaner last: {done}")
+    else:
+        lines.append("cleaner last: nothing yet")
+    return "\n".join(lines)

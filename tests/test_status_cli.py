@@ -1,0 +1,133 @@
+"""Operating a long-running table from the command line: ``status``, ``writers retire``,
+``cluster`` (real processes, real ZooKeeper). Oracles: hudi-rs (file groups it reads), fastavro
+(the checkpoint map in commit files)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fastavro
+
+import multiwriter as mw
+from multiwriter.table import layout
+from multiwriter.transaction import Transaction
+from tests.conftest import trips
+from tests.oracle import hudi_read
+
+CKPT = "_hudi_streaming_sink_checkpoint"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "multiwriter.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def _zk(zk_server, zk_base) -> mw.ZooKeeperLock:
+    return mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base)
+
+
+def _cfg(zk_server, zk_base, writer_id: str) -> mw.WriterConfig:
+    return mw.WriterConfig(writer_id=writer_id, lock=_zk(zk_server, zk_base))
+
+
+def _groups_per_partition_by_hudi_rs(path: str) -> dict[str, int]:
+    t = hudi_read(path)
+    out: dict[str, set[str]] = {}
+    for part, name in zip(t.column("_hoodie_partition_path").to_pylist(), t.column("_hoodie_file_name").to_pylist(), strict=True):
+        out.setdefault(part, set()).add(layout.parse_data_file(name).file_id)
+    return {p: len(ids) for p, ids in out.items()}
+
+
+def _checkpoint_map(path: str, requested_time: str) -> dict[str, str]:
+    tdir = Path(path, ".hoodie", "timeline")
+    (name,) = [n for n in os.listdir(tdir) if n.startswith(f"{requested_time}_") and n.endswith(".commit")]
+    with open(tdir / name, "rb") as f:
+        (rec,) = list(fastavro.reader(f))
+    return json.loads(rec["extraMetadata"][CKPT])
+
+
+def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_base, trips_table, table_path):
+    for b in range(3):
+        mw.write(trips(range(b * 5, b * 5 + 5), date="2024-01-01"), table_path, _cfg(zk_server, zk_base, "ingest-a"), batch_id=b)
+    last_b = mw.write(trips(range(100, 103), date="2024-01-02"), table_path, _cfg(zk_server, zk_base, "ingest-b"), batch_id=7)
+    # an in-flight instant whose writer stopped beating long ago
+    table = mw.Table.open(table_path)
+    lock = _zk(zk_server, zk_base)
+    try:
+        t = Transaction(table, lock.for_table(table.table_id, table.storage), writer_id="ghost").begin().requested_time
+    finally:
+        lock.close()
+    table.storage.write_bytes(layout.heartbeat_path(t), json.dumps({"writer_id": "ghost", "ts_ms": 0}).encode())
+    os.utime(table.storage.abs(layout.heartbeat_path(t)), (time.time() - 3600, time.time() - 3600))
+    registered = _zk(zk_server, zk_base)
+    reg = registered.register_writer(table.table_id, "ingest-b")
+    try:
+        out = cli("status", table_path, "--json", "--zk", zk_server.connect, "--zk-base-path", zk_base)
+    finally:
+        reg.close()
+        registered.close()
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["live_writers"] == ["ingest-b"]
+    writers = {w["writer_id"]: w for w in s["writers"]}
+    assert writers["ingest-a"]["last_batch"] == 2 and writers["ingest-a"]["live"] is False
+    assert writers["ingest-b"]["last_batch"] == 7 and writers["ingest-b"]["live"] is True
+    assert writers["ingest-b"]["last_commit"] == last_b.instant.requested_time
+    (ghost,) = s["in_flight"]
+    assert ghost["instant"] == t and ghost["writer"] == "ghost" and ghost["verdict"] == "lapsed"
+    parts = {p["partition"]: p for p in s["partitions"]}
+    assert {p: v["file_groups"] for p, v in parts.items()} == _groups_per_partition_by_hudi_rs(table_path)
+    assert all(v["small_files"] == v["file_groups"] for v in parts.values())
+    assert s["active_instants"] == 5 and s["archived_instants"] == 0
+    text = cli("status", table_path)
+    assert text.returncode == 0 and "ingest-a" in text.stdout and "lapsed" in text.stdout and "unknown (pass --zk)" in text.stdout
+
+
+def test_retire_refused_while_live_then_forgets_the_checkpoint(zk_server, zk_base, trips_table, table_path):
+    mw.write(trips(range(5)), table_path, _cfg(zk_server, zk_base, "old"), batch_id=4)
+    mw.write(trips(range(5, 10)), table_path, _cfg(zk_server, zk_base, "keep"), batch_id=1)
+    table = mw.Table.open(table_path)
+    holder = _zk(zk_server, zk_base)
+    reg = holder.register_writer(table.table_id, "old")
+    try:
+        refused = cli("writers", "retire", table_path, "old", "--zk", zk_server.connect, "--zk-base-path", zk_base)
+    finally:
+        reg.close()
+        holder.close()
+    assert refused.returncode == 2 and "registered live" in refused.stderr
+    assert not table.storage.exists(".hoodie/multiwriter.retired_writers.json")
+    ok = cli("writers", "retire", table_path, "old", "--zk", zk_server.connect, "--zk-base-path", zk_base)
+    assert ok.returncode == 0, ok.stderr
+    assert "last batch 4" in ok.stdout
+    r = mw.write(trips(range(10, 12)), table_path, _cfg(zk_server, zk_base, "keep"), batch_id=2)
+    assert _checkpoint_map(table_path, r.instant.requested_time) == {"keep": "2"}
+    s = json.loads(cli("status", table_path, "--json").stdout)
+    assert [w["writer_id"] for w in s["writers"]] == ["keep"] and "old" in s["retired_writers"]
+    # the id may come back: its own new commits count again
+    back = mw.write(trips(range(12, 14)), table_path, _cfg(zk_server, zk_base, "old"), batch_id=0)
+    assert _checkpoint_map(table_path, back.instant.requested_time) == {"keep": "2", "old": "0"}
+    lock = _zk(zk_server, zk_base)
+    try:
+        table.retire_writer("old", lock=lock)
+    finally:
+        lock.close()
+    s = json.loads(cli("status", table_path, "--json").stdout)
+    assert [w["writer_id"] for w in s["writers"]] == ["keep"]
+
+
+def test_cluster_command_needs_a_lock_and_stitches_small_files(trips_table, table_path):
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.FileSystemLock())
+    for k in range(4):
+        mw.write(trips(range(k * 10, k * 10 + 10), date="2024-01-01"), table_path, cfg)
+    before = sorted(hudi_read(table_path).column("id").to_pylist())
+    no_lock = cli("cluster", table_path, "--once")
+    assert no_lock.returncode == 2 and "--zk HOST:PORT or --file-lock" in no_lock.stderr
+    out = cli("cluster", table_path, "--file-lock", "--once", "--small-file-bytes", str(1 << 20),
+              "--target-file-bytes", str(4 << 20), "--max-bytes-per-run", str(64 << 20), "--min-file-groups", "2")
+    assert out.returncode == 0, out.stderr
+    assert "clustered 4 file groups in 1 instants" in out.stdout
+    assert _groups_per_partition_by_hudi_rs(table_path) == {"2024-01-01": 1}
+    assert sorted(hudi_read(table_path).column("id").to_pylist()) == before
