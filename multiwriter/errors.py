@@ -115,3 +115,11 @@ class InstantNotRetainedError(MultiWriterError):
         super().__init__(message)
         self.requested = requested
         self.earliest = earliest
+
+
+class CleanerError(MultiWriterError):
+    """One or more cleaner steps failed; ``report`` (a CleanerReport) says what the run did anyway."""
+
+    def __init__(self, message: str, report: object) -> None:
+        super().__init__(message)
+        self.report = report

@@ -110,7 +110,7 @@ class CleanerContext:
         if self.heartbeat is not None:
             try:
                 self.heartbeat.stop(instant_time)
-            except Exception as e:  # a heartbeat that will not stop only delays a resume
+            except Exception as e:  # noqa: BLE001 -- a heartbeat that will not stop only delays a resume
                 log.warning("could not stop the heartbeat of cleaner instant %s: %s", instant_time, e)
         # the file goes too: a completed instant has no owner to beat for it
         self.storage.delete(layout.heartbeat_path(instant_time))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MultiWriterError, TableFormatError
+from ..errors import CleanerError, ConfigError, MultiWriterError, TableFormatError
 from ..lock.base import LOCK_KIND_KEY, LockProvider, check_table_lock
 from ..table.table import Table
 from . import CleanerContext
@@ -49,14 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTERING = ClusteringConfig()
-
-
-class CleanerError(MultiWriterError):
-    """One or more cleaner steps failed; ``report`` says what the run did anyway."""
-
-    def __init__(self, message: str, report: CleanerReport) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 @dataclass
@@ -414,7 +406,7 @@ class Cleaner:
             from ..metrics import push_to_gateway
 
             push_to_gateway(self.pushgateway, "multiwriter-cleaner", registry=getattr(self.metrics, "registry", None))
-        except Exception as e:  # metrics must never break cleaning
+        except Exception as e:  # noqa: BLE001 -- metrics must never break cleaning
             log.warning("could not push cleaner metrics to %s: %s", self.pushgateway, e)
 
 
