@@ -98,7 +98,7 @@ def find_insert_conflict(
             continue
         for st in timeline.commit_metadata(cand).all_stats():
             ours = inserted.get(st.partition_path)
-            if ours is None or len(ours) == 0 or st.prev_commit not in (None, "", "null") or not st.path:
+            if ours is None or len(ours) == 0 or not st.creates_file_group or not st.path:
                 continue
             if _new_keys_overlap(timeline, st.path, ours):
                 return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), _writer_of(timeline, cand))

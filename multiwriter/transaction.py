@@ -32,7 +32,7 @@ from .storage import FileExists
 from .table import instant as inst
 from .table import timeline as tlmod
 from .table.instant import Instant
-from .table.metadata import CommitMetadata, decode_records
+from .table.metadata import CommitMetadata, decode_records, rollback_target
 from .table.table import Table
 from .table.timeline import Timeline
 
@@ -350,7 +350,7 @@ class Transaction:
 
 def _updated_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
     """File groups this commit rewrote (prevCommit set); brand-new groups cannot conflict."""
-    return {(s.partition_path, s.file_id) for s in meta.all_stats() if s.prev_commit not in (None, "", "null")}
+    return {(s.partition_path, s.file_id) for s in meta.all_stats() if not s.creates_file_group}
 
 
 def _check_duplicate(tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> None:
@@ -396,11 +396,8 @@ def _rollback_target(tl: Timeline, i: Instant) -> str | None:
             rec = decode_records(data, source=path)[0]
         except (TableFormatError, IndexError):
             continue
-        info = rec.get("instantToRollback")
-        if info:
-            return info.get("commitTime")
-        commits = rec.get("commitsRollback")
-        if commits:
-            return commits[0]
+        target = rollback_target(rec)
+        if target:
+            return target
     return None
 

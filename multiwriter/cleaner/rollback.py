@@ -36,7 +36,7 @@ from ..table import instant as inst
 from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
-from ..table.metadata import decode_records, encode
+from ..table.metadata import decode_records, encode, rollback_target
 from ..table.snapshot import list_data_files
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
@@ -97,7 +97,7 @@ class RollbackPlan:
             )
         rec = recs[0]
         target = rec["instantToRollback"]
-        t = target.get("commitTime") or ""
+        t = rollback_target(rec) or ""
         files: list[str] = []
         for req in rec.get("RollbackRequests") or []:
             part = req.get("partitionPath") or ""

@@ -274,6 +274,16 @@ def decode_records(data: bytes, *, source: str) -> list[dict[str, Any]]:
         ) from e
 
 
+def rollback_target(record: dict[str, Any]) -> str | None:
+    """The requested time a rollback record undoes: ``instantToRollback`` of a plan
+    (``HoodieRollbackPlan``) or the first of ``commitsRollback`` of a completed rollback."""
+    info = record.get("instantToRollback")
+    if info:
+        return info.get("commitTime") or None
+    commits = record.get("commitsRollback")
+    return commits[0] if commits else None
+
+
 # -- commit metadata -------------------------------------------------------------
 
 
@@ -294,6 +304,12 @@ class WriteStat:
     prev_base_file: str | None = None
     total_write_errors: int = 0
     create_time_ms: int = 0
+
+    @property
+    def creates_file_group(self) -> bool:
+        """True when this write started a new file group (Hudi's ``prevCommit`` is "null"):
+        such a group existed for nobody else, so it cannot conflict on file groups."""
+        return self.prev_commit in (None, "", "null")
 
     def to_avro(self) -> dict[str, Any]:
         return {
