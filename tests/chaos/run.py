@@ -164,7 +164,8 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
             key = f"{w}:{json.loads(cp)[w]}"
             committed[key] = committed.get(key, 0) + 1
     s.batches = sum(committed.values())
-    s.rollbacks = len(tl.completed(frozenset({"rollback"})))
+    s.rollbacks = len(tl.completed(frozenset({"rollback"}))) + sum(
+        1 for a in load_history(t) if a.action == "rollback" and a.completion_time)
     for key, n in committed.items():
         if n != 1:
             s.violations.append(f"batch {key} committed {n} times")
