@@ -14,8 +14,12 @@ def main() -> None:
     a = json.loads(sys.argv[1])
     lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0, connection_timeout_s=5.0,
                             acquire_timeout_s=20.0)
+    # clustering beside the writers: every few small file groups are stitched together
+    clustering = mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, max_bytes_per_run=64 << 20,
+                                     min_file_groups=3)
     cleaner = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
-                         retain_commits=3, archive_keep_min=4, archive_keep_max=8, orphan_min_age_s=3600)
+                         retain_commits=3, archive_keep_min=4, archive_keep_max=8, orphan_min_age_s=3600,
+                         clustering=clustering)
     while not os.path.exists(a["stop"]):
         try:
             cleaner.run_once()

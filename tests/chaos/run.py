@@ -23,7 +23,7 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
-CLEANER_POINTS = ["mid-rollback", "mid-clean"]
+CLEANER_POINTS = ["mid-rollback", "mid-clean", "mid-clustering"]
 SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("tag", pa.string())])
 WRITERS = {"hot-a": "hot", "hot-b": "hot", "own-c": "own", "own-d": "own"}
 
@@ -36,12 +36,14 @@ class Summary:
     pauses: int = 0
     zk_restarts: int = 0
     rollbacks: int = 0
+    clusterings: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def line(self) -> str:
         return (f"seed={self.seed} batches={self.batches} crashes={self.crashes} pauses={self.pauses} "
-                f"zk_restarts={self.zk_restarts} rollbacks={self.rollbacks} violations={len(self.violations)} "
+                f"zk_restarts={self.zk_restarts} rollbacks={self.rollbacks} clusterings={self.clusterings} "
+                f"violations={len(self.violations)} "
                 f"({self.seconds:.0f}s)")
 
 
@@ -164,6 +166,8 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
             key = f"{w}:{json.loads(cp)[w]}"
             committed[key] = committed.get(key, 0) + 1
     s.batches = sum(committed.values())
+    s.clusterings = len(tl.completed(frozenset({"replacecommit"}))) + sum(
+        1 for a in load_history(t) if a.action == "replacecommit" and a.completion_time)
     s.rollbacks = len(tl.completed(frozenset({"rollback"}))) + sum(
         1 for a in load_history(t) if a.action == "rollback" and a.completion_time)
     for key, n in committed.items():
@@ -217,14 +221,15 @@ def main(argv: list[str] | None = None) -> int:
         print(s.line(), flush=True)
         for v in s.violations:
             print(f"  VIOLATION (seed {seed}): {v}", flush=True)
-        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks"):
+        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks", "clusterings"):
             setattr(totals, f, getattr(totals, f) + getattr(s, f))
         totals.violations += s.violations
         if a.seed is not None or time.monotonic() > deadline:
             break
         seed = random.randrange(1 << 30)
     print(f"chaos: {rounds} rounds, batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
-          f"zk_restarts={totals.zk_restarts} rollbacks={totals.rollbacks} violations={len(totals.violations)}")
+          f"zk_restarts={totals.zk_restarts} rollbacks={totals.rollbacks} clusterings={totals.clusterings} "
+          f"violations={len(totals.violations)}")
     return 1 if totals.violations else 0
 
 
