@@ -8,7 +8,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: install test demo chaos bench bench-full clean
+.PHONY: install test demo notebooks chaos bench bench-full clean
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ test: install
 
 demo: install
 	$(PY) -m multiwriter.cli demo
+
+# Executes every notebook and writes the executed copy (outputs and plots) to docs/notebooks/.
+notebooks: install
+	$(PY) -m tools.execute_notebooks --out docs/notebooks
 
 chaos: install
 	$(PY) -m tests.chaos.run --minutes $${MINUTES:-30}
