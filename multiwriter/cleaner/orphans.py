@@ -42,6 +42,7 @@ from ..instant_time import parse_time
 from ..table import instant as inst
 from ..table import layout
 from ..table.snapshot import FileSlice, list_data_files
+from ..table.instant import Instant
 from ..table.timeline import Timeline
 from . import CleanerContext
 from . import archive as archive_mod
@@ -145,10 +146,17 @@ def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | No
     if earliest is None:
         return []  # no active instant at all: nothing to judge against
     known = {i.requested_time for i in tl.latest_states()}  # completed or pending, any action
+    done = tl.completed_write_times()
     archived, complete = archived_times(ctx)
     out = []
     for f in files:
         t = f.instant_time
+        if t in done and f.name not in _named_files(tl, done[t]):
+            # a completed commit that does not name this file: the losing attempt of a retried or
+            # speculative task that was still writing after the commit's reconciliation
+            if _age_of_instant(t, now) >= min_age_s:
+                out.append(f)
+            continue
         if t in known or t in archived:
             continue
         if t < earliest and not complete:
@@ -156,6 +164,11 @@ def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | No
         if _age_of_instant(t, now) >= min_age_s:
             out.append(f)
     return sorted(out, key=lambda f: f.path)
+
+
+def _named_files(tl: Timeline, i: Instant) -> set[str]:
+    """File names a completed commit's write statistics name."""
+    return {st.path.rsplit("/", 1)[-1] for st in tl.commit_metadata(i).all_stats() if st.path}
 
 
 def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:

@@ -47,6 +47,7 @@ class TimelineView:
         self._done = timeline.completed_write_times()
         self._pending = {i.requested_time for i in timeline.pending()}
         self._earliest = timeline.earliest_time()
+        self._names: dict[str, set[str]] = {}
 
     # -- committed / visible ---------------------------------------------------------------
     def committed(self, t: str) -> bool:
@@ -73,6 +74,18 @@ class TimelineView:
         """Committed by the archived-instant rule (not on the active timeline)."""
         return t not in self._done and self.committed(t)
 
+    def named(self, fs: FileSlice) -> bool:
+        """Does the completed commit of ``fs``'s instant name this very file? (False for files of
+        archived instants, whose statistics are not on the active timeline.)"""
+        i = self._done.get(fs.instant_time)
+        if i is None:
+            return False
+        names = self._names.get(i.requested_time)
+        if names is None:
+            stats = self.timeline.commit_metadata(i).all_stats()
+            names = self._names[i.requested_time] = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
+        return fs.name in names
+
     # -- replaced file groups ------------------------------------------------------------
     @cached_property
     def replacements(self) -> dict[FileGroup, Instant]:
@@ -94,11 +107,11 @@ class TimelineView:
     # -- latest slices -------------------------------------------------------------------
     def latest_slices(self, files: Iterable[FileSlice], as_of: str | None = None) -> dict[FileGroup, FileSlice]:
         """Per live file group, its newest visible slice as of ``as_of`` (the snapshot)."""
-        return _latest(files, lambda t: self.visible(t, as_of), self.replaced(as_of))
+        return _latest(files, lambda t: self.visible(t, as_of), self.replaced(as_of), self.named)
 
     def latest_slices_by_completion(self, files: Iterable[FileSlice], end: str | None) -> dict[FileGroup, FileSlice]:
         """Per live file group, its newest slice whose commit completed by ``end``."""
-        return _latest(files, lambda t: self.completed_by(t, end), self.replaced_by_completion(end))
+        return _latest(files, lambda t: self.completed_by(t, end), self.replaced_by_completion(end), self.named)
 
     # -- what cleaning and archival left ---------------------------------------------------
     @cached_property
@@ -215,14 +228,23 @@ class TimelineView:
         return out
 
 
-def _latest(files: Iterable[FileSlice], ok: Callable[[str], bool], gone: set[FileGroup]) -> dict[FileGroup, FileSlice]:
+def _latest(
+    files: Iterable[FileSlice], ok: Callable[[str], bool], gone: set[FileGroup], named: Callable[[FileSlice], bool]
+) -> dict[FileGroup, FileSlice]:
+    """Per group the newest acceptable slice; two files of one group and instant (a retried or
+    speculative task's losing attempt that outlived reconciliation) resolve to the one the
+    commit's write statistics name, never by listing order."""
     latest: dict[FileGroup, FileSlice] = {}
     for fs in files:
         key = (fs.partition, fs.file_id)
         if key in gone or not ok(fs.instant_time):
             continue
-        if key not in latest or fs.instant_time > latest[key].instant_time:
+        cur = latest.get(key)
+        if cur is None or fs.instant_time > cur.instant_time:
             latest[key] = fs
+        elif fs.instant_time == cur.instant_time and fs.name != cur.name:
+            if (named(fs), fs.name) > (named(cur), cur.name):
+                latest[key] = fs
     return latest
 
 
