@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import time
 
 import pytest
@@ -59,7 +60,8 @@ def test_lock_node_carries_the_holder(providers):
     data, _ = p.client().get(lk.node_path)
     body = json.loads(data)
     assert body["writer_id"] == "w1" and body["instant"] == HOLDER.instant and body["table_id"] == "t"
-    assert lk.node_path.startswith(f"{p.base_path}/t/lock/")
+    parent, name = lk.node_path.rsplit("/", 1)
+    assert parent == f"{p.base_path}/t" and re.fullmatch(r"[0-9a-f]{32}-lock-\d{10}", name)
     node = lk.node_path
     lk.release()
     assert lk.node_path is None and p.client().exists(node) is None
@@ -208,7 +210,7 @@ def test_digest_acl_protects_lock_nodes(providers, kazoo, zk_base):
     with pytest.raises(NoAuthError):
         intruder.delete(lk.node_path)
     with pytest.raises(NoAuthError):
-        intruder.get_children(f"{zk_base}/secured/lock")
+        intruder.get_children(f"{zk_base}/secured")
     wrong = kazoo(auth_data=[("digest", "mw:wrong")])
     with pytest.raises(NoAuthError):
         wrong.delete(lk.node_path)
