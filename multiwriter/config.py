@@ -21,6 +21,8 @@ HUDI_KEYS = {
     "hoodie.parquet.max.file.size": "target_file_size_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
 }
+#: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
+MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
 #: given in milliseconds by Hudi, in seconds here
 MILLIS_KEYS = {"hoodie.write.lock.wait_time_ms", "hoodie.client.heartbeat.interval_in_ms"}
 
@@ -123,6 +125,8 @@ class WriterConfig:
                 raise ConfigError(f"unknown option {k!r}: not a Hudi key this sink maps, nor a WriterConfig field")
             if k in MILLIS_KEYS:
                 v = _number(k, v) / 1000.0
+            if k == MISSES_KEY:
+                v = _hudi_misses(v)
             if target == "operation" and str(v).strip().lower() not in OPERATIONS:
                 raise ConfigError(f"option {k}={v!r} is not supported: use one of {OPERATIONS}")
             if target == "operation":
@@ -201,6 +205,16 @@ def _connect_string(url: str, port: Any) -> str:
             raise ConfigError(f"{ZK_PREFIX}url host {h!r} names a port other than {ZK_PREFIX}port={p}")
         out.append(h if ":" in h else f"{h}:{p}")
     return ",".join(out)
+
+
+def _hudi_misses(value: Any) -> int:
+    """Hudi's tolerable misses as ours: the same expiry bound on both sides, so a JVM cleaner
+    never judges one of our writers dead while that writer's own fence still lets it commit."""
+    n = _number(MISSES_KEY, value)
+    if n != int(n) or n < 1:
+        raise ConfigError(f"option {MISSES_KEY}={value!r} must be a whole number >= 1 (Hudi's expiry bound is "
+                          "interval x misses)")
+    return int(n) - 1
 
 
 def _check_required(key: str, value: Any) -> None:

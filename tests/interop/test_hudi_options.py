@@ -37,8 +37,9 @@ def test_jvm_writer_options_build_the_same_lock_and_settings():
     assert lock.lock_path("trips-0123456789ab") == "/hudi_locks/trips"  # Hudi: <base_path>/<lock_key>
     assert (lock.session_timeout_s, lock.connection_timeout_s, lock.acquire_timeout_s, lock.max_retries) == (
         20.0, 5.0, 30.0, 7)
-    assert (cfg.lock_timeout_s, cfg.heartbeat_interval_s, cfg.heartbeat_tolerable_misses, cfg.operation) == (
-        30.0, 15.0, 3, "upsert")
+    assert (cfg.lock_timeout_s, cfg.heartbeat_interval_s, cfg.operation) == (30.0, 15.0, "upsert")
+    # Hudi's expiry bound is interval x misses (45 s here), ours interval x (misses + 1): the same bound
+    assert cfg.heartbeat_bound_s == 45.0
     assert table_settings_from_options(JVM_OPTIONS) == {
         "name": "trips", "record_key": "id", "partition_by": ["date"], "ordering_field": "ts"}
 
@@ -58,6 +59,7 @@ def test_explicit_lock_key_wins_and_is_recorded():
         ("hoodie.write.lock.zookeeper.port", "2182x"),
         ("hoodie.write.lock.zookeeper.url", "zk1:2999"),  # contradicts port 2181
         ("hoodie.datasource.write.operation", "bulk_insert"),
+        ("hoodie.client.heartbeat.tolerable.misses", "0"),
         ("hoodie.no.such.key", "1"),
     ],
 )
