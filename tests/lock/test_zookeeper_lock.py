@@ -285,3 +285,34 @@ def test_provider_pickles_as_configuration(providers):
     assert clone.connect == p.connect and clone.base_path == p.base_path
     assert clone.client() is p.client()  # same process, same key: the shared client
     clone.close()
+
+
+def test_a_writer_of_the_old_layout_is_refused_not_ignored(providers, kazoo):
+    """Releases before the shared layout locked <base>/<table id>/lock: a live contender there
+    would not exclude us, so acquiring refuses to run beside it."""
+    p = providers()
+    old = kazoo()
+    node = old.create(f"{p.base_path}/trips-0123456789ab/lock/abc__lock__", b"{}", ephemeral=True, sequence=True,
+                      makepath=True)
+    with pytest.raises(LockError, match="older than the shared lock layout"):
+        p.for_table("trips-0123456789ab", None).acquire(timeout_s=1)
+    old.delete(node)
+    lk = p.for_table("trips-0123456789ab", None)
+    lk.acquire(timeout_s=5)
+    assert lk.node_path.startswith(f"{p.base_path}/trips/")
+    lk.release()
+
+
+def test_the_table_records_and_checks_the_lock_key(providers):
+    from multiwriter.lock.base import check_table_lock
+
+    keyed = providers(lock_key="trips_lock")
+    recorded = {"hoodie.table.name": "trips", **keyed.table_properties()}
+    assert recorded["multiwriter.lock.zookeeper.lock_key"] == "trips_lock"
+    check_table_lock(recorded, keyed, table="t")
+    with pytest.raises(ConfigError, match="lock_key"):
+        check_table_lock(recorded, providers(), table="t")  # default key: the name 'trips'
+    plain = {"hoodie.table.name": "trips", **providers().table_properties()}
+    check_table_lock(plain, providers(lock_key="trips"), table="t")  # the same effective key
+    with pytest.raises(ConfigError, match="lock_key"):
+        check_table_lock(plain, providers(lock_key="other"), table="t")
