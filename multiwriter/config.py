@@ -12,15 +12,39 @@ OPERATIONS = ("upsert", "insert", "delete")
 EXECUTORS = ("auto", "driver", "spark")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
-#: Hudi option keys accepted by :meth:`WriterConfig.from_options`
+#: Hudi option keys accepted by :meth:`WriterConfig.from_options` that set a WriterConfig field
 HUDI_KEYS = {
     "hoodie.datasource.write.operation": "operation",
     "hoodie.write.lock.wait_time_ms": "lock_timeout_s",
     "hoodie.client.heartbeat.interval_in_ms": "heartbeat_interval_s",
     "hoodie.client.heartbeat.tolerable.misses": "heartbeat_tolerable_misses",
-    "hoodie.write.lock.num_retries": "max_conflict_retries",
     "hoodie.parquet.max.file.size": "target_file_size_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
+}
+#: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
+MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
+#: given in milliseconds by Hudi, in seconds here
+MILLIS_KEYS = {"hoodie.write.lock.wait_time_ms", "hoodie.client.heartbeat.interval_in_ms"}
+
+#: Hudi's ZooKeeper lock provider; selecting it selects :class:`ZooKeeperLock`
+ZK_PROVIDER = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider"
+LOCK_PROVIDER_KEY = "hoodie.write.lock.provider"
+ZK_PREFIX = "hoodie.write.lock.zookeeper."
+ZK_KEYS = {"url", "port", "base_path", "lock_key", "session_timeout_ms", "connection_timeout_ms"}
+LOCK_RETRIES_KEY = "hoodie.write.lock.num_retries"
+
+#: keys whose only accepted value is what this sink does (compared case-insensitively)
+REQUIRED_VALUES = {
+    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+    "hoodie.cleaner.policy.failed.writes": "lazy",
+}
+
+#: Hudi's table keys, mapped onto ``Table.create`` settings (see :func:`table_settings_from_options`)
+TABLE_KEYS = {
+    "hoodie.table.name": "name",
+    "hoodie.datasource.write.recordkey.field": "record_key",
+    "hoodie.datasource.write.partitionpath.field": "partition_by",
+    "hoodie.datasource.write.precombine.field": "ordering_field",
 }
 
 
@@ -79,18 +103,153 @@ class WriterConfig:
 
     @classmethod
     def from_options(cls, options: dict[str, Any], **overrides: Any) -> WriterConfig:
-        """Build from Hudi-style option keys (``hoodie.*``) plus keyword overrides."""
+        """Build from Hudi's option keys (``hoodie.*``, the same ones a JVM writer of the table is
+        given) plus keyword overrides; field names are accepted as keys too.
+
+        ``hoodie.write.lock.provider`` set to Hudi's ZooKeeper provider builds a
+        :class:`~multiwriter.lock.ZooKeeperLock` from the ``hoodie.write.lock.zookeeper.*`` keys.
+        Table keys (``hoodie.table.name``, ...) are checked here and returned by
+        :func:`table_settings_from_options`. An unknown key, or one that asks for something this
+        sink does not do, is a ``ConfigError`` naming it.
+        """
         kw: dict[str, Any] = {}
-        names = {f.name for f in fields(cls)}
+        names = {f.name: f for f in fields(cls)}
         for k, v in options.items():
+            if k in TABLE_KEYS or k in REQUIRED_VALUES or k == LOCK_PROVIDER_KEY or k == LOCK_RETRIES_KEY:
+                _check_required(k, v)
+                continue
+            if k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS:
+                continue
             target = HUDI_KEYS.get(k, k)
-            if target not in names:
-                raise ConfigError(f"unknown option {k!r}")
-            if k in ("hoodie.write.lock.wait_time_ms", "hoodie.client.heartbeat.interval_in_ms"):
-                v = float(v) / 1000.0
-            kw[target] = type(getattr(cls, target, v))(v) if target != "lock" else v
+            if target not in names or target == "lock":
+                raise ConfigError(f"unknown option {k!r}: not a Hudi key this sink maps, nor a WriterConfig field")
+            if k in MILLIS_KEYS:
+                v = _number(k, v) / 1000.0
+            if k == MISSES_KEY:
+                v = _hudi_misses(v)
+            if target == "operation" and str(v).strip().lower() not in OPERATIONS:
+                raise ConfigError(f"option {k}={v!r} is not supported: use one of {OPERATIONS}")
+            if target == "operation":
+                v = str(v).strip().lower()
+            kw[target] = _convert(k, v, getattr(cls, target))
+        lock = zookeeper_lock_from_options(options)
+        if lock is not None:
+            if overrides.get("lock") is not None:
+                raise ConfigError(
+                    f"{LOCK_PROVIDER_KEY} builds the lock, and lock= was passed too: give one of them"
+                )
+            kw["lock"] = lock
         kw.update(overrides)
         return cls(**kw)
+
+
+def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``Table.create`` settings from Hudi's table keys (``name``, ``record_key``, ``partition_by``,
+    ``ordering_field``); comma-separated field lists as Hudi writes them."""
+    out: dict[str, Any] = {}
+    for k, target in TABLE_KEYS.items():
+        v = options.get(k)
+        if v is None or str(v).strip() == "":
+            continue
+        v = str(v).strip()
+        if target in ("record_key", "partition_by"):
+            parts = [p.strip() for p in v.split(",") if p.strip()]
+            out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
+        else:
+            out[target] = v
+    return out
+
+
+def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:
+    """The :class:`ZooKeeperLock` that Hudi's lock keys describe, or None when no provider is set."""
+    zk = {k[len(ZK_PREFIX):]: v for k, v in options.items() if k.startswith(ZK_PREFIX)}
+    provider = options.get(LOCK_PROVIDER_KEY)
+    if provider is None:
+        if zk or LOCK_RETRIES_KEY in options:
+            first = next(iter(sorted(k for k in options if k.startswith(ZK_PREFIX) or k == LOCK_RETRIES_KEY)))
+            raise ConfigError(f"{first!r} is given without {LOCK_PROVIDER_KEY}={ZK_PROVIDER}: set the provider too")
+        return None
+    if str(provider).strip() != ZK_PROVIDER:
+        raise ConfigError(
+            f"{LOCK_PROVIDER_KEY}={provider!r} is not supported: this sink shares a table with Hudi's JVM writers "
+            f"only through {ZK_PROVIDER} (or pass lock= yourself for tables only multiwriter writes)"
+        )
+    for key in ("url", "base_path"):
+        if not str(zk.get(key, "")).strip():
+            raise ConfigError(f"{ZK_PREFIX}{key} is required with {ZK_PROVIDER}")
+    from .lock.zookeeper import ZooKeeperLock  # the lock layer pulls in kazoo: only when asked for
+
+    kw: dict[str, Any] = {"base_path": str(zk["base_path"]).strip()}
+    key = zk.get("lock_key") or options.get("hoodie.table.name")
+    if key:
+        kw["lock_key"] = str(key).strip()
+    for name, target in (("session_timeout_ms", "session_timeout_s"), ("connection_timeout_ms", "connection_timeout_s")):
+        if name in zk:
+            kw[target] = _number(ZK_PREFIX + name, zk[name]) / 1000.0
+    if "hoodie.write.lock.wait_time_ms" in options:
+        kw["acquire_timeout_s"] = _number("hoodie.write.lock.wait_time_ms", options["hoodie.write.lock.wait_time_ms"]) / 1000.0
+    if LOCK_RETRIES_KEY in options:
+        kw["max_retries"] = max(1, int(_number(LOCK_RETRIES_KEY, options[LOCK_RETRIES_KEY])))
+    return ZooKeeperLock(_connect_string(str(zk["url"]), zk.get("port")), **kw)
+
+
+def _connect_string(url: str, port: Any) -> str:
+    """Hudi gives hosts and a port apart; a host without its own port gets ``port``."""
+    hosts = [h.strip() for h in url.split(",") if h.strip()]
+    if port is None or str(port).strip() == "":
+        return ",".join(hosts)
+    p = int(_number(ZK_PREFIX + "port", port))
+    out = []
+    for h in hosts:
+        if ":" in h and h.rsplit(":", 1)[1] != str(p):
+            raise ConfigError(f"{ZK_PREFIX}url host {h!r} names a port other than {ZK_PREFIX}port={p}")
+        out.append(h if ":" in h else f"{h}:{p}")
+    return ",".join(out)
+
+
+def _hudi_misses(value: Any) -> int:
+    """Hudi's tolerable misses as ours: the same expiry bound on both sides, so a JVM cleaner
+    never judges one of our writers dead while that writer's own fence still lets it commit."""
+    n = _number(MISSES_KEY, value)
+    if n != int(n) or n < 1:
+        raise ConfigError(f"option {MISSES_KEY}={value!r} must be a whole number >= 1 (Hudi's expiry bound is "
+                          "interval x misses)")
+    return int(n) - 1
+
+
+def _check_required(key: str, value: Any) -> None:
+    want = REQUIRED_VALUES.get(key)
+    if want is not None and str(value).strip().lower() != want:
+        raise ConfigError(
+            f"{key}={value!r} is not supported: writers sharing a table need {key}={want.upper()} "
+            "(optimistic concurrency with lazily cleaned failed writes is the protocol this sink follows)"
+        )
+
+
+def _number(key: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"option {key}={value!r} must be a number") from None
+
+
+def _convert(key: str, value: Any, default: Any) -> Any:
+    """``value`` as the type of the field's default; "true"/"false" are parsed, not cast."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"option {key}={value!r} must be true or false")
+    if isinstance(default, (int, float)):
+        n = _number(key, value)
+        if isinstance(default, int) and n != int(n):
+            raise ConfigError(f"option {key}={value!r} must be a whole number")
+        return int(n) if isinstance(default, int) else n
+    return str(value) if isinstance(default, str) else value
 
 
 def _range(name: str, value: Any, lo: float, hi: float) -> None:

@@ -2,8 +2,10 @@
 
 Every reader and writer lists the active timeline, so it must not grow with every commit. When
 more than ``keep_max`` completed instants are active, the oldest ones move to
-``.hoodie/timeline/history/`` as one JSON file per batch, ``<first>_<last>.archive.json`` (see
-docs/cleaner.md for the layout). Readers treat a data file older than the earliest active instant
+``.hoodie/timeline/history/`` in Hudi's own LSM layout (:mod:`multiwriter.table.lsm_timeline`), so
+Hudi's JVM readers and archivers see one archived timeline (see docs/cleaner.md). Tables archived
+by earlier releases hold JSON batches ``<first>_<last>.archive.json`` there: they are still read,
+and the next archival moves them into the LSM layout. Readers treat a data file older than the earliest active instant
 as committed, which is what makes removing instants safe, and also what makes it dangerous.
 So the archived set is always a *prefix* of the timeline, in both orders:
 
@@ -21,10 +23,10 @@ while any file of a group it replaced is still on storage (once it is archived, 
 would be older than the earliest active instant and count as committed again), and that at least
 ``keep_min`` completed instants stay.
 
-Crash safety: the batch file is written first (atomically, never overwritten); then each
-instant's files are deleted oldest first, requested and inflight before completed, so an
-interrupted archival never leaves an instant that looks pending. The next run finishes it:
-active instants already listed in a batch file are deleted without being archived again.
+Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
+under the table lock; then each instant's files are deleted oldest first, requested and inflight
+before completed, so an interrupted archival never leaves an instant that looks pending. The next
+run finishes it: active instants already in the history are deleted without being archived again.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from typing import Any
 
 from .. import checkpoint as ckpt
 from ..errors import TableFormatError
-from ..storage import FileExists
 from ..table import instant as inst
+from ..table import lsm_timeline as lsm
 from ..table.files import FileSlice, list_data_files
 from ..table.instant import Instant
 from ..table.metadata import CommitMetadata
@@ -54,6 +56,8 @@ FORMAT = "multiwriter-archive"
 FORMAT_VERSION = 1
 SUFFIX = ".archive.json"
 _STATE_ORDER = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
+#: actions whose requested file is a plan, archived by Hudi in the ``plan`` column
+PLAN_ACTIONS = frozenset({inst.CLEAN, inst.REPLACE_COMMIT, inst.CLUSTERING, inst.COMPACTION})
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,8 @@ def _completion_prefix(states: list[Instant], n: int) -> int:
 
 
 def batch_name(instants: list[Instant]) -> str:
-    return f"{instants[0].requested_time}_{instants[-1].requested_time}{SUFFIX}"
+    """The layer-0 LSM file an archival of ``instants`` (oldest first) writes."""
+    return lsm.data_file_name(instants[0].requested_time, instants[-1].requested_time)
 
 
 def _files_of(tl: Timeline, i: Instant) -> list[Instant]:
@@ -175,7 +180,40 @@ def _files_of(tl: Timeline, i: Instant) -> list[Instant]:
     return sorted(same, key=lambda x: _STATE_ORDER[x.state])
 
 
+def lsm_record(tl: Timeline, i: Instant) -> lsm.LsmInstant:
+    """One completed instant as Hudi archives it: the completed file's bytes as ``metadata``,
+    the requested plan's bytes (for actions that have one) as ``plan``."""
+    metadata = plan = None
+    for f in _files_of(tl, i):
+        try:
+            data = tl.read_bytes(f)
+        except FileNotFoundError:
+            continue
+        if f.state == inst.COMPLETED:
+            metadata = data
+        elif f.state == inst.REQUESTED and i.action in PLAN_ACTIONS and data:
+            plan = data
+    return lsm.LsmInstant(i.requested_time, i.completion_time, i.action, metadata, plan)
+
+
+def _from_lsm(r: lsm.LsmInstant) -> ArchivedInstant:
+    files: dict[str, bytes] = {}
+    if r.metadata is not None:
+        files[Instant(r.instant_time, r.action, inst.COMPLETED, r.completion_time).file_name()] = r.metadata
+    if r.plan is not None:
+        files[Instant(r.instant_time, r.action, inst.REQUESTED).file_name()] = r.plan
+    return ArchivedInstant(r.instant_time, r.action, r.completion_time, files)
+
+
+def _to_lsm(a: ArchivedInstant) -> lsm.LsmInstant:
+    completed = Instant(a.requested_time, a.action, inst.COMPLETED, a.completion_time).file_name()
+    requested = Instant(a.requested_time, a.action, inst.REQUESTED).file_name()
+    plan = a.files.get(requested) if a.action in PLAN_ACTIONS else None
+    return lsm.LsmInstant(a.requested_time, a.completion_time, a.action, a.files.get(completed), plan or None)
+
+
 def encode_batch(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> bytes:
+    """A JSON batch of the format earlier releases wrote (kept for migration tests)."""
     records = []
     for i in instants:
         files = {}
@@ -225,20 +263,39 @@ def decode_batch(data: bytes, *, source: str) -> list[ArchivedInstant]:
 
 
 def batch_files(table: Table) -> list[str]:
-    """The history batch files of ``table``, oldest first."""
+    """The JSON history batches earlier releases wrote, oldest first (migrated to LSM files)."""
     hist = table.config.history_dir
     return sorted(e.path for e in table.storage.list_dir(hist, files_only=True) if e.path.endswith(SUFFIX))
 
 
 def load_history(table: Table) -> list[ArchivedInstant]:
-    """Every archived instant of ``table``, oldest first (an interrupted archival may have
-    recorded one twice: deduplicated). Readers of checkpoints or audits that must see the whole
-    history read the active timeline and this."""
+    """Every archived instant of ``table``, oldest first: Hudi's LSM history and any JSON
+    batches not migrated yet (an instant recorded twice is read once). Readers of checkpoints or
+    audits that must see the whole history read the active timeline and this."""
     seen: dict[tuple[str, str], ArchivedInstant] = {}
+    for r in lsm.read_instants(table.storage, table.config.history_dir):
+        seen.setdefault((r.instant_time, r.action), _from_lsm(r))
     for rel in batch_files(table):
         for a in decode_batch(table.storage.read_bytes(rel), source=rel):
             seen.setdefault((a.requested_time, a.action), a)
     return sorted(seen.values(), key=lambda a: a.requested_time)
+
+
+def migrate_json_batches(ctx: CleanerContext) -> int:
+    """Move JSON batches of earlier releases into the LSM layout (call under the table lock):
+    one layer-0 file per batch, listed in a manifest, and only then the JSON file deleted, so a
+    crash in between leaves the instants readable from one or both. Returns batches moved."""
+    hist = ctx.config.history_dir
+    moved = 0
+    for rel in batch_files(ctx.table):
+        batch = decode_batch(ctx.storage.read_bytes(rel), source=rel)
+        if batch:
+            lsm.append(ctx.storage, hist, [_to_lsm(a) for a in batch])
+        ctx.storage.delete(rel)
+        moved += 1
+    if moved:
+        log.info("moved %d JSON history batches into Hudi's LSM layout under %s", moved, hist)
+    return moved
 
 
 # -- the step -------------------------------------------------------------------------------------
@@ -287,14 +344,14 @@ def _remove_from_active(ctx: CleanerContext, tl: Timeline, instants: list[Instan
 
 def _finish_interrupted(ctx: CleanerContext, tl: Timeline, swept: list[str]) -> int:
     """Remove active instants that a batch file already holds (an archival that crashed)."""
-    files = batch_files(ctx.table)
-    if not files:
+    history = load_history(ctx.table)
+    if not history:
         return 0
-    newest_last = max(f.rsplit("/", 1)[-1][: -len(SUFFIX)].split("_")[-1] for f in files)
+    newest_last = history[-1].requested_time
     active = [i for i in tl.latest_states() if i.requested_time <= newest_last and i.is_completed]
     if not active:
         return 0
-    archived = {(a.requested_time, a.action) for a in load_history(ctx.table)}
+    archived = {(a.requested_time, a.action) for a in history}
     done = [i for i in active if (i.requested_time, i.action) in archived]
     if done:
         swept.extend(_remove_from_active(ctx, tl, done))
@@ -310,23 +367,14 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     """
     result = ArchiveResult()
     with ctx.locked() as tl:
+        migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:
             tl = ctx.table.timeline()
         chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
         if not chosen:
             return result
-        name = batch_name(chosen)
-        rel = f"{ctx.config.history_dir}/{name}"
-        try:
-            ctx.storage.put_if_absent(rel, encode_batch(ctx, tl, chosen))
-        except FileExists:
-            existing = {(a.requested_time, a.action) for a in decode_batch(ctx.storage.read_bytes(rel), source=rel)}
-            if not all((i.requested_time, i.action) in existing for i in chosen):
-                raise TableFormatError(
-                    f"{rel} exists but does not hold every instant chosen for it; "
-                    "move it aside and run the cleaner again"
-                ) from None
+        name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
     result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active
     result.archived = len(chosen)
     result.batch = name

@@ -12,7 +12,7 @@ timeline, then the archive. A data file is written only after its instant's requ
 exists, so a live instant seen in the listing is pending or completed on the timeline loaded
 after it, or archived in the history read after that. Files whose instant is younger than a
 safe age (some heartbeat bounds) are left alone anyway. When the history holds files that are
-not ours (Hudi's LSM archive), archived commits cannot be told from failed ones and files
+not readable here (a version 6 archive), archived commits cannot be told from failed ones and files
 older than the earliest active instant are kept.
 
 An orphan data file has an instant time that is no write instant on the active timeline
@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 
 from .. import markers
+from ..table.lsm_timeline import is_lsm_file
 from ..instant_time import parse_time
 from ..table import instant as inst
 from ..table import layout
@@ -172,13 +173,15 @@ def _named_files(tl: Timeline, i: Instant) -> set[str]:
 
 
 def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:
-    """Requested times of every archived instant, and whether the archive is complete: only our
-    history batches (a Hudi LSM history or a version 6 archive cannot be read here)."""
+    """Requested times of every archived instant, and whether the archive is complete: Hudi's LSM
+    history (written by us or by Hudi's archiver) and JSON batches of earlier releases; anything
+    else there (a version 6 archive) cannot be read here."""
     foreign = [
         e.path
         for d in (ctx.config.history_dir, V6_ARCHIVE_DIR)
         for e in ctx.storage.list_dir(d)
-        if not e.path.rsplit("/", 1)[-1].startswith(".") and not e.path.endswith(archive_mod.SUFFIX)
+        if not e.path.endswith(".tmp") and not e.path.endswith(archive_mod.SUFFIX)
+        and not (d == ctx.config.history_dir and is_lsm_file(e.path.rsplit("/", 1)[-1]))
     ]
     if foreign:
         log.info("archive holds files that are not multiwriter history batches (first: %s); "

@@ -26,6 +26,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: hoodie.properties keys recording the table's lock (written by ``Table.create(lock=...)``)
 LOCK_KIND_KEY = "multiwriter.lock.kind"
 LOCK_PROPERTY_PREFIX = "multiwriter.lock."
+#: the ZooKeeper lock key, recorded when it is not the table name (Hudi's default lock key)
+LOCK_KEY_PROPERTY = "multiwriter.lock.zookeeper.lock_key"
+TABLE_NAME_PROPERTY = "hoodie.table.name"
+#: ``table_id_for`` appends this to the table name: a dash and 12 hex digits of the location
+TABLE_ID_SUFFIX_RE = re.compile(r"-[0-9a-f]{12}$")
 
 #: ids end up as ZooKeeper node names and file names: keep them boring
 TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
@@ -156,6 +161,14 @@ def validate_writer_id(writer_id: str) -> str:
     return writer_id
 
 
+def table_name_of(table_id: str) -> str:
+    """The table name inside a table id (``<name>-<12 hex digits>``, see ``table_id_for``); an id
+    without that suffix is taken as the name itself."""
+    validate_table_id(table_id)
+    name = TABLE_ID_SUFFIX_RE.sub("", table_id)
+    return name or table_id
+
+
 def resolve_timeout(timeout_s: float | None, default_s: float) -> float:
     """The timeout of one acquire: the call's, else the provider's; never negative."""
     timeout = default_s if timeout_s is None else float(timeout_s)
@@ -172,7 +185,13 @@ def check_table_lock(recorded: dict[str, str], provider: LockProvider, *, table:
     if not want:
         return
     have = provider.table_properties()
-    diff = {k: (v, have.get(k)) for k, v in want.items() if have.get(k) != v}
+    diff = {k: (v, have.get(k)) for k, v in want.items() if have.get(k) != v and k != LOCK_KEY_PROPERTY}
+    name = recorded.get(TABLE_NAME_PROPERTY)
+    if LOCK_KEY_PROPERTY in want or LOCK_KEY_PROPERTY in have:
+        # the lock key defaults to the table name on both sides, so compare the effective keys
+        key_want, key_have = want.get(LOCK_KEY_PROPERTY, name), have.get(LOCK_KEY_PROPERTY, name)
+        if key_want != key_have:
+            diff[LOCK_KEY_PROPERTY] = (key_want, key_have)
     if diff:
         detail = ", ".join(f"{k}: table has {v!r}, this lock has {h!r}" for k, (v, h) in sorted(diff.items()))
         raise ConfigError(

@@ -1,4 +1,16 @@
-"""``ZooKeeperLock``: kazoo's Lock recipe at ``<base_path>/<table id>/lock``, safe across machines.
+"""``ZooKeeperLock``: one lock per table at ``<base_path>/<lock key>``, shared with Hudi's JVM writers.
+
+The lock znode and its contenders follow Hudi's ZooKeeper lock provider (Curator's
+``InterProcessMutex``), so a Python writer and a Hudi Spark/Streamer job on one table exclude
+each other:
+
+* The lock znode is ``<base_path>/<lock_key>``; the lock key defaults to the table name (as
+  ``hoodie.write.lock.zookeeper.lock_key`` defaults to ``hoodie.table.name``).
+* Contenders are ephemeral sequential children whose names end in ``-lock-<seq>``: ours are
+  ``<uuid>-lock-<seq>``, Curator's ``_c_<uuid>-lock-<seq>``. Both sides order every child by the
+  sequence number after the last ``lock-``, so they queue in one order.
+* Nothing else lives under the lock znode (Curator would misorder a child without ``lock-<seq>``
+  and could wait on it forever): writer registrations are under ``<base_path>/_multiwriter/``.
 
 Design points, each fixing a way a ZooKeeper lock commonly goes wrong:
 
@@ -38,11 +50,13 @@ from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_cr
 
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import (
+    LOCK_KEY_PROPERTY,
     HolderInfo,
     LockProvider,
     TableLock,
     describe_holder,
     resolve_timeout,
+    table_name_of,
     validate_table_id,
     validate_writer_id,
 )
@@ -53,6 +67,13 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 BASE_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+#: the name part of a contender node, before its sequence number (Curator's ``lock-`` after a dash)
+CONTENDER_NAME = "-lock-"
+CONTENDER_RE = re.compile(r"lock-(\d{10})$")
+#: our own bookkeeping beside the lock znodes (writer registrations), never under one
+OWN_NODE = "_multiwriter"
+#: where releases of multiwriter before the shared layout kept a table's lock (``<base>/<table id>/lock``)
+LEGACY_LOCK_CHILD = "lock"
 #: kazoo's own wait can overrun the timeout (it restarts on every predecessor change); a timer
 #: cancels the recipe at the deadline, but never sooner than this, so tiny timeouts still try once.
 MIN_CANCEL_S = 0.25
@@ -66,6 +87,33 @@ def retry_policy(max_tries: int, *, deadline: float | None = None) -> KazooRetry
     """
     return KazooRetry(max_tries=max_tries, delay=0.1, backoff=2, max_jitter=0.4, max_delay=5.0,
                       ignore_expire=False, deadline=deadline)
+
+
+class SharedLock(Lock):
+    """kazoo's Lock recipe with contender names Curator understands: ``<uuid>-lock-<seq>``.
+
+    kazoo finds contenders by the name part before the sequence number; with ``-lock-`` that
+    part also matches Curator's ``_c_<uuid>-lock-<seq>``, so each side waits for the other's
+    lower sequence numbers (this relies on kazoo's ``_NODE_NAME``/``_EXCLUDE_NAMES``, 2.9 to 2.11).
+    """
+
+    _NODE_NAME = CONTENDER_NAME
+    _EXCLUDE_NAMES = [CONTENDER_NAME]
+
+
+def contender_order(children: list[str]) -> list[str]:
+    """The contenders among ``children``, lowest sequence number (the holder) first."""
+    seqs = [(m.group(1), c) for c in children if (m := CONTENDER_RE.search(c)) is not None]
+    return [c for _, c in sorted(seqs)]
+
+
+def describe_contender(name: str, data: bytes | None) -> str:
+    """Our holder record, or a JVM (Curator) contender named by its node and data."""
+    if data is not None and data.startswith(b"{"):
+        return describe_holder(data)
+    text = (data or b"").decode(errors="replace")[:100]
+    jvm = "a Hudi JVM writer (Curator InterProcessMutex)" if name.startswith("_c_") else "an unknown contender"
+    return f"{jvm}, node {name}, data {text!r}"
 
 
 # -- one shared client per process ----------------------------------------------------------------
@@ -189,6 +237,7 @@ class ZooKeeperLock(LockProvider):
         connect: str,
         base_path: str = "/multiwriter",
         *,
+        lock_key: str | None = None,
         session_timeout_s: float = 10.0,
         acquire_timeout_s: float = 30.0,
         connection_timeout_s: float = 10.0,
@@ -215,8 +264,13 @@ class ZooKeeperLock(LockProvider):
             and ":" not in auth[0]
         ):
             raise ConfigError("auth must be (user, password): two non-empty strings, the user without ':'")
+        if lock_key is not None:
+            validate_table_id(lock_key)
+            if lock_key == OWN_NODE:
+                raise ConfigError(f"lock_key {lock_key!r} is reserved for multiwriter's writer registrations")
         self.connect = connect.strip()
         self.base_path = base_path
+        self.lock_key = lock_key
         self.session_timeout_s = float(session_timeout_s)
         self.acquire_timeout_s = float(acquire_timeout_s)
         self.connection_timeout_s = float(connection_timeout_s)
@@ -228,11 +282,14 @@ class ZooKeeperLock(LockProvider):
     kind = "zookeeper"
 
     def table_properties(self) -> dict[str, str]:
-        return {**super().table_properties(), "multiwriter.lock.zookeeper.base_path": self.base_path}
+        props = {**super().table_properties(), "multiwriter.lock.zookeeper.base_path": self.base_path}
+        if self.lock_key is not None:
+            props[LOCK_KEY_PROPERTY] = self.lock_key
+        return props
 
     def __repr__(self) -> str:
         auth = f"({self.auth[0]!r}, '***')" if self.auth else "None"
-        return (f"ZooKeeperLock(connect={self.connect!r}, base_path={self.base_path!r}, "
+        return (f"ZooKeeperLock(connect={self.connect!r}, base_path={self.base_path!r}, lock_key={self.lock_key!r}, "
                 f"session_timeout_s={self.session_timeout_s}, auth={auth})")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -246,12 +303,21 @@ class ZooKeeperLock(LockProvider):
         self._mu = threading.Lock()
 
     # -- paths --------------------------------------------------------------------------------
+    def lock_key_of(self, table_id: str) -> str:
+        """The lock key of a table: the configured one, else the table's name (Hudi's default)."""
+        return self.lock_key or table_name_of(table_id)
+
     def lock_path(self, table_id: str) -> str:
-        """The lock recipe's directory of one table; contenders are its children."""
-        return f"{self.base_path}/{validate_table_id(table_id)}/lock"
+        """The lock znode of one table, ``<base_path>/<lock key>``; only contenders are its children."""
+        return f"{self.base_path}/{self.lock_key_of(table_id)}"
+
+    def legacy_lock_path(self, table_id: str) -> str:
+        """Where multiwriter kept the table's lock before sharing Hudi's layout."""
+        return f"{self.base_path}/{validate_table_id(table_id)}/{LEGACY_LOCK_CHILD}"
 
     def writers_path(self, table_id: str) -> str:
-        return f"{self.base_path}/{validate_table_id(table_id)}/writers"
+        """Writer registrations of one table: beside the lock znodes, never under one."""
+        return f"{self.base_path}/{OWN_NODE}/{validate_table_id(table_id)}/writers"
 
     # -- connection ----------------------------------------------------------------------------
     def _key(self) -> tuple[Any, ...]:
@@ -371,6 +437,7 @@ class ZooKeeperTableLock(TableLock):
         self._session: int | None = None
         self._lost: str | None = None
         self._acl_checked = False
+        self._legacy_checked = False
 
     @property
     def node_path(self) -> str | None:
@@ -388,7 +455,8 @@ class ZooKeeperTableLock(TableLock):
         shared.flush_orphans()  # our own stale nodes must not block us
         self._warn_if_unprotected(client)
         data = {**(holder.to_dict() if holder else {}), "table_id": self.table_id, "acquired_at": time.time()}
-        recipe = Lock(client, self.path, identifier=json.dumps(data, sort_keys=True))
+        self._refuse_legacy_contenders(client)
+        recipe = SharedLock(client, self.path, identifier=json.dumps(data, sort_keys=True))
         started = time.monotonic()
         if not self._run_recipe(recipe, timeout):
             if not client.connected:
@@ -436,11 +504,36 @@ class ZooKeeperTableLock(TableLock):
 
     def _current_holder(self, recipe: Lock) -> str:
         """The holder named in the lowest contender node (best effort: only for messages)."""
+        client = recipe.client
         try:
-            contenders = recipe.contenders()
+            for name in contender_order(client.get_children(self.path)):
+                try:
+                    return describe_contender(name, client.get(f"{self.path}/{name}")[0])
+                except NoNodeError:
+                    continue
         except KazooException as e:
             return f"an unknown holder (could not read it: {e})"
-        return describe_holder(contenders[0] if contenders else None)
+        return describe_holder(None)
+
+    def _refuse_legacy_contenders(self, client: KazooClient) -> None:
+        """Once per table lock: a writer of an older multiwriter locks ``<base>/<table id>/lock``
+        and would not exclude us; refuse to run beside it rather than commit unexcluded."""
+        if self._legacy_checked:
+            return
+        old = self.provider.legacy_lock_path(self.table_id)
+        try:
+            live = client.get_children(old)
+        except NoNodeError:
+            live = []
+        except KazooException as e:
+            raise LockError(f"could not check the old lock location {old}: {type(e).__name__}: {e}") from e
+        if live:
+            raise LockError(
+                f"table {self.table_id} is also being locked at {old} (contenders {sorted(live)[:3]}) by a multiwriter "
+                f"release older than the shared lock layout ({self.path}); those writers would not exclude this one: "
+                "stop them and upgrade every writer and cleaner of the table together"
+            )
+        self._legacy_checked = True
 
     def _warn_if_unprotected(self, client: KazooClient) -> None:
         """With auth, our ACL only protects nodes we create: warn if the lock directory was created

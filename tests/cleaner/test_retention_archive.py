@@ -9,6 +9,7 @@ import pyarrow as pa
 
 import multiwriter as mw
 from multiwriter.cleaner import archive
+from multiwriter.table import lsm_timeline as lsm
 from multiwriter.heartbeat.client import HeartbeatClient
 from multiwriter.table import instant as inst
 from multiwriter.table import timeline as tlmod
@@ -204,8 +205,7 @@ def test_an_interrupted_archival_is_finished_without_archiving_twice(trips_table
     ctx = cleaner._context()
     tl = trips_table.timeline()
     chosen, _ = _choose(trips_table)
-    rel = f"{trips_table.config.history_dir}/{archive.batch_name(chosen)}"
-    trips_table.storage.put_if_absent(rel, archive.encode_batch(ctx, tl, chosen))
+    lsm.append(trips_table.storage, trips_table.config.history_dir, [archive.lsm_record(tl, i) for i in chosen])
     for i in chosen[:3]:  # the crash: only three instants' files were removed
         for f in [x for x in tl.instants if x.requested_time == i.requested_time]:
             trips_table.storage.delete(tl.path_of(f))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import time
 
 import pytest
@@ -59,7 +60,8 @@ def test_lock_node_carries_the_holder(providers):
     data, _ = p.client().get(lk.node_path)
     body = json.loads(data)
     assert body["writer_id"] == "w1" and body["instant"] == HOLDER.instant and body["table_id"] == "t"
-    assert lk.node_path.startswith(f"{p.base_path}/t/lock/")
+    parent, name = lk.node_path.rsplit("/", 1)
+    assert parent == f"{p.base_path}/t" and re.fullmatch(r"[0-9a-f]{32}-lock-\d{10}", name)
     node = lk.node_path
     lk.release()
     assert lk.node_path is None and p.client().exists(node) is None
@@ -208,7 +210,7 @@ def test_digest_acl_protects_lock_nodes(providers, kazoo, zk_base):
     with pytest.raises(NoAuthError):
         intruder.delete(lk.node_path)
     with pytest.raises(NoAuthError):
-        intruder.get_children(f"{zk_base}/secured/lock")
+        intruder.get_children(f"{zk_base}/secured")
     wrong = kazoo(auth_data=[("digest", "mw:wrong")])
     with pytest.raises(NoAuthError):
         wrong.delete(lk.node_path)
@@ -283,3 +285,34 @@ def test_provider_pickles_as_configuration(providers):
     assert clone.connect == p.connect and clone.base_path == p.base_path
     assert clone.client() is p.client()  # same process, same key: the shared client
     clone.close()
+
+
+def test_a_writer_of_the_old_layout_is_refused_not_ignored(providers, kazoo):
+    """Releases before the shared layout locked <base>/<table id>/lock: a live contender there
+    would not exclude us, so acquiring refuses to run beside it."""
+    p = providers()
+    old = kazoo()
+    node = old.create(f"{p.base_path}/trips-0123456789ab/lock/abc__lock__", b"{}", ephemeral=True, sequence=True,
+                      makepath=True)
+    with pytest.raises(LockError, match="older than the shared lock layout"):
+        p.for_table("trips-0123456789ab", None).acquire(timeout_s=1)
+    old.delete(node)
+    lk = p.for_table("trips-0123456789ab", None)
+    lk.acquire(timeout_s=5)
+    assert lk.node_path.startswith(f"{p.base_path}/trips/")
+    lk.release()
+
+
+def test_the_table_records_and_checks_the_lock_key(providers):
+    from multiwriter.lock.base import check_table_lock
+
+    keyed = providers(lock_key="trips_lock")
+    recorded = {"hoodie.table.name": "trips", **keyed.table_properties()}
+    assert recorded["multiwriter.lock.zookeeper.lock_key"] == "trips_lock"
+    check_table_lock(recorded, keyed, table="t")
+    with pytest.raises(ConfigError, match="lock_key"):
+        check_table_lock(recorded, providers(), table="t")  # default key: the name 'trips'
+    plain = {"hoodie.table.name": "trips", **providers().table_properties()}
+    check_table_lock(plain, providers(lock_key="trips"), table="t")  # the same effective key
+    with pytest.raises(ConfigError, match="lock_key"):
+        check_table_lock(plain, providers(lock_key="other"), table="t")
