@@ -153,6 +153,24 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
         return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, data)
 
 
+def delete_each(
+    storage: Storage, files: list[str] | tuple[str, ...], deleted: list[str], missing: list[str], failed: list[str],
+    *, fault_point: str | None = None, what: str,
+) -> None:
+    """Delete every file, sorting each into deleted / already missing / failed (one failure does
+    not stop the rest: the step stays pending and the next run retries what failed)."""
+    from .. import faults
+
+    for n, rel in enumerate(files):
+        if fault_point and n == len(files) // 2:
+            faults.point(fault_point)  # tests kill the cleaner here, half-way through
+        try:
+            (deleted if storage.delete(rel) else missing).append(rel)
+        except OSError as e:
+            log.error("%s: could not delete %s (%s); the next cleaner run retries", what, rel, e)
+            failed.append(rel)
+
+
 def __getattr__(name: str):  # lazy: importing a step module must not import Spark-facing job code
     if name in ("Cleaner", "CleanerReport"):
         from . import job

@@ -551,12 +551,6 @@ def _loop(run: Callable[[], CleanerReport], args: argparse.Namespace, closers: l
 def clean_command(args: argparse.Namespace) -> int:
     """Run ``multiwriter clean`` with arguments parsed by :func:`add_arguments`; exit code."""
     lock = cli_lock(args)
-    stop = threading.Event()
-    previous = (
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        if threading.current_thread() is threading.main_thread()
-        else None
-    )
     cleaner = Cleaner(
         args.path,
         lock=lock,
@@ -570,21 +564,7 @@ def clean_command(args: argparse.Namespace) -> int:
         pushgateway=args.pushgateway,
         clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
     )
-    try:
-        while True:
-            report = cleaner.run_once(raise_errors=False)
-            print(report, flush=True)
-            if args.once:
-                return 0 if report.ok else 1
-            if stop.wait(args.interval):
-                return 0
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        cleaner.close()
-        lock.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    return _loop(lambda: cleaner.run_once(raise_errors=False), args, [cleaner.close, lock.close])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,6 @@ from typing import Any
 
 import fastavro
 
-from .. import faults
 from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
@@ -46,7 +45,7 @@ from ..table.metadata import NS, decode_records, encode
 from ..table.files import FileSlice, list_data_files
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
-from . import CleanerContext, claim, complete_under_lock, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
 
 log = logging.getLogger(__name__)
 
@@ -266,14 +265,8 @@ def execute(ctx: CleanerContext, p: CleanPlan) -> CleanOutcome:
     out = CleanOutcome(p.clean_time)
     try:
         mark_inflight(ctx, p.clean_time, inst.CLEAN)
-        for i, rel in enumerate(p.files):
-            if i == len(p.files) // 2:
-                faults.point("mid-clean")
-            try:
-                (out.deleted if ctx.storage.delete(rel) else out.missing).append(rel)
-            except OSError as e:
-                log.error("clean %s: could not delete %s (%s)", p.clean_time, rel, e)
-                out.failed.append(rel)
+        delete_each(ctx.storage, p.files, out.deleted, out.missing, out.failed, fault_point="mid-clean",
+                    what=f"clean {p.clean_time}")
         if out.failed:
             raise OSError(
                 f"clean {p.clean_time}: {len(out.failed)} old files could not be deleted (first: {out.failed[0]}); "

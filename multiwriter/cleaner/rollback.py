@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import faults, markers
+from .. import markers
 from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
@@ -40,7 +40,7 @@ from ..table.metadata import decode_records, encode, rollback_target
 from ..table.snapshot import list_data_files
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
-from . import CleanerContext, claim, complete_under_lock, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
 
 log = logging.getLogger(__name__)
 
@@ -265,14 +265,8 @@ def _refuse_completed_target(ctx: CleanerContext, plan: RollbackPlan) -> None:
 def _delete_all(
     ctx: CleanerContext, files: list[str] | tuple[str, ...], out: RollbackOutcome, fault_point: str | None = None
 ) -> None:
-    for n, rel in enumerate(files):
-        if fault_point and n == len(files) // 2:
-            faults.point(fault_point)  # tests kill the cleaner here, half-way through
-        try:
-            (out.deleted if ctx.storage.delete(rel) else out.missing).append(rel)
-        except OSError as e:
-            log.error("rollback %s: could not delete %s (%s); the next cleaner run retries", out.rollback_time, rel, e)
-            out.failed.append(rel)
+    delete_each(ctx.storage, files, out.deleted, out.missing, out.failed, fault_point=fault_point,
+                what=f"rollback {out.rollback_time}")
     if out.failed:
         raise OSError(
             f"rollback {out.rollback_time} of instant {out.target_time}: {len(out.failed)} files could not be "
