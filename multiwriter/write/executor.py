@@ -7,12 +7,14 @@ Parquet release the GIL, so file groups merge side by side on every core.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
 from ..storage import Storage
 from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
+from .index import FooterKeys
 from .merge import MergeContext, armed, merge_file_group
 from .plan import FileGroupTask, Plan
 
@@ -20,7 +22,10 @@ from .plan import FileGroupTask, Plan
 MAX_PARALLEL_MERGES: int | None = None
 
 
-def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None) -> list[WriteStat]:
+def run_on_driver(
+    storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
+    *, on_footer: Callable[[str, FooterKeys], None] | None = None,
+) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
     read from the table when not given). Stats come back in task order; the first failure is
     raised once every started merge has finished (so markers name all files left behind)."""
@@ -32,9 +37,9 @@ def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan, config: Table
     tasks = plan.tasks
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:
-        return [_merge_one(storage, ctx, plan, t) for t in tasks]
+        return [_merge_one(storage, ctx, plan, t, on_footer) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        futures = [pool.submit(_merge_one, storage, ctx, plan, t) for t in tasks]
+        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:
@@ -45,9 +50,11 @@ def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan, config: Table
     return [f.result() for f in futures]
 
 
-def _merge_one(storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask) -> WriteStat:
+def _merge_one(
+    storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask, on_footer: Callable[[str, FooterKeys], None] | None
+) -> WriteStat:
     token = layout.write_token(task.task_index, 0, 0)
-    return merge_file_group(storage, ctx, task, plan.rows_for(task), token, deduped=True)
+    return merge_file_group(storage, ctx, task, plan.rows_for(task), token, deduped=True, on_footer=on_footer)
 
 
 def _first_error(failed: list[Future]) -> BaseException:

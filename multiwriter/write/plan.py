@@ -77,7 +77,7 @@ def group_rows(rows: pa.Table) -> tuple[pa.Table, dict[tuple[str, str], tuple[in
     pd_, fd = p.dictionary.to_pylist(), f.dictionary.to_pylist()
     nf = max(len(fd), 1)
     groups = {}
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
         c = int(sorted_code[lo])
         groups[(pd_[c // nf], fd[c % nf])] = (lo, hi)
     return rows, groups
