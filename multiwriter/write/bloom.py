@@ -76,12 +76,7 @@ class DynamicBloomFilter:
         keys = _as_array(keys)
         if len(keys) == 0:
             return
-        positions = key_positions(keys, self.hashes, self.bits)
-        row_of = self._assign(len(keys))
-        for r in np.unique(row_of).tolist():
-            bits = np.unpackbits(self.rows[r], count=self.bits, bitorder="little").view(bool)
-            bits[positions[row_of == r].ravel()] = True
-            self.rows[r] = np.packbits(bits, bitorder="little")
+        self._set(key_positions(keys, self.hashes, self.bits))
 
     def _assign(self, n: int) -> np.ndarray:
         """The row of each of the next ``n`` keys, following Hudi's growth rule: fill the last
@@ -111,6 +106,21 @@ class DynamicBloomFilter:
             self.in_last_row += take
             i += take
         return out
+
+    def add_rows(self, t: pa.Table, key_column: str) -> None:
+        """Add the keys of ``t``'s rows, using their precomputed :data:`POSITIONS` when there."""
+        pos = positions_of(t, self)
+        if pos is None:
+            self.add(t.column(key_column))
+        elif len(pos):
+            self._set(pos)
+
+    def _set(self, positions: np.ndarray) -> None:
+        row_of = self._assign(len(positions))
+        for r in np.unique(row_of).tolist():
+            sel = positions if len(row_of) and (row_of == r).all() else positions[row_of == r]
+            flat = sel.ravel()
+            np.bitwise_or.at(self.rows[r], flat >> np.uint32(3), np.left_shift(np.uint8(1), (flat & np.uint32(7)).astype(np.uint8)))
 
     def might_contain(self, keys: pa.Array | list[str]) -> np.ndarray:
         """Per key: False means certainly absent; True means possibly present. Keys are dropped
@@ -169,6 +179,33 @@ class DynamicBloomFilter:
         return cls.from_bytes(base64.b64decode(text))
 
 
+#: a column of precomputed bit positions (fixed-size list of uint32) for the default filter,
+#: computed in one pass over a whole batch so that each file's filter only sets bits
+POSITIONS = "_mw_bloom_positions"
+_DEFAULT_BITS = bit_size(DEFAULT_ENTRIES, DEFAULT_FPP)
+_DEFAULT_HASHES = num_hashes(_DEFAULT_BITS, DEFAULT_ENTRIES)
+
+
+def with_positions(t: pa.Table, key_column: str) -> pa.Table:
+    """``t`` plus the :data:`POSITIONS` of its keys in a default-sized filter (once per batch)."""
+    if t.schema.get_field_index(POSITIONS) >= 0:
+        return t
+    pos = key_positions(t.column(key_column), _DEFAULT_HASHES, _DEFAULT_BITS) if t.num_rows else np.zeros((0, _DEFAULT_HASHES), np.uint32)
+    col = pa.FixedSizeListArray.from_arrays(pa.array(pos.ravel(), pa.uint32()), _DEFAULT_HASHES)
+    return t.append_column(POSITIONS, col)
+
+
+def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
+    """The precomputed positions of ``t``'s rows when they fit ``f`` (else None)."""
+    if t.schema.get_field_index(POSITIONS) < 0 or (f.bits, f.hashes) != (_DEFAULT_BITS, _DEFAULT_HASHES):
+        return None
+    col = t.column(POSITIONS)
+    if t.num_rows == 0:
+        return np.zeros((0, f.hashes), np.uint32)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, f.hashes)
+
+
 def _empty_row(bits: int) -> np.ndarray:
     return np.zeros((bits + 7) // 8, dtype=np.uint8)
 
@@ -205,13 +242,18 @@ def _as_array(keys: pa.Array | pa.ChunkedArray | list[str]) -> pa.Array:
 
 def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
     """(n, hashes) bit positions (uint32) of UTF-8 ``keys`` (an Arrow string/binary array)."""
-    out = np.empty((len(keys), hashes), dtype=np.uint32)
-    for idx, hasher in _by_length(keys):
+    groups = _by_length(keys)
+    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 else None
+    for idx, hasher in groups:
+        rounds = np.empty((hashes, hasher.n), dtype=np.uint32)  # one contiguous row per round
         h = hasher.start()
         for i in range(hashes):
             h = hasher.next(h)
-            out[idx, i] = _position(h, bits)
-    return out
+            rounds[i] = _position(h, bits)
+        if out is None:
+            return np.ascontiguousarray(rounds.T)
+        out[idx] = rounds.T
+    return out if out is not None else np.empty((0, hashes), dtype=np.uint32)
 
 
 def _by_length(keys: pa.Array) -> list[tuple[np.ndarray, _Murmur]]:

@@ -117,7 +117,7 @@ def merge_file_group(
             drop = pc.or_(replaced, removed)
         kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
         kept = _set_constant(kept, full, "_hoodie_file_name", name)
-        keys_filter = _grown_filter(old_md, upserts.column(KEY).combine_chunks(), old_keys)
+        keys_filter = _grown_filter(old_md, upserts, old_keys)
     else:
         kept = full.empty_table()
     fresh = _new_rows(upserts, full, t, task, name)
@@ -125,9 +125,11 @@ def merge_file_group(
     out = pa.concat_tables([kept, fresh]) if kept.num_rows else fresh
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out.column("_hoodie_record_key")))
-    if keys_filter is None:
+    if keys_filter is None:  # a new file group, or an old file without a filter we can grow
         keys_filter = bloom.DynamicBloomFilter.new()
-        keys_filter.add(out.column("_hoodie_record_key"))
+        if kept.num_rows:
+            keys_filter.add(kept.column("_hoodie_record_key"))
+        keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter)
     if on_footer is not None:
@@ -176,15 +178,15 @@ def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[p
     return align(t, full), md
 
 
-def _grown_filter(old_md: dict, incoming: pa.Array, old_keys: pa.Array) -> bloom.DynamicBloomFilter | None:
+def _grown_filter(old_md: dict, upserts: pa.Table, old_keys: pa.Array) -> bloom.DynamicBloomFilter | None:
     """The old file's bloom filter plus the keys new to the file group, or None (no usable old
     filter: the caller builds one over every key). Keys deleted since stay in it: a bloom filter
     may answer "maybe" for an absent key, never "no" for a present one."""
     f = bloom.from_footer(old_md)
     if f is None:
         return None
-    new = incoming.filter(pc.invert(pc.is_in(incoming, value_set=old_keys))) if len(incoming) else incoming
-    f.add(new)
+    if upserts.num_rows:
+        f.add_rows(upserts.filter(pc.invert(pc.is_in(upserts.column(KEY), value_set=old_keys))), KEY)
     return f
 
 

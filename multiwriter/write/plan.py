@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from ..table import layout
 from ..table.snapshot import Snapshot
+from . import bloom
 from .index import FILE_ID
 from .records import KEY, OP, OP_DELETE, PARTITION
 
@@ -119,6 +120,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
                 out[r] = ids[bucket_of(keys[r], len(ids))]
         assigned = pa.array(out, pa.string())
     routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, assigned)
+    routed = bloom.with_positions(routed, KEY)  # each file's bloom filter then only sets bits
     if routed.num_rows == 0:
         return Plan([], routed)
     routed, groups = group_rows(routed)
