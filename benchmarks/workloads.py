@@ -266,5 +266,7 @@ SIZES = {
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
                  micro_batches=1000),
 }
-WORKLOADS = {"upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
+from . import goals  # noqa: E402
+
+WORKLOADS = {"goal_upsert": goals.upsert, "goal_insert": goals.insert, "goal_import": goals.import_time, "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory}
