@@ -6,7 +6,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -129,7 +128,7 @@ def timeline_growth(size: dict, work: Path, spark) -> dict:
             if archival:
                 mw.Cleaner(peer.path, lock=mw.InProcessLock(), retain_commits=10).run_once()
             total, commit = [], []
-            for k in range(size["tiny_batches"]):
+            for _k in range(size["tiny_batches"]):
                 total.append(_timed(peer.append, tiny.slice(0, 100)))
                 commit.append(peer.last.phases["commit"])
             out[f"{target} instants, archival {'on' if archival else 'off'}"] = {
