@@ -16,11 +16,11 @@ from .data import SCHEMA
 
 
 class Multiwriter:
-    def __init__(self, root: Path, executor: str = "driver", spark=None, lock=None) -> None:
+    def __init__(self, root: Path, executor: str = "driver", spark=None, lock=None, operation: str = "upsert") -> None:
         self.path = str(root / f"mw-{executor}")
         self.spark = spark
         self.cfg = mw.WriterConfig(writer_id=f"bench-{executor}", executor=executor, lock=lock or mw.InProcessLock(),
-                                   driver_max_rows=10_000_000)
+                                   driver_max_rows=10_000_000, operation=operation)
         mw.Table.create(self.path, name="bench", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
         self.last = None
 
@@ -34,6 +34,9 @@ class Multiwriter:
 
     def count(self) -> int:
         return mw.Table.open(self.path).read(columns=["id"]).num_rows
+
+    def read(self) -> pa.Table:
+        return mw.Table.open(self.path).read(columns=["id", "ts", "amount"])
 
 
 class DeltaLake:
@@ -57,6 +60,11 @@ class DeltaLake:
         from deltalake import DeltaTable
 
         return DeltaTable(self.path).to_pyarrow_table(columns=["id"]).num_rows
+
+    def read(self) -> pa.Table:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path).to_pyarrow_table(columns=["id", "ts", "amount"])
 
 
 class Iceberg:
@@ -122,6 +130,9 @@ class NaiveCopyOnWrite:
             tmp = f.with_suffix(".tmp")
             pq.write_table(new, tmp)
             os.replace(tmp, f)
+
+    def read(self) -> pa.Table:
+        return pa.concat_tables([pq.read_table(f, columns=["id", "ts", "amount"]) for f in sorted(self.path.glob("*/data.parquet"))])
 
 
 def reset(root: Path) -> None:

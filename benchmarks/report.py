@@ -23,6 +23,11 @@ def render(run: dict, plots_dir: Path) -> str:
            f"Machine: {run['machine']['platform']}, {run['machine']['cpus']} CPUs, Python {run['machine']['python']}.  ",
            "Versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()) + ".", "",
            "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", ""]
+    from .goals import ratio_table
+
+    if any(k.startswith("goal_") for k in r):
+        out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
+                ratio_table(r), ""]
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

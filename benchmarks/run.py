@@ -17,6 +17,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from . import goals
 from .report import render
 from .workloads import SIZES, WORKLOADS
 
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(run, indent=1))
     text = render(run, plots_dir=HERE / "results")
     print(text)
+    print("Goals (ratios measured side by side in this run):\n" + goals.ratio_table(results))
     (HERE / "RESULTS.md").write_text(text)
     print(f"raw results: {out}")
     return 0

@@ -6,7 +6,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -129,7 +128,7 @@ def timeline_growth(size: dict, work: Path, spark) -> dict:
             if archival:
                 mw.Cleaner(peer.path, lock=mw.InProcessLock(), retain_commits=10).run_once()
             total, commit = [], []
-            for k in range(size["tiny_batches"]):
+            for _k in range(size["tiny_batches"]):
                 total.append(_timed(peer.append, tiny.slice(0, 100)))
                 commit.append(peer.last.phases["commit"])
             out[f"{target} instants, archival {'on' if archival else 'off'}"] = {
@@ -266,5 +265,7 @@ SIZES = {
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
                  micro_batches=1000),
 }
-WORKLOADS = {"upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
+from . import goals  # noqa: E402
+
+WORKLOADS = {"goal_upsert": goals.upsert, "goal_insert": goals.insert, "goal_import": goals.import_time, "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory}

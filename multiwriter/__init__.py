@@ -7,18 +7,38 @@ table at once, safely (optimistic concurrency, Hudi RFC-22).
 """
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from . import errors, metrics
-from .config import WriterConfig
-from .lock import FileSystemLock, InProcessLock, ZooKeeperLock
-from .result import CommitResult
-from .table.instant import Instant
-from .table.table import Table
-from .write.writer import Writer  # imported before ``write`` below, which must shadow the subpackage
-from .zookeeper_local import LocalZooKeeper
+# The write subpackage is loaded now (its __init__ is empty) so that loading its modules later
+# never rebinds ``multiwriter.write``: the function below must shadow the subpackage.
+from . import write as _write_subpackage  # noqa: F401
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import WriterConfig
+    from .result import CommitResult
 
 __version__ = "0.1.0"
+
+# Everything else loads on first use: ``import multiwriter`` stays cheap (pyarrow, pandas and
+# Spark-facing code are imported by the parts that need them).
+_LAZY = {
+    "errors": (".errors", None),
+    "metrics": (".metrics", None),
+    "WriterConfig": (".config", "WriterConfig"),
+    "FileSystemLock": (".lock", "FileSystemLock"),
+    "InProcessLock": (".lock", "InProcessLock"),
+    "ZooKeeperLock": (".lock", "ZooKeeperLock"),
+    "CommitResult": (".result", "CommitResult"),
+    "Instant": (".table.instant", "Instant"),
+    "Table": (".table.table", "Table"),
+    "Writer": (".write.writer", "Writer"),
+    "LocalZooKeeper": (".zookeeper_local", "LocalZooKeeper"),
+    "MultiWriterSink": (".sink.foreach_batch", "MultiWriterSink"),
+    "Cleaner": (".cleaner.job", "Cleaner"),
+    "CleanerReport": (".cleaner.job", "CleanerReport"),
+    "ClusteringConfig": (".cleaner.clustering", "ClusteringConfig"),
+}
 
 
 def write(data: Any, path: str, config: WriterConfig, batch_id: int | None = None) -> CommitResult:
@@ -28,6 +48,9 @@ def write(data: Any, path: str, config: WriterConfig, batch_id: int | None = Non
     lock, retries. With ``batch_id``, a batch already committed by ``config.writer_id`` is
     skipped (``CommitResult.skipped``).
     """
+    from .table.table import Table
+    from .write.writer import Writer
+
     w = Writer(Table.open(path), config)
     try:
         return w.write(data, batch_id)
@@ -36,20 +59,17 @@ def write(data: Any, path: str, config: WriterConfig, batch_id: int | None = Non
 
 
 def __getattr__(name: str) -> Any:
-    # Lazily import the parts that pull in Spark-facing code.
-    if name == "MultiWriterSink":
-        from .sink.foreach_batch import MultiWriterSink
+    spec = _LAZY.get(name)
+    if spec is None:
+        raise AttributeError(f"module 'multiwriter' has no attribute {name!r}")
+    module = importlib.import_module(spec[0], __name__)
+    value = module if spec[1] is None else getattr(module, spec[1])
+    globals()[name] = value
+    return value
 
-        return MultiWriterSink
-    if name in ("Cleaner", "CleanerReport"):
-        from .cleaner import job
 
-        return getattr(job, name)
-    if name == "ClusteringConfig":
-        from .cleaner.clustering import ClusteringConfig
-
-        return ClusteringConfig
-    raise AttributeError(name)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -64,6 +84,7 @@ __all__ = [
     "MultiWriterSink",
     "Table",
     "WriterConfig",
+    "Writer",
     "ZooKeeperLock",
     "errors",
     "metrics",

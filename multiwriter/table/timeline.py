@@ -203,26 +203,32 @@ _CACHE = _MetadataCache(_CACHE_SIZE)
 # -- writing instant files -------------------------------------------------------
 
 
-def _create(storage: Storage, config: TableConfig, i: Instant, data: bytes) -> str:
+def _create(storage: Storage, config: TableConfig, i: Instant, data: bytes, *, durable: bool = True) -> str:
     if config.version < 8:
         raise TableFormatError("multiwriter writes version 8 tables only; upgrade this version 6 table with Hudi first")
     rel = f"{config.timeline_dir}/{i.file_name(config.version)}"
     try:
-        storage.put_if_absent(rel, data)
+        storage.put_if_absent(rel, data, durable=durable)
     except FileExists as e:
         raise InstantExistsError(f"{rel} already exists; instant times must be unique") from e
     return rel
 
 
+# A write's requested and inflight files are not synced: losing them in a crash loses only an
+# attempt that had not committed, whose data files the markers name and the cleaner sweeps. The
+# completed file is the commit point and is synced. Other actions (clean, rollback, replace)
+# keep their plans durable, as their completion depends on them.
+
+
 def create_requested(storage: Storage, config: TableConfig, t: str, action: str = inst.COMMIT, data: bytes = b"") -> Instant:
     i = Instant(t, action, inst.REQUESTED)
-    _create(storage, config, i, data)
+    _create(storage, config, i, data, durable=action != inst.COMMIT)
     return i
 
 
 def create_inflight(storage: Storage, config: TableConfig, t: str, action: str = inst.COMMIT, data: bytes = b"") -> Instant:
     i = Instant(t, action, inst.INFLIGHT)
-    _create(storage, config, i, data)
+    _create(storage, config, i, data, durable=action != inst.COMMIT)
     return i
 
 

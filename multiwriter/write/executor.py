@@ -1,47 +1,63 @@
 """Run a plan's file-group merges: on the driver (small batches: no Spark job, which costs
-~100 ms+) or on Spark executors (see :mod:`multiwriter.write.spark`)."""
+~100 ms+) or on Spark executors (see :mod:`multiwriter.write.spark`).
+
+On the driver the merges of one plan run on a thread pool: reading, sorting and writing
+Parquet release the GIL, so file groups merge side by side on every core.
+"""
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
 from ..storage import Storage
 from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
-from ..table.table import Table
-from .index import FILE_ID
+from .index import FooterKeys
 from .merge import MergeContext, armed, merge_file_group
-from .plan import Plan
-from .records import PARTITION
+from .plan import FileGroupTask, Plan
+
+#: merges of one plan running at once on the driver (None: one per core)
+MAX_PARALLEL_MERGES: int | None = None
 
 
-def run_on_driver(storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None) -> list[WriteStat]:
+def run_on_driver(
+    storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
+    *, on_footer: Callable[[str, FooterKeys], None] | None = None,
+) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
-    read from the table when not given)."""
-    ctx = armed(ctx, config if config is not None else Table.open(storage.uri).config)
-    routed = plan.routed
-    if routed.num_rows:
-        order = pc.sort_indices(routed, sort_keys=[(PARTITION, "ascending"), (FILE_ID, "ascending")])
-        routed = routed.take(order)
-    slices = _group_slices(routed)
-    stats = []
-    for task in plan.tasks:
-        lo, hi = slices.get((task.partition, task.file_id), (0, 0))
-        rows = routed.slice(lo, hi - lo)
-        stats.append(merge_file_group(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0)))
-    return stats
+    read from the table when not given). Stats come back in task order; the first failure is
+    raised once every started merge has finished (so markers name all files left behind)."""
+    if config is None:
+        from ..table.table import Table
+
+        config = Table.open(storage.uri).config
+    ctx = armed(ctx, config)
+    tasks = plan.tasks
+    workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
+    if workers <= 1:
+        return [_merge_one(storage, ctx, plan, t, on_footer) for t in tasks]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
+        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in tasks]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            for f in pending:
+                f.cancel()
+            wait(pending)
+            raise _first_error(failed)
+    return [f.result() for f in futures]
 
 
-def _group_slices(routed: pa.Table) -> dict[tuple[str, str], tuple[int, int]]:
-    out: dict[tuple[str, str], tuple[int, int]] = {}
-    if routed.num_rows == 0:
-        return out
-    parts = routed.column(PARTITION).to_pylist()
-    fids = routed.column(FILE_ID).to_pylist()
-    start = 0
-    for i in range(1, len(parts) + 1):
-        if i == len(parts) or parts[i] != parts[start] or fids[i] != fids[start]:
-            out[(parts[start], fids[start])] = (start, i)
-            start = i
-    return out
+def _merge_one(
+    storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask, on_footer: Callable[[str, FooterKeys], None] | None
+) -> WriteStat:
+    token = layout.write_token(task.task_index, 0, 0)
+    return merge_file_group(storage, ctx, task, plan.rows_for(task), token, deduped=True, on_footer=on_footer)
+
+
+def _first_error(failed: list[Future]) -> BaseException:
+    exc = failed[0].exception()
+    assert exc is not None
+    return exc

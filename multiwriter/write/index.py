@@ -1,18 +1,26 @@
-"""Index: tag each incoming record with the file group that already holds its key.
+"""The index: which existing file group holds each incoming key (Hudi's bloom index, in-process).
 
-Reads only the ``_hoodie_record_key`` column of the latest file slices of the partitions the
-batch touches (the live groups of the base snapshot, as :mod:`multiwriter.table.view` decides:
-a group a replace commit retired holds no key, so such a key is inserted anew), and skips files whose footer key range (``hoodie_min/max_record_key``) cannot
-hold any incoming key.
+Per partition the batch touches, the candidate files of a key are the latest slices whose key
+range (``hoodie_min/max_record_key`` in the footer) covers it and whose footer bloom filter says
+it may be there; only candidates' key columns are read, to confirm. Base files are immutable,
+so what a footer says is cached per path in a :class:`KeyIndex` that lives as long as its writer
+(a streaming sink's lives as long as the query): each batch reads the footers of the files that
+are new since the last one, not of every file in the partition.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
 from ..table.snapshot import FileSlice, Snapshot
+from ..table.timeline import Timeline
+from . import bloom
 from .records import KEY, PARTITION
 
 FILE_ID = "_mw_file_id"
@@ -20,16 +28,53 @@ MIN_KEY = b"hoodie_min_record_key"
 MAX_KEY = b"hoodie_max_record_key"
 
 
-def key_range(storage: Storage, fs: FileSlice) -> tuple[str, str] | None:
-    with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        md = pq.read_metadata(f).metadata or {}
+@dataclass(frozen=True)
+class FooterKeys:
+    """What one base file's footer says about its keys."""
+
+    min_key: str | None
+    max_key: str | None
+    bloom: bloom.DynamicBloomFilter | None
+    num_rows: int
+
+    @property
+    def nbytes(self) -> int:
+        return 256 + (sum(r.nbytes for r in self.bloom.rows) if self.bloom else 0)
+
+    def may_hold(self, keys: pa.Array, lo: str, hi: str) -> np.ndarray | bool:
+        """Per key (or False for all): might this file hold it?"""
+        if self.num_rows == 0:
+            return False
+        if self.min_key is not None and self.max_key is not None:
+            if self.max_key < lo or self.min_key > hi:
+                return False
+            in_range = pc.and_(pc.greater_equal(keys, self.min_key), pc.less_equal(keys, self.max_key))
+            mask = in_range.to_numpy(zero_copy_only=False)
+        else:
+            mask = np.ones(len(keys), dtype=bool)
+        if self.bloom is not None and mask.any():
+            idx = np.flatnonzero(mask)
+            mask[idx] = self.bloom.might_contain(keys.take(pa.array(idx)))
+        return mask
+
+
+def read_footer(storage: Storage, path: str) -> FooterKeys:
+    with storage.fs.open_input_file(storage.abs(path)) as f:
+        meta = pq.read_metadata(f)
+    md = meta.metadata or {}
     lo, hi = md.get(MIN_KEY), md.get(MAX_KEY)
-    return (lo.decode(), hi.decode()) if lo is not None and hi is not None else None
+    return FooterKeys(lo.decode() if lo is not None else None, hi.decode() if hi is not None else None,
+                      bloom.from_footer(md), meta.num_rows)
+
+
+def key_range(storage: Storage, fs: FileSlice) -> tuple[str, str] | None:
+    f = read_footer(storage, fs.path)
+    return (f.min_key, f.max_key) if f.min_key is not None and f.max_key is not None else None
 
 
 def read_keys(storage: Storage, fs: FileSlice) -> pa.Array:
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        t = pq.read_table(f, columns=["_hoodie_record_key"])
+        t = pq.ParquetFile(f).read(columns=["_hoodie_record_key"])
     return t.column(0).combine_chunks().cast(pa.string())
 
 
@@ -42,30 +87,105 @@ def existing_keys(storage: Storage, files: list[FileSlice], lo: str, hi: str) ->
             continue
         k = read_keys(storage, fs)
         keys.append(k)
-        ids.append(pa.array([fs.file_id] * len(k), pa.string()))
+        ids.append(pa.repeat(pa.scalar(fs.file_id, pa.string()), len(k)))
     if not keys:
         return pa.array([], pa.string()), pa.array([], pa.string())
     return pa.concat_arrays(keys), pa.concat_arrays(ids)
 
 
+def untagged(prepared: pa.Table) -> pa.Table:
+    """Every record new (``operation="insert"``: no lookup against the table, as in Hudi)."""
+    return prepared.append_column(FILE_ID, pa.nulls(prepared.num_rows, pa.string()))
+
+
+class KeyIndex:
+    """Footers of base files seen so far (immutable, so cached by path), bounded in bytes."""
+
+    def __init__(self, storage: Storage, *, max_bytes: int = 256 << 20) -> None:
+        self.storage = storage
+        self.max_bytes = max_bytes
+        self._footers: OrderedDict[str, FooterKeys] = OrderedDict()
+        self._bytes = 0
+        self.footer_reads = 0  # footers read from storage (cache misses), for tests and metrics
+        self.key_reads = 0  # key columns read to confirm candidates
+
+    def snapshot(self, timeline: Timeline, prepared: pa.Table) -> Snapshot:
+        """The latest slices of the partitions the batch touches."""
+        parts = pc.unique(prepared.column(PARTITION)).to_pylist()
+        existing = [p for p in sorted(parts) if p == "" or self.storage.is_dir(p)]
+        return Snapshot.build(self.storage, timeline, partitions=existing)
+
+    def footer(self, fs: FileSlice) -> FooterKeys:
+        f = self._footers.get(fs.path)
+        if f is not None:
+            self._footers.move_to_end(fs.path)
+            return f
+        f = read_footer(self.storage, fs.path)
+        self.footer_reads += 1
+        self._remember(fs.path, f)
+        return f
+
+    def remember_written(self, path: str, f: FooterKeys) -> None:
+        """A file this process just wrote: no need to read its footer back."""
+        self._remember(path, f)
+
+    def _remember(self, path: str, f: FooterKeys) -> None:
+        old = self._footers.pop(path, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        self._footers[path] = f
+        self._bytes += f.nbytes
+        while self._bytes > self.max_bytes and len(self._footers) > 1:
+            _, gone = self._footers.popitem(last=False)
+            self._bytes -= gone.nbytes
+
+    def forget_except(self, live: set[str], partitions: set[str]) -> None:
+        """Drop cached footers of files in ``partitions`` that are no longer latest slices."""
+        for path in [p for p in self._footers if p.rpartition("/")[0] in partitions and p not in live]:
+            self._bytes -= self._footers.pop(path).nbytes
+
+    def tag(self, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
+        """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys."""
+        n = prepared.num_rows
+        out = np.full(n, -1, dtype=np.int64)
+        names: list[str] = []
+        parts = prepared.column(PARTITION).combine_chunks()
+        keys = prepared.column(KEY).combine_chunks()
+        by_part: dict[str, list[FileSlice]] = {}
+        for fs in snapshot.slices.values():
+            by_part.setdefault(fs.partition, []).append(fs)
+        encoded = parts.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        for code, p in enumerate(encoded.dictionary.to_pylist()):
+            files = by_part.get(p)
+            if not files:
+                continue
+            rows = np.flatnonzero(codes == code)
+            pk = keys.take(pa.array(rows))
+            for fid_no, found in self._lookup(files, pk):
+                names.append(fid_no)
+                out[rows[found]] = len(names) - 1
+        self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
+        fids = pa.array(names, pa.string()).take(pa.array(out, mask=out < 0)) if names else pa.nulls(n, pa.string())
+        return prepared.append_column(FILE_ID, fids)
+
+    def _lookup(self, files: list[FileSlice], keys: pa.Array) -> list[tuple[str, np.ndarray]]:
+        """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds)."""
+        lo, hi = pc.min(keys).as_py(), pc.max(keys).as_py()
+        out = []
+        for fs in sorted(files, key=lambda f: f.file_id):
+            maybe = self.footer(fs).may_hold(keys, lo, hi)
+            if maybe is False or not np.any(maybe):
+                continue
+            cand = np.flatnonzero(maybe)
+            stored = read_keys(self.storage, fs)
+            self.key_reads += 1
+            held = pc.is_in(keys.take(pa.array(cand)), value_set=stored).to_numpy(zero_copy_only=False)
+            if held.any():
+                out.append((fs.file_id, cand[held]))
+        return out
+
+
 def tag(storage: Storage, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
-    """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys."""
-    out = pa.nulls(prepared.num_rows, pa.string()).to_pylist()
-    parts = prepared.column(PARTITION).combine_chunks()
-    keys = prepared.column(KEY).combine_chunks()
-    for p in pc.unique(parts).to_pylist():
-        files = snapshot.in_partition(p)
-        if not files:
-            continue
-        mask = pc.equal(parts, p)
-        pk = keys.filter(mask)
-        lo, hi = pc.min(pk).as_py(), pc.max(pk).as_py()
-        ek, eid = existing_keys(storage, files, lo, hi)
-        if len(ek) == 0:
-            continue
-        pos = pc.index_in(pk, value_set=ek)
-        found = eid.take(pos).to_pylist()
-        rows = pc.indices_nonzero(mask).to_pylist()
-        for r, fid in zip(rows, found):
-            out[r] = fid
-    return prepared.append_column(FILE_ID, pa.array(out, pa.string()))
+    """One-off lookup (no cache kept): see :meth:`KeyIndex.tag`."""
+    return KeyIndex(storage).tag(snapshot, prepared)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,7 +25,8 @@ from ..table import layout
 from ..table.properties import TableConfig
 from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, data_schema, with_meta
-from . import guard
+from . import bloom, guard
+from .index import FooterKeys
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
 
@@ -70,6 +73,8 @@ def check_alive(storage: Storage, ctx: MergeContext, what: str) -> None:
 
 def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
     """Reorder/cast columns to ``schema``; columns the file lacks (schema evolution) are null."""
+    if t.schema.names == schema.names and all(a.type == b.type for a, b in zip(t.schema, schema, strict=True)):
+        return t.replace_schema_metadata(schema.metadata) if t.schema.metadata != schema.metadata else t
     cols = []
     for f in schema:
         if t.schema.get_field_index(f.name) >= 0:
@@ -80,8 +85,12 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def merge_file_group(
-    storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str
+    storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
+    *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None,
 ) -> WriteStat:
+    """Write the new base file of one file group: its old rows, minus deleted and replaced keys,
+    plus the incoming rows. ``deduped``: the caller already kept one row per key. ``on_footer``
+    hears what the new file's footer says (a long-lived index then need not read it back)."""
     started = time.monotonic()
     t = ctx.instant_time
     full = with_meta(ctx.data_schema)
@@ -91,32 +100,40 @@ def merge_file_group(
     markers.create(storage, t, task.partition, name)
     _ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
 
-    incoming = dedupe(incoming, ctx.ordering_field) if incoming.num_rows > 1 else incoming
-    deletes = incoming.filter(pc.equal(incoming.column(OP), OP_DELETE))
-    upserts = incoming.filter(pc.not_equal(incoming.column(OP), OP_DELETE))
-
-    old = _read_old(storage, task, full)
+    if not deduped and incoming.num_rows > 1:
+        incoming = dedupe(incoming, ctx.ordering_field)
+    upserts, deletes = _split_deletes(incoming)
+    old, old_md = _read_old(storage, task, full)
     n_update = n_delete = 0
+    keys_filter = None
     if old is not None and old.num_rows:
         old_keys = old.column("_hoodie_record_key").combine_chunks()
         upserts = _drop_stale(upserts, old, ctx.ordering_field)
-        upd_keys = upserts.column(KEY).combine_chunks()
-        del_keys = deletes.column(KEY).combine_chunks()
-        replaced = pc.is_in(old_keys, value_set=upd_keys)
-        removed = pc.is_in(old_keys, value_set=del_keys)
-        n_update = pc.sum(pc.cast(replaced, pa.int64())).as_py() or 0
-        n_delete = pc.sum(pc.cast(pc.and_(removed, pc.invert(replaced)), pa.int64())).as_py() or 0
-        kept = old.filter(pc.invert(pc.or_(replaced, removed)))
-        kept = kept.set_column(full.get_field_index("_hoodie_file_name"), "_hoodie_file_name", pa.array([name] * kept.num_rows, pa.string()))
+        drop = replaced = pc.is_in(old_keys, value_set=upserts.column(KEY).combine_chunks())
+        n_update = _count(replaced)
+        if deletes is not None:
+            removed = pc.is_in(old_keys, value_set=deletes.column(KEY).combine_chunks())
+            n_delete = _count(pc.and_(removed, pc.invert(replaced)))
+            drop = pc.or_(replaced, removed)
+        kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
+        kept = _set_constant(kept, full, "_hoodie_file_name", name)
+        keys_filter = _grown_filter(old_md, upserts, old_keys)
     else:
         kept = full.empty_table()
     fresh = _new_rows(upserts, full, t, task, name)
     n_insert = fresh.num_rows - n_update
-    out = pa.concat_tables([kept, fresh]).combine_chunks()
+    out = pa.concat_tables([kept, fresh]) if kept.num_rows else fresh
     if out.num_rows > 1:
-        out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
+        out = out.take(pc.sort_indices(out.column("_hoodie_record_key")))
+    if keys_filter is None:  # a new file group, or an old file without a filter we can grow
+        keys_filter = bloom.DynamicBloomFilter.new()
+        if kept.num_rows:
+            keys_filter.add(kept.column("_hoodie_record_key"))
+        keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
-    size = _write_parquet(storage, rel, out)
+    size, footer = _write_parquet(storage, rel, out, keys_filter)
+    if on_footer is not None:
+        on_footer(rel, footer)
     return WriteStat(
         file_id=task.file_id,
         path=rel,
@@ -133,12 +150,44 @@ def merge_file_group(
     )
 
 
-def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> pa.Table | None:
+def _split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    """(upserts, deletes or None when the batch deletes nothing)."""
+    is_delete = pc.equal(incoming.column(OP), OP_DELETE)
+    if not pc.any(is_delete).as_py():
+        return incoming, None
+    return incoming.filter(pc.invert(is_delete)), incoming.filter(is_delete)
+
+
+def _count(mask: pa.Array) -> int:
+    return pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
+
+
+def _set_constant(t: pa.Table, full: pa.Schema, column: str, value: str) -> pa.Table:
+    return t.set_column(full.get_field_index(column), column, pa.repeat(pa.scalar(value, pa.string()), t.num_rows))
+
+
+def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[pa.Table | None, dict]:
+    """The old base file's rows (aligned to ``full``) and its footer metadata."""
     if task.old_file is None:
-        return None
+        return None, {}
     rel = layout.data_file_path(task.partition, task.old_file)
     with storage.fs.open_input_file(storage.abs(rel)) as f:
-        return align(pq.read_table(f), full)
+        pf = pq.ParquetFile(f)
+        t = pf.read()
+        md = dict(pf.metadata.metadata or {})
+    return align(t, full), md
+
+
+def _grown_filter(old_md: dict, upserts: pa.Table, old_keys: pa.Array) -> bloom.DynamicBloomFilter | None:
+    """The old file's bloom filter plus the keys new to the file group, or None (no usable old
+    filter: the caller builds one over every key). Keys deleted since stay in it: a bloom filter
+    may answer "maybe" for an absent key, never "no" for a present one."""
+    f = bloom.from_footer(old_md)
+    if f is None:
+        return None
+    if upserts.num_rows:
+        f.add_rows(upserts.filter(pc.invert(pc.is_in(upserts.column(KEY), value_set=old_keys))), KEY)
+    return f
 
 
 def _drop_stale(upserts: pa.Table, old: pa.Table, ordering: str | None) -> pa.Table:
@@ -146,40 +195,58 @@ def _drop_stale(upserts: pa.Table, old: pa.Table, ordering: str | None) -> pa.Ta
     if not ordering or upserts.num_rows == 0:
         return upserts
     pos = pc.index_in(upserts.column(KEY), value_set=old.column("_hoodie_record_key").combine_chunks())
+    if pos.null_count == len(pos):
+        return upserts
     stored = old.column(ordering).combine_chunks().take(pos)
     newer = pc.fill_null(pc.greater_equal(upserts.column(ordering), stored), True)
     return upserts.filter(newer)
 
 
 def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str) -> pa.Table:
+    """Incoming rows with their meta columns (the constant ones built once per file)."""
     n = upserts.num_rows
     if n == 0:
         return full.empty_table()
-    if n > 1:
-        upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(KEY, "ascending")]))
+    seq = pc.binary_join_element_wise(
+        pa.scalar(f"{t}_{task.task_index}"), pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string()), "_")
     meta = {
-        "_hoodie_commit_time": pa.array([t] * n, pa.string()),
-        "_hoodie_commit_seqno": pc.binary_join_element_wise(
-            pa.scalar(f"{t}_{task.task_index}"), pc.cast(pa.array(range(n), pa.int64()), pa.string()), "_"),
-        "_hoodie_record_key": upserts.column(KEY).cast(pa.string()),
-        "_hoodie_partition_path": pa.array([task.partition] * n, pa.string()),
-        "_hoodie_file_name": pa.array([name] * n, pa.string()),
+        "_hoodie_commit_time": pa.repeat(pa.scalar(t, pa.string()), n),
+        "_hoodie_commit_seqno": seq,
+        "_hoodie_record_key": upserts.column(KEY),
+        "_hoodie_partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), n),
+        "_hoodie_file_name": pa.repeat(pa.scalar(name, pa.string()), n),
     }
     cols = [meta[c] for c in META_COLUMNS] + [upserts.column(f.name) for f in full if f.name not in META_COLUMNS]
     return pa.Table.from_arrays(cols, schema=full)
 
 
-def _write_parquet(storage: Storage, rel: str, out: pa.Table) -> int:
+_KEY_FOOTER = frozenset({MIN_KEY.encode(), MAX_KEY.encode(), bloom.FOOTER_KEY, bloom.TYPE_CODE_KEY})
+
+#: meta columns whose values are unique per row: dictionary encoding only costs time there
+_NO_DICTIONARY = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
+
+
+def _write_parquet(storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter) -> tuple[int, FooterKeys]:
+    """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
+    into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes)."""
     keys = out.column("_hoodie_record_key")
-    md = dict(out.schema.metadata or {})
+    schema_md = {k: v for k, v in (out.schema.metadata or {}).items() if k not in _KEY_FOOTER}
+    out = out.replace_schema_metadata(schema_md or None)
+    footer: dict[bytes, bytes] = {}
+    lo = hi = None
     if out.num_rows:
-        md[MIN_KEY.encode()] = pc.min(keys).as_py().encode()
-        md[MAX_KEY.encode()] = pc.max(keys).as_py().encode()
-    out = out.replace_schema_metadata(md)
+        mm = pc.min_max(keys)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        footer[MIN_KEY.encode()] = lo.encode()
+        footer[MAX_KEY.encode()] = hi.encode()
+    footer.update(bloom.footer_entries(keys_filter))
+    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
-        pq.write_table(out, f, compression="snappy")
+        with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary) as w:
+            w.write_table(out)
+            w.add_key_value_metadata(footer)
     info = storage.info(rel)
-    return info.size if info else 0
+    return (info.size if info else 0), FooterKeys(lo, hi, keys_filter, out.num_rows)
 
 
 def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:

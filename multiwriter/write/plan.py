@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..table import layout
 from ..table.snapshot import Snapshot
+from . import bloom
 from .index import FILE_ID
 from .records import KEY, OP, OP_DELETE, PARTITION
 
@@ -38,23 +41,47 @@ class FileGroupTask:
 @dataclass
 class Plan:
     tasks: list[FileGroupTask]
-    routed: pa.Table  # prepared rows with _mw_file_id set for every row that is written
+    routed: pa.Table  # prepared rows with _mw_file_id set for every row that is written, grouped by file group
+    groups: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> row range
+
+    def __post_init__(self) -> None:
+        if not self.groups and self.routed.num_rows:
+            self.routed, self.groups = group_rows(self.routed)
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
-        new_ids = pa.array([t.file_id for t in self.tasks if t.is_new], pa.string())
-        if len(new_ids) == 0:
-            return {}
-        rows = self.routed.filter(pc.is_in(self.routed.column(FILE_ID), value_set=new_ids))
-        out: dict[str, pa.Array] = {}
-        parts = rows.column(PARTITION).combine_chunks()
-        for p in pc.unique(parts).to_pylist():
-            out[p] = rows.column(KEY).combine_chunks().filter(pc.equal(parts, p))
-        return out
+        out: dict[str, list[pa.Array]] = {}
+        for t in self.tasks:
+            if t.is_new:
+                out.setdefault(t.partition, []).append(self.rows_for(t).column(KEY).combine_chunks())
+        return {p: pa.concat_arrays(ks) if len(ks) > 1 else ks[0] for p, ks in out.items()}
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
-        mask = pc.and_(pc.equal(self.routed.column(PARTITION), task.partition), pc.equal(self.routed.column(FILE_ID), task.file_id))
-        return self.routed.filter(mask)
+        lo, hi = self.groups.get((task.partition, task.file_id), (0, 0))
+        return self.routed.slice(lo, hi - lo)
+
+
+def group_rows(rows: pa.Table) -> tuple[pa.Table, dict[tuple[str, str], tuple[int, int]]]:
+    """``rows`` ordered by (partition, file id), stably (the order within a group is kept), and
+    each group's row range. One pass over integer codes instead of a sort over strings."""
+    p = rows.column(PARTITION).combine_chunks().dictionary_encode()
+    f = rows.column(FILE_ID).combine_chunks().dictionary_encode()
+    pi = p.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    fi = f.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    code = pi * max(len(f.dictionary), 1) + fi
+    order = np.argsort(code, kind="stable")
+    if not np.all(order[1:] > order[:-1]):
+        rows = rows.take(pa.array(order))
+    sorted_code = code[order]
+    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+    ends = np.r_[starts[1:], len(sorted_code)]
+    pd_, fd = p.dictionary.to_pylist(), f.dictionary.to_pylist()
+    nf = max(len(fd), 1)
+    groups = {}
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        c = int(sorted_code[lo])
+        groups[(pd_[c // nf], fd[c % nf])] = (lo, hi)
+    return rows, groups
 
 
 def insert_buckets(n_rows: int, row_bytes: float, target_file_size: int) -> int:
@@ -93,10 +120,12 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
                 out[r] = ids[bucket_of(keys[r], len(ids))]
         assigned = pa.array(out, pa.string())
     routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, assigned)
-    pairs = routed.select([PARTITION, FILE_ID]).group_by([PARTITION, FILE_ID]).aggregate([])
-    groups = sorted(zip(pairs.column(PARTITION).to_pylist(), pairs.column(FILE_ID).to_pylist()))
+    routed = bloom.with_positions(routed, KEY)  # each file's bloom filter then only sets bits
+    if routed.num_rows == 0:
+        return Plan([], routed)
+    routed, groups = group_rows(routed)
     tasks = []
-    for i, (p, f) in enumerate(groups):
+    for i, (p, f) in enumerate(sorted(groups)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-    return Plan(tasks, routed)
+    return Plan(tasks, routed, groups)

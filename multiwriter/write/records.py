@@ -97,7 +97,7 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     data = _null_fill(batch, table_schema)
     op = OP_DELETE if operation == "delete" else OP_UPSERT
     data = data.append_column(KEY, keys).append_column(PARTITION, parts)
-    data = data.append_column(OP, pa.array([op] * data.num_rows, pa.int8()))
+    data = data.append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), data.num_rows))
     return dedupe(data, config.ordering_field if operation != "delete" else None)
 
 
@@ -113,8 +113,10 @@ def _null_fill(batch: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
-    """One row per (partition, key): greatest ordering value wins, ties go to the later row."""
-    if data.num_rows == 0:
+    """One row per (partition, key): greatest ordering value wins, ties go to the later row.
+
+    Batches rarely repeat a key, and one hash pass tells: only then is the batch sorted."""
+    if data.num_rows <= 1 or not has_duplicates(data):
         return data
     data = data.append_column(ROW, pa.array(range(data.num_rows), pa.int64()))
     sort = [(PARTITION, "ascending"), (KEY, "ascending")]
@@ -130,3 +132,13 @@ def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
         data = data.filter(keep)
     return data.drop_columns([ROW])
+
+
+def has_duplicates(data: pa.Table) -> bool:
+    """Whether some (partition, key) occurs twice (a key unique in the batch is unique per
+    partition, so the partition is only consulted when keys repeat)."""
+    keys = data.column(KEY)
+    if pc.count_distinct(keys).as_py() == data.num_rows:
+        return False
+    pairs = data.select([PARTITION, KEY]).group_by([PARTITION, KEY]).aggregate([])
+    return pairs.num_rows != data.num_rows

@@ -37,10 +37,10 @@ from ..errors import DuplicateBatchError
 from ..transaction import Transaction, last_checkpoint
 from . import spark as spark_path
 from .executor import run_on_driver
-from .index import tag
+from .index import KeyIndex, untagged
 from .merge import context
 from .plan import make_plan
-from .records import PARTITION, prepare
+from .records import prepare
 
 log = logging.getLogger(__name__)
 OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
@@ -64,6 +64,7 @@ class Writer:
             on_beat=lambda age: self.metrics.heartbeat_age(table.name, config.writer_id, age),
             on_failure=lambda exc: self.metrics.heartbeat_failure(table.name, config.writer_id),
         )
+        self.index = KeyIndex(table.storage)  # footers of files seen so far, kept across batches
         self._checkpoint: int | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
@@ -164,12 +165,15 @@ class Writer:
             phases["index"] = 0.0
         else:
             prepared = batch.prepare_for(schema, self.table.config)
-            parts = sorted(set(prepared.column(PARTITION).to_pylist()))
-            snap = Snapshot.build(self.table.storage, tl, partitions=[p for p in parts if self.table.storage.is_dir(p) or p == ""])
-            plan = make_plan(tag(self.table.storage, snap, prepared), snap, target_file_size=self.config.target_file_size_bytes)
+            if self.config.operation == "insert":  # as Hudi: no lookup against the table
+                snap, tagged = Snapshot({}, tl, None), untagged(prepared)
+            else:
+                snap = self.index.snapshot(tl, prepared)
+                tagged = self.index.tag(snap, prepared)
+            plan = make_plan(tagged, snap, target_file_size=self.config.target_file_size_bytes)
             phases["index"] = time.monotonic() - t0
             txn.write_inflight(_planned(plan.tasks, self.config.operation))
-            stats = run_on_driver(self.table.storage, ctx, plan)
+            stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written)
             inserted = plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")

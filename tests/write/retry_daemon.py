@@ -15,16 +15,16 @@ from multiwriter.write import merge
 _original = merge._write_parquet
 
 
-def _write_then_fail_first_attempt(storage, rel, out):
+def _write_then_fail_first_attempt(storage, rel, out, *rest):
     from pyspark import TaskContext
 
-    size = _original(storage, rel, out)
+    written = _original(storage, rel, out, *rest)
     tc = TaskContext.get()
     if tc is not None and tc.attemptNumber() == 0:
         with open(os.path.join(os.environ["MULTIWRITER_RETRY_HOOK_DIR"], uuid.uuid4().hex), "w") as f:
             f.write(rel)
         raise RuntimeError(f"injected: attempt 0 of task {tc.partitionId()} fails after writing {rel}")
-    return size
+    return written
 
 
 merge._write_parquet = _write_then_fail_first_attempt

@@ -1,0 +1,106 @@
+"""The issue's goals as ratios, every system fed the same Arrow batches, interleaved batch by
+batch in one process (so machine noise hits every system alike); every result is checked
+against the expected row count and checksum."""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import data
+from .peers import DeltaLake, Multiwriter, NaiveCopyOnWrite, reset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def checksum(t: pa.Table) -> tuple[int, int, float]:
+    """(rows, sum of ts, sum of amount rounded): equal tables give equal checksums."""
+    return t.num_rows, pc.sum(t["ts"]).as_py() or 0, round(pc.sum(t["amount"]).as_py() or 0.0, 3)
+
+
+def expected_upserts(init: pa.Table, batches: list[pa.Table]) -> tuple[int, int, float]:
+    t = init
+    for b in batches:
+        t = pa.concat_tables([t.filter(pc.invert(pc.is_in(t["id"], value_set=b["id"]))), b])
+    return checksum(t)
+
+
+def _interleave(systems: dict, batches: list[pa.Table], method: str) -> dict[str, list[float]]:
+    """Feed each batch to every system in turn (rotating who goes first), timing each call."""
+    times: dict[str, list[float]] = {k: [] for k in systems}
+    names = list(systems)
+    for b, batch in enumerate(batches):
+        order = names[b % len(names):] + names[:b % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            getattr(systems[name], method)(batch)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def upsert(size: dict, work: Path, spark) -> dict:
+    n, rows, k = size["table_rows"], size["batch_rows"], size["batches"]
+    reset(work)
+    init = data.initial(n)
+    batches = [data.upsert_batch(n, rows, b) for b in range(k)]
+    systems = {"multiwriter": Multiwriter(work, "driver"), "deltalake merge": DeltaLake(work),
+               "naive pyarrow rewrite": NaiveCopyOnWrite(work)}
+    for s in systems.values():
+        s.load(init)
+    times = _interleave(systems, batches, "upsert")
+    want = expected_upserts(init, batches)
+    for name, s in systems.items():
+        got = checksum(s.read())
+        if got != want:
+            raise AssertionError(f"{name}: checksum {got} != expected {want}")
+    return {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
+
+
+def insert(size: dict, work: Path, spark) -> dict:
+    rows, k = size["batch_rows"], size["batches"]
+    reset(work)
+    batches = [data.append_batch(rows, b) for b in range(k)]
+    systems = {"multiwriter insert": Multiwriter(work, "driver", operation="insert"), "deltalake append": DeltaLake(work)}
+    times = _interleave(systems, batches, "append")
+    want = checksum(pa.concat_tables(batches))
+    for name, s in systems.items():
+        got = checksum(s.read())
+        if got != want:
+            raise AssertionError(f"{name}: checksum {got} != expected {want}")
+    return {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
+
+
+def import_time(size: dict, work: Path, spark) -> dict:
+    runs = []
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import multiwriter; "
+                              "print(time.perf_counter() - t)"], cwd=ROOT, capture_output=True, text=True, check=True)
+        runs.append(float(out.stdout.strip()))
+    return {"median_s": statistics.median(runs), "all_s": runs}
+
+
+def ratios(results: dict) -> list[tuple[str, float, float]]:
+    """(goal, measured ratio or seconds, target) for the goals this run measured."""
+    out = []
+    u, i, imp = results.get("goal_upsert"), results.get("goal_insert"), results.get("goal_import")
+    if u:
+        mw = u["multiwriter"]["median_s"]
+        out.append(("1. upsert vs deltalake merge", mw / u["deltalake merge"]["median_s"], 1.0))
+        out.append(("1. upsert vs naive pyarrow rewrite", mw / u["naive pyarrow rewrite"]["median_s"], 1.2))
+    if i:
+        out.append(("2. insert vs deltalake append", i["multiwriter insert"]["median_s"] / i["deltalake append"]["median_s"], 2.0))
+    if imp:
+        out.append(("7. import multiwriter (s)", imp["median_s"], 0.3))
+    return out
+
+
+def ratio_table(results: dict) -> str:
+    lines = ["| goal | measured | target | met |", "| --- | ---: | ---: | :---: |"]
+    for goal, got, target in ratios(results):
+        lines.append(f"| {goal} | {got:.2f} | <= {target:.2f} | {'yes' if got <= target else 'no'} |")
+    return "\n".join(lines)

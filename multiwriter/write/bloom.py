@@ -1,0 +1,324 @@
+"""Hudi's bloom filter of record keys, as every Hudi writer puts it into each base file's footer.
+
+Why our own: the footer filter is what Hudi's bloom index (and ours) reads to skip files that
+cannot hold a key, so files we write must carry one that Hudi reads as its own, and files Hudi
+wrote must be usable by our index. The format, as Hudi defines it (type ``DYNAMIC_V0``):
+
+* footer keys ``org.apache.hudi.bloomfilter`` (standard Base64 of the serialized filter) and
+  ``hoodie_bloom_filter_type_code`` = ``DYNAMIC_V0``;
+* the serialized filter (big-endian, Hadoop ``Writable`` layout): int version (-1), int number
+  of hash functions, byte hash type (1: Murmur), int bits per row; int keys per row, int keys
+  in the last row, int number of rows; then per row the same four header fields and the row's
+  bits, ``ceil(bits / 8)`` bytes, bit ``i`` in byte ``i // 8`` at position ``i % 8`` (LSB first);
+* bits per row ``ceil(n * -ln(fpp) / ln(2)^2)``, hash functions ``ceil(ln(2) * bits / n)`` for
+  n = 60,000 entries per row and fpp = 1e-9; up to 100,000 entries rows are added, after that
+  keys go round-robin over the rows;
+* a key's bit positions: hash_i = murmur2(utf8(key), seed = hash_{i-1}) with hash_0's seed 0,
+  position ``abs(hash_i % bits)`` with Java's signed 32-bit remainder. Murmur2 is the 32-bit
+  MurmurHash2 whose 1-3 tail bytes are sign-extended (Java bytes are signed).
+
+The hashing is vectorized with numpy over keys of equal length: the per-block mixing does not
+depend on the seed, so it is computed once per key, and each of the ~30 chained rounds costs a
+handful of array operations.
+"""
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FOOTER_KEY = b"org.apache.hudi.bloomfilter"
+TYPE_CODE_KEY = b"hoodie_bloom_filter_type_code"
+DYNAMIC_V0 = b"DYNAMIC_V0"
+DEFAULT_ENTRIES = 60_000
+DEFAULT_FPP = 1e-9
+DEFAULT_MAX_ENTRIES = 100_000
+MURMUR_HASH = 1
+_VERSION = -1
+_M = np.uint32(0x5BD1E995)
+_HEADER = struct.Struct(">iibi")
+
+
+def bit_size(entries: int, fpp: float) -> int:
+    return int(math.ceil(entries * (-math.log(fpp) / (math.log(2) * math.log(2)))))
+
+
+def num_hashes(bits: int, entries: int) -> int:
+    return int(math.ceil(math.log(2) * bits / entries))
+
+
+@dataclass
+class DynamicBloomFilter:
+    """Hudi's ``DYNAMIC_V0`` filter: rows of equal-sized bit vectors, kept packed as serialized
+    (uint8, LSB first: 2.6 Mbit is 323 KB per row), so a cache of many filters stays small."""
+
+    bits: int
+    hashes: int
+    per_row: int
+    max_entries: int
+    rows: list[np.ndarray] = field(default_factory=list)
+    in_last_row: int = 0
+    _round_robin: int | None = None  # next row once the bound is reached (not serialized, as in Hudi)
+
+    @classmethod
+    def new(cls, entries: int = DEFAULT_ENTRIES, fpp: float = DEFAULT_FPP, max_entries: int = DEFAULT_MAX_ENTRIES) -> DynamicBloomFilter:
+        b = bit_size(entries, fpp)
+        return cls(b, num_hashes(b, entries), entries, max_entries, [_empty_row(b)])
+
+    # -- adding and testing -------------------------------------------------------------
+    def add(self, keys: pa.Array | list[str]) -> None:
+        """Add keys in order (the order decides the row of each key once a row is full)."""
+        keys = _as_array(keys)
+        if len(keys) == 0:
+            return
+        self._set(key_positions(keys, self.hashes, self.bits))
+
+    def _assign(self, n: int) -> np.ndarray:
+        """The row of each of the next ``n`` keys, following Hudi's growth rule: fill the last
+        row up to ``per_row`` keys, add a row while ``rows * per_row < max_entries``, then
+        (from row 0) go round-robin over the rows."""
+        out = np.empty(n, dtype=np.int64)
+        i = 0
+        while i < n:
+            if self._round_robin is not None:
+                m = n - i
+                out[i:] = (self._round_robin + np.arange(m)) % len(self.rows)
+                self._round_robin += m
+                self.in_last_row += m
+                break
+            if self.in_last_row >= self.per_row:
+                if len(self.rows) * self.per_row < self.max_entries:
+                    self.rows.append(_empty_row(self.bits))
+                    self.in_last_row = 0
+                else:  # the bound is reached: this key goes to row 0, the next ones round-robin
+                    self._round_robin = 0
+                    out[i] = 0
+                    self.in_last_row += 1
+                    i += 1
+                continue
+            take = min(n - i, self.per_row - self.in_last_row)
+            out[i:i + take] = len(self.rows) - 1
+            self.in_last_row += take
+            i += take
+        return out
+
+    def add_rows(self, t: pa.Table, key_column: str) -> None:
+        """Add the keys of ``t``'s rows, using their precomputed :data:`POSITIONS` when there."""
+        pos = positions_of(t, self)
+        if pos is None:
+            self.add(t.column(key_column))
+        elif len(pos):
+            self._set(pos)
+
+    def _set(self, positions: np.ndarray) -> None:
+        row_of = self._assign(len(positions))
+        for r in np.unique(row_of).tolist():
+            sel = positions if len(row_of) and (row_of == r).all() else positions[row_of == r]
+            flat = sel.ravel()
+            np.bitwise_or.at(self.rows[r], flat >> np.uint32(3), np.left_shift(np.uint8(1), (flat & np.uint32(7)).astype(np.uint8)))
+
+    def might_contain(self, keys: pa.Array | list[str]) -> np.ndarray:
+        """Per key: False means certainly absent; True means possibly present. Keys are dropped
+        from the hashing as soon as a bit is unset in every row, so absent keys cost few rounds."""
+        keys = _as_array(keys)
+        out = np.zeros(len(keys), dtype=bool)
+        for idx, hasher in _by_length(keys):
+            alive = np.arange(len(idx))
+            h = hasher.start()
+            row_alive = np.ones((len(self.rows), len(idx)), dtype=bool)
+            for _ in range(self.hashes):
+                h = hasher.next(h, alive if len(alive) < hasher.n else None)
+                pos = _position(h, self.bits)
+                byte, shift = pos >> np.uint32(3), (pos & np.uint32(7)).astype(np.uint8)
+                keep = np.zeros(len(alive), dtype=bool)
+                for r, row in enumerate(self.rows):
+                    hit = ((row[byte] >> shift) & 1).astype(bool) & row_alive[r, alive]
+                    row_alive[r, alive] = hit
+                    keep |= hit
+                alive, h = alive[keep], h[keep]
+                if len(alive) == 0:
+                    break
+            out[idx[alive]] = True
+        return out
+
+    # -- (de)serialization ---------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        head = _HEADER.pack(_VERSION, self.hashes, MURMUR_HASH, self.bits)
+        parts = [head, struct.pack(">iii", self.per_row, self.in_last_row, len(self.rows))]
+        for row in self.rows:
+            parts.append(head)
+            parts.append(row.tobytes())
+        return b"".join(parts)
+
+    def serialize(self) -> bytes:
+        """The footer value (Base64 text, as bytes)."""
+        return base64.b64encode(self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, max_entries: int = DEFAULT_MAX_ENTRIES) -> DynamicBloomFilter:
+        version, hashes, hash_type, bits = _HEADER.unpack_from(data, 0)
+        if version != _VERSION or hash_type != MURMUR_HASH:
+            raise ValueError(f"unsupported bloom filter (version {version}, hash type {hash_type})")
+        per_row, in_last, n_rows = struct.unpack_from(">iii", data, _HEADER.size)
+        off = _HEADER.size + 12
+        nbytes = (bits + 7) // 8
+        rows = []
+        for _ in range(n_rows):
+            off += _HEADER.size
+            rows.append(np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=off).copy())
+            off += nbytes
+        return cls(bits, hashes, per_row, max_entries, rows, in_last)
+
+    @classmethod
+    def deserialize(cls, text: bytes | str) -> DynamicBloomFilter:
+        return cls.from_bytes(base64.b64decode(text))
+
+
+#: a column of precomputed bit positions (fixed-size list of uint32) for the default filter,
+#: computed in one pass over a whole batch so that each file's filter only sets bits
+POSITIONS = "_mw_bloom_positions"
+_DEFAULT_BITS = bit_size(DEFAULT_ENTRIES, DEFAULT_FPP)
+_DEFAULT_HASHES = num_hashes(_DEFAULT_BITS, DEFAULT_ENTRIES)
+
+
+def with_positions(t: pa.Table, key_column: str) -> pa.Table:
+    """``t`` plus the :data:`POSITIONS` of its keys in a default-sized filter (once per batch)."""
+    if t.schema.get_field_index(POSITIONS) >= 0:
+        return t
+    pos = key_positions(t.column(key_column), _DEFAULT_HASHES, _DEFAULT_BITS) if t.num_rows else np.zeros((0, _DEFAULT_HASHES), np.uint32)
+    col = pa.FixedSizeListArray.from_arrays(pa.array(pos.ravel(), pa.uint32()), _DEFAULT_HASHES)
+    return t.append_column(POSITIONS, col)
+
+
+def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
+    """The precomputed positions of ``t``'s rows when they fit ``f`` (else None)."""
+    if t.schema.get_field_index(POSITIONS) < 0 or (f.bits, f.hashes) != (_DEFAULT_BITS, _DEFAULT_HASHES):
+        return None
+    col = t.column(POSITIONS)
+    if t.num_rows == 0:
+        return np.zeros((0, f.hashes), np.uint32)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, f.hashes)
+
+
+def _empty_row(bits: int) -> np.ndarray:
+    return np.zeros((bits + 7) // 8, dtype=np.uint8)
+
+
+def from_footer(md: dict[bytes, bytes] | None) -> DynamicBloomFilter | None:
+    """The filter in a Parquet footer's key-value metadata, or None (absent or another type)."""
+    if not md or FOOTER_KEY not in md:
+        return None
+    code = md.get(TYPE_CODE_KEY)
+    if code is not None and not code.startswith(b"DYNAMIC"):
+        return None  # SIMPLE filters: the index then reads the keys instead
+    if code is None:
+        return None
+    try:
+        return DynamicBloomFilter.deserialize(md[FOOTER_KEY])
+    except (ValueError, struct.error):
+        return None
+
+
+def footer_entries(f: DynamicBloomFilter) -> dict[bytes, bytes]:
+    return {FOOTER_KEY: f.serialize(), TYPE_CODE_KEY: DYNAMIC_V0}
+
+
+# -- hashing ---------------------------------------------------------------------------
+
+
+def _as_array(keys: pa.Array | pa.ChunkedArray | list[str]) -> pa.Array:
+    if isinstance(keys, list):
+        return pa.array(keys, pa.string())
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    return keys.cast(pa.binary())
+
+
+def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
+    """(n, hashes) bit positions (uint32) of UTF-8 ``keys`` (an Arrow string/binary array)."""
+    groups = _by_length(keys)
+    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 else None
+    for idx, hasher in groups:
+        rounds = np.empty((hashes, hasher.n), dtype=np.uint32)  # one contiguous row per round
+        h = hasher.start()
+        for i in range(hashes):
+            h = hasher.next(h)
+            rounds[i] = _position(h, bits)
+        if out is None:
+            return np.ascontiguousarray(rounds.T)
+        out[idx] = rounds.T
+    return out if out is not None else np.empty((0, hashes), dtype=np.uint32)
+
+
+def _by_length(keys: pa.Array) -> list[tuple[np.ndarray, _Murmur]]:
+    """Keys grouped by byte length (murmur's block structure depends on it), with their hashers."""
+    keys = _as_array(keys)
+    if keys.null_count:
+        raise ValueError("bloom filter keys must not be null")
+    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
+    out = []
+    for length in np.unique(lengths).tolist():
+        if length == 0:
+            raise ValueError("bloom filter keys must not be empty")
+        idx = np.flatnonzero(lengths == length)
+        out.append((idx, _Murmur(data[offsets[idx][:, None] + np.arange(length)[None, :]])))
+    return out
+
+
+def _position(h: np.ndarray, bits: int) -> np.ndarray:
+    """Java's ``Math.abs(h % bits)`` for signed 32-bit ``h`` (given as uint32): ``|h| % bits``."""
+    sign = (h.view(np.int32) >> 31).view(np.uint32)
+    return ((h ^ sign) - sign) % np.uint32(bits)
+
+
+class _Murmur:
+    """32-bit MurmurHash2 of equal-length keys (rows of a uint8 matrix) for successive seeds.
+
+    The block mixing and the tail do not depend on the seed: computed once, each round then
+    costs two operations per block."""
+
+    def __init__(self, mat: np.ndarray) -> None:
+        n, self.length = mat.shape
+        with np.errstate(over="ignore"):
+            self.blocks = []
+            for b in range(self.length // 4):
+                w = mat[:, 4 * b:4 * b + 4].astype(np.uint32)
+                k = w[:, 0] | (w[:, 1] << np.uint32(8)) | (w[:, 2] << np.uint32(16)) | (w[:, 3] << np.uint32(24))
+                k *= _M
+                k ^= k >> np.uint32(24)
+                k *= _M
+                self.blocks.append(k)
+            tail = self.length % 4
+            self.tail: np.ndarray | None = None
+            if tail:  # Java bytes are signed: tail bytes are sign-extended before the shift
+                signed = mat[:, self.length - tail:].astype(np.int8).astype(np.int32).view(np.uint32)
+                self.tail = np.zeros(n, dtype=np.uint32)
+                for j in range(tail):
+                    self.tail ^= signed[:, j] << np.uint32(8 * j)
+        self.n = n
+
+    def start(self) -> np.ndarray:
+        return np.zeros(self.n, dtype=np.uint32)
+
+    def next(self, seed: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The hashes of the keys (or of ``rows`` of them) with the given seeds."""
+        with np.errstate(over="ignore"):
+            h = seed ^ np.uint32(self.length)
+            for k in self.blocks:
+                h *= _M
+                h ^= k if rows is None else k[rows]
+            if self.tail is not None:
+                h ^= self.tail if rows is None else self.tail[rows]
+                h *= _M
+            h ^= h >> np.uint32(13)
+            h *= _M
+            h ^= h >> np.uint32(15)
+        return h

@@ -1,0 +1,123 @@
+"""Hudi's footer bloom filter: our bits equal the ones Hudi on Spark wrote, our files carry one,
+and the index reads only the footers of files that are new to a long-lived writer."""
+from __future__ import annotations
+
+import glob
+import importlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import multiwriter as mw
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows, unzip_fixture
+
+bloom = importlib.import_module("multiwriter.write.bloom")
+
+SIMPLE_KEY_TABLES = ["v6_nonpartitioned", "v6_simplekeygen_nonhivestyle", "v8_nonpartitioned",
+                     "v8_simplekeygen_nonhivestyle", "v8_simplekeygen_nonhivestyle_overwritetable"]
+
+
+def _base_files(root) -> list[str]:
+    return sorted(f for f in glob.glob(f"{root}/**/*.parquet", recursive=True) if "/.hoodie/" not in f)
+
+
+def _keys(path: str) -> pa.Array:
+    return pq.read_table(path, columns=["_hoodie_record_key"]).column(0).combine_chunks()
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize("name", SIMPLE_KEY_TABLES)
+def test_our_filter_is_bit_for_bit_the_one_hudi_wrote(name, tmp_path):
+    files = _base_files(unzip_fixture(name, tmp_path))
+    assert files
+    for f in files:
+        footer = pq.read_metadata(f).metadata
+        assert footer[bloom.TYPE_CODE_KEY] == b"DYNAMIC_V0"
+        ours = bloom.DynamicBloomFilter.new()
+        ours.add(_keys(f))  # in the file's row order, as Hudi's writer added them
+        assert ours.serialize() == footer[bloom.FOOTER_KEY], f
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize("name", SIMPLE_KEY_TABLES + ["v8_complexkeygen_hivestyle"])
+def test_reads_hudi_written_filters(name, tmp_path):
+    for f in _base_files(unzip_fixture(name, tmp_path)):
+        footer = pq.read_metadata(f).metadata
+        theirs = bloom.from_footer(footer)
+        assert theirs is not None
+        assert (theirs.bits, theirs.hashes, theirs.per_row, len(theirs.rows)) == (2587966, 30, 60000, 1)
+        assert theirs.in_last_row == len(_keys(f))
+        assert theirs.serialize() == footer[bloom.FOOTER_KEY]  # read and written back unchanged
+
+
+def test_rows_grow_to_the_bound_then_round_robin():
+    f = bloom.DynamicBloomFilter.new(entries=10, fpp=0.01, max_entries=25)
+    keys = [f"key-{i}" for i in range(47)]
+    f.add(keys[:13])
+    f.add(keys[13:])
+    # 10 keys per row; rows are added while rows * 10 < 25 (3 rows); then round-robin from row 0
+    assert len(f.rows) == 3 and f.in_last_row == 47 - 20
+    assert f.might_contain(keys).all()
+    single = [bloom.DynamicBloomFilter.new(entries=10, fpp=0.01, max_entries=25) for _ in range(3)]
+    for s in single:  # same bits and hashes, one row each: the keys each row of f should hold
+        s.per_row = s.max_entries = 1000
+    expected_rows = [0] * 10 + [1] * 10 + [2] * 10 + [0] + [i % 3 for i in range(16)]
+    for k, r in zip(keys, expected_rows, strict=True):
+        single[r].add([k])
+    back = bloom.DynamicBloomFilter.deserialize(f.serialize())
+    for r in range(3):
+        assert (back.rows[r] == single[r].rows[0]).all()
+
+
+def test_written_files_carry_hudi_footer_and_hudi_rs_reads_them(trips_table):
+    path = trips_table.path
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(trips(range(0, 500), date="2024-01-01"), path, cfg)
+    mw.write(trips(range(250, 900), date="2024-01-01", ts=2, value=2.0), path, cfg)  # updates + inserts
+    files = _base_files(path)
+    assert files
+    for f in files:
+        footer = pq.read_metadata(f).metadata
+        keys = _keys(f)
+        assert footer[bloom.TYPE_CODE_KEY] == b"DYNAMIC_V0"
+        mm = pc.min_max(keys)
+        assert footer[b"hoodie_min_record_key"].decode() == mm["min"].as_py()
+        assert footer[b"hoodie_max_record_key"].decode() == mm["max"].as_py()
+        assert bloom.from_footer(footer).might_contain(keys).all(), f
+        assert bloom.FOOTER_KEY not in (pq.read_schema(f).metadata or {}).get(b"ARROW:schema", b"")
+    got = hudi_read(path)
+    assert got.num_rows == 900
+    assert rows(got, ["id", "ts"]) == sorted([(str(i), 1) for i in range(250)] + [(str(i), 2) for i in range(250, 900)], key=repr)
+
+
+def test_long_lived_writer_reads_only_footers_of_new_files(trips_table):
+    path = trips_table.path
+    w = mw.Writer(mw.Table.open(path), mw.WriterConfig(writer_id="a", lock=mw.InProcessLock()))
+    try:
+        w.write(trips(range(0, 100)))
+        w.write(trips(range(50, 150), ts=2))  # its own files: known without reading them back
+        assert w.index.footer_reads == 0
+        mw.write(trips(range(1000, 1010)), path, mw.WriterConfig(writer_id="b", lock=mw.InProcessLock()))
+        w.write(trips(range(140, 160), ts=3))
+        assert w.index.footer_reads == 1  # only the other writer's new file group
+        w.write(trips(range(0, 5), ts=4))
+        assert w.index.footer_reads == 1
+    finally:
+        w.close()
+    got = hudi_read(path)
+    assert got.num_rows == 170
+    assert sorted(got.column("id").to_pylist()) == sorted(str(i) for i in list(range(160)) + list(range(1000, 1010)))
+
+
+def test_insert_does_not_look_up_existing_keys(trips_table):
+    """As Hudi's insert: no index lookup, so a key already stored is written again."""
+    path = trips_table.path
+    mw.write(trips(range(3)), path, mw.WriterConfig(writer_id="u", lock=mw.InProcessLock()))
+    cfg = mw.WriterConfig(writer_id="i", lock=mw.InProcessLock(), operation="insert")
+    r = mw.write(pa.concat_tables([trips([1], ts=5), trips([1], ts=7), trips([9])]), path, cfg)
+    assert r.num_updates == 0 and r.num_inserts == 2  # in-batch duplicates still resolved
+    got = rows(hudi_read(path), ["id", "ts"])
+    assert got == sorted([("0", 1), ("1", 1), ("1", 7), ("2", 1), ("9", 1)], key=repr)
