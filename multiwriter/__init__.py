@@ -41,6 +41,10 @@ def __getattr__(name: str) -> Any:
         from .sink.foreach_batch import MultiWriterSink
 
         return MultiWriterSink
+    if name == "register":
+        from .spark import register
+
+        return register
     if name in ("Cleaner", "CleanerReport"):
         from .cleaner import job
 
@@ -62,5 +66,6 @@ __all__ = [
     "ZooKeeperLock",
     "errors",
     "metrics",
+    "register",
     "write",
 ]
