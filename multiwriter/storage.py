@@ -46,6 +46,8 @@ class Storage:
         self.fs: pafs.FileSystem = fs
         self.root: str = root.rstrip("/") or "/"
         self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        # object stores have no directories: creating one is an extra PUT of an empty marker
+        self._needs_dirs = not isinstance(fs, pafs.S3FileSystem)
 
     # -- paths ---------------------------------------------------------------
     def abs(self, rel: str) -> str:
@@ -105,7 +107,7 @@ class Storage:
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write (or replace) a file; atomic replace on local disks."""
         target = self.abs(rel)
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        self._parent_dir(target)
         if self.is_local:
             tmp = f"{target}.{uuid.uuid4().hex}.tmp"
             with open(tmp, "wb") as f:
@@ -140,7 +142,7 @@ class Storage:
         The store must offer read-after-write and list-after-write consistency (S3 does since
         December 2020; so do MinIO and other S3-compatible servers)."""
         target = self.abs(rel)
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        self._parent_dir(target)
         if self.is_local:
             tmp = posixpath.join(posixpath.dirname(target), f".{uuid.uuid4().hex}.tmp")
             with open(tmp, "wb") as f:
@@ -181,6 +183,10 @@ class Storage:
         except OSError:
             if self.exists(rel):
                 raise
+
+    def _parent_dir(self, target: str) -> None:
+        if self._needs_dirs:
+            self.fs.create_dir(posixpath.dirname(target), recursive=True)
 
     def _rel(self, absolute: str) -> str:
         root = self.root.rstrip("/") + "/"
