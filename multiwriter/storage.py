@@ -136,6 +136,8 @@ class Storage:
           the conflict check, once; it is never overwritten (a retry uses a new ``T``);
         * markers carry unique names (file id, write token), so two writers never create the same
           marker;
+        * ``FileSystemLock``'s lock file is the one caller that needs a true create-if-absent,
+          which is why that lock is for local disks only;
         * ``hoodie.properties`` is created once by ``Table.create``; concurrent creators of one
           table must pass the same settings (they write the same bytes).
 

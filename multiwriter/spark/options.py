@@ -161,6 +161,9 @@ def _lock(opts: dict[str, str], provider: str, table_name: str | None) -> LockPr
     from ..lock import FileSystemLock, ZooKeeperLock
 
     if provider == FS_PROVIDER:
+        if "://" in opts["path"] and not opts["path"].startswith("file://"):
+            raise ConfigError(f"{FS_PROVIDER} needs a local disk (it relies on an atomic create); "
+                              f"{opts['path']} is not one: use {ZK_PROVIDER}")
         return FileSystemLock()
     key = opts.get(ZK_LOCK_KEY)
     if key is not None and table_name is not None and key != table_name:
