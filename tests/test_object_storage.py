@@ -71,6 +71,7 @@ def test_storage_never_asks_aws_for_the_bucket_region(s3_server):
     assert st.fs.region == "us-east-1"
     assert s3_options({"AWS_ENDPOINT_URL": "http://127.0.0.1:1"}) == {
         "endpoint_override": "127.0.0.1:1", "scheme": "http", "region": "us-east-1"}
+    assert s3_options({"AWS_DEFAULT_REGION": "eu-west-1"}) == {"region": "eu-west-1"}  # real S3, known region
     with pytest.raises(mw.errors.ConfigError, match="AWS_ALLOW_HTTP"):
         s3_options({"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ALLOW_HTTP": "false"})
 
