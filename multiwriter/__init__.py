@@ -38,6 +38,7 @@ _LAZY = {
     "Cleaner": (".cleaner.job", "Cleaner"),
     "CleanerReport": (".cleaner.job", "CleanerReport"),
     "ClusteringConfig": (".cleaner.clustering", "ClusteringConfig"),
+    "register": (".spark", "register"),
 }
 
 
@@ -88,5 +89,6 @@ __all__ = [
     "ZooKeeperLock",
     "errors",
     "metrics",
+    "register",
     "write",
 ]

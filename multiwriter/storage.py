@@ -5,6 +5,13 @@ All paths handed to :class:`Storage` are relative to the table root and use ``/`
 file that must not exist yet (instant files, markers) goes through :meth:`Storage.put_if_absent`,
 which is atomic on local disks (write to a temporary name, then ``link``) so readers never see a
 partial file and two creators never both succeed.
+
+``s3://bucket/path`` URIs are configured from the standard AWS environment variables
+(:func:`s3_options`), the same on the driver and on every executor: ``AWS_ENDPOINT_URL`` (or
+``AWS_ENDPOINT_URL_S3``) for an S3-compatible server, ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``),
+credentials through the AWS SDK's default chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
+``AWS_SESSION_TOKEN``, profiles, instance roles). With an endpoint or a region set, nothing asks
+AWS where the bucket lives.
 """
 from __future__ import annotations
 
@@ -13,10 +20,12 @@ import os
 import posixpath
 import uuid
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from .errors import FileExists
+from .errors import ConfigError, FileExists
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +42,12 @@ class Storage:
 
     def __init__(self, uri: str) -> None:
         self.uri = str(uri)
-        fs, root = pafs.FileSystem.from_uri(_as_uri(self.uri))
+        fs, root = filesystem_for(_as_uri(self.uri))
         self.fs: pafs.FileSystem = fs
         self.root: str = root.rstrip("/") or "/"
         self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        # object stores have no directories: creating one is an extra PUT of an empty marker
+        self._needs_dirs = not isinstance(fs, pafs.S3FileSystem)
 
     # -- paths ---------------------------------------------------------------
     def abs(self, rel: str) -> str:
@@ -96,7 +107,7 @@ class Storage:
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write (or replace) a file; atomic replace on local disks."""
         target = self.abs(rel)
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        self._parent_dir(target)
         if self.is_local:
             tmp = f"{target}.{uuid.uuid4().hex}.tmp"
             with open(tmp, "wb") as f:
@@ -109,9 +120,31 @@ class Storage:
     def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
         """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists.
 
-        ``durable=False`` skips the fsync (markers: empty files whose loss costs nothing)."""
+        ``durable=False`` skips the fsync (markers: empty files whose loss costs nothing).
+
+        Local disks: atomic (``link`` of a complete temporary file). Object stores (S3 and the
+        like) have no create-if-absent here, so this is check-then-put: a single PUT is atomic
+        (readers see the whole object or none) but two creators of the same name can both
+        succeed. It is safe because of who calls it with which names:
+
+        * ``<T>.<action>.requested`` is created under the table lock, right after ``T`` is
+          issued there (strictly above every time on the timeline), so ``T`` is unique;
+        * ``<T>.<action>.inflight`` is created outside the lock (``Transaction.write_inflight``)
+          and that is safe only because ``T`` is unique: no other writer ever creates a file
+          named after it;
+        * the completed instant ``<T>_<C>.<action>`` is created only under the table lock, after
+          the conflict check, once; it is never overwritten (a retry uses a new ``T``);
+        * markers carry unique names (file id, write token), so two writers never create the same
+          marker;
+        * ``FileSystemLock``'s lock file is the one caller that needs a true create-if-absent,
+          which is why that lock is for local disks only;
+        * ``hoodie.properties`` is created once by ``Table.create``; concurrent creators of one
+          table must pass the same settings (they write the same bytes).
+
+        The store must offer read-after-write and list-after-write consistency (S3 does since
+        December 2020; so do MinIO and other S3-compatible servers)."""
         target = self.abs(rel)
-        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        self._parent_dir(target)
         if self.is_local:
             tmp = posixpath.join(posixpath.dirname(target), f".{uuid.uuid4().hex}.tmp")
             with open(tmp, "wb") as f:
@@ -126,8 +159,7 @@ class Storage:
             finally:
                 os.unlink(tmp)
             return
-        # Object stores: callers hold the table lock around instant creation, so
-        # check-then-write is safe there; markers use unique names.
+        # Object stores: no atomic create; see the rule in the docstring.
         if self.exists(rel):
             raise FileExists(rel)
         with self.fs.open_output_stream(target) as f:
@@ -154,9 +186,47 @@ class Storage:
             if self.exists(rel):
                 raise
 
+    def _parent_dir(self, target: str) -> None:
+        if self._needs_dirs:
+            self.fs.create_dir(posixpath.dirname(target), recursive=True)
+
     def _rel(self, absolute: str) -> str:
         root = self.root.rstrip("/") + "/"
         return absolute.removeprefix(root)
+
+
+def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and root path of ``uri``; ``s3://`` is configured from the environment
+    (:func:`s3_options`) unless the URI carries its own query options."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a") and not parts.query:
+        fs = pafs.S3FileSystem(**s3_options())
+        return fs, f"{parts.netloc}{parts.path}".rstrip("/")
+    return pafs.FileSystem.from_uri(uri)
+
+
+def s3_options(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``pyarrow.fs.S3FileSystem`` options from the standard AWS variables.
+
+    An endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, e.g. ``http://127.0.0.1:9000``)
+    selects an S3-compatible server, addressed path-style; its scheme decides http or https
+    (``AWS_ALLOW_HTTP=false`` refuses http). The region is ``AWS_REGION`` or
+    ``AWS_DEFAULT_REGION``, ``us-east-1`` when an endpoint is set without one: a region or an
+    endpoint means no request goes to AWS to find the bucket's region."""
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if endpoint:
+        ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        if ep.scheme == "http" and env.get("AWS_ALLOW_HTTP", "").lower() in ("false", "0", "no"):
+            raise ConfigError(f"AWS_ENDPOINT_URL={endpoint} is plain http but AWS_ALLOW_HTTP={env['AWS_ALLOW_HTTP']}")
+        out["endpoint_override"] = ep.netloc
+        out["scheme"] = ep.scheme
+        region = region or "us-east-1"
+    if region:
+        out["region"] = region
+    return out
 
 
 def _as_uri(path: str) -> str:

@@ -202,17 +202,19 @@ class Table:
         return t.filter(pc.fill_null(keep, False))
 
     def to_spark(self, spark: SparkSession, as_of: str | None = None) -> DataFrame:
-        tl = self.timeline()
-        snap = self.snapshot(as_of, timeline=tl)
-        uris = [self.storage.uri_of(f.path) for f in snap.files()]
-        schema = self._read_schema(tl, snap)
-        if not uris:
-            return spark.createDataFrame(schema.empty_table().to_pandas())
-        from pyspark.sql.pandas.types import from_arrow_schema
+        """The snapshot (as of ``as_of``) as a Spark DataFrame, read by the ``multiwriter`` data
+        source (pyarrow on the executors: local paths and ``s3://`` alike, no Hadoop jars).
 
-        # The table schema, not the files' merged one: files older than a column lack it, and
-        # files older than a widening hold the narrower type (Spark cannot merge those).
-        return spark.read.schema(from_arrow_schema(schema)).parquet(*uris)
+        An ``as_of`` the cleaner no longer retains raises
+        :class:`~multiwriter.errors.InstantNotRetainedError` here, before Spark plans anything."""
+        from ..spark import register
+
+        TimelineView(self.timeline()).check_as_of(as_of)
+        register(spark)
+        reader = spark.read.format("multiwriter")
+        if as_of is not None:
+            reader = reader.option("as.of.instant", as_of)
+        return reader.load(self.storage.uri_of(""))
 
     def _read_schema(self, tl: Timeline, snap: Snapshot | None) -> pa.Schema:
         schema = self.schema(tl)

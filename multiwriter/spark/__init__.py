@@ -1,0 +1,49 @@
+"""Spark's ``format("multiwriter")``: a Python data source reading and writing with pyarrow.
+
+Importing this package imports pyspark; ``multiwriter`` itself exposes :func:`register` lazily.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+#: the object-store variables :func:`register` forwards to the session's Python workers
+AWS_VARIABLES = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP",
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+)
+
+
+def register(spark: Any, *, forward_aws_env: bool = True) -> None:
+    """Register the ``multiwriter`` data source with ``spark`` (once per session is enough).
+
+    Also enables Python data source filter pushdown for the session (``PUSHDOWN_CONF``): the
+    reader prunes partitions with pushed filters, and Spark refuses a reader that accepts
+    filters while the setting is off.
+
+    ``forward_aws_env``: the driver's ``AWS_*`` variables (``AWS_VARIABLES``) go to the Python
+    workers that run the data source, so executors reach the same object store with the same
+    credentials. Turn it off when executors carry their own (``spark.executorEnv.AWS_*``,
+    instance roles)."""
+    from .source import MultiWriterDataSource
+
+    if forward_aws_env:
+        _forward_aws_env(spark)
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(MultiWriterDataSource)
+
+
+def _forward_aws_env(spark: Any) -> None:
+    """Spark gives a Python function the worker environment of ``SparkContext.environment``
+    as it is when the function is registered, so this runs before registering."""
+    sc = getattr(spark, "sparkContext", None)
+    env = getattr(sc, "environment", None)
+    if env is None:  # Spark Connect: executors use their own environment
+        return
+    for name in AWS_VARIABLES:
+        if name in os.environ:
+            env[name] = os.environ[name]
+
+
+__all__ = ["AWS_VARIABLES", "PUSHDOWN_CONF", "register"]

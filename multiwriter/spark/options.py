@@ -1,0 +1,239 @@
+"""The data source's options: Hudi's keys, parsed and checked before anything is read or written.
+
+Kept free of Spark imports so the rules are testable on their own. Every unknown key and every
+missing required key is reported at once, by name, as a :class:`~multiwriter.errors.ConfigError`.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import WriterConfig
+from ..errors import ConfigError
+from ..lock.base import LockProvider
+
+QUERY_TYPE = "hoodie.datasource.query.type"
+AS_OF = "as.of.instant"
+BEGIN = "hoodie.datasource.read.begin.instanttime"
+END = "hoodie.datasource.read.end.instanttime"
+#: our own key: files larger than this are read as several Spark partitions (row-group splits)
+SPLIT_BYTES = "multiwriter.read.split.bytes"
+READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES})
+QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
+
+TABLE_NAME = "hoodie.table.name"
+RECORD_KEY = "hoodie.datasource.write.recordkey.field"
+PARTITION_FIELD = "hoodie.datasource.write.partitionpath.field"
+PRECOMBINE = "hoodie.datasource.write.precombine.field"
+HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
+OPERATION = "hoodie.datasource.write.operation"
+WRITER_ID = "hoodie.datasource.write.streaming.checkpoint.identifier"
+ZK_URL = "hoodie.write.lock.zookeeper.url"
+ZK_PORT = "hoodie.write.lock.zookeeper.port"
+ZK_BASE = "hoodie.write.lock.zookeeper.base_path"
+ZK_LOCK_KEY = "hoodie.write.lock.zookeeper.lock_key"
+ZK_SESSION_MS = "hoodie.write.lock.zookeeper.session_timeout_ms"
+ZK_CONNECT_MS = "hoodie.write.lock.zookeeper.connection_timeout_ms"
+LOCK_PROVIDER = "hoodie.write.lock.provider"
+ZK_PROVIDER = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider"
+FS_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
+#: keys whose only accepted value is the one this framework implements
+FIXED = {
+    "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
+    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+    "hoodie.cleaner.policy.failed.writes": "LAZY",
+}
+#: numeric WriterConfig settings: key -> (field, scale to the field's unit)
+NUMERIC = {
+    "hoodie.client.heartbeat.interval_in_ms": ("heartbeat_interval_s", 0.001),
+    "hoodie.client.heartbeat.tolerable.misses": ("heartbeat_tolerable_misses", 1),
+    "hoodie.write.lock.wait_time_ms": ("lock_timeout_s", 0.001),
+    "hoodie.write.lock.num_retries": ("max_conflict_retries", 1),
+    "hoodie.write.lock.wait_time_ms_between_retry": ("retry_backoff_s", 0.001),
+    "hoodie.parquet.max.file.size": ("target_file_size_bytes", 1),
+}
+WRITE_KEYS = frozenset(
+    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ZK_URL, ZK_PORT,
+     ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, *FIXED, *NUMERIC}
+)
+DEFAULT_ZK_PORT = "2181"
+DEFAULT_ZK_BASE = "/multiwriter"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What one ``spark.read.format("multiwriter")`` query asks for."""
+
+    path: str
+    incremental: bool = False
+    as_of: str | None = None
+    begin: str | None = None
+    end: str | None = None
+    split_bytes: int = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What one ``df.write.format("multiwriter")`` save asks for."""
+
+    path: str
+    table: dict[str, Any] = field(default_factory=dict)  # Table.create settings except the schema
+    writer: dict[str, Any] = field(default_factory=dict)  # WriterConfig keyword arguments except lock
+    lock: LockProvider | None = None
+
+    def writer_config(self) -> WriterConfig:
+        return WriterConfig(lock=self.lock, executor="driver", register_writer=False, **self.writer)
+
+
+def parse_read(options: Mapping[str, str]) -> ReadOptions:
+    opts = _lower(options)
+    _check_known(opts, READ_KEYS, "read")
+    path = _required(opts, ["path"], "read")["path"]
+    qt = opts.get(QUERY_TYPE, "snapshot").lower()
+    if qt not in QUERY_TYPES:
+        raise ConfigError(f"{QUERY_TYPE}={qt!r} must be one of {QUERY_TYPES}")
+    incremental = qt == "incremental"
+    as_of, begin, end = (_instant(opts, k) for k in (AS_OF, BEGIN, END))
+    if incremental and as_of is not None:
+        raise ConfigError(f"{AS_OF} is a snapshot option; an incremental query takes {BEGIN} and {END}")
+    if not incremental and (begin is not None or end is not None):
+        raise ConfigError(f"{BEGIN} and {END} need {QUERY_TYPE}=incremental")
+    if begin is not None and set(begin) == {"0"}:
+        begin = None  # Hudi's "000": from the beginning
+    split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
+    return ReadOptions(path, incremental, as_of, begin, end, split)
+
+
+def parse_write(options: Mapping[str, str], *, table_exists: bool) -> WriteOptions:
+    """Parse and check every write option; ``table_exists=False`` also requires what
+    creating the table needs (name, record key)."""
+    opts = _lower(options)
+    _check_known(opts, WRITE_KEYS, "write")
+    required = ["path"] + ([] if table_exists else [TABLE_NAME, RECORD_KEY])
+    provider = opts.get(LOCK_PROVIDER, ZK_PROVIDER)
+    if provider not in (ZK_PROVIDER, FS_PROVIDER):
+        raise ConfigError(f"{LOCK_PROVIDER}={provider!r} is not supported; use {ZK_PROVIDER} or {FS_PROVIDER}")
+    if provider == ZK_PROVIDER:
+        required.append(ZK_URL)
+    _required(opts, required, "write")
+    for k, want in FIXED.items():
+        if k in opts and opts[k].lower() != want.lower():
+            raise ConfigError(f"{k}={opts[k]!r} is not supported; this data source implements {want} only")
+    table = _table_settings(opts)
+    lock = _lock(opts, provider, table.get("name"))
+    return WriteOptions(opts["path"], table, _writer_settings(opts), lock)
+
+
+def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if TABLE_NAME in opts:
+        out["name"] = opts[TABLE_NAME]
+    if RECORD_KEY in opts:
+        out["record_key"] = _fields(opts[RECORD_KEY], RECORD_KEY)
+    if opts.get(PARTITION_FIELD, "").strip():
+        out["partition_by"] = _fields(opts[PARTITION_FIELD], PARTITION_FIELD)
+    if opts.get(PRECOMBINE, "").strip():
+        out["ordering_field"] = opts[PRECOMBINE].strip()
+    if HIVE_STYLE in opts:
+        out["hive_style_partitioning"] = _bool(opts, HIVE_STYLE)
+    return out
+
+
+def _writer_settings(opts: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"writer_id": opts.get(WRITER_ID) or f"datasource-{uuid.uuid4().hex[:12]}"}
+    if OPERATION in opts:
+        out["operation"] = opts[OPERATION].lower()
+    for k, (name, scale) in NUMERIC.items():
+        if k in opts:
+            try:
+                value = float(opts[k]) * scale
+            except ValueError:
+                raise ConfigError(f"{k}={opts[k]!r} is not a number") from None
+            out[name] = int(value) if scale == 1 else value
+    if "retry_backoff_s" in out:
+        out["retry_backoff_max_s"] = max(out["retry_backoff_s"], WriterConfig.retry_backoff_max_s)
+    return out
+
+
+def _lock(opts: dict[str, str], provider: str, table_name: str | None) -> LockProvider:
+    from ..lock import FileSystemLock, ZooKeeperLock
+
+    if provider == FS_PROVIDER:
+        if "://" in opts["path"] and not opts["path"].startswith("file://"):
+            raise ConfigError(f"{FS_PROVIDER} needs a local disk (it relies on an atomic create); "
+                              f"{opts['path']} is not one: use {ZK_PROVIDER}")
+        return FileSystemLock()
+    key = opts.get(ZK_LOCK_KEY)
+    if key is not None and table_name is not None and key != table_name:
+        raise ConfigError(
+            f"{ZK_LOCK_KEY}={key!r}: the lock node is named after the table ({TABLE_NAME}={table_name!r}) and its "
+            "location, so every writer of one table shares it; drop the option or set it to the table name"
+        )
+    port = opts.get(ZK_PORT, DEFAULT_ZK_PORT)
+    hosts = [h.strip() for h in opts[ZK_URL].split(",") if h.strip()]
+    connect = ",".join(h if ":" in h else f"{h}:{port}" for h in hosts)
+    kw: dict[str, Any] = {}
+    if ZK_SESSION_MS in opts:
+        kw["session_timeout_s"] = _int(opts, ZK_SESSION_MS, 0, lo=1) / 1000.0
+    if ZK_CONNECT_MS in opts:
+        kw["connection_timeout_s"] = _int(opts, ZK_CONNECT_MS, 0, lo=1) / 1000.0
+    return ZooKeeperLock(connect, opts.get(ZK_BASE, DEFAULT_ZK_BASE), **kw)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark hands options with lower-cased keys; Hudi's keys are lower case except for
+    none we accept, so compare lower-cased."""
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _check_known(opts: dict[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(k for k in opts if k not in {x.lower() for x in known})
+    if unknown:
+        raise ConfigError(f"unknown {what} option(s) {unknown}; the multiwriter data source accepts {sorted(known)}")
+
+
+def _required(opts: dict[str, str], keys: list[str], what: str) -> dict[str, str]:
+    missing = [k for k in keys if not opts.get(k, "").strip()]
+    if missing:
+        hint = " (path: pass it to load()/save())" if "path" in missing else ""
+        raise ConfigError(f"missing required {what} option(s) {missing}{hint}")
+    return opts
+
+
+def _instant(opts: dict[str, str], key: str) -> str | None:
+    v = opts.get(key)
+    if v is None or not v.strip():
+        return None
+    v = v.strip()
+    digits = "".join(c for c in v if c.isdigit())
+    if not v.replace("-", "").replace(":", "").replace(" ", "").replace(".", "").isdigit():
+        raise ConfigError(f"{key}={v!r} is not an instant time (yyyyMMddHHmmssSSS or yyyy-MM-dd HH:mm:ss.SSS)")
+    return digits.ljust(17, "0") if digits != v else digits
+
+
+def _int(opts: dict[str, str], key: str, default: int, *, lo: int) -> int:
+    if key not in opts:
+        return default
+    try:
+        v = int(opts[key])
+    except ValueError:
+        raise ConfigError(f"{key}={opts[key]!r} is not an integer") from None
+    if v < lo:
+        raise ConfigError(f"{key}={v} must be at least {lo}")
+    return v
+
+
+def _bool(opts: dict[str, str], key: str) -> bool:
+    v = opts[key].strip().lower()
+    if v not in ("true", "false"):
+        raise ConfigError(f"{key}={opts[key]!r} must be true or false")
+    return v == "true"
+
+
+def _fields(value: str, key: str) -> tuple[str, ...]:
+    out = tuple(f.strip() for f in value.split(",") if f.strip())
+    if not out:
+        raise ConfigError(f"{key} names no field")
+    return out

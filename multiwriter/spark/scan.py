@@ -1,0 +1,224 @@
+"""Planning and reading a data source scan with pyarrow only, so executors need no Hadoop jars.
+
+The driver side (:func:`plan_scan`) decides which file slices a query reads (the same rules as
+:meth:`Table.read` and :meth:`Table.read_incremental`, through :class:`TimelineView`), prunes
+partitions by the pushed predicates and splits large files by row groups. The executor side
+(:func:`read_task`) reads one task through :mod:`pyarrow.fs`.
+
+Predicates are only ever used to skip data that cannot match: the data source hands every filter
+back to Spark, which evaluates it again, so a predicate this module cannot decide costs speed,
+never rows.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from ..storage import Storage
+from ..table.files import FileSlice, list_data_files
+from ..table.layout import DEFAULT_PARTITION
+from ..table.table import Table
+from ..table.view import TimelineView
+from .options import ReadOptions
+
+COMMIT_TIME = "_hoodie_commit_time"
+OPS = ("=", "<", "<=", ">", ">=", "in", "notnull")
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """One conjunct of a query's filter on a top-level column: ``column op value``."""
+
+    op: str
+    column: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One Spark partition: a base file, or some of its row groups."""
+
+    path: str  # relative to the table root
+    partition: str
+    row_groups: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """Everything executors need; plain values, so it pickles to them."""
+
+    uri: str
+    schema: pa.Schema  # the table schema with meta columns
+    tasks: tuple[ScanTask, ...]
+    commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
+    archived_before: str | None = None  # incremental: and rows committed before this time
+
+
+def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
+    """The tasks of one query; raises :class:`~multiwriter.errors.InstantNotRetainedError` when
+    the cleaner removed what the query needs (never a partial answer)."""
+    table = Table.open(opts.path)
+    tl = table.timeline()
+    commit_times: frozenset[str] | None = None
+    archived_before: str | None = None
+    if opts.incremental:
+        plan = TimelineView(tl).incremental(list_data_files(table.storage), opts.begin, opts.end)
+        slices: list[FileSlice] = list(plan.slices)
+        commit_times, archived_before = plan.commit_times, plan.archived_before
+        schema = table._read_schema(tl, None)
+    else:
+        snap = table.snapshot(opts.as_of, timeline=tl)
+        slices = snap.files()
+        schema = table._read_schema(tl, snap)
+    keep = partition_filter(table, schema, predicates)
+    tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
+    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, archived_before)
+
+
+def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
+    """Read one task's rows (``columns`` only), as record batches of the table schema."""
+    storage = Storage(plan.uri)
+    incremental = plan.commit_times is not None
+    cols = list(columns) + ([COMMIT_TIME] if incremental and COMMIT_TIME not in columns else [])
+    ds = pads.dataset([storage.abs(task.path)], schema=plan.schema, format="parquet", filesystem=storage.fs)
+    frag = next(iter(ds.get_fragments()))
+    if task.row_groups is not None:
+        frag = frag.subset(row_group_ids=list(task.row_groups))
+    t = frag.to_table(schema=plan.schema, columns=cols, filter=data_filter(plan.schema, predicates))
+    if incremental:
+        t = t.filter(_in_range(t[COMMIT_TIME], plan)).select(list(columns))
+    yield from t.to_batches()
+
+
+def _in_range(commit_time: Any, plan: ScanPlan) -> Any:
+    """The rows an incremental read keeps (as :meth:`Table.read_incremental`)."""
+    keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times or ()), pa.string()))
+    if plan.archived_before is not None:
+        keep = pc.or_(keep, pc.less(commit_time, plan.archived_before))
+    return pc.fill_null(keep, False)
+
+
+# -- partition pruning -------------------------------------------------------------------
+def partition_filter(table: Table, schema: pa.Schema, predicates: list[Predicate]) -> Any:
+    """A test on partition paths: False only for partitions no row of which can match."""
+    cfg = table.config
+    mine = [p for p in predicates if p.column in cfg.partition_by and schema.get_field_index(p.column) >= 0]
+    if not mine:
+        return lambda partition: True
+
+    def keep(partition: str) -> bool:
+        values = partition_values(partition, cfg.partition_by, cfg.hive_style_partitioning)
+        if values is None:
+            return True
+        return all(_may_match(p, values[p.column], schema.field(p.column).type) for p in mine)
+
+    return keep
+
+
+def partition_values(partition: str, fields: tuple[str, ...], hive_style: bool) -> dict[str, str] | None:
+    """Each partition field's value as written in the path, or None when the path does not
+    have the table's shape (then nothing is pruned)."""
+    segs = partition.split("/") if partition else []
+    if len(segs) != len(fields):
+        return None
+    out: dict[str, str] = {}
+    for f, seg in zip(fields, segs, strict=True):
+        if hive_style:
+            name, eq, value = seg.partition("=")
+            if not eq or name != f:
+                return None
+            seg = value
+        out[f] = seg
+    return out
+
+
+def _may_match(p: Predicate, text: str, typ: pa.DataType) -> bool:
+    """Can a row whose partition column renders as ``text`` satisfy ``p``? True when unsure."""
+    if text == DEFAULT_PARTITION:
+        return True  # null or empty values: leave them to Spark
+    if p.op == "notnull":
+        return True
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        value, ok = text, lambda v: isinstance(v, str)
+    elif pa.types.is_integer(typ):
+        try:
+            value = int(text)
+        except ValueError:
+            return True
+        ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    else:
+        return True
+    if p.op == "in":
+        vals = list(p.value)
+        return not all(ok(v) for v in vals) or value in vals
+    if not ok(p.value):
+        return True
+    return _compare(p.op, value, p.value)
+
+
+def _compare(op: str, a: Any, b: Any) -> bool:
+    return {"=": a == b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+
+
+# -- row filtering on executors ----------------------------------------------------------
+def data_filter(schema: pa.Schema, predicates: list[Predicate]) -> Any:
+    """A pyarrow expression for the predicates on string and integer columns (where pyarrow and
+    Spark compare alike; floats are left out: Spark orders NaN above every number), or None."""
+    exprs = [e for e in (_expr(schema, p) for p in predicates) if e is not None]
+    if not exprs:
+        return None
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = out & e
+    return out
+
+
+def _expr(schema: pa.Schema, p: Predicate) -> Any:
+    if schema.get_field_index(p.column) < 0:
+        return None
+    typ = schema.field(p.column).type
+    col = pc.field(p.column)
+    if p.op == "notnull":
+        return col.is_valid()
+    if pa.types.is_string(typ):
+        ok = lambda v: isinstance(v, str)  # noqa: E731
+    elif pa.types.is_integer(typ):
+        ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    else:
+        return None
+    if p.op == "in":
+        vals = list(p.value)
+        if not vals or not all(ok(v) for v in vals):
+            return None
+        return col.isin(pa.array(vals, typ))
+    if not ok(p.value):
+        return None
+    v = pa.scalar(p.value, typ)
+    return {"=": col == v, "<": col < v, "<=": col <= v, ">": col > v, ">=": col >= v}[p.op]
+
+
+# -- splits ------------------------------------------------------------------------------
+def _split(storage: Storage, s: FileSlice, split_bytes: int) -> list[ScanTask]:
+    """One task per file, or per run of row groups of about ``split_bytes`` in a large file."""
+    if s.size <= split_bytes:
+        return [ScanTask(s.path, s.partition)]
+    with storage.fs.open_input_file(storage.abs(s.path)) as f:
+        meta = pq.ParquetFile(f).metadata
+    tasks: list[ScanTask] = []
+    run: list[int] = []
+    size = 0
+    for i in range(meta.num_row_groups):
+        run.append(i)
+        size += meta.row_group(i).total_byte_size
+        if size >= split_bytes:
+            tasks.append(ScanTask(s.path, s.partition, tuple(run)))
+            run, size = [], 0
+    if run or not tasks:
+        tasks.append(ScanTask(s.path, s.partition, tuple(run)))
+    return tasks

@@ -1,0 +1,209 @@
+"""The ``multiwriter`` data source for Spark's Python Data Source API (pyspark 4).
+
+Spark runs these classes in Python worker processes: planning and the write commit in workers
+on the driver host, :meth:`MultiWriterReader.read` and :meth:`MultiWriterWriter.write` on
+executors. Every file is opened through :mod:`pyarrow.fs`, so ``s3://`` tables need no Hadoop
+jars (credentials: see :mod:`multiwriter.storage`).
+
+What the API of the installed pyspark offers, and what this source does with it:
+
+* filter pushdown (``pushFilters``, pyspark >= 4.1, with ``spark.sql.python.filterPushdown.enabled``,
+  which :func:`multiwriter.spark.register` turns on): predicates on partition columns prune
+  partitions; predicates on string and integer columns also skip rows in pyarrow. Every filter
+  is still returned to Spark, which evaluates it again.
+* column pruning: the API has no hook for it, Spark asks for the whole schema. A query that
+  names its columns up front (``spark.read.format("multiwriter").schema("id string, ts long")``)
+  reads only those columns from the files.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from ..errors import ConfigError, TableNotFoundError
+from ..table.table import Table
+from . import options as opt
+from .scan import Predicate, ScanPlan, ScanTask, plan_scan, read_task
+
+NAME = "multiwriter"
+_OPS = {EqualTo: "=", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", GreaterThanOrEqual: ">="}
+
+
+class MultiWriterDataSource(DataSource):
+    """``spark.read.format("multiwriter")`` and ``df.write.format("multiwriter")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        """The table schema of the latest commit, meta columns first."""
+        o = opt.parse_read(self.options)
+        table = Table.open(o.path)
+        tl = table.timeline()
+        snap = None if o.incremental else table.snapshot(timeline=tl)
+        return from_arrow_schema(table._read_schema(tl, snap))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MultiWriterReader(opt.parse_read(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
+        if overwrite:
+            raise ConfigError(
+                'mode("overwrite") (insert_overwrite_table) is not supported by the multiwriter data source yet; '
+                'use mode("append")'
+            )
+        options = dict(self.options)
+        _parse_write(options)  # every option error at save(), before any task runs
+        return MultiWriterWriter(options, schema)
+
+
+@dataclass
+class _Partition(InputPartition):
+    """One task with what reading it needs: ``read`` does not see what ``partitions`` set."""
+
+    plan: ScanPlan  # without its task list
+    task: ScanTask
+
+
+class MultiWriterReader(DataSourceReader):
+    """Plans on the driver (:func:`plan_scan`), reads on executors (:func:`read_task`)."""
+
+    def __init__(self, options: opt.ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.columns = [f.name for f in schema.fields]
+        self.predicates: list[Predicate] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 -- Spark's name
+        for f in filters:
+            p = _predicate(f)
+            if p is not None:
+                self.predicates.append(p)
+            yield f  # Spark evaluates every filter again: pushed ones only prune
+
+    def partitions(self) -> list[InputPartition]:
+        plan = plan_scan(self.options, self.predicates)
+        unknown = [c for c in self.columns if plan.schema.get_field_index(c) < 0]
+        if unknown:
+            raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
+        header = replace(plan, tasks=())
+        return [_Partition(header, t) for t in plan.tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, _Partition):
+            return  # Spark reads one placeholder partition when the plan has no tasks
+        yield from read_task(partition.plan, partition.task, self.columns, self.predicates)
+
+
+def _predicate(f: Filter) -> Predicate | None:
+    attr = getattr(f, "attribute", ())
+    if len(attr) != 1:
+        return None
+    if isinstance(f, IsNotNull):
+        return Predicate("notnull", attr[0])
+    if isinstance(f, In):
+        return Predicate("in", attr[0], tuple(f.value))
+    op = _OPS.get(type(f))
+    return Predicate(op, attr[0], f.value) if op else None
+
+
+@dataclass
+class _Staged(WriterCommitMessage):
+    """One task's rows, as Arrow IPC bytes, for the single commit on the driver."""
+
+    ipc: bytes
+    rows: int
+
+
+class MultiWriterWriter(DataSourceArrowWriter):
+    """Append: every task hands its rows to the driver, which commits them once through the
+    writer protocol (:class:`~multiwriter.write.writer.Writer`). Tasks write nothing to the
+    table, so a failed job leaves nothing behind."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+        sink = io.BytesIO()
+        rows = 0
+        writer: pa.ipc.RecordBatchStreamWriter | None = None
+        for b in iterator:
+            if writer is None:
+                writer = pa.ipc.new_stream(sink, b.schema)
+            writer.write_batch(b)
+            rows += b.num_rows
+        if writer is not None:
+            writer.close()
+        return _Staged(sink.getvalue(), rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from ..write.writer import Writer
+
+        parsed, table = _parse_write(self.options)
+        data = _concat([m for m in messages if isinstance(m, _Staged)], to_arrow_schema(self.schema))
+        if table is None:
+            table = Table.create(parsed.path, schema=data.schema, lock=parsed.lock, **_create_settings(parsed))
+        w = Writer(table, parsed.writer_config())
+        try:
+            w.write(data)
+        finally:
+            w.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to undo: no task wrote to the table."""
+
+
+def _parse_write(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
+    path = opt._lower(options).get("path", "")
+    try:
+        table: Table | None = Table.open(path) if path else None
+    except TableNotFoundError:
+        table = None
+    parsed = opt.parse_write(options, table_exists=table is not None)
+    if table is not None:
+        _check_matches(parsed, table)
+    return parsed, table
+
+
+def _check_matches(parsed: opt.WriteOptions, table: Table) -> None:
+    """Options that name table settings must agree with the existing table."""
+    c = table.config
+    have = {"name": c.name, "record_key": tuple(c.record_key), "partition_by": tuple(c.partition_by),
+            "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning}
+    diff = {k: (v, have[k]) for k, v in parsed.table.items() if have[k] != v}
+    if diff:
+        shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
+        raise ConfigError(f"the table at {parsed.path} exists with other settings ({shown})")
+
+
+def _create_settings(parsed: opt.WriteOptions) -> dict[str, Any]:
+    return dict(parsed.table)
+
+
+def _concat(staged: list[_Staged], schema: pa.Schema) -> pa.Table:
+    tables = [pa.ipc.open_stream(s.ipc).read_all() for s in staged if s.ipc]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
