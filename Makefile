@@ -8,7 +8,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: install test demo notebooks chaos bench bench-full clean
+.PHONY: install lint test demo notebooks chaos bench bench-full clean
 
 install: $(STAMP)
 
@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-test: install
+test: install lint
 	$(PY) -m pytest tests -q
+
+lint: install
+	$(PY) -m ruff check multiwriter tests tools benchmarks
 
 demo: install
 	$(PY) -m multiwriter.cli demo
