@@ -10,7 +10,7 @@ from .lock.base import LockProvider
 
 OPERATIONS = ("upsert", "insert", "delete")
 EXECUTORS = ("auto", "driver", "spark")
-WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 
 #: Hudi option keys accepted by :meth:`WriterConfig.from_options` that set a WriterConfig field
 HUDI_KEYS = {

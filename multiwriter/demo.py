@@ -303,6 +303,7 @@ def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, 
     our_keys = set(ours.column(0).to_pylist())
     n_rs, rs_keys = _hudi_rs_rows(str(path))
     doomed_left = doomed_instant is not None and any(i.requested_time == doomed_instant for i in tl.pending())
+    written, live, clusterings = _file_groups(table, tl)
     checks = {
         "ingest committed": st["ingest"]["commits"] > 0,
         "backfill committed": st["backfill"]["commits"] > 0,
@@ -313,6 +314,7 @@ def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, 
         "no doomed rows visible": not any(k.startswith("d") for k in our_keys),
         "hudi-rs reads the same rows": n_rs == ours.num_rows and rs_keys == our_keys,
         "no duplicate keys": len(our_keys) == ours.num_rows,
+        "clustering stitched small file groups": clusterings > 0 and live < written,
     }
     print()
     print("=" * 72)
@@ -322,6 +324,8 @@ def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, 
     print(f"rollbacks by the cleaner: {rollbacks}  (doomed instant {doomed_instant})")
     print(f"rows in table: ours {ours.num_rows}, hudi-rs {n_rs}; active timeline: {len(tl.completed_writes())} commits "
           f"(older ones archived by the cleaner)")
+    print(f"file groups: {written} created by the writers' commits, {live} live after {clusterings} "
+          "clustering(s) by the companion job")
     print("-" * 72)
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
@@ -329,6 +333,20 @@ def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, 
     lock.close()
     spark.stop()
     return 0 if all(checks.values()) else 1
+
+
+def _file_groups(table, tl) -> tuple[int, int, int]:
+    """(file groups the writers' commits created, live file groups now, completed clusterings),
+    over the active timeline and the archived history."""
+    from .cleaner.archive import load_history
+    from .table import instant as inst
+
+    history = [a for a in load_history(table) if a.completion_time]
+    metas = [tl.commit_metadata(i) for i in tl.completed(frozenset({inst.COMMIT}))]
+    metas += [a.commit_metadata() for a in history if a.action == inst.COMMIT]
+    created = {(st.partition_path, st.file_id) for m in metas if m is not None for st in m.all_stats() if st.creates_file_group}
+    clusterings = len(tl.completed(frozenset({inst.REPLACE_COMMIT}))) + sum(a.action == inst.REPLACE_COMMIT for a in history)
+    return len(created), len(table.snapshot(timeline=tl).files()), clusterings
 
 
 def main(argv: list[str] | None = None) -> int:

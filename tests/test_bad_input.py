@@ -103,7 +103,7 @@ def test_path_that_is_not_a_table(tmp_path):
         mw.write(trips(range(1)), str(tmp_path), cfg())
 
 
-@pytest.mark.parametrize("wid", ["a/b", "", "x" * 200, "../up", "sp ace", "ü"])
+@pytest.mark.parametrize("wid", ["a/b", "", "x" * 200, "../up", "sp ace", "ü", "w\n"])
 def test_unsafe_writer_ids(wid):
     with pytest.raises(errors.ConfigError, match="writer_id"):
         mw.WriterConfig(lock=mw.InProcessLock(), writer_id=wid)

@@ -40,17 +40,22 @@ def _child(a: dict) -> None:
     original = merge._write_parquet
     calls = [0]
 
-    def hooked(storage, rel, out):  # called right after the pre-write check of each data file
+    def hooked(storage, rel, out, *rest):  # called right after the pre-write check of each data file
         calls[0] += 1
         if calls[0] == 2:
             print(json.dumps({"frozen": rel}), flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
-        size = original(storage, rel, out)
+        size = original(storage, rel, out, *rest)
         if calls[0] == 3:
             os.kill(os.getpid(), signal.SIGKILL)  # the crash that leaves the files behind
         return size
 
     merge._write_parquet = hooked
+    # one merge at a time, so "the second data file" is well defined (with parallel merges each
+    # running merge has its own window of one file)
+    from multiwriter.write import executor
+
+    executor.MAX_PARALLEL_MERGES = 1
     lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"])
     cfg = mw.WriterConfig(writer_id="zombie", lock=lock, executor="driver", heartbeat_interval_s=HB,
                           heartbeat_tolerable_misses=MISSES, max_conflict_retries=0)

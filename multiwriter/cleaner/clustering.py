@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,12 +260,19 @@ def touched_since(tl: Timeline, base_completion: str | None, own: str | None = N
 # -- planning -------------------------------------------------------------------------------------
 
 
-def candidates(snapshot: Snapshot, cfg: ClusteringConfig, busy: set[FileGroup]) -> list[PlanGroup]:
+def candidates(
+    snapshot: Snapshot, cfg: ClusteringConfig, busy: set[FileGroup], proven: Callable[[str], bool] = lambda t: True
+) -> list[PlanGroup]:
     """Per partition with at least ``min_file_groups`` small idle groups: bins of about
-    ``target_file_bytes``, smallest files first; at most ``max_bytes_per_run`` in all."""
+    ``target_file_bytes``, smallest files first; at most ``max_bytes_per_run`` in all.
+
+    Only slices whose commit is ``proven`` are inputs: a file that is visible merely because its
+    instant is older than the active timeline may be a zombie writer's (docs/cleaner.md), and
+    clustering it would turn its rows into committed data that the failed-write sweep can no
+    longer remove."""
     by_part: dict[str, list[FileSlice]] = {}
     for f in snapshot.files():
-        if f.size < cfg.small_file_bytes and f.group not in busy:
+        if f.size < cfg.small_file_bytes and f.group not in busy and proven(f.instant_time):
             by_part.setdefault(f.partition, []).append(f)
     out: list[PlanGroup] = []
     budget = cfg.max_bytes_per_run
@@ -304,7 +312,7 @@ def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | Non
     base = tl0.last_completed_write()
     base_ct = (base.completion_time or base.requested_time) if base else None
     snap = Snapshot.build(ctx.storage, tl0)
-    groups = candidates(snap, cfg, pending_file_groups(tl0))
+    groups = candidates(snap, cfg, pending_file_groups(tl0), _proven(ctx, tl0))
     if not groups:
         return None
     with ctx.locked() as tl:
@@ -326,6 +334,18 @@ def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | Non
         "planned clustering %s: %d input file groups (%d bytes) into %d", t, len(plan.input_groups()), plan.input_bytes, len(kept)
     )
     return plan
+
+
+def _proven(ctx: CleanerContext, tl: Timeline) -> Callable[[str], bool]:
+    """Is a file's instant provably a completed commit: on the active timeline, or in an
+    archive we can read whole? (Where the archive cannot be read whole, as for the sweep, files
+    older than the active timeline are taken for archived commits.)"""
+    from .orphans import archived_times
+
+    done = set(tl.completed_write_times())
+    archived, complete = archived_times(ctx)
+    earliest = tl.earliest_time() or ""
+    return lambda t: t in done or t in archived or (not complete and t < earliest)
 
 
 def _without(groups: list[PlanGroup], busy: set[FileGroup]) -> list[PlanGroup]:

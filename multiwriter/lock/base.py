@@ -33,8 +33,8 @@ TABLE_NAME_PROPERTY = "hoodie.table.name"
 TABLE_ID_SUFFIX_RE = re.compile(r"-[0-9a-f]{12}$")
 
 #: ids end up as ZooKeeper node names and file names: keep them boring
-TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,255}$")
-WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,255}\Z")
+WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-BASE_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+BASE_PATH_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+\Z")
 #: the name part of a contender node, before its sequence number (Curator's ``lock-`` after a dash)
 CONTENDER_NAME = "-lock-"
 CONTENDER_RE = re.compile(r"lock-(\d{10})$")

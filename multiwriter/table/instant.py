@@ -41,7 +41,7 @@ def instant_action(action: str) -> str:
 
 _TIME = r"\d{17}|\d{14}"
 _V8 = re.compile(rf"^(?P<t>{_TIME})(?:_(?P<c>{_TIME}))?\.(?P<rest>[a-z.]+)$")
-TIME_RE = re.compile(r"^\d{17}$")
+TIME_RE = re.compile(r"^\d{17}\Z")
 
 
 @dataclass(frozen=True, order=False)

@@ -17,7 +17,7 @@ PARTITION_METADATA = ".hoodie_partition_metadata"
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 MAX_SEGMENT_BYTES = 255
 
-_FILE_RE = re.compile(r"^(?P<fid>[^_/]+)_(?P<token>[^_/]+)_(?P<t>\d{14}|\d{17})\.parquet$")
+_FILE_RE = re.compile(r"^(?P<fid>[^_/]+)_(?P<token>[^_/]+)_(?P<t>\d{14}|\d{17})\.parquet\Z")
 _FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 

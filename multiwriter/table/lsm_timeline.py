@@ -31,8 +31,8 @@ from ..storage import Storage
 
 VERSION_FILE = "_version_"
 MANIFEST_PREFIX = "manifest_"
-MANIFEST_RE = re.compile(r"^manifest_(\d+)$")
-DATA_FILE_RE = re.compile(r"^(\d+)_(\d+)_(\d+)\.parquet$")
+MANIFEST_RE = re.compile(r"^manifest_(\d+)\Z")
+DATA_FILE_RE = re.compile(r"^(\d+)_(\d+)_(\d+)\.parquet\Z")
 #: HoodieLSMTimelineInstant's record version written by Hudi 1.x
 RECORD_VERSION = 1
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..lock.base import LockProvider
 
 log = logging.getLogger(__name__)
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
 class Table:

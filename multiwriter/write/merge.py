@@ -278,7 +278,10 @@ def write_moved_rows(
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
     check_alive(storage, ctx, rel)
-    size = _write_parquet(storage, rel, out.combine_chunks())
+    keys_filter = bloom.DynamicBloomFilter.new()
+    if out.num_rows:
+        keys_filter.add(out.column("_hoodie_record_key"))
+    size, _footer = _write_parquet(storage, rel, out.combine_chunks(), keys_filter)
     return WriteStat(
         file_id=file_id,
         path=rel,

@@ -48,11 +48,11 @@ def simulate_task_retries(rate: float, seed: int) -> None:
     rng = random.Random(seed)
     real = executor.merge_file_group
 
-    def merge(storage, ctx, task, rows, token):
+    def merge(storage, ctx, task, rows, token, **kw):
         if rng.random() < rate:
-            real(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0))
+            real(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0), **{**kw, "on_footer": None})
             token = layout.write_token(task.task_index, 0, 1)
-        return real(storage, ctx, task, rows, token)
+        return real(storage, ctx, task, rows, token, **kw)
 
     executor.merge_file_group = merge
 
