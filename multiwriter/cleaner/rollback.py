@@ -310,12 +310,6 @@ def read_plan(ctx: CleanerContext, rollback_time: str) -> RollbackPlan:
     return RollbackPlan.from_bytes(rollback_time, data, source=rel)
 
 
-def read_metadata(ctx: CleanerContext, completed: Instant) -> dict[str, Any]:
-    """The decoded ``HoodieRollbackMetadata`` of a completed rollback instant."""
-    rel = f"{ctx.config.timeline_dir}/{completed.file_name()}"
-    return decode_records(ctx.storage.read_bytes(rel), source=rel)[0]
-
-
 # -- the step ------------------------------------------------------------------------------
 
 

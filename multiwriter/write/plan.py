@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..table import layout
+from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
 from . import bloom
 from .index import FILE_ID
@@ -129,3 +130,17 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
     return Plan(tasks, routed, groups)
+
+
+#: Hudi's ``operationType`` of a commit, by our operation name
+OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
+
+
+def planned_metadata(tasks: list[FileGroupTask], operation: str) -> CommitMetadata:
+    """The ``<T>.inflight`` content: the file groups this attempt will write (Hudi's workload
+    profile), so a conflict check sees a pending writer's groups before it completes."""
+    p2s: dict[str, list[WriteStat]] = {}
+    for t in tasks:
+        p2s.setdefault(t.partition, []).append(
+            WriteStat(file_id=t.file_id, path="", partition_path=t.partition, prev_commit=t.prev_commit or "null"))
+    return CommitMetadata(p2s, {}, OPERATION_TYPES[operation])

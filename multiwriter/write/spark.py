@@ -13,11 +13,11 @@ import pyarrow as pa
 
 from ..errors import InvalidRecordError, SchemaMismatchError
 from ..storage import Storage
-from ..table.metadata import CommitMetadata, WriteStat
+from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from . import records
 from .index import FILE_ID
-from .plan import FileGroupTask, bucket_of, insert_buckets
+from .plan import FileGroupTask, bucket_of, insert_buckets, planned_metadata
 from .records import KEY, OP, OP_DELETE, PARTITION
 
 STAT_FIELDS = [
@@ -27,7 +27,6 @@ STAT_FIELDS = [
     ("prev_base_file", pa.string()), ("create_time_ms", pa.int64()),
 ]
 STAT_SCHEMA = pa.schema(STAT_FIELDS)
-OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
 
 
 def is_spark_df(obj: Any) -> bool:
@@ -126,7 +125,7 @@ def run_on_executors(
         for i, (p, f) in enumerate(groups):
             old = snap.slices.get((p, f))
             tasks[(p, f)] = FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None)
-        on_planned(_planned(list(tasks.values()), operation))
+        on_planned(planned_metadata(list(tasks.values()), operation))
         stats = _merge(routed, tasks, ctx)
     finally:
         prepared.unpersist()
@@ -164,8 +163,6 @@ def _new_file_ids(tagged: Any, n_cols: int, target_file_size: int) -> dict[str, 
 
 
 def _route(tagged: Any, new_ids: dict[str, list[str]], prepared_schema: pa.Schema) -> Any:
-    import pyarrow.compute as pc
-
     out_schema = pa.schema(list(prepared_schema) + [pa.field(FILE_ID, pa.string())])
 
     def assign(batches):  # runs on executors
@@ -181,7 +178,6 @@ def _route(tagged: Any, new_ids: dict[str, list[str]], prepared_schema: pa.Schem
             t = t.set_column(t.schema.get_field_index(FILE_ID), FILE_ID, pa.array(fids, pa.string()))
             yield from t.select(out_schema.names).cast(out_schema).to_batches()
 
-    _ = pc  # pyarrow.compute is used by the functions shipped to executors
     return tagged.select(*out_schema.names).mapInArrow(assign, _spark_schema(out_schema))
 
 
@@ -207,14 +203,6 @@ def _merge(routed: Any, tasks: dict[tuple[str, str], FileGroupTask], ctx: Any) -
         check_alive(Storage(ctx.table_uri), ctx, "any further data file")
         raise
     return [WriteStat(**{name: r[name] for name, _ in STAT_FIELDS}) for r in rows]
-
-
-def _planned(tasks: list[FileGroupTask], operation: str) -> CommitMetadata:
-    p2s: dict[str, list[WriteStat]] = {}
-    for t in tasks:
-        p2s.setdefault(t.partition, []).append(
-            WriteStat(file_id=t.file_id, path="", partition_path=t.partition, prev_commit=t.prev_commit or "null"))
-    return CommitMetadata(p2s, {}, OPERATION_TYPES[operation])
 
 
 def inserted_keys(storage: Any, stats: list) -> dict:

@@ -39,11 +39,10 @@ from . import spark as spark_path
 from .executor import run_on_driver
 from .index import KeyIndex, untagged
 from .merge import context
-from .plan import make_plan
+from .plan import OPERATION_TYPES, make_plan, planned_metadata
 from .records import prepare
 
 log = logging.getLogger(__name__)
-OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
 
 
 class Writer:
@@ -172,7 +171,7 @@ class Writer:
                 tagged = self.index.tag(snap, prepared)
             plan = make_plan(tagged, snap, target_file_size=self.config.target_file_size_bytes)
             phases["index"] = time.monotonic() - t0
-            txn.write_inflight(_planned(plan.tasks, self.config.operation))
+            txn.write_inflight(planned_metadata(plan.tasks, self.config.operation))
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written)
             inserted = plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
@@ -297,13 +296,6 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     c = table.config
     required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
     return {"required": required, "allow_missing": config.allow_missing_columns}
-
-
-def _planned(tasks: list, operation: str) -> CommitMetadata:
-    p2s: dict[str, list[WriteStat]] = {}
-    for t in tasks:
-        p2s.setdefault(t.partition, []).append(WriteStat(file_id=t.file_id, path="", partition_path=t.partition, prev_commit=t.prev_commit or "null"))
-    return CommitMetadata(p2s, {}, OPERATION_TYPES[operation])
 
 
 def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str) -> CommitMetadata:
