@@ -168,6 +168,9 @@ class Transaction:
             self.timings.conflict_check_s += time.monotonic() - t0
             if conflict is not None:
                 raise self._conflict_error(conflict)
+        # every writer's checkpoint as of our base: read outside the lock; under it only the
+        # commits completed since are added (see _checkpoints)
+        carried = ckpt.carried_forward(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
         since = self._acquire()
         try:
             faults.point("after-lock-acquired")
@@ -176,7 +179,7 @@ class Transaction:
             self.timings.timeline_io_s += time.monotonic() - t0
             if checkpoint is not None:
                 _check_duplicate(tl, base_ct, checkpoint)
-                metadata.extra_metadata[ckpt.CHECKPOINT_KEY] = ckpt.encode(self._checkpoints(tl, base_ct, checkpoint))
+                metadata.extra_metadata[ckpt.CHECKPOINT_KEY] = ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint))
             t1 = time.monotonic()
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
@@ -205,17 +208,6 @@ class Transaction:
             if self.committed:
                 self._finish()
         return self.instant
-
-    def _checkpoints(self, tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> dict[str, int]:
-        """Every writer's checkpoint, carried forward, with ours on top (see :mod:`checkpoint`)."""
-        assert self.base_timeline is not None
-        out = ckpt.carried_forward(self.base_timeline)
-        for i in reversed(tl.completed_after(base_ct)):
-            if i.action in inst.WRITE_ACTIONS:
-                for writer, batch in ckpt.parse(tl.commit_metadata(i)).items():
-                    out[writer] = max(batch, out.get(writer, batch))
-        out[checkpoint[0]] = checkpoint[1]
-        return out
 
     def _conflict_error(self, conflict: Any) -> WriteConflictError:
         assert self.instant is not None
@@ -351,6 +343,18 @@ class Transaction:
 def _updated_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
     """File groups this commit rewrote (prevCommit set); brand-new groups cannot conflict."""
     return {(s.partition_path, s.file_id) for s in meta.all_stats() if not s.creates_file_group}
+
+
+def _checkpoints(carried: dict[str, int], tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> dict[str, int]:
+    """Every writer's checkpoint carried forward (see :mod:`checkpoint`): ``carried`` as of our
+    base, the commits completed since on top, ours last."""
+    out = dict(carried)
+    for i in reversed(tl.completed_after(base_ct)):
+        if i.action in inst.WRITE_ACTIONS:
+            for writer, batch in ckpt.parse(tl.commit_metadata(i)).items():
+                out[writer] = max(batch, out.get(writer, batch))
+    out[checkpoint[0]] = checkpoint[1]
+    return out
 
 
 def _check_duplicate(tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> None:

@@ -39,6 +39,23 @@ def zk_base() -> str:
     return f"/mwtest-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture()
+def zk_lock(zk_server, zk_base):
+    """A factory of real ZooKeeper lock providers sharing one base path (one per writer/cleaner),
+    closed at teardown."""
+    import multiwriter as mw
+
+    made: list = []
+
+    def make():
+        made.append(mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base))
+        return made[-1]
+
+    yield make
+    for lock in made:
+        lock.close()
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole test session (~7 s to start)."""

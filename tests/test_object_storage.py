@@ -40,20 +40,6 @@ def _create(uri: str, lock=None) -> mw.Table:
                            ordering_field="ts", lock=lock)
 
 
-@pytest.fixture()
-def zk(zk_server, zk_base):
-    """A factory of ZooKeeper locks on this test's base path, closed at teardown."""
-    made: list[mw.ZooKeeperLock] = []
-
-    def make() -> mw.ZooKeeperLock:
-        made.append(mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base))
-        return made[-1]
-
-    yield make
-    for lock in made:
-        lock.close()
-
-
 def _child(module: str, command: str, args: dict, *, faults: str | None = None) -> subprocess.Popen:
     env = dict(os.environ)  # carries the AWS variables the fixture set
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -93,9 +79,9 @@ def test_create_write_read_and_hudi_rs_on_s3(s3_server):
     assert "trips/.hoodie/hoodie.properties" in keys and any(k.endswith(".parquet") for k in keys)
 
 
-def test_sink_and_data_source_on_s3(s3_server, spark, zk_server, zk_base, zk):
+def test_sink_and_data_source_on_s3(s3_server, spark, zk_server, zk_base, zk_lock):
     uri = s3_server() + "/trips"
-    sink = mw.MultiWriterSink(uri, mw.WriterConfig(writer_id="stream", lock=zk()),
+    sink = mw.MultiWriterSink(uri, mw.WriterConfig(writer_id="stream", lock=zk_lock()),
                               table={"name": "trips", "schema": TRIPS_SCHEMA, "record_key": "id",
                                      "partition_by": ["date"], "ordering_field": "ts"})
     try:
@@ -118,9 +104,9 @@ def test_sink_and_data_source_on_s3(s3_server, spark, zk_server, zk_base, zk):
     assert len(rows(hudi_read_s3(uri, s3_server.endpoint), COLS)) == 7
 
 
-def test_cleaner_rolls_back_a_killed_writer_retains_and_archives_on_s3(s3_server, zk_server, zk_base, zk):
+def test_cleaner_rolls_back_a_killed_writer_retains_and_archives_on_s3(s3_server, zk_server, zk_base, zk_lock):
     uri = s3_server() + "/trips"
-    table = _create(uri, lock=zk())
+    table = _create(uri, lock=zk_lock())
     p = _child("tests.cleaner.proc", "write", {"zk": zk_server.connect, "base": zk_base, "path": uri, "writer": "k",
                                                "ids": [1, 2, 3], "batches": 2}, faults="after-data-files=kill@2")
     out, err = p.communicate(timeout=120)
@@ -129,12 +115,12 @@ def test_cleaner_rolls_back_a_killed_writer_retains_and_archives_on_s3(s3_server
     assert len(killed) == 1
     t_killed = killed[0].requested_time
     assert [f for f in list_data_files(table.storage) if f.instant_time == t_killed]
-    cfg = mw.WriterConfig(writer_id="w", lock=zk(), executor="driver", heartbeat_interval_s=1.0,
+    cfg = mw.WriterConfig(writer_id="w", lock=zk_lock(), executor="driver", heartbeat_interval_s=1.0,
                           heartbeat_tolerable_misses=1)
     for k in range(4):
         mw.write(trips([1, 2, 3], ts=10 + k, value=float(k)), uri, cfg)
     wait_lapsed(table, t_killed)  # the killed writer's heartbeat (1 s, 1 miss) expires
-    with mw.Cleaner(uri, lock=zk(), heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1,
+    with mw.Cleaner(uri, lock=zk_lock(), heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1,
                     retain_commits=1, archive_keep_min=1, archive_keep_max=2) as c:
         report = c.run_once()
     assert report.errors == []
@@ -147,14 +133,14 @@ def test_cleaner_rolls_back_a_killed_writer_retains_and_archives_on_s3(s3_server
     assert rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"]) == [("1", 3.0), ("2", 3.0), ("3", 3.0)]
 
 
-def test_racing_writers_on_s3_create_every_instant_file_once(s3_server, zk_server, zk_base, zk):
+def test_racing_writers_on_s3_create_every_instant_file_once(s3_server, zk_server, zk_base, zk_lock):
     """Two processes upsert the same file groups under the ZooKeeper lock. The bucket is
     versioned: every timeline object having exactly one version shows no instant file was ever
     written twice (the rule for stores without an atomic create)."""
     base = s3_server(versioned=True)
     uri = base + "/trips"
-    _create(uri, lock=zk())
-    mw.write(trips(range(6)), uri, mw.WriterConfig(writer_id="seed", lock=zk(), executor="driver"))
+    _create(uri, lock=zk_lock())
+    mw.write(trips(range(6)), uri, mw.WriterConfig(writer_id="seed", lock=zk_lock(), executor="driver"))
     procs = [
         _child("tests.workers", "write", {"zk": zk_server.connect, "base": zk_base, "path": uri, "writer": f"w{n}",
                                           "ids": list(range(6)), "ts": 2, "value": float(n), "retries": 5})

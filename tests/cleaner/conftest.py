@@ -26,21 +26,6 @@ ROOT = Path(os.path.abspath(__file__)).parents[2]
 
 
 @pytest.fixture()
-def zk_lock(zk_server, zk_base):
-    """A factory of real ZooKeeper lock providers sharing one base path (one per writer/cleaner)."""
-
-    made: list = []
-
-    def make() -> mw.ZooKeeperLock:
-        made.append(mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base))
-        return made[-1]
-
-    yield make
-    for lock in made:
-        lock.close()
-
-
-@pytest.fixture()
 def cleaners():
     """Build cleaners with the test heartbeat settings; all are closed at teardown."""
     made: list = []
