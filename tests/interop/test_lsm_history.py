@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import multiwriter as mw
 from multiwriter.cleaner import archive
 from multiwriter.table import instant as inst
-from tests.cleaner.conftest import cleaners, writer_config, zk_lock  # noqa: F401 (fixtures)
+from tests.cleaner.conftest import cleaners, writer_config  # noqa: F401 (fixtures)
 from tests.conftest import trips
 
 #: HoodieLSMTimelineInstant's Avro fields as Parquet types: (name, type, nullable)
