@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..instant_time import PROCESS_CLOCK, InstantClock
 from ..storage import Storage
@@ -57,6 +57,7 @@ class CleanerContext:
     heartbeat: HeartbeatClient | None = None
     now: float | None = None  # frozen wall clock for tests; None = time.time()
     lock_holds: list[float] = field(default_factory=list)
+    spark: Any = None  # a SparkSession: large clustering groups run on its executors
 
     @property
     def storage(self) -> Storage:

@@ -74,15 +74,23 @@ class ClusteringConfig:
     ``target_file_bytes``: the input bytes stitched into one output file group.
     ``max_bytes_per_run``: input bytes one run rewrites at most (bounds a run's duration).
     ``min_file_groups``: a partition is clustered once it has at least this many small groups.
+    ``executor_min_bytes``: plan groups with at least this many input bytes are rewritten on
+    Spark executors, one task each, when the cleaner has a SparkSession (``Cleaner(spark=...)``
+    or ``Cleaner.start(spark)``); smaller ones, or all of them without a session or with None,
+    on the driver. Large partitions then do not funnel through one process.
     """
 
     small_file_bytes: int = 32 * _MB
     target_file_bytes: int = 128 * _MB
     max_bytes_per_run: int = 2048 * _MB
     min_file_groups: int = 4
+    executor_min_bytes: int | None = 256 * _MB
 
     def __post_init__(self) -> None:
-        for name in ("small_file_bytes", "target_file_bytes", "max_bytes_per_run", "min_file_groups"):
+        names = ["small_file_bytes", "target_file_bytes", "max_bytes_per_run", "min_file_groups"]
+        if self.executor_min_bytes is not None:
+            names.append("executor_min_bytes")
+        for name in names:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"ClusteringConfig {name}={v!r}: must be an int >= 1")
@@ -360,10 +368,11 @@ def _without(groups: list[PlanGroup], busy: set[FileGroup]) -> list[PlanGroup]:
 # -- executing ------------------------------------------------------------------------------------
 
 
-def execute(ctx: CleanerContext, plan: ClusteringPlan) -> list[WriteStat]:
-    """Write one new file group per plan group (outside the lock); rows sorted by record key."""
+def execute(ctx: CleanerContext, plan: ClusteringPlan, cfg: ClusteringConfig | None = None) -> list[WriteStat]:
+    """Write one new file group per plan group (outside the lock); rows sorted by record key.
+    Large groups go to Spark executors when the cleaner has a session (``executor_min_bytes``)."""
     from ..write import guard
-    from ..write.merge import context, write_moved_rows
+    from ..write.merge import context
 
     t = plan.clustering_time
     tl = ctx.table.timeline()
@@ -374,20 +383,51 @@ def execute(ctx: CleanerContext, plan: ClusteringPlan) -> list[WriteStat]:
         heartbeat_bound_s=bound,
         pending_files=guard.pending_files(ctx.config, t, inst.CLUSTERING),
     )
+    jobs = [GroupJob(n, g, layout.new_file_id()) for n, g in enumerate(plan.groups)]
+    remote = [j for j in jobs if _on_executors(ctx, cfg, j.group)]
+    stats: dict[int, WriteStat] = {}
+    if remote:
+        from .clustering_spark import execute_on_executors
+
+        stats.update(execute_on_executors(ctx.spark, mctx, remote))
+    for j in jobs:
+        if j.index not in stats:
+            stats[j.index] = execute_group(ctx.storage, mctx, j)
+    return [stats[j.index] for j in jobs]
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """One plan group and the new file group it becomes (plain, so it ships to executors)."""
+
+    index: int
+    group: PlanGroup
+    file_id: str
+
+
+def _on_executors(ctx: CleanerContext, cfg: ClusteringConfig | None, g: PlanGroup) -> bool:
+    limit = cfg.executor_min_bytes if cfg is not None else None
+    return ctx.spark is not None and limit is not None and g.size >= limit
+
+
+def execute_group(storage: Any, mctx: Any, job: GroupJob, write_token: str | None = None) -> WriteStat:
+    """Read the group's input slices and write them as one new file group (driver or executor;
+    an executor's token carries its stage and attempt, so a retried task writes another file)."""
+    from ..write.merge import write_moved_rows
+
     full = with_meta(mctx.data_schema)
-    stats = []
-    for n, g in enumerate(plan.groups):
-        rows = pa.concat_tables([_read(ctx, s, full, t) for s in g.slices])
-        stats.append(write_moved_rows(ctx.storage, mctx, g.partition, layout.new_file_id(), layout.write_token(n), rows))
-        faults.point("mid-clustering")
-    return stats
+    rows = pa.concat_tables([read_slice(storage, s, full, mctx.instant_time) for s in job.group.slices])
+    token = write_token or layout.write_token(job.index)
+    st = write_moved_rows(storage, mctx, job.group.partition, job.file_id, token, rows)
+    faults.point("mid-clustering")
+    return st
 
 
-def _read(ctx: CleanerContext, s: InputSlice, full: pa.Schema, t: str) -> pa.Table:
+def read_slice(storage: Any, s: InputSlice, full: pa.Schema, t: str) -> pa.Table:
     from ..write.merge import align
 
     try:
-        with ctx.storage.fs.open_input_file(ctx.storage.abs(s.path)) as f:
+        with storage.fs.open_input_file(storage.abs(s.path)) as f:
             return align(pq.read_table(f), full)
     except FileNotFoundError as e:
         raise ClusteringAbortedError(
@@ -489,7 +529,7 @@ def run(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringResult:
     if plan is None:
         return result
     try:
-        stats = execute(ctx, plan)
+        stats = execute(ctx, plan, cfg)
         commit(ctx, plan, stats)
     except ClusteringAbortedError as e:
         log.info("%s", e)

@@ -112,7 +112,8 @@ class Cleaner:
     timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
     heartbeat bounds old (see :mod:`.orphans`). ``clustering`` (on by default) stitches small
     file groups into target-size ones after the rollback step (:mod:`.clustering`);
-    ``clustering=None`` turns it off.
+    ``clustering=None`` turns it off. ``spark`` (or the session given to :meth:`start`): large
+    clustering groups are rewritten on its executors (``ClusteringConfig.executor_min_bytes``).
     """
 
     def __init__(
@@ -133,6 +134,7 @@ class Cleaner:
         metrics: Metrics | None = None,
         pushgateway: str | None = None,
         clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
+        spark: SparkSession | None = None,
     ) -> None:
         _validate(
             heartbeat_interval_s,
@@ -182,6 +184,7 @@ class Cleaner:
         if clustering is not None and not isinstance(clustering, ClusteringConfig):
             raise ConfigError(f"clustering must be a mw.ClusteringConfig or None, got {type(clustering).__name__}")
         self.clustering = clustering
+        self.spark = spark
         self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.last_report: CleanerReport | None = None
         self.runs = 0
@@ -250,6 +253,7 @@ class Cleaner:
         ``trigger(processingTime=interval)``, ``foreachBatch``), so the cleaner lives in the same
         Spark application as the writers. Errors of a run are logged, never end the query.
         Stop it with ``query.stop()``, then ``cleaner.close()``."""
+        self.spark = self.spark or spark
         ck = checkpoint_location or tempfile.mkdtemp(prefix="multiwriter-cleaner-")
         ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).option("numPartitions", 1).load()
 
@@ -391,6 +395,7 @@ class Cleaner:
             heartbeat_tolerable_misses=self.heartbeat_tolerable_misses,
             lock_timeout_s=self.lock_timeout_s,
             heartbeat=self._heartbeat,
+            spark=self.spark,
         )
 
     def _on_trigger(self, batch_id: int) -> None:

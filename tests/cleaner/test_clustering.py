@@ -3,6 +3,7 @@ Hudi's version-8 format, ingestion first. Oracles: hudi-rs (rows, as-of reads), 
 timeline files), pyarrow (data files)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -263,3 +264,33 @@ def test_two_streaming_writers_and_continuous_clustering(trips_table, table_path
     replaced = registry.get_sample_value("multiwriter_clustering_file_groups_total", {"table": "trips", "outcome": "replaced"})
     assert replaced and replaced > 0
     assert registry.get_sample_value("multiwriter_live_files", {"table": "trips"}) == sum(_live_per_partition(table_path).values())
+
+
+def test_large_groups_are_clustered_on_spark_executors(spark, trips_table, table_path):
+    """With a SparkSession and ``executor_min_bytes`` reached, the plan groups are rewritten by
+    Spark tasks (one job in the clustering's job group) and every reader agrees with before."""
+    from multiwriter.cleaner.clustering_spark import JOB_GROUP_PREFIX
+
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    _small_inserts(table_path, 8, cfg)
+    expected = rows(hudi_read(table_path), COLS)
+    on_executors = dataclasses.replace(SMALL, executor_min_bytes=1)
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=on_executors, spark=spark) as cleaner:
+        report = cleaner.cluster_once()
+    (t,) = report.clustering_instants
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(JOB_GROUP_PREFIX + t)
+    assert len(jobs) == 1
+    assert _live_per_partition(table_path) == {"2024-01-01": 1, "2024-01-02": 1}
+    assert rows(hudi_read(table_path), COLS) == expected == rows(mw.Table.open(table_path).read(), COLS)
+
+
+def test_small_groups_stay_on_the_driver_below_executor_min_bytes(spark, trips_table, table_path):
+    from multiwriter.cleaner.clustering_spark import JOB_GROUP_PREFIX
+
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    _small_inserts(table_path, 8, cfg)
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=SMALL, spark=spark) as cleaner:
+        report = cleaner.cluster_once()
+    (t,) = report.clustering_instants
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(JOB_GROUP_PREFIX + t) == []
+    assert _live_per_partition(table_path) == {"2024-01-01": 1, "2024-01-02": 1}
