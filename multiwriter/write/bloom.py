@@ -11,11 +11,17 @@ wrote must be usable by our index. The format, as Hudi defines it (type ``DYNAMI
   in the last row, int number of rows; then per row the same four header fields and the row's
   bits, ``ceil(bits / 8)`` bytes, bit ``i`` in byte ``i // 8`` at position ``i % 8`` (LSB first);
 * bits per row ``ceil(n * -ln(fpp) / ln(2)^2)``, hash functions ``ceil(ln(2) * bits / n)`` for
-  n = 60,000 entries per row and fpp = 1e-9; up to 100,000 entries rows are added, after that
-  keys go round-robin over the rows;
+  n entries per row (Hudi's ``hoodie.index.bloom.num_entries``, 60,000 by default) and fpp =
+  1e-9; up to 100,000 entries rows are added, after that keys go round-robin over the rows;
 * a key's bit positions: hash_i = murmur2(utf8(key), seed = hash_{i-1}) with hash_0's seed 0,
   position ``abs(hash_i % bits)`` with Java's signed 32-bit remainder. Murmur2 is the 32-bit
   MurmurHash2 whose 1-3 tail bytes are sign-extended (Java bytes are signed).
+
+Files here are written once (copy-on-write), so a new file's filter is sized to the keys it
+holds (:meth:`DynamicBloomFilter.for_keys`: between ``MIN_ENTRIES`` and 60,000 entries per row),
+the layout a Hudi writer configured with that ``num_entries`` writes; readers take the sizes from
+the serialized filter. A 100-row micro-batch file then carries 11 KB of filter, not 323 KB, with
+the same false-positive rate.
 
 The hashing is vectorized with numpy over keys of equal length: the per-block mixing does not
 depend on the seed, so it is computed once per key, and each of the ~30 chained rounds costs a
@@ -38,6 +44,7 @@ DYNAMIC_V0 = b"DYNAMIC_V0"
 DEFAULT_ENTRIES = 60_000
 DEFAULT_FPP = 1e-9
 DEFAULT_MAX_ENTRIES = 100_000
+MIN_ENTRIES = 2_000  # rows of sized filters hold at least this many keys (tiny files grow by upserts)
 MURMUR_HASH = 1
 _VERSION = -1
 _M = np.uint32(0x5BD1E995)
@@ -69,6 +76,11 @@ class DynamicBloomFilter:
     def new(cls, entries: int = DEFAULT_ENTRIES, fpp: float = DEFAULT_FPP, max_entries: int = DEFAULT_MAX_ENTRIES) -> DynamicBloomFilter:
         b = bit_size(entries, fpp)
         return cls(b, num_hashes(b, entries), entries, max_entries, [_empty_row(b)])
+
+    @classmethod
+    def for_keys(cls, n: int, fpp: float = DEFAULT_FPP) -> DynamicBloomFilter:
+        """A filter whose first row fits ``n`` keys (``MIN_ENTRIES`` to the default 60,000)."""
+        return cls.new(entries=min(max(n, MIN_ENTRIES), DEFAULT_ENTRIES), fpp=fpp)
 
     # -- adding and testing -------------------------------------------------------------
     def add(self, keys: pa.Array | list[str]) -> None:
@@ -108,7 +120,7 @@ class DynamicBloomFilter:
         return out
 
     def add_rows(self, t: pa.Table, key_column: str) -> None:
-        """Add the keys of ``t``'s rows, using their precomputed :data:`POSITIONS` when there."""
+        """Add the keys of ``t``'s rows, using their precomputed :data:`HASHES` when there."""
         pos = positions_of(t, self)
         if pos is None:
             self.add(t.column(key_column))
@@ -119,8 +131,9 @@ class DynamicBloomFilter:
         row_of = self._assign(len(positions))
         for r in np.unique(row_of).tolist():
             sel = positions if len(row_of) and (row_of == r).all() else positions[row_of == r]
-            flat = sel.ravel()
-            np.bitwise_or.at(self.rows[r], flat >> np.uint32(3), np.left_shift(np.uint8(1), (flat & np.uint32(7)).astype(np.uint8)))
+            hit = np.zeros(len(self.rows[r]) * 8, dtype=bool)  # scatter, then pack LSB first
+            hit[sel.ravel()] = True
+            self.rows[r] |= np.packbits(hit, bitorder="little")
 
     def might_contain(self, keys: pa.Array | list[str]) -> np.ndarray:
         """Per key: False means certainly absent; True means possibly present. Keys are dropped
@@ -179,31 +192,32 @@ class DynamicBloomFilter:
         return cls.from_bytes(base64.b64decode(text))
 
 
-#: a column of precomputed bit positions (fixed-size list of uint32) for the default filter,
-#: computed in one pass over a whole batch so that each file's filter only sets bits
-POSITIONS = "_mw_bloom_positions"
-_DEFAULT_BITS = bit_size(DEFAULT_ENTRIES, DEFAULT_FPP)
-_DEFAULT_HASHES = num_hashes(_DEFAULT_BITS, DEFAULT_ENTRIES)
+#: a column of precomputed key hashes (fixed-size list of uint32: the chained murmur values),
+#: computed in one pass over a whole batch so that each file's filter, whatever its size, only
+#: takes them modulo its bits
+HASHES = "_mw_bloom_hashes"
+_HASH_COUNT = num_hashes(bit_size(DEFAULT_ENTRIES, DEFAULT_FPP), DEFAULT_ENTRIES)
 
 
-def with_positions(t: pa.Table, key_column: str) -> pa.Table:
-    """``t`` plus the :data:`POSITIONS` of its keys in a default-sized filter (once per batch)."""
-    if t.schema.get_field_index(POSITIONS) >= 0:
+def with_hashes(t: pa.Table, key_column: str) -> pa.Table:
+    """``t`` plus the :data:`HASHES` of its keys (once per batch)."""
+    if t.schema.get_field_index(HASHES) >= 0:
         return t
-    pos = key_positions(t.column(key_column), _DEFAULT_HASHES, _DEFAULT_BITS) if t.num_rows else np.zeros((0, _DEFAULT_HASHES), np.uint32)
-    col = pa.FixedSizeListArray.from_arrays(pa.array(pos.ravel(), pa.uint32()), _DEFAULT_HASHES)
-    return t.append_column(POSITIONS, col)
+    h = key_hashes(t.column(key_column), _HASH_COUNT) if t.num_rows else np.zeros((0, _HASH_COUNT), np.uint32)
+    col = pa.FixedSizeListArray.from_arrays(pa.array(h.ravel(), pa.uint32()), _HASH_COUNT)
+    return t.append_column(HASHES, col)
 
 
 def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
-    """The precomputed positions of ``t``'s rows when they fit ``f`` (else None)."""
-    if t.schema.get_field_index(POSITIONS) < 0 or (f.bits, f.hashes) != (_DEFAULT_BITS, _DEFAULT_HASHES):
+    """The bit positions of ``t``'s rows in ``f`` from their precomputed hashes (None when
+    there are none, or ``f`` uses another number of hash functions)."""
+    if t.schema.get_field_index(HASHES) < 0 or f.hashes != _HASH_COUNT:
         return None
-    col = t.column(POSITIONS)
     if t.num_rows == 0:
         return np.zeros((0, f.hashes), np.uint32)
+    col = t.column(HASHES)
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, f.hashes)
+    return _position(arr.flatten().to_numpy(zero_copy_only=False), f.bits).reshape(-1, f.hashes)
 
 
 def _empty_row(bits: int) -> np.ndarray:
@@ -242,6 +256,11 @@ def _as_array(keys: pa.Array | pa.ChunkedArray | list[str]) -> pa.Array:
 
 def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
     """(n, hashes) bit positions (uint32) of UTF-8 ``keys`` (an Arrow string/binary array)."""
+    return _position(key_hashes(keys, hashes), bits)
+
+
+def key_hashes(keys: pa.Array, hashes: int) -> np.ndarray:
+    """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
     groups = _by_length(keys)
     out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 else None
     for idx, hasher in groups:
@@ -249,7 +268,7 @@ def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
         h = hasher.start()
         for i in range(hashes):
             h = hasher.next(h)
-            rounds[i] = _position(h, bits)
+            rounds[i] = h
         if out is None:
             return np.ascontiguousarray(rounds.T)
         out[idx] = rounds.T

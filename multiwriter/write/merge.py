@@ -126,7 +126,7 @@ def merge_file_group(
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out.column("_hoodie_record_key")))
     if keys_filter is None:  # a new file group, or an old file without a filter we can grow
-        keys_filter = bloom.DynamicBloomFilter.new()
+        keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
         if kept.num_rows:
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
@@ -202,13 +202,26 @@ def _drop_stale(upserts: pa.Table, old: pa.Table, ordering: str | None) -> pa.Ta
     return upserts.filter(newer)
 
 
+_ROW_NUMBERS: pa.Array = pa.array([], pa.string())
+
+
+def row_numbers(n: int) -> pa.Array:
+    """"0".."n-1" as strings (for sequence numbers): cut from a cache that grows by doubling,
+    since casting integers to strings costs more than the rest of a file's meta columns."""
+    global _ROW_NUMBERS
+    cached = _ROW_NUMBERS
+    if len(cached) < n:
+        cached = pa.array(np.arange(max(n, 2 * len(cached), 1024)).astype(str), pa.string())
+        _ROW_NUMBERS = cached
+    return cached.slice(0, n)
+
+
 def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str) -> pa.Table:
     """Incoming rows with their meta columns (the constant ones built once per file)."""
     n = upserts.num_rows
     if n == 0:
         return full.empty_table()
-    seq = pc.binary_join_element_wise(
-        pa.scalar(f"{t}_{task.task_index}"), pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string()), "_")
+    seq = pc.binary_join_element_wise(pa.scalar(f"{t}_{task.task_index}"), row_numbers(n), "_")
     meta = {
         "_hoodie_commit_time": pa.repeat(pa.scalar(t, pa.string()), n),
         "_hoodie_commit_seqno": seq,
@@ -278,7 +291,7 @@ def write_moved_rows(
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
     check_alive(storage, ctx, rel)
-    keys_filter = bloom.DynamicBloomFilter.new()
+    keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
     if out.num_rows:
         keys_filter.add(out.column("_hoodie_record_key"))
     size, _footer = _write_parquet(storage, rel, out.combine_chunks(), keys_filter)

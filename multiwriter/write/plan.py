@@ -121,7 +121,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
                 out[r] = ids[bucket_of(keys[r], len(ids))]
         assigned = pa.array(out, pa.string())
     routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, assigned)
-    routed = bloom.with_positions(routed, KEY)  # each file's bloom filter then only sets bits
+    routed = bloom.with_hashes(routed, KEY)  # each file's bloom filter then only takes them modulo its bits
     if routed.num_rows == 0:
         return Plan([], routed)
     routed, groups = group_rows(routed)

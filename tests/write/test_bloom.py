@@ -121,3 +121,25 @@ def test_insert_does_not_look_up_existing_keys(trips_table):
     assert r.num_updates == 0 and r.num_inserts == 2  # in-batch duplicates still resolved
     got = rows(hudi_read(path), ["id", "ts"])
     assert got == sorted([("0", 1), ("1", 1), ("1", 7), ("2", 1), ("9", 1)], key=repr)
+
+
+def test_new_files_carry_filters_sized_to_their_keys(trips_table):
+    """A written-once file's filter is sized to its keys (the layout of a Hudi writer with that
+    num_entries): small files carry MIN_ENTRIES-sized rows, each finds every key it holds."""
+    path = trips_table.path
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(trips(range(0, 100), date="2024-01-01"), path, cfg)
+    mw.write(trips(range(5000, 12000), date="2024-01-02"), path, cfg)
+    sizes = {}
+    for f in _base_files(path):
+        footer = pq.read_metadata(f).metadata
+        fl = bloom.from_footer(footer)
+        keys = _keys(f)
+        assert fl.might_contain(keys).all(), f
+        # the same filter built key by key from scratch (no precomputed hashes) has the same bits
+        ref = bloom.DynamicBloomFilter.new(entries=fl.per_row)
+        ref.add(keys.take(pc.sort_indices(keys)))
+        assert ref.serialize() == footer[bloom.FOOTER_KEY]
+        sizes[len(keys)] = (fl.per_row, fl.hashes, len(footer[bloom.FOOTER_KEY]))
+    assert sizes[100][:2] == (bloom.MIN_ENTRIES, 30) and sizes[7000][:2] == (7000, 30)
+    assert sizes[100][2] < 20_000 < 431_000 // 10
