@@ -2,13 +2,15 @@
 
 Per partition the batch touches, the candidate files of a key are the latest slices whose key
 range (``hoodie_min/max_record_key`` in the footer) covers it and whose footer bloom filter says
-it may be there; only candidates' key columns are read, to confirm. Base files are immutable,
-so what a footer says is cached per path in a :class:`KeyIndex` that lives as long as its writer
-(a streaming sink's lives as long as the query): each batch reads the footers of the files that
-are new since the last one, not of every file in the partition.
+it may be there; only candidates' key columns are read, to confirm. Base files are immutable
+(a name carries its instant, and an instant is never reused), so what a footer says is cached
+per table and path in one process-wide :class:`FooterCache`: a long-lived writer (a streaming
+sink) and one-off ``mw.write`` calls alike read the footers of the files that are new since the
+last batch, not of every file in the partition.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -98,14 +100,70 @@ def untagged(prepared: pa.Table) -> pa.Table:
     return prepared.append_column(FILE_ID, pa.nulls(prepared.num_rows, pa.string()))
 
 
-class KeyIndex:
-    """Footers of base files seen so far (immutable, so cached by path), bounded in bytes."""
+class FooterCache:
+    """Footers by (table URI, path), least recently used dropped first beyond ``max_bytes``;
+    shared by the writers of a process (merge threads add to it concurrently)."""
 
-    def __init__(self, storage: Storage, *, max_bytes: int = 256 << 20) -> None:
-        self.storage = storage
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
         self.max_bytes = max_bytes
-        self._footers: OrderedDict[str, FooterKeys] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], FooterKeys] = OrderedDict()
         self._bytes = 0
+        self._mu = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> FooterKeys | None:
+        with self._mu:
+            f = self._items.get(key)
+            if f is not None:
+                self._items.move_to_end(key)
+            return f
+
+    def put(self, key: tuple[str, str], f: FooterKeys) -> None:
+        with self._mu:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._items[key] = f
+            self._bytes += f.nbytes
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, gone = self._items.popitem(last=False)
+                self._bytes -= gone.nbytes
+
+    def forget(self, uri: str, partitions: set[str], live: set[str]) -> None:
+        """Drop footers of ``uri``'s files in ``partitions`` that are no longer latest slices."""
+        with self._mu:
+            stale = [k for k in self._items if k[0] == uri and k[1].rpartition("/")[0] in partitions and k[1] not in live]
+            for k in stale:
+                self._bytes -= self._items.pop(k).nbytes
+
+    def keys(self) -> list[tuple[str, str]]:
+        with self._mu:
+            return list(self._items)
+
+    def discard(self, key: tuple[str, str]) -> None:
+        with self._mu:
+            f = self._items.pop(key, None)
+            if f is not None:
+                self._bytes -= f.nbytes
+
+    def clear(self) -> None:
+        with self._mu:
+            self._items.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+#: the footers every writer of this process shares
+SHARED_FOOTERS = FooterCache()
+
+
+class KeyIndex:
+    """The index of one writer: footers come from (and go to) a :class:`FooterCache`."""
+
+    def __init__(self, storage: Storage, *, cache: FooterCache | None = None) -> None:
+        self.storage = storage
+        self.cache = cache if cache is not None else SHARED_FOOTERS
         self.footer_reads = 0  # footers read from storage (cache misses), for tests and metrics
         self.key_reads = 0  # key columns read to confirm candidates
 
@@ -116,33 +174,22 @@ class KeyIndex:
         return Snapshot.build(self.storage, timeline, partitions=existing)
 
     def footer(self, fs: FileSlice) -> FooterKeys:
-        f = self._footers.get(fs.path)
+        key = (self.storage.uri, fs.path)
+        f = self.cache.get(key)
         if f is not None:
-            self._footers.move_to_end(fs.path)
             return f
         f = read_footer(self.storage, fs.path)
         self.footer_reads += 1
-        self._remember(fs.path, f)
+        self.cache.put(key, f)
         return f
 
     def remember_written(self, path: str, f: FooterKeys) -> None:
         """A file this process just wrote: no need to read its footer back."""
-        self._remember(path, f)
-
-    def _remember(self, path: str, f: FooterKeys) -> None:
-        old = self._footers.pop(path, None)
-        if old is not None:
-            self._bytes -= old.nbytes
-        self._footers[path] = f
-        self._bytes += f.nbytes
-        while self._bytes > self.max_bytes and len(self._footers) > 1:
-            _, gone = self._footers.popitem(last=False)
-            self._bytes -= gone.nbytes
+        self.cache.put((self.storage.uri, path), f)
 
     def forget_except(self, live: set[str], partitions: set[str]) -> None:
         """Drop cached footers of files in ``partitions`` that are no longer latest slices."""
-        for path in [p for p in self._footers if p.rpartition("/")[0] in partitions and p not in live]:
-            self._bytes -= self._footers.pop(path).nbytes
+        self.cache.forget(self.storage.uri, partitions, live)
 
     def tag(self, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
         """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys."""

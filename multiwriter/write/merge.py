@@ -122,9 +122,9 @@ def merge_file_group(
         kept = full.empty_table()
     fresh = _new_rows(upserts, full, t, task, name)
     n_insert = fresh.num_rows - n_update
+    # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
+    # index need none; the key range and bloom filter go to the footer; clustering sorts)
     out = pa.concat_tables([kept, fresh]) if kept.num_rows else fresh
-    if out.num_rows > 1:
-        out = out.take(pc.sort_indices(out.column("_hoodie_record_key")))
     if keys_filter is None:  # a new file group, or an old file without a filter we can grow
         keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
         if kept.num_rows:

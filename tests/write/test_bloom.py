@@ -15,6 +15,7 @@ from tests.conftest import trips
 from tests.oracle import hudi_read, rows, unzip_fixture
 
 bloom = importlib.import_module("multiwriter.write.bloom")
+index_mod = importlib.import_module("multiwriter.write.index")
 
 SIMPLE_KEY_TABLES = ["v6_nonpartitioned", "v6_simplekeygen_nonhivestyle", "v8_nonpartitioned",
                      "v8_simplekeygen_nonhivestyle", "v8_simplekeygen_nonhivestyle_overwritetable"]
@@ -100,7 +101,10 @@ def test_long_lived_writer_reads_only_footers_of_new_files(trips_table):
         w.write(trips(range(0, 100)))
         w.write(trips(range(50, 150), ts=2))  # its own files: known without reading them back
         assert w.index.footer_reads == 0
+        known = set(index_mod.SHARED_FOOTERS.keys())
         mw.write(trips(range(1000, 1010)), path, mw.WriterConfig(writer_id="b", lock=mw.InProcessLock()))
+        for k in set(index_mod.SHARED_FOOTERS.keys()) - known:  # as if b ran in another process
+            index_mod.SHARED_FOOTERS.discard(k)
         w.write(trips(range(140, 160), ts=3))
         assert w.index.footer_reads == 1  # only the other writer's new file group
         w.write(trips(range(0, 5), ts=4))
@@ -110,6 +114,28 @@ def test_long_lived_writer_reads_only_footers_of_new_files(trips_table):
     got = hudi_read(path)
     assert got.num_rows == 170
     assert sorted(got.column("id").to_pylist()) == sorted(str(i) for i in list(range(160)) + list(range(1000, 1010)))
+
+
+def test_one_off_writes_in_one_process_share_the_footers_they_saw(trips_table, monkeypatch):
+    """``mw.write`` per batch (a new Writer each time) reads no footer twice in one process:
+    the footer cache is per process, keyed by table and file (files are immutable)."""
+    path = trips_table.path
+    cfg = mw.WriterConfig(writer_id="a", lock=mw.InProcessLock())
+    mw.write(trips(range(0, 100)), path, cfg)
+    reads: list[str] = []
+    real = index_mod.read_footer
+    monkeypatch.setattr(index_mod, "read_footer", lambda storage, p: reads.append(p) or real(storage, p))
+    mw.write(trips(range(50, 150), ts=2), path, cfg)  # its files were written by this process
+    assert reads == []
+    index_mod.SHARED_FOOTERS.clear()
+    mw.write(trips(range(60, 70), ts=3), path, cfg)
+    assert reads and len(reads) == len(set(reads))  # read once each after the cache was cleared
+    reads.clear()
+    mw.write(trips(range(60, 70), ts=4), path, cfg)
+    assert reads == []  # then known
+    assert rows(hudi_read(path), ["id", "ts"]) == sorted(
+        [(str(i), 1) for i in range(50)] + [(str(i), 2) for i in range(50, 150) if not 60 <= i < 70]
+        + [(str(i), 4) for i in range(60, 70)], key=repr)
 
 
 def test_insert_does_not_look_up_existing_keys(trips_table):
