@@ -159,6 +159,20 @@ class DynamicBloomFilter:
             out[idx[alive]] = True
         return out
 
+    def might_contain_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """:meth:`might_contain` for keys given by their precomputed (n, hashes) murmur values
+        (:func:`key_hashes`), so a batch is hashed once however many files it is tested against."""
+        if hashes.shape[1] != self.hashes:
+            raise ValueError(f"{hashes.shape[1]} hashes per key given, the filter uses {self.hashes}")
+        out = np.zeros(len(hashes), dtype=bool)
+        if not len(hashes):
+            return out
+        pos = _position(hashes, self.bits)
+        byte, shift = pos >> np.uint32(3), (pos & np.uint32(7)).astype(np.uint8)
+        for row in self.rows:
+            out |= (((row[byte] >> shift) & 1) != 0).all(axis=1)
+        return out
+
     # -- (de)serialization ---------------------------------------------------------------
     def to_bytes(self) -> bytes:
         head = _HEADER.pack(_VERSION, self.hashes, MURMUR_HASH, self.bits)
@@ -208,16 +222,22 @@ def with_hashes(t: pa.Table, key_column: str) -> pa.Table:
     return t.append_column(HASHES, col)
 
 
+def hashes_of(t: pa.Table) -> np.ndarray | None:
+    """The (n, hashes) :data:`HASHES` of ``t``'s rows, or None when it has none."""
+    if t.schema.get_field_index(HASHES) < 0:
+        return None
+    if t.num_rows == 0:
+        return np.zeros((0, _HASH_COUNT), np.uint32)
+    col = t.column(HASHES)
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, _HASH_COUNT)
+
+
 def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
     """The bit positions of ``t``'s rows in ``f`` from their precomputed hashes (None when
     there are none, or ``f`` uses another number of hash functions)."""
-    if t.schema.get_field_index(HASHES) < 0 or f.hashes != _HASH_COUNT:
-        return None
-    if t.num_rows == 0:
-        return np.zeros((0, f.hashes), np.uint32)
-    col = t.column(HASHES)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return _position(arr.flatten().to_numpy(zero_copy_only=False), f.bits).reshape(-1, f.hashes)
+    h = hashes_of(t) if f.hashes == _HASH_COUNT else None
+    return None if h is None else _position(h, f.bits)
 
 
 def _empty_row(bits: int) -> np.ndarray:

@@ -43,8 +43,9 @@ class FooterKeys:
     def nbytes(self) -> int:
         return 256 + (sum(r.nbytes for r in self.bloom.rows) if self.bloom else 0)
 
-    def may_hold(self, keys: pa.Array, lo: str, hi: str) -> np.ndarray | bool:
-        """Per key (or False for all): might this file hold it?"""
+    def may_hold(self, keys: pa.Array, lo: str, hi: str, hashes: np.ndarray | None = None) -> np.ndarray | bool:
+        """Per key (or False for all): might this file hold it? ``hashes``: the keys' bloom
+        hashes when the batch has them (then no key is hashed again per file)."""
         if self.num_rows == 0:
             return False
         if self.min_key is not None and self.max_key is not None:
@@ -56,7 +57,10 @@ class FooterKeys:
             mask = np.ones(len(keys), dtype=bool)
         if self.bloom is not None and mask.any():
             idx = np.flatnonzero(mask)
-            mask[idx] = self.bloom.might_contain(keys.take(pa.array(idx)))
+            if hashes is not None and hashes.shape[1] == self.bloom.hashes:
+                mask[idx] = self.bloom.might_contain_hashes(hashes[idx])
+            else:
+                mask[idx] = self.bloom.might_contain(keys.take(pa.array(idx)))
         return mask
 
 
@@ -201,6 +205,7 @@ class KeyIndex:
         by_part: dict[str, list[FileSlice]] = {}
         for fs in snapshot.slices.values():
             by_part.setdefault(fs.partition, []).append(fs)
+        hashes = bloom.hashes_of(prepared)
         encoded = parts.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         for code, p in enumerate(encoded.dictionary.to_pylist()):
@@ -209,19 +214,19 @@ class KeyIndex:
                 continue
             rows = np.flatnonzero(codes == code)
             pk = keys.take(pa.array(rows))
-            for fid_no, found in self._lookup(files, pk):
+            for fid_no, found in self._lookup(files, pk, hashes[rows] if hashes is not None else None):
                 names.append(fid_no)
                 out[rows[found]] = len(names) - 1
         self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
         fids = pa.array(names, pa.string()).take(pa.array(out, mask=out < 0)) if names else pa.nulls(n, pa.string())
         return prepared.append_column(FILE_ID, fids)
 
-    def _lookup(self, files: list[FileSlice], keys: pa.Array) -> list[tuple[str, np.ndarray]]:
+    def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
         """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds)."""
         lo, hi = pc.min(keys).as_py(), pc.max(keys).as_py()
         out = []
         for fs in sorted(files, key=lambda f: f.file_id):
-            maybe = self.footer(fs).may_hold(keys, lo, hi)
+            maybe = self.footer(fs).may_hold(keys, lo, hi, hashes)
             if maybe is False or not np.any(maybe):
                 continue
             cand = np.flatnonzero(maybe)

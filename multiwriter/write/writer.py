@@ -35,12 +35,13 @@ from ..table.snapshot import Snapshot
 from ..table.table import Table
 from ..errors import DuplicateBatchError
 from ..transaction import Transaction, last_checkpoint
+from . import bloom
 from . import spark as spark_path
 from .executor import run_on_driver
 from .index import KeyIndex, untagged
 from .merge import context
 from .plan import OPERATION_TYPES, make_plan, planned_metadata
-from .records import prepare
+from .records import KEY, prepare
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ class Writer:
             if self.config.operation == "insert":  # as Hudi: no lookup against the table
                 snap, tagged = Snapshot({}, tl, None), untagged(prepared)
             else:
+                prepared = bloom.with_hashes(prepared, KEY)  # once per batch: the index and the files' filters use them
                 snap = self.index.snapshot(tl, prepared)
                 tagged = self.index.tag(snap, prepared)
             plan = make_plan(tagged, snap, target_file_size=self.config.target_file_size_bytes)

@@ -169,3 +169,14 @@ def test_new_files_carry_filters_sized_to_their_keys(trips_table):
         sizes[len(keys)] = (fl.per_row, fl.hashes, len(footer[bloom.FOOTER_KEY]))
     assert sizes[100][:2] == (bloom.MIN_ENTRIES, 30) and sizes[7000][:2] == (7000, 30)
     assert sizes[100][2] < 20_000 < 431_000 // 10
+
+
+def test_precomputed_hashes_answer_as_hashing_each_key():
+    keys = pa.array([f"key-{i}" for i in range(3000)] + ["x", "yy", "zzz", "wwww"])
+    f = bloom.DynamicBloomFilter.for_keys(1500)
+    f.add(keys.slice(0, 1500))
+    f.add(keys.slice(1500, 600))  # a second row once the first is full
+    h = bloom.key_hashes(keys, f.hashes)
+    assert len(f.rows) == 2
+    assert (f.might_contain_hashes(h) == f.might_contain(keys)).all()
+    assert f.might_contain_hashes(h[:2100]).all()
