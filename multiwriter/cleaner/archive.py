@@ -24,7 +24,7 @@ would be older than the earliest active instant and count as committed again), a
 ``keep_min`` completed instants stay.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
-under the table lock; then each instant's files are deleted oldest first, requested and inflight
+under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
 before completed, so an interrupted archival never leaves an instant that looks pending. The next
 run finishes it: active instants already in the history are deleted without being archived again.
 """
@@ -68,6 +68,7 @@ class ArchiveResult:
     finished: int = 0  # instants of an interrupted archival whose files this run removed
     held_back_by: str | None = None  # the rule that limited the cutoff (for logs and tests)
     swept: list[str] = field(default_factory=list)  # uncommitted data files deleted (see sweep_uncommitted)
+    compacted: list[str] = field(default_factory=list)  # history files written by compaction
 
 
 # -- deciding (pure, given a timeline) ---------------------------------------------------------
@@ -312,14 +313,17 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     """
     result = ArchiveResult()
     with ctx.locked() as tl:
-        migrate_json_batches(ctx)
+        migrated = migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:
             tl = ctx.table.timeline()
         chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
+        if chosen:
+            name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
+        if chosen or migrated:
+            result.compacted = lsm.compact_and_clean(ctx.storage, ctx.config.history_dir)
         if not chosen:
             return result
-        name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
     result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active
     result.archived = len(chosen)
     result.batch = name
