@@ -51,18 +51,6 @@ def _heartbeats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live_writers(lock: object, table_id: str) -> list[str]:
-    """Writer ids registered live on the table (ZooKeeper ephemeral nodes)."""
-    from kazoo.exceptions import NoNodeError
-
-    shared = lock._shared_client()  # type: ignore[attr-defined]
-    lock.await_connection(shared.client)  # type: ignore[attr-defined]
-    try:
-        return sorted(shared.client.get_children(lock.writers_path(table_id)))  # type: ignore[attr-defined]
-    except NoNodeError:
-        return []
-
-
 def _status(args: argparse.Namespace) -> int:
     from .status import collect, render
     from .table.table import Table
@@ -72,9 +60,11 @@ def _status(args: argparse.Namespace) -> int:
     if args.zk:
         from .cleaner.job import cli_lock
 
+        from .lock import ZooKeeperLock
+
         lock = cli_lock(args, "status")
         try:
-            live = _live_writers(lock, t.table_id)
+            live = lock.live_writers(t.table_id) if isinstance(lock, ZooKeeperLock) else None
         finally:
             lock.close()
     s = collect(t, live_writers=live, heartbeat_interval_s=args.heartbeat_interval,
