@@ -5,8 +5,93 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
-from .errors import MultiWriterError
+from .errors import ConfigError, MultiWriterError
+
+#: our flags that Hudi's heartbeat keys also set: (argparse dest, WriterConfig field, default)
+HEARTBEAT_FLAGS = (("heartbeat_interval", "heartbeat_interval_s", 10.0), ("heartbeat_misses", "heartbeat_tolerable_misses", 2))
+
+
+def add_hudi_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--hoodie-conf KEY=VALUE`` (repeatable) and ``--props FILE``: the keys a JVM writer of
+    the table is given, read by :func:`apply_hudi_options`."""
+    p.add_argument("--hoodie-conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hudi key (hoodie.write.lock.*, hoodie.client.heartbeat.*, ...); repeatable, wins over --props")
+    p.add_argument("--props", metavar="FILE", help="a Hudi properties file (key=value lines) with the same keys")
+    p.set_defaults(heartbeat_interval=None, heartbeat_misses=None)  # unset: Hudi's keys or the usual defaults
+    return p
+
+
+def hudi_options(args: argparse.Namespace) -> dict[str, str]:
+    """The Hudi keys of ``--props`` then ``--hoodie-conf`` (later ones win, as in Hudi Streamer)."""
+    from .table.properties import parse
+
+    out: dict[str, str] = {}
+    if getattr(args, "props", None):
+        try:
+            with open(args.props, encoding="utf-8") as f:
+                out.update(parse(f.read(), source=args.props))
+        except OSError as e:
+            raise ConfigError(f"--props {args.props}: cannot read it ({e})") from e
+    for item in getattr(args, "hoodie_conf", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--hoodie-conf {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    foreign = [k for k in out if not k.startswith("hoodie.")]
+    if foreign:
+        raise ConfigError(f"unknown option {foreign[0]!r}: --hoodie-conf and --props take Hudi keys (hoodie.*)")
+    return out
+
+
+def apply_hudi_options(args: argparse.Namespace) -> None:
+    """Resolve the lock and heartbeat settings of ``args`` from Hudi's keys, through the code
+    :meth:`~multiwriter.WriterConfig.from_options` uses; a key that is unknown, or that says
+    otherwise than a flag or the table, is a ``ConfigError`` naming both."""
+    from .config import settings_from_options, zookeeper_lock_from_options
+
+    options = hudi_options(args)
+    settings = settings_from_options(options) if options else {}
+    for dest, field, default in HEARTBEAT_FLAGS:
+        flag, key = getattr(args, dest, None), settings.get(field)
+        if flag is not None and key is not None and flag != key:
+            raise ConfigError(f"--{dest.replace('_', '-')} {flag} and the Hudi key for {field} ({key} here) disagree: "
+                              "give one of them")
+        if hasattr(args, dest):
+            setattr(args, dest, next(v for v in (flag, key, default) if v is not None))
+    _check_table_name(args, options)
+    args.lock = _hudi_lock(args, options, zookeeper_lock_from_options)
+
+
+def _check_table_name(args: argparse.Namespace, options: dict[str, str]) -> None:
+    from .table.table import Table
+
+    name = options.get("hoodie.table.name")
+    actual = Table.open(args.path).name if name else None
+    if name and name != actual:
+        raise ConfigError(f"hoodie.table.name={name!r}, but the table at {args.path} is named {actual!r}: "
+                          "these keys are another table's")
+
+
+def _hudi_lock(args: argparse.Namespace, options: dict[str, str], build: Callable[[dict[str, Any]], Any]) -> Any:
+    lock = build(options)
+    if lock is None:
+        return None
+    flags = [f for f, on in (("--zk", args.zk), ("--zk-base-path", args.zk_base_path), ("--file-lock", args.file_lock)) if on]
+    if flags:
+        lock.close()
+        raise ConfigError(f"hoodie.write.lock.provider and {', '.join(flags)} both name the lock: give one of them")
+    return lock
+
+
+def _with_hudi_options(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        apply_hudi_options(args)
+        return fn(args)
+
+    return run
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -51,30 +136,20 @@ def _heartbeats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live_writers(lock: object, table_id: str) -> list[str]:
-    """Writer ids registered live on the table (ZooKeeper ephemeral nodes)."""
-    from kazoo.exceptions import NoNodeError
-
-    shared = lock._shared_client()  # type: ignore[attr-defined]
-    lock.await_connection(shared.client)  # type: ignore[attr-defined]
-    try:
-        return sorted(shared.client.get_children(lock.writers_path(table_id)))  # type: ignore[attr-defined]
-    except NoNodeError:
-        return []
-
-
 def _status(args: argparse.Namespace) -> int:
     from .status import collect, render
     from .table.table import Table
 
     t = Table.open(args.path)
     live = None
-    if args.zk:
+    if args.zk or args.lock is not None:
         from .cleaner.job import cli_lock
+
+        from .lock import ZooKeeperLock
 
         lock = cli_lock(args, "status")
         try:
-            live = _live_writers(lock, t.table_id)
+            live = lock.live_writers(t.table_id) if isinstance(lock, ZooKeeperLock) else None
         finally:
             lock.close()
     s = collect(t, live_writers=live, heartbeat_interval_s=args.heartbeat_interval,
@@ -130,10 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("clean", help="roll back failed writers, cluster small files, clean old versions, archive")
     add_arguments(c)
-    c.set_defaults(fn=clean_command)
+    add_hudi_arguments(c)
+    c.set_defaults(fn=_with_hudi_options(clean_command))
     k = sub.add_parser("cluster", help="stitch small file groups into target-size ones (clustering only)")
     add_cluster_arguments(k)
-    k.set_defaults(fn=cluster_command)
+    add_hudi_arguments(k)
+    k.set_defaults(fn=_with_hudi_options(cluster_command))
     s = sub.add_parser("status", help="writers, in-flight instants, pending services, file health, on one screen")
     s.add_argument("path")
     s.add_argument("--json", action="store_true", help="machine-readable output")
@@ -141,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
     s.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
     s.add_argument("--small-file-bytes", type=int, default=None, help="what counts as a small file (default: clustering's)")
-    s.set_defaults(fn=_status)
+    add_hudi_arguments(s)
+    s.set_defaults(fn=_with_hudi_options(_status))
     w = sub.add_parser("writers", help="manage writer ids")
     wsub = w.add_subparsers(dest="writers_cmd", required=True)
     r = wsub.add_parser("retire", help="forget a stopped writer id's checkpoint (refused while it is live)")

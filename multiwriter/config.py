@@ -112,26 +112,7 @@ class WriterConfig:
         :func:`table_settings_from_options`. An unknown key, or one that asks for something this
         sink does not do, is a ``ConfigError`` naming it.
         """
-        kw: dict[str, Any] = {}
-        names = {f.name: f for f in fields(cls)}
-        for k, v in options.items():
-            if k in TABLE_KEYS or k in REQUIRED_VALUES or k == LOCK_PROVIDER_KEY or k == LOCK_RETRIES_KEY:
-                _check_required(k, v)
-                continue
-            if k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS:
-                continue
-            target = HUDI_KEYS.get(k, k)
-            if target not in names or target == "lock":
-                raise ConfigError(f"unknown option {k!r}: not a Hudi key this sink maps, nor a WriterConfig field")
-            if k in MILLIS_KEYS:
-                v = _number(k, v) / 1000.0
-            if k == MISSES_KEY:
-                v = _hudi_misses(v)
-            if target == "operation" and str(v).strip().lower() not in OPERATIONS:
-                raise ConfigError(f"option {k}={v!r} is not supported: use one of {OPERATIONS}")
-            if target == "operation":
-                v = str(v).strip().lower()
-            kw[target] = _convert(k, v, getattr(cls, target))
+        kw = settings_from_options(options)
         lock = zookeeper_lock_from_options(options)
         if lock is not None:
             if overrides.get("lock") is not None:
@@ -141,6 +122,34 @@ class WriterConfig:
             kw["lock"] = lock
         kw.update(overrides)
         return cls(**kw)
+
+
+def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`WriterConfig` fields that ``options`` set (Hudi keys converted to our units;
+    lock and table keys are checked, not returned). Shared by :meth:`WriterConfig.from_options`
+    and the command line (``--hoodie-conf``, ``--props``): an unknown key, or one that asks for
+    something this sink does not do, is a ``ConfigError`` naming it."""
+    kw: dict[str, Any] = {}
+    names = {f.name for f in fields(WriterConfig)}
+    for k, v in options.items():
+        if k in TABLE_KEYS or k in REQUIRED_VALUES or k == LOCK_PROVIDER_KEY or k == LOCK_RETRIES_KEY:
+            _check_required(k, v)
+            continue
+        if k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS:
+            continue
+        target = HUDI_KEYS.get(k, k)
+        if target not in names or target == "lock":
+            raise ConfigError(f"unknown option {k!r}: not a Hudi key this sink maps, nor a WriterConfig field")
+        if k in MILLIS_KEYS:
+            v = _number(k, v) / 1000.0
+        if k == MISSES_KEY:
+            v = _hudi_misses(v)
+        if target == "operation" and str(v).strip().lower() not in OPERATIONS:
+            raise ConfigError(f"option {k}={v!r} is not supported: use one of {OPERATIONS}")
+        if target == "operation":
+            v = str(v).strip().lower()
+        kw[target] = _convert(k, v, getattr(WriterConfig, target))
+    return kw
 
 
 def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:

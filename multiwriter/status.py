@@ -121,6 +121,7 @@ def _in_flight(table: Table, i: Instant, interval: float, misses: int) -> InFlig
 def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
     """The newest completed rollback, clean and clustering, and the newest archive batch."""
     from .cleaner.archive import batch_files
+    from .table import lsm_timeline as lsm
 
     out: dict[str, Any] = {}
     for action in (inst.ROLLBACK, inst.CLEAN):
@@ -133,9 +134,11 @@ def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
         i = clusterings[-1]
         out["clustering"] = {"requested": i.requested_time, "completed": i.completion_time,
                              "replaced_file_groups": len(tl.commit_metadata(i).replaced_file_groups())}
-    batches = batch_files(table)
-    if batches:
-        out["archive"] = {"newest_batch": sorted(batches)[-1].rsplit("/", 1)[-1]}
+    listed = [name for name, _ in lsm.manifest_files(table.storage, table.config.history_dir)]
+    batches = [rel.rsplit("/", 1)[-1] for rel in batch_files(table)]
+    if listed or batches:
+        newest = max(listed, key=lambda n: (n.split("_")[1], n), default=None) or sorted(batches)[-1]
+        out["archive"] = {"newest_batch": newest, "history_files": len(listed) + len(batches)}
     return out
 
 

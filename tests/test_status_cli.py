@@ -131,3 +131,21 @@ def test_cluster_command_needs_a_lock_and_stitches_small_files(trips_table, tabl
     assert "clustered 4 file groups in 1 instants" in out.stdout
     assert _groups_per_partition_by_hudi_rs(table_path) == {"2024-01-01": 1}
     assert sorted(hudi_read(table_path).column("id").to_pylist()) == before
+
+
+def test_status_names_the_newest_file_of_the_lsm_history(trips_table, table_path):
+    from multiwriter.cleaner import archive
+    from multiwriter.status import collect
+
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    with mw.Cleaner(table_path, lock=cfg.lock, clustering=None) as cleaner:
+        for k in range(4):
+            mw.write(trips([k]), table_path, cfg)
+            archive.archive(cleaner._context(), keep_min=1, keep_max=1, retain_commits=0)
+    hist = Path(table_path, ".hoodie", "timeline", "history")
+    version = (hist / "_version_").read_text()
+    listed = [f["fileName"] for f in json.loads((hist / f"manifest_{version}").read_text())["files"]]
+    newest = max(listed, key=lambda n: n.split("_")[1])
+    s = collect(mw.Table.open(table_path))
+    assert s.archived_instants == 3 and len(listed) == 3
+    assert s.cleaner_last["archive"] == {"newest_batch": newest, "history_files": 3}

@@ -24,7 +24,7 @@ would be older than the earliest active instant and count as committed again), a
 ``keep_min`` completed instants stay.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
-under the table lock; then each instant's files are deleted oldest first, requested and inflight
+under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
 before completed, so an interrupted archival never leaves an instant that looks pending. The next
 run finishes it: active instants already in the history are deleted without being archived again.
 """
@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import checkpoint as ckpt
-from ..errors import TableFormatError
 from ..table import instant as inst
+from ..table import history
 from ..table import lsm_timeline as lsm
 from ..table.files import FileSlice, list_data_files
+from ..table.history import ArchivedInstant
 from ..table.instant import Instant
-from ..table.metadata import CommitMetadata
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
@@ -52,30 +52,13 @@ from .retention import earliest_to_retain
 
 log = logging.getLogger(__name__)
 
-FORMAT = "multiwriter-archive"
+FORMAT = history.LEGACY_FORMAT
 FORMAT_VERSION = 1
-SUFFIX = ".archive.json"
+SUFFIX = history.LEGACY_SUFFIX
+decode_batch = history.decode_legacy_batch
 _STATE_ORDER = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
 #: actions whose requested file is a plan, archived by Hudi in the ``plan`` column
 PLAN_ACTIONS = frozenset({inst.CLEAN, inst.REPLACE_COMMIT, inst.CLUSTERING, inst.COMPACTION})
-
-
-@dataclass(frozen=True)
-class ArchivedInstant:
-    """One instant as recorded in a history batch: its identity and its timeline files' bytes."""
-
-    requested_time: str
-    action: str
-    completion_time: str | None
-    files: dict[str, bytes] = field(default_factory=dict, compare=False)  # file name -> content
-
-    def commit_metadata(self) -> CommitMetadata | None:
-        """The ``HoodieCommitMetadata`` of an archived write commit (None for other actions)."""
-        if self.action not in inst.WRITE_ACTIONS:
-            return None
-        name = Instant(self.requested_time, self.action, inst.COMPLETED, self.completion_time).file_name()
-        data = self.files.get(name)
-        return CommitMetadata.from_bytes(data, source=f"history:{name}") if data is not None else None
 
 
 @dataclass
@@ -85,6 +68,7 @@ class ArchiveResult:
     finished: int = 0  # instants of an interrupted archival whose files this run removed
     held_back_by: str | None = None  # the rule that limited the cutoff (for logs and tests)
     swept: list[str] = field(default_factory=list)  # uncommitted data files deleted (see sweep_uncommitted)
+    compacted: list[str] = field(default_factory=list)  # history files written by compaction
 
 
 # -- deciding (pure, given a timeline) ---------------------------------------------------------
@@ -196,15 +180,6 @@ def lsm_record(tl: Timeline, i: Instant) -> lsm.LsmInstant:
     return lsm.LsmInstant(i.requested_time, i.completion_time, i.action, metadata, plan)
 
 
-def _from_lsm(r: lsm.LsmInstant) -> ArchivedInstant:
-    files: dict[str, bytes] = {}
-    if r.metadata is not None:
-        files[Instant(r.instant_time, r.action, inst.COMPLETED, r.completion_time).file_name()] = r.metadata
-    if r.plan is not None:
-        files[Instant(r.instant_time, r.action, inst.REQUESTED).file_name()] = r.plan
-    return ArchivedInstant(r.instant_time, r.action, r.completion_time, files)
-
-
 def _to_lsm(a: ArchivedInstant) -> lsm.LsmInstant:
     completed = Instant(a.requested_time, a.action, inst.COMPLETED, a.completion_time).file_name()
     requested = Instant(a.requested_time, a.action, inst.REQUESTED).file_name()
@@ -241,44 +216,15 @@ def encode_batch(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> 
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 
-def decode_batch(data: bytes, *, source: str) -> list[ArchivedInstant]:
-    try:
-        doc = json.loads(data)
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
-        return [
-            ArchivedInstant(
-                r["requested_time"],
-                r["action"],
-                r.get("completion_time"),
-                {name: base64.b64decode(b) for name, b in (r.get("files") or {}).items()},
-            )
-            for r in doc["instants"]
-        ]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise TableFormatError(
-            f"{source}: not a readable multiwriter archive batch ({e}); restore it from backup: "
-            "the instants it holds are no longer on the active timeline"
-        ) from e
-
-
 def batch_files(table: Table) -> list[str]:
     """The JSON history batches earlier releases wrote, oldest first (migrated to LSM files)."""
-    hist = table.config.history_dir
-    return sorted(e.path for e in table.storage.list_dir(hist, files_only=True) if e.path.endswith(SUFFIX))
+    return history.legacy_batches(table.storage, table.config.history_dir)
 
 
 def load_history(table: Table) -> list[ArchivedInstant]:
     """Every archived instant of ``table``, oldest first: Hudi's LSM history and any JSON
-    batches not migrated yet (an instant recorded twice is read once). Readers of checkpoints or
-    audits that must see the whole history read the active timeline and this."""
-    seen: dict[tuple[str, str], ArchivedInstant] = {}
-    for r in lsm.read_instants(table.storage, table.config.history_dir):
-        seen.setdefault((r.instant_time, r.action), _from_lsm(r))
-    for rel in batch_files(table):
-        for a in decode_batch(table.storage.read_bytes(rel), source=rel):
-            seen.setdefault((a.requested_time, a.action), a)
-    return sorted(seen.values(), key=lambda a: a.requested_time)
+    batches not migrated yet (see :func:`multiwriter.table.history.load`)."""
+    return history.load(table.storage, table.config.history_dir)
 
 
 def migrate_json_batches(ctx: CleanerContext) -> int:
@@ -367,14 +313,17 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     """
     result = ArchiveResult()
     with ctx.locked() as tl:
-        migrate_json_batches(ctx)
+        migrated = migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:
             tl = ctx.table.timeline()
         chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
+        if chosen:
+            name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
+        if chosen or migrated:
+            result.compacted = lsm.compact_and_clean(ctx.storage, ctx.config.history_dir)
         if not chosen:
             return result
-        name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
     result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active
     result.archived = len(chosen)
     result.batch = name

@@ -467,6 +467,9 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     lock than the writers' excludes nothing (the table's recorded lock is checked by Cleaner)."""
     from ..lock import FileSystemLock, ZooKeeperLock
 
+    given = getattr(args, "lock", None)  # built from Hudi's lock keys by the command line
+    if given is not None:
+        return given
     if args.zk and args.file_lock:
         raise ConfigError("pass either --zk or --file-lock, not both")
     if args.zk:

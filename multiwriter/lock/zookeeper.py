@@ -405,6 +405,16 @@ class ZooKeeperLock(LockProvider):
         shared.watch(reg)
         return reg
 
+    def live_writers(self, table_id: str) -> list[str]:
+        """Writer ids registered live on the table now (their ephemeral nodes), sorted; what
+        ``multiwriter status --zk`` shows. Waits for a connection like every other call."""
+        shared = self._shared_client()
+        self.await_connection(shared.client)
+        try:
+            return sorted(shared.client.retry(shared.client.get_children, self.writers_path(table_id)))
+        except NoNodeError:
+            return []
+
     def close(self) -> None:
         """Give up this provider's share of the client; the last share closes the session."""
         with self._mu:

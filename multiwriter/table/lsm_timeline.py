@@ -12,8 +12,17 @@ Layout (one directory, all names fixed by Hudi):
   ``manifest_<N>`` counts.
 
 A Parquet file that no manifest lists is not part of the timeline (a write that crashed before
-its manifest). Compaction of layer 0 into deeper layers is not done here; Hudi's archiver does it
-when it runs, and files of any layer are read.
+its manifest).
+
+Compaction (after each archival, under the table lock, as Hudi's archiver does): once a layer
+holds ``COMPACTION_BATCH`` files, its oldest ones (by name, so by first instant; consecutive, at
+most that many, within a size cap) are merged into one file of the next layer named
+``<min of their first instants>_<max of their last instants>_<layer + 1>.parquet``, and a new
+manifest lists it instead of them; the next layer is then tried the same way. Cleaning follows:
+when more than ``RETAINED_MANIFESTS`` (plus one per compaction of this run) manifests exist, the
+older manifests go, then every Parquet file no remaining manifest lists. Readers that read an
+older manifest keep finding its files for that many versions; one that loses the race reads the
+latest manifest again.
 """
 from __future__ import annotations
 
@@ -35,6 +44,14 @@ MANIFEST_RE = re.compile(r"^manifest_(\d+)\Z")
 DATA_FILE_RE = re.compile(r"^(\d+)_(\d+)_(\d+)\.parquet\Z")
 #: HoodieLSMTimelineInstant's record version written by Hudi 1.x
 RECORD_VERSION = 1
+#: Hudi's defaults: ``hoodie.timeline.compaction.batch.size`` and
+#: ``hoodie.timeline.manifest.retained.versions``
+COMPACTION_BATCH = 10
+RETAINED_MANIFESTS = 3
+#: a compaction's inputs stop growing past this many bytes (Hudi caps the compacted file at 1 GB)
+COMPACTION_MAX_BYTES = 1 << 30
+#: times a reader re-reads the latest manifest when a file it lists was cleaned meanwhile
+READ_ATTEMPTS = 3
 
 #: HoodieLSMTimelineInstant as Parquet, typed as Hudi's Avro schema declares it: nullable
 #: unions of null with string or bytes, and a required int version
@@ -76,6 +93,12 @@ def data_file_name(first: str, last: str, layer: int = 0) -> str:
     if not (first.isdigit() and last.isdigit()):
         raise ValueError(f"instant times must be digits, got {first!r}, {last!r}")
     return f"{first}_{last}_{int(layer)}.parquet"
+
+
+def layer_of(name: str) -> int:
+    """The layer of a data file (0 for names that do not parse, as Hudi reads them)."""
+    m = DATA_FILE_RE.match(name)
+    return int(m.group(3)) if m else 0
 
 
 def is_lsm_file(name: str) -> bool:
@@ -135,12 +158,23 @@ def read_file(storage: Storage, rel: str) -> list[LsmInstant]:
 
 def read_instants(storage: Storage, history: str) -> list[LsmInstant]:
     """Every instant of the latest snapshot, by requested time (one record per instant and
-    action; a record a crashed compaction left in two files is read once)."""
-    seen: dict[tuple[str, str], LsmInstant] = {}
-    for name, _ in manifest_files(storage, history):
-        for r in read_file(storage, f"{history}/{name}"):
-            seen.setdefault((r.instant_time, r.action), r)
-    return sorted(seen.values(), key=lambda r: (r.instant_time, r.action))
+    action; a record a crashed compaction left in two files is read once). A listed file that
+    compaction's cleaning removed meanwhile makes it read the then latest snapshot."""
+    missing = ""
+    for _ in range(READ_ATTEMPTS):
+        seen: dict[tuple[str, str], LsmInstant] = {}
+        try:
+            for name, _size in manifest_files(storage, history):
+                for r in read_file(storage, f"{history}/{name}"):
+                    seen.setdefault((r.instant_time, r.action), r)
+        except FileNotFoundError as e:
+            missing = str(e)
+            continue
+        return sorted(seen.values(), key=lambda r: (r.instant_time, r.action))
+    raise TableFormatError(
+        f"{history}: files of the latest archived-timeline manifest kept vanishing ({missing}); another process "
+        "compacts the history while this one reads: only one cleaner or archiver should run, under the table lock"
+    )
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -194,4 +228,105 @@ def write_manifest(storage: Storage, history: str, files: list[tuple[str, int]],
     return new
 
 
-__all__ = ["LsmInstant", "append", "is_lsm_file", "latest_version", "manifest_files", "read_instants"]
+# -- compaction and cleaning ----------------------------------------------------------------
+
+
+def compact_and_clean(
+    storage: Storage,
+    history: str,
+    *,
+    batch: int = COMPACTION_BATCH,
+    retained: int = RETAINED_MANIFESTS,
+    max_bytes: int = COMPACTION_MAX_BYTES,
+) -> list[str]:
+    """Compact layer after layer while one is full, then clean (call under the table lock).
+    Returns the files written, lowest layer first."""
+    made: list[str] = []
+    while (name := _compact_layer(storage, history, len(made), batch, max_bytes)) is not None:
+        made.append(name)
+    clean(storage, history, retained + len(made))
+    return made
+
+
+def compacted_name(names: list[str]) -> str:
+    """The merged file of ``names`` (all of one layer): their instant span, one layer down."""
+    spans = [DATA_FILE_RE.match(n) for n in names]
+    if not all(spans):
+        raise ValueError(f"not LSM data files: {names}")
+    first = min(m.group(1) for m in spans if m)
+    last = max(m.group(2) for m in spans if m)
+    return data_file_name(first, last, layer_of(names[0]) + 1)
+
+
+def _candidates(files: list[tuple[str, int]], batch: int, max_bytes: int) -> list[str]:
+    """The oldest consecutive files to merge: up to ``batch`` of them, stopping once their size
+    passes ``max_bytes`` (a lone file past it is skipped: merging it would only copy it)."""
+    out: list[str] = []
+    total = 0
+    for name, size in files:
+        out.append(name)
+        total += size
+        if len(out) >= batch:
+            break
+        if total > max_bytes:
+            if len(out) >= 2:
+                break
+            out, total = [], 0
+    return out
+
+
+def _compact_layer(storage: Storage, history: str, layer: int, batch: int, max_bytes: int) -> str | None:
+    version = latest_version(storage, history)
+    listed = manifest_files(storage, history, version)
+    files = sorted((f for f in listed if layer_of(f[0]) == layer), key=lambda f: f[0])
+    if len(files) < batch:
+        return None
+    chosen = _candidates(files, batch, max_bytes)
+    if len(chosen) < 2:
+        return None
+    name = compacted_name(chosen)
+    data = encode([r for n in chosen for r in read_file(storage, f"{history}/{n}")])
+    storage.write_bytes(f"{history}/{name}", data)  # replaces what a crashed compaction left
+    keep = [f for f in listed if f[0] not in set(chosen)]
+    write_manifest(storage, history, [*keep, (name, len(data))], version)
+    return name
+
+
+def manifest_versions(storage: Storage, history: str) -> list[int]:
+    """Every manifest number on storage, ascending."""
+    names = (e.path.rsplit("/", 1)[-1] for e in storage.list_dir(history, files_only=True))
+    return sorted(int(m.group(1)) for n in names if (m := MANIFEST_RE.match(n)))
+
+
+def clean(storage: Storage, history: str, keep: int) -> list[str]:
+    """With more than ``keep`` manifests, delete the older ones, then every Parquet file that no
+    kept manifest lists (replaced inputs of compactions, files of crashed writes). Returns the
+    deleted paths."""
+    versions = manifest_versions(storage, history)
+    if len(versions) <= keep:
+        return []
+    kept = versions[-keep:] if keep > 0 else []
+    live = {n for v in kept for n, _ in manifest_files(storage, history, v)}
+    deleted = []
+    for v in versions[: len(versions) - len(kept)]:
+        rel = f"{history}/{MANIFEST_PREFIX}{v}"
+        if storage.delete(rel):
+            deleted.append(rel)
+    for e in storage.list_dir(history, files_only=True):
+        name = e.path.rsplit("/", 1)[-1]
+        if name.endswith(".parquet") and name not in live and storage.delete(e.path):
+            deleted.append(e.path)
+    return deleted
+
+
+__all__ = [
+    "LsmInstant",
+    "append",
+    "clean",
+    "compact_and_clean",
+    "compacted_name",
+    "is_lsm_file",
+    "latest_version",
+    "manifest_files",
+    "read_instants",
+]

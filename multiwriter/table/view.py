@@ -3,26 +3,32 @@
 A :class:`TimelineView` wraps one loaded :class:`~.timeline.Timeline` and decides:
 
 * *committed*: a data file's instant is a completed write, or (Hudi's rule for archived
-  instants) older than the earliest instant on the active timeline and not pending;
-* *visible as of* a requested time (snapshot and time travel, as Hudi and hudi-rs decide it), or
-  *completed by* a completion time (incremental reads, which follow commit completion order);
+  instants) older than the earliest instant on the timeline and not pending;
+* *visible as of* a requested time (snapshot and time travel, as Hudi and hudi-rs decide it);
+  incremental reads follow commit completion order instead;
 * *replaced*: file groups retired by a completed ``replacecommit`` (INSERT OVERWRITE, clustering).
   A replaced group is gone for every snapshot at or after the replace, even while its files wait
   on storage for the cleaner's retention window;
-* *retained*: the earliest as-of time that the cleaner has not cut into, and which incremental
-  ranges can still be answered exactly.
+* *retained*: which as-of times and incremental ranges can still be answered exactly.
+
+Time travel and incremental reads that reach before the active timeline read the archived
+instants (:mod:`.history`: their commit metadata, replaced groups included) and answer exactly
+as the active timeline did before archival, as long as the data files they need are still on
+storage; only what the cleaner deleted makes them refuse.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import InstantNotRetainedError, TableFormatError
+from . import history
 from . import instant as inst
+from .files import FileGroup, FileSlice, list_data_files
+from .history import ArchivedInstant
 from .instant import Instant
-from .metadata import decode_records
-from .files import FileGroup, FileSlice
+from .metadata import CommitMetadata, decode_records
 from .timeline import Timeline
 
 __all__ = ["FileGroup", "IncrementalPlan", "TimelineView"]
@@ -35,19 +41,63 @@ class IncrementalPlan:
 
     slices: tuple[FileSlice, ...]
     commit_times: frozenset[str]
-    #: also keep rows whose commit time is below this (commits archived from the active timeline)
+    #: also keep rows whose commit time is below this; archived commits are now listed in
+    #: ``commit_times`` themselves, so plans leave it None (readers still honour it)
     archived_before: str | None = None
 
 
 class TimelineView:
-    """Visibility of data files under one timeline (see the module docstring)."""
+    """Visibility of data files under one timeline (see the module docstring).
 
-    def __init__(self, timeline: Timeline) -> None:
+    ``archived``: instants archived from the timeline; given, the view answers over the whole
+    history (the completed instants of both). :meth:`with_history` builds such a view when a
+    read needs one."""
+
+    def __init__(self, timeline: Timeline, archived: Sequence[ArchivedInstant] | None = None) -> None:
         self.timeline = timeline
-        self._done = timeline.completed_write_times()
+        self._over_history = archived is not None
+        archived = archived or ()
+        active = timeline.latest_states()
+        active_keys = {(i.requested_time, inst.instant_action(i.action)) for i in active}
+        self._archived = {
+            a.requested_time: a
+            for a in archived
+            if a.completion_time and (a.requested_time, inst.instant_action(a.action)) not in active_keys
+        }
+        arch_writes = [a.instant for a in self._archived.values() if a.action in inst.WRITE_ACTIONS]
+        self._writes = sorted([*arch_writes, *timeline.completed_writes()], key=lambda i: (_completion(i), i.requested_time))
+        self._done = {i.requested_time: i for i in self._writes}
         self._pending = {i.requested_time for i in timeline.pending()}
-        self._earliest = timeline.earliest_time()
+        self._earliest = min([*(i.requested_time for i in active), *(a.requested_time for a in archived)], default=None)
         self._names: dict[str, set[str]] = {}
+        self._meta_cache: dict[str, CommitMetadata] = {}
+
+    def with_history(self) -> TimelineView:
+        """This view over the archived instants too (itself when nothing was archived)."""
+        if self._over_history or not self.has_history:
+            return self
+        return self._history_view
+
+    @cached_property
+    def _history_view(self) -> TimelineView:
+        tl = self.timeline
+        return TimelineView(tl, history.load(tl.storage, tl.config.history_dir))
+
+    def commit_metadata(self, i: Instant) -> CommitMetadata:
+        """The metadata of a completed write, active or archived."""
+        a = self._archived.get(i.requested_time)
+        if a is None or a.action != i.action:
+            return self.timeline.commit_metadata(i)
+        meta = self._meta_cache.get(i.requested_time)
+        if meta is None:
+            meta = a.commit_metadata()
+            if meta is None:
+                raise TableFormatError(
+                    f"archived instant {i} has no commit metadata in {self.timeline.config.history_dir}; the "
+                    "history is damaged: restore it from backup"
+                )
+            self._meta_cache[i.requested_time] = meta
+        return meta
 
     # -- committed / visible ---------------------------------------------------------------
     def committed(self, t: str) -> bool:
@@ -62,27 +112,15 @@ class TimelineView:
         """Committed, and at or before ``as_of`` (a requested time) when one is given."""
         return self.committed(t) and (as_of is None or t <= as_of)
 
-    def completed_by(self, t: str, end: str | None) -> bool:
-        """Committed, and completed at or before ``end`` (a completion time). Archived instants
-        completed before every active one; callers only ask for ``end`` past them."""
-        i = self._done.get(t)
-        if i is not None:
-            return end is None or _completion(i) <= end
-        return self.committed(t)
-
-    def is_archived(self, t: str) -> bool:
-        """Committed by the archived-instant rule (not on the active timeline)."""
-        return t not in self._done and self.committed(t)
-
     def named(self, fs: FileSlice) -> bool:
         """Does the completed commit of ``fs``'s instant name this very file? (False for files of
-        archived instants, whose statistics are not on the active timeline.)"""
+        instants this view has no metadata of.)"""
         i = self._done.get(fs.instant_time)
         if i is None:
             return False
         names = self._names.get(i.requested_time)
         if names is None:
-            stats = self.timeline.commit_metadata(i).all_stats()
+            stats = self.commit_metadata(i).all_stats()
             names = self._names[i.requested_time] = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
         return fs.name in names
 
@@ -91,9 +129,10 @@ class TimelineView:
     def replacements(self) -> dict[FileGroup, Instant]:
         """Every file group retired by a completed replace commit, with the (first) instant."""
         out: dict[FileGroup, Instant] = {}
-        for i in self.timeline.completed(frozenset({inst.REPLACE_COMMIT})):
-            for g in self.timeline.commit_metadata(i).replaced_file_groups():
-                out.setdefault(g, i)
+        for i in self._writes:
+            if i.action == inst.REPLACE_COMMIT:
+                for g in self.commit_metadata(i).replaced_file_groups():
+                    out.setdefault(g, i)
         return out
 
     def replaced(self, as_of: str | None = None) -> set[FileGroup]:
@@ -106,12 +145,14 @@ class TimelineView:
 
     # -- latest slices -------------------------------------------------------------------
     def latest_slices(self, files: Iterable[FileSlice], as_of: str | None = None) -> dict[FileGroup, FileSlice]:
-        """Per live file group, its newest visible slice as of ``as_of`` (the snapshot)."""
-        return _latest(files, lambda t: self.visible(t, as_of), self.replaced(as_of), self.named)
+        """Per live file group, its newest visible slice as of ``as_of`` (the snapshot); an
+        ``as_of`` before the active timeline is answered over the archived instants."""
+        view = self.with_history() if self._before_active(as_of) else self
+        return _latest(files, lambda t: view.visible(t, as_of), view.replaced(as_of), view.named)
 
-    def latest_slices_by_completion(self, files: Iterable[FileSlice], end: str | None) -> dict[FileGroup, FileSlice]:
-        """Per live file group, its newest slice whose commit completed by ``end``."""
-        return _latest(files, lambda t: self.completed_by(t, end), self.replaced_by_completion(end), self.named)
+    def _before_active(self, as_of: str | None) -> bool:
+        earliest = self.timeline.earliest_time()
+        return as_of is not None and not self._over_history and (earliest is None or as_of < earliest) and self.has_history
 
     # -- what cleaning and archival left ---------------------------------------------------
     @cached_property
@@ -128,29 +169,71 @@ class TimelineView:
 
     @cached_property
     def retained_from(self) -> str | None:
-        """The earliest as-of time whose snapshot is still whole on storage (None: all are).
+        """An as-of time from which every snapshot is whole on storage (None: all are), known
+        from the active timeline alone; earlier ones may be whole too (:meth:`check_as_of`).
 
         The cleaner keeps, per file group, the slice visible as of its *earliest commit to
         retain* E and every newer one, so snapshots as of E or later are whole; E of every clean
         on the active timeline counts, pending ones too (they may be deleting right now). After
-        archival, as-of times before the earliest active instant are not answered either: the
-        cleans that cut into them may have been archived.
+        archival, as-of times before the earliest active instant are not covered: the cleans
+        that cut into them may have been archived.
         """
         bounds = [e for e in (_clean_bound(self.timeline, i) for i in self.timeline.latest_states()) if e]
-        if self.has_history and self._earliest is not None:
-            bounds.append(self._earliest)
+        earliest = self.timeline.earliest_time()
+        if self.has_history and earliest is not None:
+            bounds.append(earliest)
         return max(bounds, default=None)
 
-    def check_as_of(self, as_of: str | None) -> None:
-        """Raise when the snapshot as of ``as_of`` may have lost slices to the cleaner."""
+    def check_as_of(self, as_of: str | None, files: Iterable[FileSlice] | None = None) -> None:
+        """Raise when the snapshot as of ``as_of`` lacks slices the cleaner removed.
+
+        At or after :attr:`retained_from` nothing is read; before it, the commit metadata of
+        every write up to ``as_of`` (archived ones too) names the newest file of each group,
+        and the snapshot is exact when all of them are on storage (``files``, listed when not
+        given) and no clean in progress may be deleting them."""
         floor = self.retained_from if as_of is not None else None
-        if floor is not None and as_of is not None and as_of < floor:
+        if floor is None or as_of is None or as_of >= floor:
+            return
+        listing = list(files) if files is not None else list_data_files(self.timeline.storage)
+        whole, earliest = self.with_history()._whole_as_of(listing, as_of)
+        busy = max((b for b in (_clean_bound(self.timeline, i) for i in self.timeline.pending(frozenset({inst.CLEAN}))) if b),
+                   default=None)
+        if busy is not None and as_of < busy:
+            whole, earliest = False, max(earliest or busy, busy)
+        if not whole:
             raise InstantNotRetainedError(
-                f"cannot read {self.timeline.storage.uri} as of {as_of}: the cleaner has removed file slices or "
-                f"instants that snapshot needs; the earliest as-of time still readable exactly is {floor}",
+                f"cannot read {self.timeline.storage.uri} as of {as_of}: the cleaner has removed file slices that "
+                f"snapshot needs; the earliest as-of time still readable exactly is {earliest}",
                 requested=as_of,
-                earliest=floor,
+                earliest=earliest,
             )
+
+    def _whole_as_of(self, files: list[FileSlice], as_of: str) -> tuple[bool, str | None]:
+        """Is the snapshot as of ``as_of`` whole on storage, and the earliest as-of time from
+        which every snapshot is (None when not even the latest is)?
+
+        Walks the writes by requested time, keeping per live group the file its newest write
+        named; a snapshot is whole when every such file is listed."""
+        present = {f.path for f in files}
+        missing: set[FileGroup] = set()
+        gone: set[FileGroup] = set()
+        whole_at_as_of, whole_since = True, None
+        for i in sorted(self._writes, key=lambda w: w.requested_time):
+            meta = self.commit_metadata(i)
+            for g in meta.replaced_file_groups():
+                gone.add(g)
+                missing.discard(g)
+            for st in meta.all_stats():
+                g = (st.partition_path, st.file_id)
+                if st.file_id and st.path and g not in gone:
+                    (missing.discard if st.path in present else missing.add)(g)
+            if i.requested_time <= as_of:
+                whole_at_as_of = not missing
+            if missing:
+                whole_since = None
+            elif whole_since is None:
+                whole_since = i.requested_time
+        return whole_at_as_of, whole_since
 
     # -- incremental -----------------------------------------------------------------------
     def incremental(self, files: Iterable[FileSlice], start: str | None, end: str | None) -> IncrementalPlan:
@@ -160,69 +243,40 @@ class TimelineView:
         commit is the group's latest slice as of ``end``; rows in it whose commit time is a
         commit in the range are exactly the latest in-range version of every record changed in
         the range. Groups retired by a replace completed by ``end`` are skipped (their rows were
-        overwritten or moved). Raises :class:`InstantNotRetainedError` rather than answer
-        partially when cleaning deleted a needed slice, or archival removed instants that may
-        have completed in the range.
+        overwritten or moved). A range that starts before the active timeline is planned over
+        the archived instants too. Raises :class:`InstantNotRetainedError` rather than answer
+        partially when cleaning deleted a needed slice.
         """
-        files = list(files)
-        in_range = [i for i in self.timeline.completed_writes() if _within(_completion(i), start, end)]
-        archived_before = self._archived_rows(start, end)
-        slices = self._needed_slices(files, end, {i.requested_time for i in in_range}, archived_before)
-        return IncrementalPlan(tuple(slices), frozenset(i.requested_time for i in in_range), archived_before)
-
-    def _archived_rows(self, start: str | None, end: str | None) -> str | None:
-        """The bound below which rows of archived commits are in range, or None (not in range);
-        raises when archival makes that undecidable."""
         floor = self.earliest_completion
-        if not self.has_history or floor is None or (start is not None and start >= floor):
-            return None
-        if start is None and (end is None or (end >= floor and self._covers_retained(end))):
-            return self._earliest
-        raise InstantNotRetainedError(
-            f"incremental read ({start}, {end}] of {self.timeline.storage.uri} reaches before the active timeline: "
-            f"instants completed before {floor} were archived, so which of them fall in the range is unknown; "
-            f"start at {floor} or later, or read from the beginning (start=None) up to the latest commit",
-            requested=start,
-            earliest=floor,
-        )
+        reaches_back = start is None or floor is None or start < floor
+        view = self.with_history() if reaches_back else self
+        files = list(files)
+        in_range = {i.requested_time for i in view._writes if _within(_completion(i), start, end)}
+        return IncrementalPlan(tuple(view._needed_slices(files, end, in_range)), frozenset(in_range))
 
-    def _covers_retained(self, end: str) -> bool:
-        """Every write at or before the retained as-of time completed by ``end``: then no slice of
-        the view as of ``end`` was cleaned."""
-        floor = self.retained_from
-        if floor is None:
-            return True
-        return all(_completion(i) <= end for i in self.timeline.completed_writes() if i.requested_time <= floor)
-
-    def _needed_slices(
-        self, files: list[FileSlice], end: str | None, in_range: set[str], archived_before: str | None
-    ) -> list[FileSlice]:
+    def _needed_slices(self, files: list[FileSlice], end: str | None, in_range: set[str]) -> list[FileSlice]:
         by_path = {f.path: f for f in files}
-        last_writer = self._last_writers(end)
         gone = self.replaced_by_completion(end)
         out: list[FileSlice] = []
         missing: list[tuple[FileGroup, Instant, str]] = []
-        for g, (i, path) in last_writer.items():
+        for g, (i, path) in self._last_writers(end).items():
             if g in gone or i.requested_time not in in_range:
                 continue
             if path in by_path:
                 out.append(by_path[path])
             else:
                 missing.append((g, i, path))
-        if archived_before is not None:
-            latest = self.latest_slices_by_completion(files, end)
-            out.extend(f for g, f in latest.items() if g not in last_writer and self.is_archived(f.instant_time))
         if missing:
             _raise_cleaned(self.timeline, missing)
         return sorted(out, key=lambda f: (f.partition, f.file_id))
 
     def _last_writers(self, end: str | None) -> dict[FileGroup, tuple[Instant, str]]:
-        """Per file group, the last active write completed by ``end`` and the file it wrote."""
+        """Per file group, the last write completed by ``end`` and the file it wrote."""
         out: dict[FileGroup, tuple[Instant, str]] = {}
-        for i in self.timeline.completed_writes():
+        for i in self._writes:
             if end is not None and _completion(i) > end:
                 break
-            for s in self.timeline.commit_metadata(i).all_stats():
+            for s in self.commit_metadata(i).all_stats():
                 if s.file_id and s.path:
                     out[(s.partition_path, s.file_id)] = (i, s.path)
         return out

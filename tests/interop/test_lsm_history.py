@@ -97,3 +97,49 @@ def test_json_batches_of_earlier_releases_are_migrated(trips_table, table_path, 
     assert [(a.requested_time, a.action, a.completion_time) for a in archive.load_history(trips_table)][
         : len(old_view)] == old_view
     assert trips_table.read().num_rows == 10
+
+
+def test_compaction_merges_ten_layer_zero_files_and_cleans_what_hudi_does_not_keep(trips_table, table_path):
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    hist = trips_table.config.history_dir
+    hist_dir = trips_table.storage.abs(hist)
+    archived: list[str] = []
+    with mw.Cleaner(table_path, lock=lock, clustering=None) as cleaner:
+        ctx = cleaner._context()
+        mw.write(trips([0], value=0), table_path, cfg)
+        for k in range(1, 14):  # 13 archival rounds, one instant each
+            if k == 11:  # a layer-0 file a crashed archival left, listed by no manifest
+                pq.write_table(pa.table({"instantTime": ["1"]}), f"{hist_dir}/00000000000000001_00000000000000001_0.parquet")
+            before = {i.requested_time for i in trips_table.timeline().latest_states()}
+            mw.write(trips([k], value=k), table_path, cfg)
+            assert archive.archive(ctx, keep_min=1, keep_max=1, retain_commits=0).archived == 1
+            archived += sorted(before - {i.requested_time for i in trips_table.timeline().latest_states()})
+    assert len(archived) == 13
+
+    files = _history_files(trips_table)
+    version = int(files["_version_"].decode())
+    # 13 appends + 1 compaction; Hudi keeps the 3 newest manifests once no compaction ran
+    assert version == 14
+    assert sorted(n for n in files if n.startswith("manifest_")) == [f"manifest_{v}" for v in (12, 13, 14)]
+    listed = json.loads(files[f"manifest_{version}"])["files"]
+    names = [f["fileName"] for f in listed]
+    assert all(f["fileLen"] == len(files[f["fileName"]]) for f in listed)
+    assert sorted(n for n in files if n.endswith(".parquet")) == sorted(names)  # inputs and the stray file gone
+    layers = sorted(int(re.fullmatch(r"\d+_\d+_(\d+)\.parquet", n).group(1)) for n in names)
+    assert layers == [0, 0, 0, 1]
+
+    (merged,) = [n for n in names if n.endswith("_1.parquet")]
+    t = pq.read_table(pa.BufferReader(files[merged]))
+    assert [(f.name, f.type, f.nullable) for f in t.schema] == HUDI_FIELDS
+    times = t.column("instantTime").to_pylist()
+    assert times == archived[:10]  # the ten oldest layer-0 files, in order
+    assert merged == f"{times[0]}_{times[-1]}_1.parquet"
+    assert set(t.column("version").to_pylist()) == {1}
+
+    # every archived instant is in exactly one live file, and reads see each once
+    every = [r for n in names for r in pq.read_table(pa.BufferReader(files[n])).column("instantTime").to_pylist()]
+    assert sorted(every) == archived
+    assert [a.requested_time for a in archive.load_history(trips_table)] == archived
+    assert trips_table.read().num_rows == 14
+    assert trips_table.read(as_of=archived[3]).num_rows == 4

@@ -1,0 +1,106 @@
+"""Archived instants as readers see them: Hudi's LSM history (:mod:`.lsm_timeline`) and the
+JSON batches ``<first>_<last>.archive.json`` that earlier releases wrote into the same directory
+(the cleaner moves those into the LSM layout; until it runs, they are read here).
+
+Readers need archived instants for time travel and incremental reads before the active
+timeline; the cleaner needs them to finish an interrupted archival and to tell archived commits
+from garbage. One loader serves all of them.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+
+from ..errors import TableFormatError
+from ..storage import Storage
+from . import instant as inst
+from . import lsm_timeline as lsm
+from .instant import Instant
+from .metadata import CommitMetadata, decode_commit_metadata
+
+LEGACY_FORMAT = "multiwriter-archive"
+LEGACY_SUFFIX = ".archive.json"
+
+
+@dataclass(frozen=True)
+class ArchivedInstant:
+    """One archived instant: its identity and its timeline files' bytes (by file name)."""
+
+    requested_time: str
+    action: str
+    completion_time: str | None
+    files: dict[str, bytes] = field(default_factory=dict, compare=False)
+
+    @property
+    def instant(self) -> Instant:
+        """The instant as it stood on the active timeline before archival."""
+        if self.completion_time:
+            return Instant(self.requested_time, self.action, inst.COMPLETED, self.completion_time)
+        return Instant(self.requested_time, self.action, inst.REQUESTED)
+
+    def completed_bytes(self) -> bytes | None:
+        """The completed file's content (None when the instant was archived unfinished)."""
+        if not self.completion_time:
+            return None
+        return self.files.get(self.instant.file_name())
+
+    def commit_metadata(self) -> CommitMetadata | None:
+        """The commit (or replace commit) metadata of an archived write (None otherwise)."""
+        if self.action not in inst.WRITE_ACTIONS:
+            return None
+        data = self.completed_bytes()
+        if data is None:
+            return None
+        return decode_commit_metadata(self.action, data, source=f"history:{self.instant.file_name()}")
+
+
+def from_lsm(r: lsm.LsmInstant) -> ArchivedInstant:
+    files: dict[str, bytes] = {}
+    if r.metadata is not None and r.completion_time:
+        files[Instant(r.instant_time, r.action, inst.COMPLETED, r.completion_time).file_name()] = r.metadata
+    if r.plan is not None:
+        files[Instant(r.instant_time, r.action, inst.REQUESTED).file_name()] = r.plan
+    return ArchivedInstant(r.instant_time, r.action, r.completion_time, files)
+
+
+def decode_legacy_batch(data: bytes, *, source: str) -> list[ArchivedInstant]:
+    """The instants of one JSON batch of earlier releases."""
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != LEGACY_FORMAT:
+            raise ValueError(f"format is {doc.get('format')!r}, expected {LEGACY_FORMAT!r}")
+        return [
+            ArchivedInstant(
+                r["requested_time"],
+                r["action"],
+                r.get("completion_time"),
+                {name: base64.b64decode(b) for name, b in (r.get("files") or {}).items()},
+            )
+            for r in doc["instants"]
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise TableFormatError(
+            f"{source}: not a readable multiwriter archive batch ({e}); restore it from backup: "
+            "the instants it holds are no longer on the active timeline"
+        ) from e
+
+
+def legacy_batches(storage: Storage, history_dir: str) -> list[str]:
+    """The JSON batches of earlier releases under ``history_dir``, oldest first."""
+    return sorted(e.path for e in storage.list_dir(history_dir, files_only=True) if e.path.endswith(LEGACY_SUFFIX))
+
+
+def load(storage: Storage, history_dir: str) -> list[ArchivedInstant]:
+    """Every archived instant, by requested time; an instant recorded twice (in the LSM history
+    and a JSON batch, or in two LSM files) is read once."""
+    seen: dict[tuple[str, str], ArchivedInstant] = {}
+    for r in lsm.read_instants(storage, history_dir):
+        seen.setdefault((r.instant_time, r.action), from_lsm(r))
+    for rel in legacy_batches(storage, history_dir):
+        for a in decode_legacy_batch(storage.read_bytes(rel), source=rel):
+            seen.setdefault((a.requested_time, a.action), a)
+    return sorted(seen.values(), key=lambda a: (a.requested_time, a.action))
+
+
+__all__ = ["ArchivedInstant", "decode_legacy_batch", "legacy_batches", "load"]
