@@ -124,7 +124,8 @@ class Table:
     def snapshot(self, as_of: str | None = None, *, timeline: Timeline | None = None, partitions: list[str] | None = None) -> Snapshot:
         """The visible file slices (as of requested time ``as_of``); raises
         :class:`~multiwriter.errors.InstantNotRetainedError` when the cleaner has removed slices
-        that snapshot needs (before its earliest retained commit, or before archived instants)."""
+        that snapshot needs. Archived instants are read from the LSM history; only deleted files
+        make an answer impossible."""
         tl = timeline or self.timeline()
         if as_of is not None:
             TimelineView(tl).check_as_of(as_of)
@@ -182,10 +183,10 @@ class Table:
         the beginning, ``end=None`` up to the latest commit. Bounds are completion times (the
         ``<T>_<C>`` of the timeline), as hudi-rs takes them on version 8 tables.
 
-        Never partial: when the cleaner deleted a slice the range needs (``end`` before its
-        retention window) or archived instants that may have completed in the range, this raises
-        :class:`~multiwriter.errors.InstantNotRetainedError` whose ``earliest`` is the earliest
-        start still answered exactly. A full scan would not help there: versions overwritten
+        Never partial: instants archived since are read from the LSM history, but when the
+        cleaner deleted a slice the range needs (``end`` before its retention window), this
+        raises :class:`~multiwriter.errors.InstantNotRetainedError` whose ``earliest`` is the
+        earliest start still answered exactly. A full scan would not help there: versions overwritten
         after ``end`` are gone. A range ending at the latest commit from ``start=None`` is always
         exact.
         """
