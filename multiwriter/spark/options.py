@@ -22,6 +22,10 @@ END = "hoodie.datasource.read.end.instanttime"
 SPLIT_BYTES = "multiwriter.read.split.bytes"
 READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES})
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
+#: streaming reads: where a new query starts (``earliest``, ``latest`` or a completion time)
+START_OFFSET = "hoodie.datasource.streaming.startOffset"
+STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES})
+EARLIEST, LATEST = "earliest", "latest"
 
 TABLE_NAME = "hoodie.table.name"
 RECORD_KEY = "hoodie.datasource.write.recordkey.field"
@@ -75,6 +79,16 @@ class ReadOptions:
 
 
 @dataclass(frozen=True)
+class StreamReadOptions:
+    """What one ``spark.readStream.format("multiwriter")`` query asks for. ``start`` is
+    ``earliest``, ``latest`` or a completion time (records of commits completed after it)."""
+
+    path: str
+    start: str = EARLIEST
+    split_bytes: int = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class WriteOptions:
     """What one ``df.write.format("multiwriter")`` save asks for."""
 
@@ -104,6 +118,27 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
         begin = None  # Hudi's "000": from the beginning
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
     return ReadOptions(path, incremental, as_of, begin, end, split)
+
+
+def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
+    opts = _lower(options)
+    _check_known(opts, STREAM_READ_KEYS, "streaming read")
+    path = _required(opts, ["path"], "streaming read")["path"]
+    raw = opts.get(START_OFFSET.lower(), EARLIEST).strip().lower()
+    start = raw if raw in (EARLIEST, LATEST) else _instant(opts, START_OFFSET.lower())
+    if start is None or set(start) == {"0"}:
+        start = EARLIEST
+    split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
+    return StreamReadOptions(path, start, split)
+
+
+def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:
+    """The table path and whether the query is incremental, for ``DataSource.schema``, which
+    Spark calls for batch and streaming reads alike (the reader then checks every key)."""
+    opts = _lower(options)
+    _check_known(opts, READ_KEYS | STREAM_READ_KEYS, "read")
+    path = _required(opts, ["path"], "read")["path"]
+    return path, opts.get(QUERY_TYPE, "snapshot").lower() == "incremental"
 
 
 def parse_write(options: Mapping[str, str], *, table_exists: bool) -> WriteOptions:

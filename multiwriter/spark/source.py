@@ -27,6 +27,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -59,14 +60,19 @@ class MultiWriterDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The table schema of the latest commit, meta columns first."""
-        o = opt.parse_read(self.options)
-        table = Table.open(o.path)
+        path, incremental = opt.schema_path(self.options)
+        table = Table.open(path)
         tl = table.timeline()
-        snap = None if o.incremental else table.snapshot(timeline=tl)
+        snap = None if incremental else table.snapshot(timeline=tl)
         return from_arrow_schema(table._read_schema(tl, snap))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MultiWriterReader(opt.parse_read(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
+        from .stream_read import MultiWriterStreamReader
+
+        return MultiWriterStreamReader(opt.parse_stream_read(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
         if overwrite:
