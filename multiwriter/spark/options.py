@@ -62,6 +62,8 @@ WRITE_KEYS = frozenset(
     {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, *FIXED, *NUMERIC}
 )
+#: options Spark itself adds to a streaming write's options (not ours to check)
+SPARK_STREAM_KEYS = frozenset({"checkpointlocation", "queryname"})
 DEFAULT_ZK_PORT = "2181"
 DEFAULT_ZK_BASE = "/multiwriter"
 
@@ -141,12 +143,15 @@ def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:
     return path, opts.get(QUERY_TYPE, "snapshot").lower() == "incremental"
 
 
-def parse_write(options: Mapping[str, str], *, table_exists: bool) -> WriteOptions:
+def parse_write(options: Mapping[str, str], *, table_exists: bool, streaming: bool = False) -> WriteOptions:
     """Parse and check every write option; ``table_exists=False`` also requires what
-    creating the table needs (name, record key)."""
+    creating the table needs (name, record key). A streaming write also requires the writer id
+    (:data:`WRITER_ID`): its checkpoint is what makes a replayed micro-batch commit nothing."""
     opts = _lower(options)
-    _check_known(opts, WRITE_KEYS, "write")
-    required = ["path"] + ([] if table_exists else [TABLE_NAME, RECORD_KEY])
+    if streaming:
+        opts = {k: v for k, v in opts.items() if k not in SPARK_STREAM_KEYS}
+    _check_known(opts, WRITE_KEYS, "streaming write" if streaming else "write")
+    required = ["path"] + ([] if table_exists else [TABLE_NAME, RECORD_KEY]) + ([WRITER_ID] if streaming else [])
     provider = opts.get(LOCK_PROVIDER, ZK_PROVIDER)
     if provider not in (ZK_PROVIDER, FS_PROVIDER):
         raise ConfigError(f"{LOCK_PROVIDER}={provider!r} is not supported; use {ZK_PROVIDER} or {FS_PROVIDER}")

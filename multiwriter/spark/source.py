@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -68,6 +69,13 @@ class MultiWriterDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MultiWriterReader(opt.parse_read(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        from .stream_write import MultiWriterStreamWriter
+
+        if overwrite:
+            raise ConfigError('a multiwriter streaming write commits each micro-batch as an upsert: use outputMode("append")')
+        return MultiWriterStreamWriter(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
         from .stream_read import MultiWriterStreamReader
