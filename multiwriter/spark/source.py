@@ -45,6 +45,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError, TableNotFoundError
 from ..table.table import Table
+from ..write.overwrite import OPERATION as OVERWRITE
 from . import options as opt
 from .scan import Predicate, ScanPlan, ScanTask, plan_scan, read_task
 
@@ -83,14 +84,11 @@ class MultiWriterDataSource(DataSource):
         return MultiWriterStreamReader(opt.parse_stream_read(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
-        if overwrite:
-            raise ConfigError(
-                'mode("overwrite") (insert_overwrite_table) is not supported by the multiwriter data source yet; '
-                'use mode("append")'
-            )
+        """``mode("append")`` upserts (or the configured operation); ``mode("overwrite")`` is
+        Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group."""
         options = dict(self.options)
         _parse_write(options)  # every option error at save(), before any task runs
-        return MultiWriterWriter(options, schema)
+        return MultiWriterWriter(options, schema, overwrite=overwrite)
 
 
 @dataclass
@@ -151,13 +149,14 @@ class _Staged(WriterCommitMessage):
 
 
 class MultiWriterWriter(DataSourceArrowWriter):
-    """Append: every task hands its rows to the driver, which commits them once through the
-    writer protocol (:class:`~multiwriter.write.writer.Writer`). Tasks write nothing to the
-    table, so a failed job leaves nothing behind."""
+    """Append or overwrite: every task hands its rows to the driver, which commits them once
+    through the writer protocol (:class:`~multiwriter.write.writer.Writer`). Tasks write nothing
+    to the table, so a failed job leaves nothing behind."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: dict[str, str], schema: StructType, *, overwrite: bool = False) -> None:
         self.options = options
         self.schema = schema
+        self.overwrite = overwrite
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
         sink = io.BytesIO()
@@ -179,7 +178,10 @@ class MultiWriterWriter(DataSourceArrowWriter):
         data = _concat([m for m in messages if isinstance(m, _Staged)], to_arrow_schema(self.schema))
         if table is None:
             table = Table.create(parsed.path, schema=data.schema, lock=parsed.lock, **_create_settings(parsed))
-        w = Writer(table, parsed.writer_config())
+        cfg = parsed.writer_config()
+        if self.overwrite:
+            cfg = replace(cfg, operation=OVERWRITE)
+        w = Writer(table, cfg)
         try:
             w.write(data)
         finally:
