@@ -54,7 +54,8 @@ _OPS = {EqualTo: "=", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", Gr
 
 
 class MultiWriterDataSource(DataSource):
-    """``spark.read.format("multiwriter")`` and ``df.write.format("multiwriter")``."""
+    """``spark.read``/``readStream`` and ``df.write``/``writeStream`` with ``format("multiwriter")``
+    (streaming: :mod:`.stream_read`, :mod:`.stream_write`)."""
 
     @classmethod
     def name(cls) -> str:

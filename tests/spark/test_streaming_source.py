@@ -24,8 +24,8 @@ def sp(spark):
     return spark
 
 
-def _cfg(writer_id: str = "w") -> mw.WriterConfig:
-    return mw.WriterConfig(writer_id=writer_id, lock=mw.InProcessLock(), executor="driver")
+def _cfg(writer_id: str = "w", **kw) -> mw.WriterConfig:
+    return mw.WriterConfig(writer_id=writer_id, lock=mw.InProcessLock(), executor="driver", **kw)
 
 
 def _spark_rows(t) -> list[tuple]:
@@ -158,3 +158,19 @@ def test_unknown_stream_option_is_refused(sp, trips_table, table_path, tmp_path)
              .foreachBatch(lambda df, i: None).option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
         q.awaitTermination(60)
+
+
+def test_clustering_delivers_nothing_new_and_an_overwrite_delivers_its_rows(sp, trips_table, table_path, tmp_path):
+    for k in range(4):  # four small inserts: four file groups to cluster
+        mw.write(trips(range(k * 2, k * 2 + 2)), table_path, _cfg())
+    ck = str(tmp_path / "ck")
+    assert _delivered(_run(sp, table_path, ck)) == _expect(range(8))
+    small = mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, max_bytes_per_run=64 << 20,
+                                min_file_groups=2)
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=small) as c:
+        assert len(c.run_once().clustering_instants) == 1
+    assert mw.Table.open(table_path).timeline().last_completed_write().action == "replacecommit"
+    assert _delivered(_run(sp, table_path, ck)) == []  # moved rows are not new data
+    mw.write(trips([1, 30], ts=4, value=4.0), table_path, _cfg(operation="insert_overwrite_table"))
+    assert _delivered(_run(sp, table_path, ck)) == _expect([1, 30], ts=4, value=4.0)
+    assert rows(hudi_read(table_path), COLS) == _expect([1, 30], ts=4, value=4.0)

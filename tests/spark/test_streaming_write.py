@@ -166,3 +166,25 @@ def test_option_errors_stop_the_query_before_anything_is_written(sp, tmp_path, z
     with pytest.raises(Exception, match="hoodie.datasource.write.streaming.checkpoint.identifier"):
         q.awaitTermination(120)
     assert not os.path.exists(path)
+
+
+def test_staging_paths_come_from_validated_parts(tmp_path):
+    import pyarrow as pa
+
+    from multiwriter.errors import ConfigError
+    from multiwriter.storage import Storage
+
+    assert staging.batch_dir("ingest-1", 7) == ".hoodie/.temp/streaming/ingest-1/7"
+    odd = staging.writer_segment("../x/y")
+    assert "/" not in odd and not odd.startswith(".")
+    with pytest.raises(ConfigError):
+        staging.batch_dir("w", -1)
+    storage = Storage(str(tmp_path))
+    f = staging.stage(storage, "w", 3, iter(trips(range(3)).to_batches()))
+    assert f is not None and f.rows == 3 and f.path.startswith(staging.batch_dir("w", 3) + "/")
+    assert staging.stage(storage, "w", 3, iter([])) is None
+    assert staging.read(storage, "w", 3, [f], trips([]).schema).num_rows == 3
+    with pytest.raises(ConfigError, match="not in the staging directory"):  # another batch's file
+        staging.read(storage, "w", 4, [f], pa.schema([]))
+    staging.discard(storage, "w", 3)
+    assert not (tmp_path / staging.batch_dir("w", 3)).exists()
