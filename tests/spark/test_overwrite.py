@@ -119,3 +119,53 @@ def test_overwrite_conflicts_with_a_concurrent_commit_on_any_file_group(trips_ta
     assert got["r"].attempts == 2 and got["r"].conflicts == 1
     assert rows(hudi_read(table_path), COLS) == [(str(i), "2024-01-01", 9, 9.0) for i in range(50, 52)]
     assert rows(mw.Table.open(table_path).read(), COLS) == rows(hudi_read(table_path), COLS)
+
+
+_CRASHING_OVERWRITE = """
+import sys
+import multiwriter as mw
+from tests.conftest import trips
+zk, base, path = sys.argv[1:4]
+cfg = mw.WriterConfig(writer_id="ow", lock=mw.ZooKeeperLock(connect=zk, base_path=base), executor="driver",
+                      operation="insert_overwrite_table", heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2)
+mw.write(trips(range(100, 103), ts=9, value=9.0), path, cfg)
+"""
+
+
+@pytest.mark.parametrize("point", ["after-inflight", "after-data-files"])
+def test_a_crashed_overwrite_is_rolled_back_and_the_table_keeps_its_rows(point, zk_server, zk_base, trips_table, table_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from multiwriter.table.layout import parse_data_file
+
+    lock = mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base)
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver", heartbeat_interval_s=1.0,
+                          heartbeat_tolerable_misses=2)
+    try:
+        mw.write(trips(range(5)), table_path, cfg)
+        before = rows(hudi_read(table_path), COLS)
+        root = Path(__file__).resolve().parents[2]
+        p = subprocess.run([sys.executable, "-c", _CRASHING_OVERWRITE, zk_server.connect, zk_base, table_path], cwd=root,
+                           env=dict(os.environ, MULTIWRITER_FAULTS=f"{point}=crash"), capture_output=True, timeout=120)
+        assert p.returncode == 137, p.stderr[-2000:]
+        tl = mw.Table.open(table_path).timeline()
+        (pending,) = tl.pending()
+        assert pending.action == "replacecommit"
+        time.sleep(3.5)  # the heartbeat's expiry bound: 1 s x (2 misses + 1), plus a margin
+        with mw.Cleaner(table_path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2) as c:
+            assert c.run_once().rolled_back == [pending.requested_time]
+        t = mw.Table.open(table_path)
+        assert t.timeline().pending() == []
+        listed = {s.path for i in t.timeline().completed_writes() for s in t.timeline().commit_metadata(i).all_stats()}
+        data = {e.path for e in t.storage.walk_files("") if parse_data_file(e.path.rsplit("/", 1)[-1])}
+        assert data == listed  # the crashed overwrite's files are gone
+        assert rows(hudi_read(table_path), COLS) == rows(t.read(), COLS) == before
+        # writers are no longer blocked by the dead overwrite's plan
+        mw.write(trips([0], ts=3, value=3.0), table_path, cfg)
+        assert ("0", "2024-01-01", 3, 3.0) in rows(hudi_read(table_path), COLS)
+    finally:
+        lock.close()
