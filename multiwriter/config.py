@@ -8,7 +8,7 @@ from typing import Any
 from .errors import ConfigError
 from .lock.base import LockProvider
 
-OPERATIONS = ("upsert", "insert", "delete")
+OPERATIONS = ("upsert", "insert", "delete", "insert_overwrite_table")
 EXECUTORS = ("auto", "driver", "spark")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 

@@ -99,8 +99,9 @@ class Transaction:
         self.lock.release()
 
     # -- begin -----------------------------------------------------------------------
-    def begin(self, action: str = inst.COMMIT) -> Instant:
-        """Issue a unique instant under the lock, start the heartbeat, write ``T.<action>.requested``."""
+    def begin(self, action: str = inst.COMMIT, requested: bytes = b"") -> Instant:
+        """Issue a unique instant under the lock, start the heartbeat, write ``T.<action>.requested``
+        (with ``requested`` as its content: a replace commit's requested metadata)."""
         if self._state != "new":
             raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
         since = self._acquire()
@@ -111,7 +112,7 @@ class Transaction:
             if self.heartbeat is not None:
                 self.heartbeat.start(t)
             try:
-                self.instant = tlmod.create_requested(self.table.storage, self.table.config, t, action)
+                self.instant = tlmod.create_requested(self.table.storage, self.table.config, t, action, requested)
             except BaseException:
                 if self.heartbeat is not None:
                     self.heartbeat.stop(t)

@@ -22,6 +22,10 @@ END = "hoodie.datasource.read.end.instanttime"
 SPLIT_BYTES = "multiwriter.read.split.bytes"
 READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES})
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
+#: streaming reads: where a new query starts (``earliest``, ``latest`` or a completion time)
+START_OFFSET = "hoodie.datasource.streaming.startOffset"
+STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES})
+EARLIEST, LATEST = "earliest", "latest"
 
 TABLE_NAME = "hoodie.table.name"
 RECORD_KEY = "hoodie.datasource.write.recordkey.field"
@@ -58,6 +62,8 @@ WRITE_KEYS = frozenset(
     {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, *FIXED, *NUMERIC}
 )
+#: options Spark itself adds to a streaming write's options (not ours to check)
+SPARK_STREAM_KEYS = frozenset({"checkpointlocation", "queryname"})
 DEFAULT_ZK_PORT = "2181"
 DEFAULT_ZK_BASE = "/multiwriter"
 
@@ -71,6 +77,16 @@ class ReadOptions:
     as_of: str | None = None
     begin: str | None = None
     end: str | None = None
+    split_bytes: int = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """What one ``spark.readStream.format("multiwriter")`` query asks for. ``start`` is
+    ``earliest``, ``latest`` or a completion time (records of commits completed after it)."""
+
+    path: str
+    start: str = EARLIEST
     split_bytes: int = 128 * 1024 * 1024
 
 
@@ -106,12 +122,36 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(path, incremental, as_of, begin, end, split)
 
 
-def parse_write(options: Mapping[str, str], *, table_exists: bool) -> WriteOptions:
-    """Parse and check every write option; ``table_exists=False`` also requires what
-    creating the table needs (name, record key)."""
+def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
     opts = _lower(options)
-    _check_known(opts, WRITE_KEYS, "write")
-    required = ["path"] + ([] if table_exists else [TABLE_NAME, RECORD_KEY])
+    _check_known(opts, STREAM_READ_KEYS, "streaming read")
+    path = _required(opts, ["path"], "streaming read")["path"]
+    raw = opts.get(START_OFFSET.lower(), EARLIEST).strip().lower()
+    start = raw if raw in (EARLIEST, LATEST) else _instant(opts, START_OFFSET.lower())
+    if start is None or set(start) == {"0"}:
+        start = EARLIEST
+    split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
+    return StreamReadOptions(path, start, split)
+
+
+def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:
+    """The table path and whether the query is incremental, for ``DataSource.schema``, which
+    Spark calls for batch and streaming reads alike (the reader then checks every key)."""
+    opts = _lower(options)
+    _check_known(opts, READ_KEYS | STREAM_READ_KEYS, "read")
+    path = _required(opts, ["path"], "read")["path"]
+    return path, opts.get(QUERY_TYPE, "snapshot").lower() == "incremental"
+
+
+def parse_write(options: Mapping[str, str], *, table_exists: bool, streaming: bool = False) -> WriteOptions:
+    """Parse and check every write option; ``table_exists=False`` also requires what
+    creating the table needs (name, record key). A streaming write also requires the writer id
+    (:data:`WRITER_ID`): its checkpoint is what makes a replayed micro-batch commit nothing."""
+    opts = _lower(options)
+    if streaming:
+        opts = {k: v for k, v in opts.items() if k not in SPARK_STREAM_KEYS}
+    _check_known(opts, WRITE_KEYS, "streaming write" if streaming else "write")
+    required = ["path"] + ([] if table_exists else [TABLE_NAME, RECORD_KEY]) + ([WRITER_ID] if streaming else [])
     provider = opts.get(LOCK_PROVIDER, ZK_PROVIDER)
     if provider not in (ZK_PROVIDER, FS_PROVIDER):
         raise ConfigError(f"{LOCK_PROVIDER}={provider!r} is not supported; use {ZK_PROVIDER} or {FS_PROVIDER}")

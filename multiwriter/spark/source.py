@@ -27,6 +27,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -43,6 +45,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError, TableNotFoundError
 from ..table.table import Table
+from ..write.overwrite import OPERATION as OVERWRITE
 from . import options as opt
 from .scan import Predicate, ScanPlan, ScanTask, plan_scan, read_task
 
@@ -51,7 +54,8 @@ _OPS = {EqualTo: "=", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", Gr
 
 
 class MultiWriterDataSource(DataSource):
-    """``spark.read.format("multiwriter")`` and ``df.write.format("multiwriter")``."""
+    """``spark.read``/``readStream`` and ``df.write``/``writeStream`` with ``format("multiwriter")``
+    (streaming: :mod:`.stream_read`, :mod:`.stream_write`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -59,24 +63,33 @@ class MultiWriterDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The table schema of the latest commit, meta columns first."""
-        o = opt.parse_read(self.options)
-        table = Table.open(o.path)
+        path, incremental = opt.schema_path(self.options)
+        table = Table.open(path)
         tl = table.timeline()
-        snap = None if o.incremental else table.snapshot(timeline=tl)
+        snap = None if incremental else table.snapshot(timeline=tl)
         return from_arrow_schema(table._read_schema(tl, snap))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MultiWriterReader(opt.parse_read(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        from .stream_write import MultiWriterStreamWriter
+
         if overwrite:
-            raise ConfigError(
-                'mode("overwrite") (insert_overwrite_table) is not supported by the multiwriter data source yet; '
-                'use mode("append")'
-            )
+            raise ConfigError('a multiwriter streaming write commits each micro-batch as an upsert: use outputMode("append")')
+        return MultiWriterStreamWriter(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
+        from .stream_read import MultiWriterStreamReader
+
+        return MultiWriterStreamReader(opt.parse_stream_read(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
+        """``mode("append")`` upserts (or the configured operation); ``mode("overwrite")`` is
+        Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group."""
         options = dict(self.options)
         _parse_write(options)  # every option error at save(), before any task runs
-        return MultiWriterWriter(options, schema)
+        return MultiWriterWriter(options, schema, overwrite=overwrite)
 
 
 @dataclass
@@ -137,13 +150,14 @@ class _Staged(WriterCommitMessage):
 
 
 class MultiWriterWriter(DataSourceArrowWriter):
-    """Append: every task hands its rows to the driver, which commits them once through the
-    writer protocol (:class:`~multiwriter.write.writer.Writer`). Tasks write nothing to the
-    table, so a failed job leaves nothing behind."""
+    """Append or overwrite: every task hands its rows to the driver, which commits them once
+    through the writer protocol (:class:`~multiwriter.write.writer.Writer`). Tasks write nothing
+    to the table, so a failed job leaves nothing behind."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: dict[str, str], schema: StructType, *, overwrite: bool = False) -> None:
         self.options = options
         self.schema = schema
+        self.overwrite = overwrite
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
         sink = io.BytesIO()
@@ -165,7 +179,10 @@ class MultiWriterWriter(DataSourceArrowWriter):
         data = _concat([m for m in messages if isinstance(m, _Staged)], to_arrow_schema(self.schema))
         if table is None:
             table = Table.create(parsed.path, schema=data.schema, lock=parsed.lock, **_create_settings(parsed))
-        w = Writer(table, parsed.writer_config())
+        cfg = parsed.writer_config()
+        if self.overwrite:
+            cfg = replace(cfg, operation=OVERWRITE)
+        w = Writer(table, cfg)
         try:
             w.write(data)
         finally:

@@ -62,7 +62,7 @@ def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
     client = beating_client(ctx.instant_time)
     bound = client.bound_s if client is not None else ctx.heartbeat_bound_s
     return dataclasses.replace(
-        ctx, heartbeat_bound_s=bound, pending_files=guard.pending_files(config, ctx.instant_time)
+        ctx, heartbeat_bound_s=bound, pending_files=ctx.pending_files or guard.pending_files(config, ctx.instant_time)
     )
 
 

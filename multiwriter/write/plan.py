@@ -133,7 +133,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
 
 
 #: Hudi's ``operationType`` of a commit, by our operation name
-OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE"}
+OPERATION_TYPES = {"upsert": "UPSERT", "insert": "INSERT", "delete": "DELETE", "insert_overwrite_table": "INSERT_OVERWRITE_TABLE"}
 
 
 def planned_metadata(tasks: list[FileGroupTask], operation: str) -> CommitMetadata:

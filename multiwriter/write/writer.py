@@ -7,6 +7,7 @@ with a new instant and a fresh index, with exponential backoff and jitter.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -28,14 +29,14 @@ from ..lock.base import check_table_lock
 from ..metrics import Metrics
 from ..metrics import default as default_metrics
 from ..result import CommitResult
-from ..table.instant import Instant
+from ..table.instant import REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
 from ..table.table import Table
-from ..errors import DuplicateBatchError
+from ..errors import ConfigError, DuplicateBatchError
 from ..transaction import Transaction, last_checkpoint
-from . import bloom
+from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import run_on_driver
 from .index import KeyIndex, untagged
@@ -87,12 +88,14 @@ class Writer:
                 self.metrics.commit(name, wid, "skipped")
                 return CommitResult(None, skipped=True, batch_id=batch_id)
         batch = _Batch.of(data, self.table, self.config)
-        if batch.empty:
+        replacing = overwrite.is_overwrite(self.config.operation)
+        if batch.empty and not replacing:  # an empty overwrite still empties the table
             return CommitResult(None, batch_id=batch_id, duration_s=time.monotonic() - started)
         attempts = conflicts = 0
         while True:
             attempts += 1
-            txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s)
+            txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
+                              strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started)
             except DuplicateBatchError as e:
@@ -149,12 +152,19 @@ class Writer:
     def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float) -> CommitResult:
         name = self.table.name
         phases: dict[str, float] = {}
-        txn.begin()
+        replacing = overwrite.is_overwrite(self.config.operation)
+        replaced: set[tuple[str, str]] = set()
+        if replacing:
+            txn.begin(REPLACE_COMMIT, overwrite.requested_metadata())
+        else:
+            txn.begin()
         assert txn.instant is not None and txn.base_timeline is not None
         t = txn.instant.requested_time
         tl = txn.base_timeline
         schema = batch.evolved_schema(self.table.schema(tl))
         ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1)
+        if replacing:  # the pre-write check looks for this instant's pending replacecommit files
+            ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
         if batch.spark_df is not None:
             stats = spark_path.run_on_executors(
@@ -167,18 +177,24 @@ class Writer:
             prepared = batch.prepare_for(schema, self.table.config)
             if self.config.operation == "insert":  # as Hudi: no lookup against the table
                 snap, tagged = Snapshot({}, tl, None), untagged(prepared)
+            elif replacing:  # every record goes to a new group; every live group is retired
+                replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
+                snap, tagged = Snapshot({}, tl, None), untagged(prepared)
             else:
                 prepared = bloom.with_hashes(prepared, KEY)  # once per batch: the index and the files' filters use them
                 snap = self.index.snapshot(tl, prepared)
                 tagged = self.index.tag(snap, prepared)
             plan = make_plan(tagged, snap, target_file_size=self.config.target_file_size_bytes)
             phases["index"] = time.monotonic() - t0
-            txn.write_inflight(planned_metadata(plan.tasks, self.config.operation))
+            planned = planned_metadata(plan.tasks, self.config.operation)
+            txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written)
-            inserted = plan.inserted_keys()
+            inserted = None if replacing else plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = _metadata(stats, schema, name, self.config.operation)
+        if replacing:
+            meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
         instant = self._commit(txn, meta, batch_id, inserted)
@@ -260,6 +276,10 @@ class _Batch:
                 small = spark_path.collect_if_small(data, config.driver_max_rows)
             if small is not None:
                 data = small
+            elif overwrite.is_overwrite(config.operation):
+                raise ConfigError(
+                    f"operation {config.operation} writes through the driver: use executor='driver', or a batch of at "
+                    f"most driver_max_rows={config.driver_max_rows} rows with executor='auto'")
             else:
                 schema = spark_path.arrow_schema(data)
                 b = cls(None, data, schema, config.operation, **_column_rules(table, config))

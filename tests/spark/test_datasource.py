@@ -167,11 +167,6 @@ def test_option_errors_fail_at_save_before_anything_is_written(sp, tmp_path, zk_
     assert not os.path.exists(path)
 
 
-def test_overwrite_is_refused_and_reads_reject_unknown_options(sp, table_path, two_commits, zk_server, zk_base):
-    before = rows(hudi_read(table_path), COLS)
-    with pytest.raises(Exception, match="overwrite"):
-        sp.createDataFrame(trips(range(2)).to_pandas()).write.format(FMT) \
-            .options(**_write_opts(zk_server, zk_base)).mode("overwrite").save(table_path)
-    assert rows(hudi_read(table_path), COLS) == before
+def test_reads_reject_unknown_options(sp, table_path, two_commits):
     with pytest.raises(Exception, match="as.of.instnat"):
         sp.read.format(FMT).option("as.of.instnat", "1").load(table_path).collect()

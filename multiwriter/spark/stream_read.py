@@ -1,0 +1,120 @@
+"""``spark.readStream.format("multiwriter")``: micro-batches of committed records, in commit
+completion order.
+
+An offset is a completion time, ``{"completion_time": "<C>"}``; a micro-batch (start, end] holds
+what :meth:`Table.read_incremental` returns for that range: the latest in-range version of every
+record changed by a commit completed after ``start`` and at or before ``end``. Completion times,
+not requested times, because commits complete in another order than they start: a slow writer
+that began early and completed late has a completion time past every offset handed out before
+it completed (completion times are issued under the table lock, above every time on the
+timeline), so it lands in a later micro-batch instead of being skipped. Rows that clustering
+only moved keep their commit time and are not delivered again.
+
+Planning (:func:`plan_range`) runs on the driver and is a pure function of (start, end) and the
+table, so a restarted query replans a logged micro-batch to the same rows; Spark's checkpoint
+(offset and commit logs) then delivers every committed record once.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ..errors import ConfigError, InstantNotRetainedError
+from ..table.table import Table
+from . import options as opt
+from .scan import ScanPlan, plan_scan, read_task
+
+OFFSET_KEY = "completion_time"
+#: the offset before every commit (Hudi's "000": from the beginning)
+EARLIEST_OFFSET = "0" * 17
+
+
+def offset(completion_time: str | None) -> dict[str, str]:
+    return {OFFSET_KEY: completion_time or EARLIEST_OFFSET}
+
+
+def offset_time(o: dict[str, Any] | None) -> str | None:
+    """The completion time of an offset; None for the earliest offset."""
+    value = str((o or {}).get(OFFSET_KEY) or EARLIEST_OFFSET)
+    if not value.isdigit():
+        raise ConfigError(f"streaming offset {o!r} is not a multiwriter offset ({{{OFFSET_KEY!r}: <completion time>}})")
+    return None if set(value) == {"0"} else value
+
+
+def latest_completion(path: str) -> str | None:
+    """The completion time of the newest completed write (commit or replace), or None."""
+    last = Table.open(path).timeline().last_completed_write()
+    if last is None:
+        return None
+    return last.completion_time or last.requested_time
+
+
+def initial_offset(options: opt.StreamReadOptions) -> dict[str, str]:
+    if options.start == opt.EARLIEST:
+        return offset(None)
+    if options.start == opt.LATEST:
+        return offset(latest_completion(options.path))
+    return offset(options.start)
+
+
+def plan_range(options: opt.StreamReadOptions, start: str | None, end: str | None) -> ScanPlan:
+    """The scan of micro-batch (start, end]; a range the cleaner cut into raises
+    :class:`InstantNotRetainedError` saying how to resume."""
+    read = opt.ReadOptions(options.path, incremental=True, begin=start, end=end, split_bytes=options.split_bytes)
+    try:
+        return plan_scan(read)
+    except InstantNotRetainedError as e:
+        resume = e.earliest or "earliest"
+        raise InstantNotRetainedError(
+            f"streaming read of {options.path}: the query's offset {start} fell behind what the cleaner retains, so the "
+            f"micro-batch ({start}, {end}] cannot be delivered exactly ({e}). Restart the query with a new "
+            f"checkpointLocation and {opt.START_OFFSET}={resume} (records completed between are skipped) or "
+            f"{opt.START_OFFSET}=earliest (the whole table again); to avoid this, let the cleaner retain more "
+            "commits (retain_commits, archive_keep_min) than the query lags behind",
+            requested=start,
+            earliest=e.earliest,
+        ) from e
+
+
+class MultiWriterStreamReader(DataSourceStreamReader):
+    """Offsets and planning on the driver, reading on executors (:func:`read_task`)."""
+
+    def __init__(self, options: opt.StreamReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.columns = [f.name for f in schema.fields]
+
+    def initialOffset(self) -> dict:  # noqa: N802 -- Spark's name
+        return initial_offset(self.options)
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
+        """The newest completion time, or ``start`` when nothing completed after it."""
+        latest = latest_completion(self.options.path)
+        current = offset_time(start) if start is not None else None
+        if latest is None or (current is not None and latest <= current):
+            return start if start is not None else self.initialOffset()
+        return offset(latest)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        from .source import _Partition
+
+        lo, hi = offset_time(start), offset_time(end)
+        if hi is None or (lo is not None and hi <= lo):
+            return []  # nothing new: an empty micro-batch
+        plan = plan_range(self.options, lo, hi)
+        unknown = [c for c in self.columns if plan.schema.get_field_index(c) < 0]
+        if unknown:
+            raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
+        header = replace(plan, tasks=())
+        return [_Partition(header, t) for t in plan.tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from .source import _Partition
+
+        if not isinstance(partition, _Partition):
+            return
+        yield from read_task(partition.plan, partition.task, self.columns)

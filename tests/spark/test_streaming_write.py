@@ -1,0 +1,190 @@
+"""``df.writeStream.format("multiwriter")``: one commit per micro-batch, exactly once across
+restarts, nothing left by a failed micro-batch; checked against hudi-rs and pyarrow."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+import multiwriter as mw
+from multiwriter import checkpoint
+from multiwriter.spark import staging
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows
+
+COLS = ["id", "date", "ts", "value"]
+FMT = "multiwriter"
+DDL = "id string, date string, ts long, value double"
+
+
+@pytest.fixture(scope="module")
+def sp(spark):
+    mw.register(spark)
+    return spark
+
+
+def _opts(zk_server, zk_base, writer_id="stream-a"):
+    host, port = zk_server.connect.split(":")
+    return {
+        "hoodie.table.name": "trips",
+        "hoodie.datasource.write.recordkey.field": "id",
+        "hoodie.datasource.write.partitionpath.field": "date",
+        "hoodie.datasource.write.precombine.field": "ts",
+        "hoodie.datasource.write.streaming.checkpoint.identifier": writer_id,
+        "hoodie.write.lock.zookeeper.url": host,
+        "hoodie.write.lock.zookeeper.port": port,
+        "hoodie.write.lock.zookeeper.base_path": zk_base,
+        "hoodie.client.heartbeat.interval_in_ms": "1000",
+    }
+
+
+def _add(src, name: str, table) -> None:
+    os.makedirs(src, exist_ok=True)
+    pq.write_table(table, os.path.join(src, f"{name}.parquet"))
+
+
+def _stream(sp, src: str, path: str, ck: str, opts: dict):
+    return (sp.readStream.schema(DDL).parquet(str(src)).writeStream.format(FMT).options(**opts)
+            .option("checkpointLocation", ck).trigger(availableNow=True).start(path))
+
+
+def _run(sp, src, path, ck, opts) -> None:
+    q = _stream(sp, src, path, ck, opts)
+    q.awaitTermination(180)
+    assert q.exception() is None
+
+
+def _commits(path: str) -> list:
+    return mw.Table.open(path).timeline().completed_writes()
+
+
+def _ours(path: str) -> list[tuple]:
+    return rows(mw.Table.open(path).read(), COLS)
+
+
+def _files_outside_hoodie(path: str) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d != ".hoodie"]
+        out += [os.path.join(root, f) for f in files if not f.startswith(".hoodie_partition")]
+    return out
+
+
+def _staged(path: str) -> list[str]:
+    root = os.path.join(path, staging.STAGING_ROOT)
+    return [os.path.join(r, f) for r, _, fs in os.walk(root) for f in fs]
+
+
+def test_micro_batches_commit_once_and_restarts_replay_nothing(sp, tmp_path, zk_server, zk_base):
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = _opts(zk_server, zk_base)
+    _add(src, "a", trips(range(4)))
+    _add(src, "b", trips(range(2, 6), date="2024-01-02", ts=2, value=2.0))
+    _run(sp, src, path, ck, opts)
+    assert len(_commits(path)) == 1  # availableNow: both files in one micro-batch
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
+        [(str(i), "2024-01-01", 1, 1.0) for i in range(4)] + [(str(i), "2024-01-02", 2, 2.0) for i in range(2, 6)], key=repr)
+    # a restart with the same checkpoint and a new file: one more commit, with only that file
+    _add(src, "c", trips([0], ts=3, value=3.0))
+    _run(sp, src, path, ck, opts)
+    (c1, c2) = _commits(path)
+    assert checkpoint.last(mw.Table.open(path).timeline(), "stream-a") == 1
+    assert rows(hudi_read(path), COLS) == _ours(path)
+    assert (("0", "2024-01-01", 3, 3.0)) in _ours(path)
+    # nothing new: no commit
+    _run(sp, src, path, ck, opts)
+    assert len(_commits(path)) == 2
+    # Spark crashed after our commit of batch 1 but before its own commit log: it replays the
+    # batch, which commits nothing (the writer id's checkpoint already holds batch 1)
+    for name in ("1", ".1.crc"):
+        os.remove(os.path.join(ck, "commits", name))
+    _run(sp, src, path, ck, opts)
+    assert len(_commits(path)) == 2 and os.path.exists(os.path.join(ck, "commits", "1"))
+    assert _staged(path) == []
+
+
+def test_a_failing_micro_batch_leaves_no_files(sp, tmp_path, zk_server, zk_base):
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = _opts(zk_server, zk_base)
+    _add(src, "a", trips(range(6)))
+    env = sp.sparkContext.environment
+    env["MULTIWRITER_FAULTS"] = "after-data-files=error"  # in the process that commits
+    mw.register(sp)  # the data source's workers take the environment as of registration
+    try:
+        q = _stream(sp, src, path, ck, opts)
+        with pytest.raises(Exception, match="injected fault at after-data-files"):
+            q.awaitTermination(180)
+    finally:
+        del env["MULTIWRITER_FAULTS"]
+        mw.register(sp)
+    assert _commits(path) == []
+    assert _files_outside_hoodie(path) == []  # the attempt's data files were deleted
+    assert _staged(path) == []  # and the staged rows
+    assert hudi_read(path).num_rows == 0
+    # the restarted query replays the batch and commits it
+    _run(sp, src, path, ck, opts)
+    assert rows(hudi_read(path), COLS) == [(str(i), "2024-01-01", 1, 1.0) for i in range(6)]
+
+
+def test_two_streams_with_their_own_ids_share_a_table_under_zookeeper(sp, tmp_path, zk_server, zk_base):
+    path = str(tmp_path / "t")
+    base = _opts(zk_server, zk_base, "seed")
+    sp.createDataFrame(trips(range(10)).to_pandas()).write.format(FMT).options(**base).mode("append").save(path)
+    # both streams update keys of the one file group the seed wrote: they conflict and retry
+    a_src, b_src = tmp_path / "a", tmp_path / "b"
+    _add(a_src, "a", trips(range(5), ts=2, value=2.0))
+    _add(b_src, "b", trips(range(5, 10), ts=3, value=3.0))
+    _add(b_src, "b2", trips(range(20, 23), date="2024-01-02", ts=3, value=3.0))
+    qa = _stream(sp, a_src, path, str(tmp_path / "cka"), _opts(zk_server, zk_base, "stream-a"))
+    qb = _stream(sp, b_src, path, str(tmp_path / "ckb"), _opts(zk_server, zk_base, "stream-b"))
+    for q in (qa, qb):
+        q.awaitTermination(180)
+        assert q.exception() is None
+    tl = mw.Table.open(path).timeline()
+    assert len(tl.completed_writes()) == 3
+    assert (checkpoint.last(tl, "stream-a"), checkpoint.last(tl, "stream-b")) == (0, 0)
+    expect = ([(str(i), "2024-01-01", 2, 2.0) for i in range(5)] + [(str(i), "2024-01-01", 3, 3.0) for i in range(5, 10)]
+              + [(str(i), "2024-01-02", 3, 3.0) for i in range(20, 23)])
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(expect, key=repr)
+
+
+def test_option_errors_stop_the_query_before_anything_is_written(sp, tmp_path, zk_server, zk_base):
+    src, path = tmp_path / "src", str(tmp_path / "t")
+    _add(src, "a", trips(range(2)))
+    opts = {k: v for k, v in _opts(zk_server, zk_base).items()
+            if k != "hoodie.datasource.write.streaming.checkpoint.identifier"}
+    opts["hoodie.datasource.write.recordkey.feild"] = "id"
+    q = _stream(sp, src, path, str(tmp_path / "ck"), opts)
+    with pytest.raises(Exception, match="ConfigError") as e:
+        q.awaitTermination(120)
+    assert "hoodie.datasource.write.recordkey.feild" in str(e.value)
+    assert not os.path.exists(path)
+    # the writer id is required: it is what makes a replayed micro-batch commit nothing
+    del opts["hoodie.datasource.write.recordkey.feild"]
+    q = _stream(sp, src, path, str(tmp_path / "ck2"), opts)
+    with pytest.raises(Exception, match="hoodie.datasource.write.streaming.checkpoint.identifier"):
+        q.awaitTermination(120)
+    assert not os.path.exists(path)
+
+
+def test_staging_paths_come_from_validated_parts(tmp_path):
+    import pyarrow as pa
+
+    from multiwriter.errors import ConfigError
+    from multiwriter.storage import Storage
+
+    assert staging.batch_dir("ingest-1", 7) == ".hoodie/.temp/streaming/ingest-1/7"
+    odd = staging.writer_segment("../x/y")
+    assert "/" not in odd and not odd.startswith(".")
+    with pytest.raises(ConfigError):
+        staging.batch_dir("w", -1)
+    storage = Storage(str(tmp_path))
+    f = staging.stage(storage, "w", 3, iter(trips(range(3)).to_batches()))
+    assert f is not None and f.rows == 3 and f.path.startswith(staging.batch_dir("w", 3) + "/")
+    assert staging.stage(storage, "w", 3, iter([])) is None
+    assert staging.read(storage, "w", 3, [f], trips([]).schema).num_rows == 3
+    with pytest.raises(ConfigError, match="not in the staging directory"):  # another batch's file
+        staging.read(storage, "w", 4, [f], pa.schema([]))
+    staging.discard(storage, "w", 3)
+    assert not (tmp_path / staging.batch_dir("w", 3)).exists()
