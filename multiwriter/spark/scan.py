@@ -57,7 +57,6 @@ class ScanPlan:
     schema: pa.Schema  # the table schema with meta columns
     tasks: tuple[ScanTask, ...]
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
-    archived_before: str | None = None  # incremental: and rows committed before this time
 
 
 def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
@@ -66,19 +65,18 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
     table = Table.open(opts.path)
     tl = table.timeline()
     commit_times: frozenset[str] | None = None
-    archived_before: str | None = None
     if opts.incremental:
         plan = TimelineView(tl).incremental(list_data_files(table.storage), opts.begin, opts.end)
         slices: list[FileSlice] = list(plan.slices)
-        commit_times, archived_before = plan.commit_times, plan.archived_before
-        schema = table._read_schema(tl, None)
+        commit_times = plan.commit_times
+        schema = table.read_schema(tl)
     else:
         snap = table.snapshot(opts.as_of, timeline=tl)
         slices = snap.files()
-        schema = table._read_schema(tl, snap)
+        schema = table.read_schema(tl, snap)
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
-    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, archived_before)
+    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times)
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -99,8 +97,6 @@ def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: li
 def _in_range(commit_time: Any, plan: ScanPlan) -> Any:
     """The rows an incremental read keeps (as :meth:`Table.read_incremental`)."""
     keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times or ()), pa.string()))
-    if plan.archived_before is not None:
-        keep = pc.or_(keep, pc.less(commit_time, plan.archived_before))
     return pc.fill_null(keep, False)
 
 

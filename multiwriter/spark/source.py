@@ -67,7 +67,7 @@ class MultiWriterDataSource(DataSource):
         table = Table.open(path)
         tl = table.timeline()
         snap = None if incremental else table.snapshot(timeline=tl)
-        return from_arrow_schema(table._read_schema(tl, snap))
+        return from_arrow_schema(table.read_schema(tl, snap))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MultiWriterReader(opt.parse_read(self.options), schema)

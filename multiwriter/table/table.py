@@ -170,7 +170,7 @@ class Table:
         (whose ``earliest`` is readable) instead of returning a snapshot with holes."""
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
-        full = self._read_schema(tl, snap)
+        full = self.read_schema(tl, snap)
         return _read_files(self.storage, [f.path for f in snap.files()], full, columns, filters)
 
     def read_incremental(self, start: str | None = None, end: str | None = None) -> pa.Table:
@@ -191,15 +191,13 @@ class Table:
         exact.
         """
         tl = self.timeline()
-        full = self._read_schema(tl, None)
+        full = self.read_schema(tl)
         plan = TimelineView(tl).incremental(list_data_files(self.storage), start, end)
         if not plan.slices:
             return full.empty_table()
         t = _read_files(self.storage, [f.path for f in plan.slices], full, None, None)
         commit_time = t["_hoodie_commit_time"]
         keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times), pa.string()))
-        if plan.archived_before is not None:
-            keep = pc.or_(keep, pc.less(commit_time, plan.archived_before))
         return t.filter(pc.fill_null(keep, False))
 
     def to_spark(self, spark: SparkSession, as_of: str | None = None) -> DataFrame:
@@ -217,7 +215,9 @@ class Table:
             reader = reader.option("as.of.instant", as_of)
         return reader.load(self.storage.uri_of(""))
 
-    def _read_schema(self, tl: Timeline, snap: Snapshot | None) -> pa.Schema:
+    def read_schema(self, tl: Timeline, snap: Snapshot | None = None) -> pa.Schema:
+        """The schema rows are read with: the latest commit's schema with the meta columns
+        (for a table whose commits carry no schema, the schema of a file of ``snap``)."""
         schema = self.schema(tl)
         if len(schema) == 0 and snap is not None and snap.files():
             import pyarrow.parquet as pq

@@ -41,9 +41,6 @@ class IncrementalPlan:
 
     slices: tuple[FileSlice, ...]
     commit_times: frozenset[str]
-    #: also keep rows whose commit time is below this; archived commits are now listed in
-    #: ``commit_times`` themselves, so plans leave it None (readers still honour it)
-    archived_before: str | None = None
 
 
 class TimelineView:

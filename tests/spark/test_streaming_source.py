@@ -146,7 +146,8 @@ def test_empty_range_plans_no_partitions(trips_table, table_path):
     assert len(reader.partitions(offset(None), at)) == 1
 
 
-def test_an_offset_behind_archival_raises_instant_not_retained(sp, trips_table, table_path, tmp_path):
+def test_an_offset_past_archival_still_delivers_from_the_lsm_history(sp, trips_table, table_path, tmp_path):
+    """Archival alone loses nothing: the range is planned from Hudi's LSM history."""
     lock = mw.InProcessLock()
     cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver")
     mw.write(trips(range(5)), table_path, cfg)
@@ -156,8 +157,28 @@ def test_an_offset_behind_archival_raises_instant_not_retained(sp, trips_table, 
         mw.write(trips([k], ts=2 + k, value=2.0), table_path, cfg)
     with mw.Cleaner(table_path, lock=lock, retain_commits=1, archive_keep_min=1, archive_keep_max=2) as c:
         assert c.run_once().archived >= 2
+    got = _delivered(_run(sp, table_path, ck))
+    assert got == sorted([(str(k), "2024-01-01", 2 + k, 2.0) for k in range(5)], key=repr)
+    assert got == _spark_rows(hudi_read(table_path).to_pylist())
+
+
+def test_a_replayed_batch_whose_files_were_cleaned_raises_instant_not_retained(sp, trips_table, table_path, tmp_path):
+    """A micro-batch Spark replays after a restart keeps its logged end offset; when the cleaner
+    deleted the slices that end needs, the source says it fell behind instead of guessing."""
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver")
+    mw.write(trips(range(5)), table_path, cfg)
+    ck = tmp_path / "ck"
+    assert _delivered(_run(sp, table_path, str(ck))) == _expect(range(5))
+    mw.write(trips(range(5), ts=2, value=2.0), table_path, cfg)
+    assert [b for b, _ in _run(sp, table_path, str(ck))] == [1]
+    (ck / "commits" / "1").unlink()  # as if the query died before Spark logged batch 1 done
+    for k in range(3, 8):
+        mw.write(trips(range(5), ts=k, value=float(k)), table_path, cfg)
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1) as c:
+        assert c.run_once().old_versions_deleted >= 1
     q = (sp.readStream.format(FMT).load(table_path).writeStream.foreachBatch(lambda df, i: None)
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
     with pytest.raises(Exception, match="InstantNotRetainedError") as e:
         q.awaitTermination(120)
     assert "fell behind" in str(e.value) and opt.START_OFFSET in str(e.value)
