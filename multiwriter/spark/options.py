@@ -5,6 +5,8 @@ missing required key is reported at once, by name, as a :class:`~multiwriter.err
 """
 from __future__ import annotations
 
+import os
+
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,11 +22,15 @@ BEGIN = "hoodie.datasource.read.begin.instanttime"
 END = "hoodie.datasource.read.end.instanttime"
 #: our own key: files larger than this are read as several Spark partitions (row-group splits)
 SPLIT_BYTES = "multiwriter.read.split.bytes"
-READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES})
+#: our own key: Spark partitions a scan aims for (default: the planning machine's cores);
+#: small file slices are packed into tasks of about total bytes / parallelism, as Spark packs
+#: the files of ``spark.read.parquet``
+PARALLELISM = "multiwriter.read.parallelism"
+READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES, PARALLELISM})
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
 #: streaming reads: where a new query starts (``earliest``, ``latest`` or a completion time)
 START_OFFSET = "hoodie.datasource.streaming.startOffset"
-STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES})
+STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES, PARALLELISM})
 EARLIEST, LATEST = "earliest", "latest"
 
 TABLE_NAME = "hoodie.table.name"
@@ -78,6 +84,7 @@ class ReadOptions:
     begin: str | None = None
     end: str | None = None
     split_bytes: int = 128 * 1024 * 1024
+    parallelism: int = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class StreamReadOptions:
     path: str
     start: str = EARLIEST
     split_bytes: int = 128 * 1024 * 1024
+    parallelism: int = 1
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,11 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
     if begin is not None and set(begin) == {"0"}:
         begin = None  # Hudi's "000": from the beginning
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return ReadOptions(path, incremental, as_of, begin, end, split)
+    return ReadOptions(path, incremental, as_of, begin, end, split, _parallelism(opts))
+
+
+def _parallelism(opts: dict[str, str]) -> int:
+    return _int(opts, PARALLELISM, os.cpu_count() or 1, lo=1)
 
 
 def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
@@ -131,7 +143,7 @@ def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
     if start is None or set(start) == {"0"}:
         start = EARLIEST
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return StreamReadOptions(path, start, split)
+    return StreamReadOptions(path, start, split, _parallelism(opts))
 
 
 def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:

@@ -42,11 +42,12 @@ class Predicate:
 
 @dataclass(frozen=True)
 class ScanTask:
-    """One Spark partition: a base file, or some of its row groups."""
+    """A base file, or some of its row groups (Spark tasks read one or several of these)."""
 
     path: str  # relative to the table root
     partition: str
     row_groups: tuple[int, ...] | None = None
+    size: int = 0  # bytes, for packing small tasks together
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class ScanPlan:
     schema: pa.Schema  # the table schema with meta columns
     tasks: tuple[ScanTask, ...]
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
+    task_bytes: int = 128 * 1024 * 1024  # scan tasks are packed into Spark tasks of about this size
+
+    def groups(self) -> list[tuple[ScanTask, ...]]:
+        """The scan tasks packed into Spark tasks (see :func:`pack`)."""
+        return pack(self.tasks, self.task_bytes)
 
 
 def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
@@ -76,7 +82,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
         schema = table.read_schema(tl, snap)
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
-    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times)
+    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism))
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -199,11 +205,41 @@ def _expr(schema: pa.Schema, p: Predicate) -> Any:
     return {"=": col == v, "<": col < v, "<=": col <= v, ">": col > v, ">=": col >= v}[p.op]
 
 
+# -- packing -----------------------------------------------------------------------------
+#: what opening one more file is worth in bytes when packing (Spark's ``openCostInBytes``)
+OPEN_COST = 4 * 1024 * 1024
+
+
+def task_bytes(tasks: list[ScanTask], split_bytes: int, parallelism: int) -> int:
+    """Spark's rule for ``spark.read.parquet``: about total / parallelism (an open cost counted
+    per file), at least one open cost, at most ``split_bytes``."""
+    total = sum(t.size + OPEN_COST for t in tasks)
+    return min(split_bytes, max(OPEN_COST, total // max(parallelism, 1)))
+
+
+def pack(tasks: tuple[ScanTask, ...], limit: int) -> list[tuple[ScanTask, ...]]:
+    """Largest first, each scan task goes to the current Spark task until that would pass
+    ``limit`` (counting an open cost per file): one Spark task per file costs more in task
+    overhead than reading a small file does."""
+    groups: list[tuple[ScanTask, ...]] = []
+    current: list[ScanTask] = []
+    size = 0
+    for t in sorted(tasks, key=lambda t: t.size, reverse=True):
+        if current and size + t.size > limit:
+            groups.append(tuple(current))
+            current, size = [], 0
+        current.append(t)
+        size += t.size + OPEN_COST
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
 # -- splits ------------------------------------------------------------------------------
 def _split(storage: Storage, s: FileSlice, split_bytes: int) -> list[ScanTask]:
     """One task per file, or per run of row groups of about ``split_bytes`` in a large file."""
     if s.size <= split_bytes:
-        return [ScanTask(s.path, s.partition)]
+        return [ScanTask(s.path, s.partition, size=s.size)]
     with storage.fs.open_input_file(storage.abs(s.path)) as f:
         meta = pq.ParquetFile(f).metadata
     tasks: list[ScanTask] = []
@@ -213,8 +249,8 @@ def _split(storage: Storage, s: FileSlice, split_bytes: int) -> list[ScanTask]:
         run.append(i)
         size += meta.row_group(i).total_byte_size
         if size >= split_bytes:
-            tasks.append(ScanTask(s.path, s.partition, tuple(run)))
+            tasks.append(ScanTask(s.path, s.partition, tuple(run), size))
             run, size = [], 0
     if run or not tasks:
-        tasks.append(ScanTask(s.path, s.partition, tuple(run)))
+        tasks.append(ScanTask(s.path, s.partition, tuple(run), size))
     return tasks

@@ -94,10 +94,11 @@ class MultiWriterDataSource(DataSource):
 
 @dataclass
 class _Partition(InputPartition):
-    """One task with what reading it needs: ``read`` does not see what ``partitions`` set."""
+    """One Spark task (some scan tasks) with what reading them needs: ``read`` does not see what
+    ``partitions`` set."""
 
     plan: ScanPlan  # without its task list
-    task: ScanTask
+    tasks: tuple[ScanTask, ...]
 
 
 class MultiWriterReader(DataSourceReader):
@@ -121,12 +122,13 @@ class MultiWriterReader(DataSourceReader):
         if unknown:
             raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
         header = replace(plan, tasks=())
-        return [_Partition(header, t) for t in plan.tasks]
+        return [_Partition(header, group) for group in plan.groups()]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, _Partition):
             return  # Spark reads one placeholder partition when the plan has no tasks
-        yield from read_task(partition.plan, partition.task, self.columns, self.predicates)
+        for task in partition.tasks:
+            yield from read_task(partition.plan, task, self.columns, self.predicates)
 
 
 def _predicate(f: Filter) -> Predicate | None:

@@ -65,7 +65,7 @@ def initial_offset(options: opt.StreamReadOptions) -> dict[str, str]:
 def plan_range(options: opt.StreamReadOptions, start: str | None, end: str | None) -> ScanPlan:
     """The scan of micro-batch (start, end]; a range the cleaner cut into raises
     :class:`InstantNotRetainedError` saying how to resume."""
-    read = opt.ReadOptions(options.path, incremental=True, begin=start, end=end, split_bytes=options.split_bytes)
+    read = opt.ReadOptions(options.path, incremental=True, begin=start, end=end, split_bytes=options.split_bytes, parallelism=options.parallelism)
     try:
         return plan_scan(read)
     except InstantNotRetainedError as e:
@@ -110,11 +110,12 @@ class MultiWriterStreamReader(DataSourceStreamReader):
         if unknown:
             raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
         header = replace(plan, tasks=())
-        return [_Partition(header, t) for t in plan.tasks]
+        return [_Partition(header, group) for group in plan.groups()]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from .source import _Partition
 
         if not isinstance(partition, _Partition):
             return
-        yield from read_task(partition.plan, partition.task, self.columns)
+        for task in partition.tasks:
+            yield from read_task(partition.plan, task, self.columns)

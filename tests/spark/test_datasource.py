@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import multiwriter as mw
+from multiwriter.spark.options import PARALLELISM
 from multiwriter.table.snapshot import list_data_files
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
@@ -49,8 +50,6 @@ def test_snapshot_and_as_of_match_hudi_rs(sp, table_path, two_commits):
                                                          "_hoodie_file_name"]
     assert _spark_rows(df) == rows(hudi_read(table_path), COLS)
     assert _spark_rows(df, COLS + ["_hoodie_commit_time"]) == rows(hudi_read(table_path), COLS + ["_hoodie_commit_time"])
-    # one Spark partition per file slice
-    assert df.rdd.getNumPartitions() == len(mw.Table.open(table_path).snapshot().files())
     for t in (i1.requested_time, i2.requested_time):
         old = sp.read.format(FMT).option("as.of.instant", t).load(table_path)
         assert _spark_rows(old) == rows(hudi_read(table_path, as_of=t), COLS)
@@ -95,15 +94,28 @@ def test_partition_filters_prune_file_slices(sp, table_path, two_commits):
     snap = mw.Table.open(table_path).snapshot()
     in_02 = snap.in_partition("2024-01-02")
     assert 0 < len(in_02) < len(snap.files())
-    df = sp.read.format(FMT).load(table_path).where("date = '2024-01-02'")
+    one_per_slice = sp.read.format(FMT).option(PARALLELISM, "1000")  # no packing: pruning shows in task counts
+    df = one_per_slice.load(table_path).where("date = '2024-01-02'")
     assert df.rdd.getNumPartitions() == len(in_02)
     assert _spark_rows(df) == [r for r in rows(hudi_read(table_path), COLS) if r[1] == "2024-01-02"]
-    df = sp.read.format(FMT).load(table_path).where("date in ('2024-01-03', '2024-01-04')")
+    df = one_per_slice.load(table_path).where("date in ('2024-01-03', '2024-01-04')")
     assert df.rdd.getNumPartitions() <= 1 and df.count() == 0  # Spark may plan one empty partition
     # a data-column filter skips rows but never partitions; Spark keeps the exact answer
-    df = sp.read.format(FMT).load(table_path).where("id >= '5' and value > 1.5")
+    df = one_per_slice.load(table_path).where("id >= '5' and value > 1.5")
     assert df.rdd.getNumPartitions() == len(snap.files())
     assert _spark_rows(df) == [r for r in rows(hudi_read(table_path), COLS) if r[0] >= "5" and r[3] > 1.5]
+
+
+def test_small_slices_are_packed_into_spark_tasks(sp, table_path, two_commits):
+    """As ``spark.read.parquet`` packs small files: about total bytes / parallelism per task
+    (an open cost counted per file), so many small slices do not make as many tasks."""
+    n = len(mw.Table.open(table_path).snapshot().files())
+    assert n >= 2
+    expect = rows(hudi_read(table_path), COLS)
+    for parallelism, tasks in (("1", 1), (str(n), n), ("1000", n)):
+        df = sp.read.format(FMT).option(PARALLELISM, parallelism).load(table_path)
+        assert df.rdd.getNumPartitions() == tasks, parallelism
+        assert _spark_rows(df) == expect
 
 
 def test_declared_columns_and_row_group_splits(sp, tmp_path):
@@ -115,7 +127,7 @@ def test_declared_columns_and_row_group_splits(sp, tmp_path):
     full = os.path.join(path, f.path)
     t = pq.read_table(full)
     pq.write_table(t, full, row_group_size=300)
-    df = sp.read.format(FMT).option("multiwriter.read.split.bytes", "4096").load(path)
+    df = sp.read.format(FMT).option("multiwriter.read.split.bytes", "4096").option(PARALLELISM, "1000").load(path)
     assert df.rdd.getNumPartitions() > 1
     assert sorted(r.id for r in df.select("id").collect()) == sorted(str(i) for i in range(3000))
     narrow = sp.read.format(FMT).schema("id string, value double").load(path)
