@@ -90,12 +90,49 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
     u, i, imp = results.get("goal_upsert"), results.get("goal_insert"), results.get("goal_import")
     if u:
         mw = u["multiwriter"]["median_s"]
-        out.append(("1. upsert vs deltalake merge", mw / u["deltalake merge"]["median_s"], 1.0))
-        out.append(("1. upsert vs naive pyarrow rewrite", mw / u["naive pyarrow rewrite"]["median_s"], 1.2))
+        out.append(("15.1 upsert vs deltalake merge", mw / u["deltalake merge"]["median_s"], 1.0))
+        out.append(("15.1 upsert vs naive pyarrow rewrite", mw / u["naive pyarrow rewrite"]["median_s"], 1.2))
     if i:
-        out.append(("2. insert vs deltalake append", i["multiwriter insert"]["median_s"] / i["deltalake append"]["median_s"], 2.0))
+        out.append(("15.2 insert vs deltalake append", i["multiwriter insert"]["median_s"] / i["deltalake append"]["median_s"], 2.0))
     if imp:
-        out.append(("7. import multiwriter (s)", imp["median_s"], 0.3))
+        out.append(("15.7 import multiwriter (s)", imp["median_s"], 0.3))
+    return out + _streaming_ratios(results)
+
+
+# What the streaming goals mean, as measured by benchmarks.streaming:
+# - "per micro-batch": the median time of the foreachBatch function body (our sink's call, or
+#   deltalake's toArrow + merge), on the same source file, the two queries taking turns.
+# - "live files at the end": the most live file groups in any partition when the long run ends
+#   (it ends right after the companion job's run when the batch count is a multiple of 50).
+# - "a batch at the end vs the start": median sink call of the last 50 batches / of batches 20-70.
+# - "flat" driver RSS: the driver's RSS (median of the samples of the last 50 micro-batches)
+#   at most 10 % above its RSS at batches 100-150.
+RSS_GROWTH = 0.10
+
+
+def _streaming_ratios(results: dict) -> list[tuple[str, float, float]]:
+    out = []
+    s, lr, mem, peak, rd = (results.get(k) for k in ("stream", "long_run", "memory_stream", "peak_rss", "source_read"))
+    if s:
+        out.append(("15.3 foreachBatch upsert vs deltalake merge in foreachBatch",
+                    s["multiwriter sink"]["median_s"] / s["deltalake merge"]["median_s"], 1.0))
+    if lr:
+        out.append((f"15.4 + 16 long run: batch at the end / at the start ({lr['batches']} batches)",
+                    lr["end_median_s"] / lr["start_median_s"], 1.3))
+        out.append(("16 long run: live files per partition at the end", float(lr["files_per_partition_end"]), 4.0))
+        r = lr["reads"]
+        out.append(("16 long run: snapshot read / same rows written at once",
+                    r["multiwriter (after the run)"]["median_s"] / r["multiwriter (same rows written at once)"]["median_s"],
+                    1.5))
+    if peak:
+        out.append(("15.6 peak RSS of a 1M-row upsert vs deltalake merge",
+                    peak["multiwriter"]["peak_mib"] / peak["deltalake merge"]["peak_mib"], 2.0))
+    if mem:
+        out.append((f"15.6 driver RSS growth, batch 100 to {mem['batches']}, running query", mem["growth"], RSS_GROWTH))
+    if rd:
+        out.append(("17 format(multiwriter) read vs spark.read.parquet of the live files",
+                    rd["spark.read.format(multiwriter)"]["median_s"] / rd["spark.read.parquet (same live files)"]["median_s"],
+                    1.3))
     return out
 
 
