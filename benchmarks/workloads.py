@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 import multiwriter as mw
 
-from . import data
-from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, reset
+from . import data, goals, streaming
+from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,54 +27,56 @@ def _timed(fn, *a) -> float:
 
 def upsert(size: dict, work: Path, spark) -> dict:
     n, batch, batches = size["table_rows"], size["batch_rows"], size["batches"]
-    out: dict = {}
+    reset(work)
     init = data.initial(n)
+    todo = [data.upsert_batch(n, batch, b) for b in range(batches)]
     peers = {
-        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
-        "multiwriter (executors)": lambda: Multiwriter(work, "spark", spark=spark),
-        "deltalake merge": lambda: DeltaLake(work),
-        "naive pyarrow rewrite": lambda: NaiveCopyOnWrite(work),
+        "multiwriter (driver)": Multiwriter(work, "driver"),
+        "multiwriter (executors)": Multiwriter(work, "spark", spark=spark),
+        "deltalake merge": DeltaLake(work),
+        "naive pyarrow rewrite": NaiveCopyOnWrite(work),
     }
-    for name, make in peers.items():
-        reset(work)
-        peer = make()
+    for peer in peers.values():
         peer.load(init)
-        times = [_timed(peer.upsert, data.upsert_batch(n, batch, b)) for b in range(batches)]
-        out[name] = {"median_s": statistics.median(times), "all_s": times}
-    # pyiceberg's upsert is orders of magnitude slower: measured on a smaller table and batch.
+    times = goals._interleave(peers, todo, "upsert")
+    want = goals.expected_upserts(init, todo)
+    for name, peer in peers.items():
+        _check(name, peer.read(), want)
+    out: dict = {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
+    # pyiceberg's upsert is orders of magnitude slower: measured alone on a smaller table and batch.
     reset(work)
     ice = Iceberg(work)
     small_n, small_b = size["iceberg_table_rows"], size["iceberg_batch_rows"]
-    ice.load(data.initial(small_n))
-    times = [_timed(ice.upsert, data.upsert_batch(small_n, small_b, b)) for b in range(size["iceberg_batches"])]
+    small_init = data.initial(small_n)
+    ice.load(small_init)
+    small = [data.upsert_batch(small_n, small_b, b) for b in range(size["iceberg_batches"])]
+    times = [_timed(ice.upsert, b) for b in small]
+    _check("pyiceberg upsert", ice.read(), goals.expected_upserts(small_init, small))
     out["pyiceberg upsert"] = {"median_s": statistics.median(times), "all_s": times,
-                               "note": f"{small_b:,}-row batches into {small_n:,} rows (scaled down)"}
+                               "note": f"{small_b:,}-row batches into {small_n:,} rows (scaled down, run alone)"}
     return out
+
+
+def _check(name: str, got, want: tuple) -> None:
+    if goals.checksum(got) != want:
+        raise AssertionError(f"{name}: rows/checksum {goals.checksum(got)} != expected {want}")
 
 
 def append(size: dict, work: Path, spark) -> dict:
-    out: dict = {}
-    peers = {
-        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
-        "deltalake append": lambda: DeltaLake(work),
-        "pyiceberg append": lambda: Iceberg(work),
-        "pyarrow write_dataset (limit)": lambda: PyArrowLimit(work),
-    }
-    for name, make in peers.items():
-        reset(work)
-        peer = make()
-        times = [_timed(peer.append, data.append_batch(size["batch_rows"], b)) for b in range(size["batches"])]
-        out[name] = {"median_s": statistics.median(times), "all_s": times}
     reset(work)
-    t = data.append_batch(size["batch_rows"], 0)
-    times = []
-    for b in range(min(size["batches"], 5)):
-        target = str(work / f"spark-{b}")
-        t0 = time.perf_counter()
-        spark.createDataFrame(t).write.parquet(target)
-        times.append(time.perf_counter() - t0)
-    out["spark createDataFrame + write.parquet (limit)"] = {"median_s": statistics.median(times), "all_s": times}
-    return out
+    todo = [data.append_batch(size["batch_rows"], b) for b in range(size["batches"])]
+    peers = {
+        "multiwriter (driver)": Multiwriter(work, "driver"),
+        "deltalake append": DeltaLake(work),
+        "pyiceberg append": Iceberg(work),
+        "pyarrow write_dataset (limit)": PyArrowLimit(work),
+        "spark createDataFrame + write.parquet (limit)": SparkParquetLimit(work, spark),
+    }
+    times = goals._interleave(peers, todo, "append")
+    want = goals.checksum(pa.concat_tables(todo))
+    for name, peer in peers.items():
+        _check(name, peer.read(), want)
+    return {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
 
 
 def protocol(size: dict, work: Path, spark) -> dict:
@@ -271,7 +275,7 @@ SIZES = {
                  peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
                  read_upserts=6, read_reps=7),
 }
-from . import goals, streaming  # noqa: E402
+
 
 WORKLOADS = {"goal_upsert": goals.upsert, "goal_insert": goals.insert, "goal_import": goals.import_time,
              "stream": streaming.foreach_batch, "source_read": streaming.source_read, "peak_rss": streaming.peak_rss,
