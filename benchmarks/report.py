@@ -29,14 +29,26 @@ def _plt():
     return plt
 
 
+def _rolling_median(y: list[float], k: int) -> list[float]:
+    return [_median(y[max(0, i - k + 1):i + 1]) for i in range(len(y))]
+
+
 def _plot(plots_dir: Path, name: str, series: dict[str, tuple[list, list]], xlabel: str, ylabel: str,
-          log: bool = False) -> list[str]:
+          log: bool = False, smooth: int = 0) -> list[str]:
+    """One line per series (dashed after the first, so equal series stay visible); with
+    ``smooth``, the raw points faint and a rolling median of ``smooth`` points over them."""
     plt = _plt()
     if plt is None:
         return []
     plt.figure(figsize=(7, 3.2))
-    for label, (x, y) in series.items():
-        plt.plot(x, y, label=label, linewidth=0.8)
+    for i, (label, (x, y)) in enumerate(series.items()):
+        style = ("-", "--", ":")[i % 3]
+        if smooth:
+            line, = plt.plot(x, y, linewidth=0.5, alpha=0.3)
+            plt.plot(x, _rolling_median(y, smooth), label=f"{label} (rolling median of {smooth})",
+                     color=line.get_color(), linewidth=1.4, linestyle=style)
+        else:
+            plt.plot(x, y, label=label, linewidth=1.0, linestyle=style)
     if log:
         plt.yscale("log")
     plt.xlabel(xlabel)
@@ -87,7 +99,7 @@ def _long_run(lr: dict, plots_dir: Path) -> list[str]:
     out += [f"| {k} | {v['median_s']:.3f} |" for k, v in lr["reads"].items()] + [""]
     xs = list(range(1, lr["batches"] + 1))
     out += _plot(plots_dir, "long_run_latency.png", {k: (xs, v) for k, v in lat.items()}, "micro-batch",
-                 "seconds per micro-batch", log=True)
+                 "seconds per micro-batch", log=True, smooth=25)
     f = lr["files"]
     out += _plot(plots_dir, "long_run_files.png",
                  {"multiwriter": ([x["batch"] for x in f], [x["multiwriter_max"] for x in f]),
@@ -107,10 +119,12 @@ def render(run: dict, plots_dir: Path) -> str:
     out = [f"# Benchmark results ({run['size']} size, {run['when'][:19]} UTC)", "",
            f"Machine: {run['machine']['platform']}, {run['machine']['cpus']} CPUs, Python {run['machine']['python']}.  ",
            "Versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()) + ".", "",
-           "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", ""]
+           "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", "",
+           "Run: `make bench` (every section) or `make bench ONLY=long_run` (one section, merged into the newest "
+           "results); `python -m benchmarks.run --list` names the sections.", ""]
     from .goals import ratio_table
 
-    if any(k.startswith("goal_") for k in r):
+    if r:
         out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
                 "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source).", "",
                 ratio_table(r), ""]
@@ -127,7 +141,8 @@ def render(run: dict, plots_dir: Path) -> str:
         s = m["samples"]
         out += [f"## Driver memory over a running streaming query ({m['batches']} micro-batches of 200 rows)", "",
                 f"Driver (Python) RSS: {m['rss_mib_at_100']:.0f} MiB at batches 100-150, {m['rss_mib_at_end']:.0f} MiB "
-                f"over the last 50 batches ({100 * m['growth']:+.1f} %). Wall time {m['wall_s']:.0f} s.", ""]
+                f"over the last 50 batches ({100 * m['growth']:+.1f} %, {m['rss_mib_at_end'] - m['rss_mib_at_100']:+.0f} MiB). "
+                f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s.", ""]
         series = {"driver (Python)": ([x["batch"] for x in s], [x["python_mib"] for x in s])}
         if s and s[0]["jvm_mib"] is not None:
             series["Spark JVM"] = ([x["batch"] for x in s], [x["jvm_mib"] for x in s])

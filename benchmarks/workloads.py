@@ -265,7 +265,7 @@ SIZES = {
     "small": dict(table_rows=1_000_000, batch_rows=100_000, batches=5, iceberg_table_rows=100_000, iceberg_batch_rows=10_000,
                   iceberg_batches=2, timeline_sizes=[100, 1000], tiny_batches=10, concurrent_batches=15, kills=3,
                   micro_batches=200, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
-                  long_run_batches=300, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=300,
+                  long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                   peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
                   read_upserts=6, read_reps=3),
     "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
@@ -277,8 +277,9 @@ SIZES = {
 }
 
 
-WORKLOADS = {"goal_upsert": goals.upsert, "goal_insert": goals.insert, "goal_import": goals.import_time,
-             "stream": streaming.foreach_batch, "source_read": streaming.source_read, "peak_rss": streaming.peak_rss,
-             "memory_stream": streaming.memory_stream, "long_run": streaming.long_run,
+# memory_stream first: it measures the driver's RSS, best in a driver that nothing ran in before.
+WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upsert, "goal_insert": goals.insert,
+             "goal_import": goals.import_time, "stream": streaming.foreach_batch, "source_read": streaming.source_read,
+             "peak_rss": streaming.peak_rss, "long_run": streaming.long_run,
              "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory}
