@@ -35,13 +35,14 @@ notebooks: install
 chaos: install
 	$(PY) -m tests.chaos.run --minutes $${MINUTES:-30}
 
+# Every section; `make bench ONLY=long_run` runs one (merged into the newest results of that size).
 bench: install
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	$(PY) -m benchmarks.run --size small
+	$(PY) -m benchmarks.run --size small $(if $(ONLY),--only $(ONLY) --merge)
 
 bench-full: install
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	$(PY) -m benchmarks.run --size full
+	$(PY) -m benchmarks.run --size full $(if $(ONLY),--only $(ONLY) --merge)
 
 clean:
 	rm -rf demo-output .pytest_cache build *.egg-info

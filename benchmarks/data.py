@@ -41,3 +41,13 @@ def upsert_batch(n_table: int, size: int, b: int, update_share: float = 0.1) -> 
 def append_batch(size: int, b: int) -> pa.Table:
     ids = 50_000_000 + b * size + np.arange(size)
     return rows(ids, np.array(DAYS)[ids % len(DAYS)], ts=1, seed=300 + b)
+
+
+def wide_upsert_batch(n_table: int, size: int, b: int, update_share: float = 0.1) -> pa.Table:
+    """Like :func:`upsert_batch`, but the updates hit random keys of every partition (a batch as
+    large as the table has more updates than the newest partitions hold)."""
+    rng = np.random.default_rng(500 + b)
+    n_upd = int(size * update_share)
+    upd_ids = rng.choice(n_table, n_upd, replace=False)
+    ids = np.concatenate([upd_ids, n_table + b * size + np.arange(size - n_upd)])
+    return rows(ids, np.array(DAYS)[ids % len(DAYS)], ts=b + 1, seed=600 + b)

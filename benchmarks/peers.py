@@ -90,6 +90,9 @@ class Iceberg:
     def count(self) -> int:
         return self.table.scan(selected_fields=("id",)).to_arrow().num_rows
 
+    def read(self) -> pa.Table:
+        return self.table.scan(selected_fields=("id", "ts", "amount")).to_arrow()
+
 
 class PyArrowLimit:
     """Plain Parquet writes of the same rows: no transaction, no index (the physical limit)."""
@@ -104,6 +107,25 @@ class PyArrowLimit:
                          existing_data_behavior="overwrite_or_ignore")
 
     append = load
+
+    def read(self) -> pa.Table:
+        return ds.dataset(self.path, format="parquet").to_table(columns=["id", "ts", "amount"])
+
+
+class SparkParquetLimit:
+    """Spark's own Parquet write of the same Arrow batch: the cost of going through Spark."""
+
+    def __init__(self, root: Path, spark) -> None:
+        self.path, self.spark, self.n = root / "spark-parquet", spark, 0
+
+    def append(self, t: pa.Table) -> None:
+        self.n += 1
+        self.spark.createDataFrame(t).write.parquet(str(self.path / f"b{self.n}"))
+
+    load = append
+
+    def read(self) -> pa.Table:
+        return ds.dataset(self.path, format="parquet", exclude_invalid_files=True).to_table(columns=["id", "ts", "amount"])
 
 
 class NaiveCopyOnWrite:

@@ -17,17 +17,146 @@ def _ratio_table(res: dict, ours: list[str]) -> list[str]:
     return lines
 
 
+def _plt():
+    """matplotlib with a file-only backend, or None when it is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _rolling_median(y: list[float], k: int) -> list[float]:
+    return [_median(y[max(0, i - k + 1):i + 1]) for i in range(len(y))]
+
+
+def _plot(plots_dir: Path, name: str, series: dict[str, tuple[list, list]], xlabel: str, ylabel: str,
+          log: bool = False, smooth: int = 0) -> list[str]:
+    """One line per series (dashed after the first, so equal series stay visible); with
+    ``smooth``, the raw points faint and a rolling median of ``smooth`` points over them."""
+    plt = _plt()
+    if plt is None:
+        return []
+    plt.figure(figsize=(7, 3.2))
+    for i, (label, (x, y)) in enumerate(series.items()):
+        style = ("-", "--", ":")[i % 3]
+        if smooth:
+            line, = plt.plot(x, y, linewidth=0.5, alpha=0.3)
+            plt.plot(x, _rolling_median(y, smooth), label=f"{label} (rolling median of {smooth})",
+                     color=line.get_color(), linewidth=1.4, linestyle=style)
+        else:
+            plt.plot(x, y, label=label, linewidth=1.0, linestyle=style)
+    if log:
+        plt.yscale("log")
+    plt.xlabel(xlabel)
+    plt.ylabel(ylabel)
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(plots_dir / name)
+    plt.close()
+    return [f"![{ylabel}](results/{name})", ""]
+
+
+def _per_batch(res: dict, title: str, ours: str) -> list[str]:
+    peers = [k for k in res if k != ours and isinstance(res[k], dict) and "median_s" in res[k]]
+    lines = [title, "", "| system | median s / micro-batch | first micro-batch s | Spark trigger median s | vs ours |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    base = res[ours]["median_s"]
+    for k in [ours, *peers]:
+        v = res[k]
+        trig = f"{v['trigger_median_s']:.3f}" if "trigger_median_s" in v else ""
+        lines.append(f"| {k} | {v['median_s']:.3f} | {v['all_s'][0]:.3f} | {trig} | {v['median_s'] / base:.2f}x |")
+    return lines + [""]
+
+
+def _long_run(lr: dict, plots_dir: Path) -> list[str]:
+    lat = lr["latency_s"]
+    out = [f"## Long run ({lr['batches']} micro-batches of {lr['rows_per_batch']} new rows into {lr['partitions']} "
+           f"partitions, companion cleaner every {lr['clean_every']})", "",
+           f"One long-lived `MultiWriterSink` in the foreachBatch of one streaming query; the cleaner "
+           f"(`mw.Cleaner`, clustering on by default) and deltalake's `optimize.compact()` run from the same function "
+           f"every {lr['clean_every']} batches, outside the timed calls. Wall time {lr['wall_s']:.0f} s.", "",
+           "| | multiwriter sink | deltalake append |", "| --- | ---: | ---: |",
+           f"| median s, batches 20-70 | {lr['start_median_s']:.3f} | {lr['deltalake_start_median_s']:.3f} |",
+           f"| median s, last 50 batches | {lr['end_median_s']:.3f} | {lr['deltalake_end_median_s']:.3f} |",
+           f"| end / start | {lr['end_median_s'] / lr['start_median_s']:.2f}x | "
+           f"{lr['deltalake_end_median_s'] / lr['deltalake_start_median_s']:.2f}x |"]
+    m = lr["maintenance"]
+    if m:
+        out.append(f"| maintenance median s (cleaner run / compact) | {_median([x['cleaner_s'] for x in m]):.3f} | "
+                   f"{_median([x['deltalake_compact_s'] for x in m]):.3f} |")
+    last = lr["files"][-1] if lr["files"] else None
+    if last:
+        out.append(f"| live files per partition at the end (max) | {last['multiwriter_max']} | {last['deltalake_max']} |")
+    if lr.get("files_per_partition_before_last_cleaner") is not None:
+        out.append(f"| live files per partition just before the last maintenance (max) | "
+                   f"{lr['files_per_partition_before_last_cleaner']} | |")
+    out.append("")
+    out += ["| snapshot read (id, ts, amount) | median s |", "| --- | ---: |"]
+    out += [f"| {k} | {v['median_s']:.3f} |" for k, v in lr["reads"].items()] + [""]
+    xs = list(range(1, lr["batches"] + 1))
+    out += _plot(plots_dir, "long_run_latency.png", {k: (xs, v) for k, v in lat.items()}, "micro-batch",
+                 "seconds per micro-batch", log=True, smooth=25)
+    f = lr["files"]
+    out += _plot(plots_dir, "long_run_files.png",
+                 {"multiwriter": ([x["batch"] for x in f], [x["multiwriter_max"] for x in f]),
+                  "deltalake": ([x["batch"] for x in f], [x["deltalake_max"] for x in f])},
+                 "micro-batch", "live data files per partition (max)")
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs) if xs else float("nan")
+
+
 def render(run: dict, plots_dir: Path) -> str:
     r = run["results"]
     out = [f"# Benchmark results ({run['size']} size, {run['when'][:19]} UTC)", "",
            f"Machine: {run['machine']['platform']}, {run['machine']['cpus']} CPUs, Python {run['machine']['python']}.  ",
            "Versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()) + ".", "",
-           "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", ""]
+           "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", "",
+           "Run: `make bench` (every section) or `make bench ONLY=long_run` (one section, merged into the newest "
+           "results); `python -m benchmarks.run --list` names the sections.", ""]
     from .goals import ratio_table
 
-    if any(k.startswith("goal_") for k in r):
+    if r:
         out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
+                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source).", "",
                 ratio_table(r), ""]
+    if run.get("section_when"):
+        out += ["Sections were run one at a time: " + ", ".join(f"{k} {v[:16]}" for k, v in run["section_when"].items())
+                + " (UTC).", ""]
+    if "stream" in r:
+        out += _per_batch(r["stream"], "## foreachBatch streaming upsert (parquet source, availableNow, one file per "
+                                       "micro-batch, both queries take turns on each file)", "multiwriter sink")
+    if "long_run" in r:
+        out += _long_run(r["long_run"], plots_dir)
+    if "memory_stream" in r:
+        m = r["memory_stream"]
+        s = m["samples"]
+        out += [f"## Driver memory over a running streaming query ({m['batches']} micro-batches of 200 rows)", "",
+                f"Driver (Python) RSS: {m['rss_mib_at_100']:.0f} MiB at batches 100-150, {m['rss_mib_at_end']:.0f} MiB "
+                f"over the last 50 batches ({100 * m['growth']:+.1f} %, {m['rss_mib_at_end'] - m['rss_mib_at_100']:+.0f} MiB). "
+                f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s.", ""]
+        series = {"driver (Python)": ([x["batch"] for x in s], [x["python_mib"] for x in s])}
+        if s and s[0]["jvm_mib"] is not None:
+            series["Spark JVM"] = ([x["batch"] for x in s], [x["jvm_mib"] for x in s])
+        out += _plot(plots_dir, "memory_stream.png", series, "micro-batch", "RSS (MiB)")
+    if "peak_rss" in r:
+        p = r["peak_rss"]
+        out += ["## Peak RSS of one 1M-row upsert into 1M rows (a fresh process each, batch read from parquet)", "",
+                "| system | peak RSS MiB | RSS before the upsert MiB | seconds |", "| --- | ---: | ---: | ---: |"]
+        out += [f"| {k} | {v['peak_mib']:.0f} | {v['before_mib']:.0f} | {v['seconds']:.2f} |" for k, v in p.items()] + [""]
+    if "source_read" in r:
+        d = r["source_read"]
+        out += [f"## Spark reads of the {d['rows']:,}-row table ({d['files']} live files; count, sum(ts), sum(amount))", "",
+                "| reader | median s |", "| --- | ---: |"]
+        out += [f"| {k} | {v['median_s']:.3f} |" for k, v in d.items() if isinstance(v, dict)] + [""]
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 import multiwriter as mw
 
-from . import data
-from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, reset
+from . import data, goals, streaming
+from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,54 +27,56 @@ def _timed(fn, *a) -> float:
 
 def upsert(size: dict, work: Path, spark) -> dict:
     n, batch, batches = size["table_rows"], size["batch_rows"], size["batches"]
-    out: dict = {}
+    reset(work)
     init = data.initial(n)
+    todo = [data.upsert_batch(n, batch, b) for b in range(batches)]
     peers = {
-        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
-        "multiwriter (executors)": lambda: Multiwriter(work, "spark", spark=spark),
-        "deltalake merge": lambda: DeltaLake(work),
-        "naive pyarrow rewrite": lambda: NaiveCopyOnWrite(work),
+        "multiwriter (driver)": Multiwriter(work, "driver"),
+        "multiwriter (executors)": Multiwriter(work, "spark", spark=spark),
+        "deltalake merge": DeltaLake(work),
+        "naive pyarrow rewrite": NaiveCopyOnWrite(work),
     }
-    for name, make in peers.items():
-        reset(work)
-        peer = make()
+    for peer in peers.values():
         peer.load(init)
-        times = [_timed(peer.upsert, data.upsert_batch(n, batch, b)) for b in range(batches)]
-        out[name] = {"median_s": statistics.median(times), "all_s": times}
-    # pyiceberg's upsert is orders of magnitude slower: measured on a smaller table and batch.
+    times = goals._interleave(peers, todo, "upsert")
+    want = goals.expected_upserts(init, todo)
+    for name, peer in peers.items():
+        _check(name, peer.read(), want)
+    out: dict = {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
+    # pyiceberg's upsert is orders of magnitude slower: measured alone on a smaller table and batch.
     reset(work)
     ice = Iceberg(work)
     small_n, small_b = size["iceberg_table_rows"], size["iceberg_batch_rows"]
-    ice.load(data.initial(small_n))
-    times = [_timed(ice.upsert, data.upsert_batch(small_n, small_b, b)) for b in range(size["iceberg_batches"])]
+    small_init = data.initial(small_n)
+    ice.load(small_init)
+    small = [data.upsert_batch(small_n, small_b, b) for b in range(size["iceberg_batches"])]
+    times = [_timed(ice.upsert, b) for b in small]
+    _check("pyiceberg upsert", ice.read(), goals.expected_upserts(small_init, small))
     out["pyiceberg upsert"] = {"median_s": statistics.median(times), "all_s": times,
-                               "note": f"{small_b:,}-row batches into {small_n:,} rows (scaled down)"}
+                               "note": f"{small_b:,}-row batches into {small_n:,} rows (scaled down, run alone)"}
     return out
+
+
+def _check(name: str, got, want: tuple) -> None:
+    if goals.checksum(got) != want:
+        raise AssertionError(f"{name}: rows/checksum {goals.checksum(got)} != expected {want}")
 
 
 def append(size: dict, work: Path, spark) -> dict:
-    out: dict = {}
-    peers = {
-        "multiwriter (driver)": lambda: Multiwriter(work, "driver"),
-        "deltalake append": lambda: DeltaLake(work),
-        "pyiceberg append": lambda: Iceberg(work),
-        "pyarrow write_dataset (limit)": lambda: PyArrowLimit(work),
-    }
-    for name, make in peers.items():
-        reset(work)
-        peer = make()
-        times = [_timed(peer.append, data.append_batch(size["batch_rows"], b)) for b in range(size["batches"])]
-        out[name] = {"median_s": statistics.median(times), "all_s": times}
     reset(work)
-    t = data.append_batch(size["batch_rows"], 0)
-    times = []
-    for b in range(min(size["batches"], 5)):
-        target = str(work / f"spark-{b}")
-        t0 = time.perf_counter()
-        spark.createDataFrame(t).write.parquet(target)
-        times.append(time.perf_counter() - t0)
-    out["spark createDataFrame + write.parquet (limit)"] = {"median_s": statistics.median(times), "all_s": times}
-    return out
+    todo = [data.append_batch(size["batch_rows"], b) for b in range(size["batches"])]
+    peers = {
+        "multiwriter (driver)": Multiwriter(work, "driver"),
+        "deltalake append": DeltaLake(work),
+        "pyiceberg append": Iceberg(work),
+        "pyarrow write_dataset (limit)": PyArrowLimit(work),
+        "spark createDataFrame + write.parquet (limit)": SparkParquetLimit(work, spark),
+    }
+    times = goals._interleave(peers, todo, "append")
+    want = goals.checksum(pa.concat_tables(todo))
+    for name, peer in peers.items():
+        _check(name, peer.read(), want)
+    return {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
 
 
 def protocol(size: dict, work: Path, spark) -> dict:
@@ -171,35 +175,56 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "commits": n, "retries": 
 """
 
 
-def concurrent(size: dict, work: Path, spark) -> dict:
+def _concurrent_mw(work: Path, zk, k: int, n: int, env: dict) -> dict:
     import json
 
+    reset(work)
+    Multiwriter(work, "driver")
+    path = str(work / "mw-driver")
+    t0 = time.perf_counter()
+    ps = [subprocess.Popen([sys.executable, "-c", CONCURRENT, path, zk.connect, str(i), str(n)],
+                           stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
+    res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
+    wall = time.perf_counter() - t0
+    commits = len(mw.Table.open(path).timeline().completed_writes())
+    rows = mw.Table.open(path).read(columns=["id"]).num_rows
+    if rows != commits * 100:
+        raise AssertionError(f"multiwriter x{k}: {rows} rows after {commits} commits of 100 rows")
+    return {"commits_per_s": commits / wall, "conflicts": k * n - commits,
+            "mean_lock_wait_s": statistics.mean(r["lock_wait"] for r in res)}
+
+
+def _concurrent_delta(work: Path, k: int, n: int, env: dict) -> dict:
+    import json
+
+    reset(work)
+    delta = DeltaLake(work)
+    delta.load(data.append_batch(10, 0))
+    t0 = time.perf_counter()
+    ps = [subprocess.Popen([sys.executable, "-c", DELTA_CONCURRENT, delta.path, str(i), str(n)],
+                           stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
+    res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
+    wall = time.perf_counter() - t0
+    rows = delta.count()
+    if rows != 10 + k * n * 100:
+        raise AssertionError(f"deltalake x{k}: {rows} rows, expected {10 + k * n * 100}")
+    return {"commits_per_s": k * n / wall, "retries": sum(r["retries"] for r in res)}
+
+
+def concurrent(size: dict, work: Path, spark) -> dict:
+    """k writer processes on disjoint partitions; per k the two systems run in turn (who goes
+    first alternates), every table's row count checked."""
     out: dict = {}
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    n = size["concurrent_batches"]
     with mw.LocalZooKeeper(port=0) as zk:
-        for k in (1, 2, 4):
-            reset(work)
-            Multiwriter(work, "driver")
-            path = str(work / "mw-driver")
-            t0 = time.perf_counter()
-            ps = [subprocess.Popen([sys.executable, "-c", CONCURRENT, path, zk.connect, str(i), str(size["concurrent_batches"])],
-                                   stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
-            res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
-            wall = time.perf_counter() - t0
-            commits = len(mw.Table.open(path).timeline().completed_writes())
-            out[f"multiwriter x{k}"] = {"commits_per_s": commits / wall, "conflicts": k * size["concurrent_batches"] - commits,
-                                        "mean_lock_wait_s": statistics.mean(r["lock_wait"] for r in res)}
-            reset(work)
-            dpath = str(work / "delta")
-            data_first = data.append_batch(10, 0)
-            DeltaLake(work).load(data_first)
-            t0 = time.perf_counter()
-            ps = [subprocess.Popen([sys.executable, "-c", DELTA_CONCURRENT, dpath, str(i), str(size["concurrent_batches"])],
-                                   stdout=subprocess.PIPE, text=True, env=env) for i in range(k)]
-            res = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
-            wall = time.perf_counter() - t0
-            out[f"deltalake x{k}"] = {"commits_per_s": k * size["concurrent_batches"] / wall,
-                                      "retries": sum(r["retries"] for r in res)}
+        for j, k in enumerate((1, 2, 4)):
+            runs = {f"multiwriter x{k}": lambda k=k: _concurrent_mw(work, zk, k, n, env),
+                    f"deltalake x{k}": lambda k=k: _concurrent_delta(work, k, n, env)}
+            names = list(runs)[j % 2:] + list(runs)[:j % 2]
+            for name in names:
+                out[name] = runs[name]()
+            out = {**{key: out[key] for key in out if key not in runs}, **{key: out[key] for key in runs}}
     return out
 
 
@@ -260,12 +285,22 @@ def memory(size: dict, work: Path, spark) -> dict:
 SIZES = {
     "small": dict(table_rows=1_000_000, batch_rows=100_000, batches=5, iceberg_table_rows=100_000, iceberg_batch_rows=10_000,
                   iceberg_batches=2, timeline_sizes=[100, 1000], tiny_batches=10, concurrent_batches=15, kills=3,
-                  micro_batches=200),
+                  micro_batches=200, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
+                  long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
+                  peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
+                  read_upserts=6, read_reps=3),
     "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
-                 micro_batches=1000),
+                 micro_batches=1000, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
+                 long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
+                 peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
+                 read_upserts=6, read_reps=5),
 }
-from . import goals  # noqa: E402
 
-WORKLOADS = {"goal_upsert": goals.upsert, "goal_insert": goals.insert, "goal_import": goals.import_time, "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
+
+# memory_stream first: it measures the driver's RSS, best in a driver that nothing ran in before.
+WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upsert, "goal_insert": goals.insert,
+             "goal_import": goals.import_time, "stream": streaming.foreach_batch, "source_read": streaming.source_read,
+             "peak_rss": streaming.peak_rss, "long_run": streaming.long_run,
+             "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory}
