@@ -352,3 +352,77 @@ def source_read(size: dict, work: Path, spark) -> dict:
     out["rows"] = want[0]
     out["files"] = len(files)
     return out
+
+
+# -- 5. the data source's streaming write vs the foreachBatch sink -------------------------------
+
+
+def stream_write(size: dict, work: Path, spark) -> dict:
+    """``writeStream.format("multiwriter")`` vs ``foreachBatch(MultiWriterSink)`` on the same
+    parquet source, micro-batches of upserts into a base table each (one ZooKeeper lock for
+    both, as in production). Per micro-batch: Spark's own trigger duration of each query (the
+    data source's work happens inside Spark's write, so the foreachBatch body alone would
+    flatter the sink)."""
+    n, rows, k = size["stream_table_rows"], size["stream_batch_rows"], size["stream_batches"]
+    reset(work)
+    init = data.initial(n)
+    batches = [data.upsert_batch(n, rows, b) for b in range(k)]
+    with mw.LocalZooKeeper(port=0) as zk:
+        lock = mw.ZooKeeperLock(zk.connect, base_path="/bench-locks")
+        paths = {"foreachBatch sink": str(work / "sink"), "writeStream.format(multiwriter)": str(work / "ds")}
+        for name, path in paths.items():
+            mw.Table.create(path, name=f"bench_{'sink' if 'sink' in name else 'ds'}", schema=data.SCHEMA,
+                            record_key="id", partition_by=["date"], ordering_field="ts", lock=lock)
+            mw.write(init, path, mw.WriterConfig(writer_id="load", lock=lock))
+        mw.register(spark)
+        sink = mw.MultiWriterSink(paths["foreachBatch sink"], mw.WriterConfig(writer_id="bench-sink", lock=lock))
+        host, port = zk.connect.rsplit(":", 1)
+        ds_opts = {"hoodie.table.name": "bench_ds", "hoodie.datasource.write.recordkey.field": "id",
+                   "hoodie.datasource.write.partitionpath.field": "date", "hoodie.datasource.write.precombine.field": "ts",
+                   "hoodie.datasource.write.streaming.checkpoint.identifier": "bench-ds",
+                   "hoodie.write.lock.zookeeper.url": host, "hoodie.write.lock.zookeeper.port": port,
+                   "hoodie.write.lock.zookeeper.base_path": "/bench-locks"}
+        files = stage(batches, work / "staging")
+        src = work / "source"
+        sink_q = Query(spark, src, data.SCHEMA, work / "ck-sink", sink, "bench_sink_write")
+        ds_q = _DataSourceQuery(spark, src, paths["writeStream.format(multiwriter)"], ds_opts, work / "ck-ds")
+        queries = {"foreachBatch sink": sink_q, "writeStream.format(multiwriter)": ds_q}
+        try:
+            for b, f in enumerate(files):
+                publish([f], src)
+                for name in _rotate(list(queries), b):
+                    queries[name].drain()
+        finally:
+            sink.close()
+        want = expected_upserts(init, batches)
+        out = {}
+        for name, path in paths.items():
+            got = mw.Table.open(path).read(columns=["id", "ts", "amount"])
+            _check(name, checksum(got), want)
+            trig = [t / 1000 for t in queries[name].trigger_ms()]
+            if len(trig) != k:
+                raise AssertionError(f"{name}: {len(trig)} micro-batches, expected {k}")
+            out[name] = {"median_s": _median(trig), "all_s": trig}
+        return out
+
+
+class _DataSourceQuery(Query):
+    """A ``writeStream.format("multiwriter")`` query over the same source (same drain rule)."""
+
+    def __init__(self, spark, source: Path, table: str, options: dict, checkpoint: Path) -> None:
+        super().__init__(spark, source, data.SCHEMA, checkpoint, lambda df, i: None, "bench_ds_write")
+        self.table, self.options = table, options
+
+    def drain(self) -> float:
+        from .stream import spark_schema
+
+        df = self.spark.readStream.schema(spark_schema(self.schema)).option("maxFilesPerTrigger", 1).parquet(str(self.source))
+        t0 = time.perf_counter()
+        q = (df.writeStream.queryName(self.name).format("multiwriter").options(**self.options)
+             .option("checkpointLocation", str(self.checkpoint)).trigger(availableNow=True).start(self.table))
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(f"streaming query {self.name} failed: {q.exception()}")
+        self.progress += [p for p in q.recentProgress if p.get("numInputRows", 0) > 0]
+        return wall

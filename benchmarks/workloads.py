@@ -301,6 +301,7 @@ SIZES = {
 # memory_stream first: it measures the driver's RSS, best in a driver that nothing ran in before.
 WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upsert, "goal_insert": goals.insert,
              "goal_import": goals.import_time, "stream": streaming.foreach_batch, "source_read": streaming.source_read,
+             "stream_write": streaming.stream_write,
              "peak_rss": streaming.peak_rss, "long_run": streaming.long_run,
              "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory}
