@@ -7,6 +7,7 @@ non-zero metrics). Sources stay stripped in git; ``make notebooks`` publishes ex
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable
@@ -58,6 +59,24 @@ def _metrics(text: str) -> None:
     assert values['multiwriter_commits_total{outcome="committed"}'] >= 36  # 3 writers x 12 batches
 
 
+def _bronze_to_silver(text: str) -> None:
+    ours, hudi_rs, expected = map(int, _one(r"^silver rows: ours (\d+) \| hudi-rs (\d+) \| expected (\d+)$", text))
+    assert ours == hudi_rs == expected > 0
+    assert _one(r"^hudi-rs reads silver identically to our reader: (\w+)$", text) == ("True",)
+    fixed, to_fix, repaired, to_repair = map(int, _one(r"^corrections kept: (\d+)/(\d+) fixed, (\d+)/(\d+) repaired$", text))
+    assert fixed == to_fix > 0 and repaired == to_repair > 0
+    (by_writer,) = _one(r"^silver commits by writer: (\{.*\})$", text)
+    commits = ast.literal_eval(by_writer)
+    assert set(commits) == {"silver-pipeline", "silver-corrections"} and commits["silver-corrections"] == 5
+    assert _one(r"^rows delivered twice after restart: (\d+)$", text) == ("0",)
+    after, expected, new, wrote = map(int, _one(
+        r"^silver rows after restart: ours (\d+) \| expected (\d+) \| new good events (\d+) \| rows the restart wrote (\d+)$", text))
+    assert after == expected == ours + new and wrote == new == 36  # the last landed file: 40 events, 4 bad
+    rows_a, rows_b, commits_a, commits_b = _one(
+        r"^second restart, nothing new: silver rows (\d+) -> (\d+) \| silver commits (\d+) -> (\d+)$", text)
+    assert rows_a == rows_b == str(after) and commits_a == commits_b
+
+
 @dataclass(frozen=True)
 class Story:
     images: int
@@ -68,6 +87,7 @@ STORIES = {
     "01_two_writers": Story(images=1, facts=_two_writers),
     "02_failed_writer_and_cleaner": Story(images=1, facts=_failed_writer),
     "03_metrics": Story(images=2, facts=_metrics),
+    "04_bronze_to_silver": Story(images=1, facts=_bronze_to_silver),
 }
 
 

@@ -29,6 +29,12 @@ from ..table.table import Table
 from . import options as opt
 from .scan import ScanPlan, plan_scan, read_task
 
+try:  # pyspark >= 4.1; without it Spark wraps the reader itself
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older pyspark
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in when pyspark has no mixin: Spark then never calls the hook."""
+
 OFFSET_KEY = "completion_time"
 #: the offset before every commit (Hudi's "000": from the beginning)
 EARLIEST_OFFSET = "0" * 17
@@ -81,19 +87,29 @@ def plan_range(options: opt.StreamReadOptions, start: str | None, end: str | Non
         ) from e
 
 
-class MultiWriterStreamReader(DataSourceStreamReader):
-    """Offsets and planning on the driver, reading on executors (:func:`read_task`)."""
+class MultiWriterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets and planning on the driver, reading on executors (:func:`read_task`).
+
+    ``Trigger.AvailableNow`` is handled here rather than by Spark's generic wrapper, which ends a
+    restarted run after replaying its unfinished micro-batch and leaves newer commits for the
+    next run: the target is the newest completion time when the run starts."""
 
     def __init__(self, options: opt.StreamReadOptions, schema: StructType) -> None:
         self.options = options
         self.columns = [f.name for f in schema.fields]
+        self.available_now = False
+        self.target: str | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 -- Spark's name
+        self.available_now = True
+        self.target = latest_completion(self.options.path)
 
     def initialOffset(self) -> dict:  # noqa: N802 -- Spark's name
         return initial_offset(self.options)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
         """The newest completion time, or ``start`` when nothing completed after it."""
-        latest = latest_completion(self.options.path)
+        latest = self.target if self.available_now else latest_completion(self.options.path)
         current = offset_time(start) if start is not None else None
         if latest is None or (current is not None and latest <= current):
             return start if start is not None else self.initialOffset()
