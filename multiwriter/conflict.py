@@ -67,10 +67,10 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
         if not ours:
             return None
         for cand in self.candidates(timeline, base_completion, own_time):
-            theirs = _file_groups(timeline, cand)
+            theirs = touched_file_groups(timeline, cand)
             overlap = ours & theirs
             if overlap:
-                writer = _writer_of(timeline, cand)
+                writer = writer_of(timeline, cand)
                 return Conflict(cand, frozenset(overlap), writer)
         return None
 
@@ -101,7 +101,7 @@ def find_insert_conflict(
             if ours is None or len(ours) == 0 or not st.creates_file_group or not st.path:
                 continue
             if _new_keys_overlap(timeline, st.path, ours):
-                return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), _writer_of(timeline, cand))
+                return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), writer_of(timeline, cand))
     return None
 
 
@@ -121,7 +121,9 @@ def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
     return bool(pc.any(pc.is_in(ours, value_set=theirs.combine_chunks())).as_py())
 
 
-def _file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
+def touched_file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
+    """The file groups a completed commit wrote or retired, or a pending one plans to (from its
+    inflight plan; an unreadable plan counts as touching nothing)."""
     if i.is_completed:
         return timeline.commit_metadata(i).file_groups()
     try:
@@ -139,7 +141,8 @@ def _file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
         return set()
 
 
-def _writer_of(timeline: Timeline, i: Instant) -> str | None:
+def writer_of(timeline: Timeline, i: Instant) -> str | None:
+    """The writer id a completed commit recorded (for conflict messages); None when pending."""
     if not i.is_completed:
         return None
     return timeline.commit_metadata(i).extra_metadata.get("multiwriter.writer_id")

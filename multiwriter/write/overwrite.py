@@ -12,7 +12,7 @@ saw it, or an update would land in a group the overwrite retired.
 """
 from __future__ import annotations
 
-from ..conflict import Conflict, FileGroupOverlapStrategy, _file_groups, _writer_of
+from ..conflict import Conflict, FileGroupOverlapStrategy, touched_file_groups, writer_of
 from ..table.metadata import CommitMetadata, ReplaceCommitMetadata, encode
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
@@ -57,7 +57,7 @@ class OverwriteConflictStrategy(FileGroupOverlapStrategy):
         self, timeline: Timeline, base_completion: str | None, own_time: str, ours: set[FileGroup]
     ) -> Conflict | None:
         for cand in self.candidates(timeline, base_completion, own_time):
-            theirs = _file_groups(timeline, cand)
+            theirs = touched_file_groups(timeline, cand)
             if theirs:
-                return Conflict(cand, frozenset(theirs), _writer_of(timeline, cand))
+                return Conflict(cand, frozenset(theirs), writer_of(timeline, cand))
         return None
