@@ -170,3 +170,49 @@ def test_racing_writers_on_s3_create_every_instant_file_once(s3_server, zk_serve
     deleted = {m["Key"].rsplit("/", 1)[1][:17] for m in versions.get("DeleteMarkers", [])}
     assert not deleted & requested
     assert sum(r["attempts"] for r in results) - 2 == len(deleted)
+
+
+def test_streaming_source_streaming_write_and_clustering_on_s3(s3_server, spark, zk_server, zk_base, zk_lock, tmp_path):
+    """readStream/writeStream.format("multiwriter") and the cleaner's clustering on the bucket."""
+    import pyarrow.parquet as pq
+
+    bronze, silver = s3_server() + "/bronze", s3_server() + "/silver"
+    _create(bronze, lock=zk_lock())
+    cfg = mw.WriterConfig(writer_id="w", lock=zk_lock(), executor="driver")
+    for k in range(4):  # four small commits: four file groups to stitch
+        mw.write(trips(range(k * 3, k * 3 + 3), ts=1 + k), bronze, cfg)
+    small = mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, max_bytes_per_run=64 << 20,
+                                min_file_groups=2)
+    with mw.Cleaner(bronze, lock=zk_lock(), clustering=small) as c:
+        report = c.run_once()
+    assert report.errors == [] and len(report.clustering_instants) == 1 and report.clustered_file_groups == 4
+    assert len(mw.Table.open(bronze).snapshot().files()) == 1
+    expect = rows(hudi_read_s3(bronze, s3_server.endpoint), COLS)
+    assert len(expect) == 12 and rows(mw.Table.open(bronze).read(), COLS) == expect
+
+    mw.register(spark)  # after the fixture set the AWS variables: the workers get them
+    got: list[tuple] = []
+    q = (spark.readStream.format("multiwriter").load(bronze).writeStream
+         .foreachBatch(lambda df, i: got.extend(tuple(r[c] for c in COLS) for r in df.collect()))
+         .option("checkpointLocation", str(tmp_path / "ck-read")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None and sorted(got, key=repr) == expect  # moved rows delivered once
+
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(trips(range(100, 105), date="2024-01-03", ts=7, value=7.0), src / "part-0.parquet")
+    host, port = zk_server.connect.split(":")
+    opts = {"hoodie.table.name": "silver", "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.datasource.write.partitionpath.field": "date", "hoodie.datasource.write.precombine.field": "ts",
+            "hoodie.datasource.write.streaming.checkpoint.identifier": "silver-1",
+            "hoodie.write.lock.zookeeper.url": host, "hoodie.write.lock.zookeeper.port": port,
+            "hoodie.write.lock.zookeeper.base_path": zk_base}
+    schema = spark.createDataFrame(trips([0]).to_pandas()).schema
+    w = (spark.readStream.schema(schema).parquet(str(src)).writeStream.format("multiwriter").options(**opts)
+         .option("checkpointLocation", str(tmp_path / "ck-write")).trigger(availableNow=True).start(silver))
+    w.awaitTermination(120)
+    assert w.exception() is None
+    assert rows(hudi_read_s3(silver, s3_server.endpoint), COLS) == sorted(
+        ((str(i), "2024-01-03", 7, 7.0) for i in range(100, 105)), key=repr)
+    staged = mw.Table.open(silver).storage
+    assert not [e for e in staged.walk_files(".hoodie/.temp")]  # staging removed after the commit
