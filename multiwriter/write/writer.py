@@ -159,6 +159,7 @@ class Writer:
             stats = spark_path.run_on_executors(
                 batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
                 target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight,
+                index=self.index,
             )
             inserted = spark_path.inserted_keys(self.table.storage, stats)
             phases["index"] = 0.0
