@@ -8,6 +8,7 @@ write the same rows.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,14 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidRecordError, SchemaMismatchError
+from ..errors import InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from . import records
 from .index import FILE_ID, KeyIndex, untagged
 from .plan import FileGroupTask, bucket_of, insert_buckets, planned_metadata
-from .records import KEY, OP, OP_DELETE, PARTITION
+from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
 
 STAT_FIELDS = [
     ("file_id", pa.string()), ("path", pa.string()), ("partition_path", pa.string()), ("prev_commit", pa.string()),
@@ -60,30 +61,16 @@ def collect_if_small(df: Any, max_rows: int) -> pa.Table | None:
     return None if t.num_rows > max_rows else t
 
 
-def validate(df: Any, table_config: Any, operation: str) -> None:
+def validate(df: Any, table_config: Any, operation: str) -> pa.Table:
     """Typed errors before anything is written: missing key/partition columns, null or empty
-    keys (one Spark job), unsafe partition values (checked on the distinct values only)."""
-    from pyspark.sql import functions as F
-
+    keys, unsafe partition values. Returns the batch's keys (one Spark job over the key
+    columns), which every attempt of the write then plans from."""
     cols = set(df.columns)
     for kind, fields in (("record key", table_config.record_key), ("partition", table_config.partition_by)):
         missing = [f for f in fields if f not in cols]
         if missing:
             raise SchemaMismatchError(f"{kind} columns {missing} are missing from the batch")
-    bad = None
-    for k in table_config.record_key:
-        c = F.col(k)
-        cond = c.isNull() | (F.length(c.cast("string")) == 0)
-        bad = cond if bad is None else bad | cond
-    n_bad = df.filter(bad).limit(1).count() if bad is not None else 0
-    if n_bad:
-        raise InvalidRecordError(
-            f"record(s) with a null or empty record key {list(table_config.record_key)}; every record needs a key "
-            "(nothing was written)"
-        )
-    if table_config.partition_by:
-        values = df.select(*table_config.partition_by).distinct().toArrow()
-        records.partition_paths(values, table_config)
+    return _with_job(df.sparkSession, "multiwriter: keys of the batch", lambda: _batch_keys(df, table_config, operation))
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -102,6 +89,7 @@ def run_on_executors(
     target_file_size: int,
     on_planned: Any,
     index: KeyIndex | None = None,
+    keys: pa.Table | None = None,
 ) -> list[WriteStat]:
     """Plan on the driver from the batch's keys, merge on executors: one job collects (partition,
     key) of every row, the driver's index tags them (footer key ranges and bloom filters, then
@@ -115,14 +103,15 @@ def run_on_executors(
     cfg = table.config
     ctx = armed(ctx, cfg)  # executors check the heartbeat file and pending instant before each file
     data_schema = ctx.data_schema
-    keys = _with_job(spark, "multiwriter: keys of the batch", lambda: _batch_keys(df, cfg, data_schema, operation))
+    if keys is None:
+        keys = validate(df, cfg, operation)
     t_keys = time.monotonic()
-    route = _plan(keys, table, timeline, index or KeyIndex(table.storage), operation,
+    route = _plan(keys, cfg, table, timeline, index or KeyIndex(table.storage), operation,
                   len(data_schema), target_file_size, spark.sparkContext.defaultParallelism)
     t_plan = time.monotonic()
     on_planned(planned_metadata(route.tasks, operation))
     stats = [] if not route.tasks else _with_job(
-        spark, "multiwriter: merge file groups", lambda: _merge(df, cfg, data_schema, operation, route, ctx))
+        spark, "multiwriter: route and merge", lambda: _merge(df, cfg, data_schema, operation, route, ctx))
     log.debug("executor path: keys %.2fs, plan %.2fs, merge %.2fs (%d rows, %d file groups, %d Spark partitions)",
               t_keys - started, t_plan - t_keys, time.monotonic() - t_plan, keys.num_rows, len(route.tasks), route.bins)
     return stats
@@ -138,49 +127,74 @@ def _with_job(spark: Any, description: str, fn: Any) -> Any:
         sc.setJobDescription(None)
 
 
-def _prepared_schema(data_schema: pa.Schema) -> pa.Schema:
-    return pa.schema(list(data_schema) + [pa.field(KEY, pa.string()), pa.field(PARTITION, pa.string()),
-                                          pa.field(OP, pa.int8())])
+def _key_columns(cfg: Any) -> list[str]:
+    """The batch columns a record's key and partition path are made of."""
+    return list(dict.fromkeys(list(cfg.record_key) + list(cfg.partition_by)))
 
 
-def _batch_keys(df: Any, cfg: Any, data_schema: pa.Schema, operation: str) -> pa.Table:
-    """(partition, key, op) of every row, collected to the driver (one job, no shuffle)."""
-    schema = pa.schema([pa.field(PARTITION, pa.string()), pa.field(KEY, pa.string()), pa.field(OP, pa.int8())])
+def _batch_keys(df: Any, cfg: Any, operation: str) -> pa.Table:
+    """The key columns of every row with its Hudi key and partition path, collected to the
+    driver (one job over those columns only, no shuffle). The executors compute them with the
+    driver path's functions; a typed error they raise is raised here, as itself."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    src = df.select(*_key_columns(cfg))
+    out = StructType(list(src.schema.fields) + [StructField(n, StringType()) for n in (KEY, PARTITION, ERROR)])
+    arrow_out = pa.schema(list(arrow_schema(src)) + [pa.field(n, pa.string()) for n in (KEY, PARTITION, ERROR)])
 
     def keys_of(batches):  # runs on executors
         for b in batches:
-            t = records.prepare(pa.Table.from_batches([b]), cfg, data_schema, operation=operation)
-            yield from t.select(schema.names).cast(schema).to_batches()
+            t = pa.Table.from_batches([b])
+            try:
+                t = t.append_column(KEY, records.record_keys(t, cfg)).append_column(PARTITION, records.partition_paths(t, cfg))
+            except MultiWriterError as e:
+                yield pa.RecordBatch.from_pylist([{ERROR: f"{type(e).__name__}{SEP}{e}"}], schema=arrow_out)
+                return
+            yield from t.append_column(ERROR, pa.nulls(t.num_rows, pa.string())).cast(arrow_out).to_batches()
 
-    t = df.mapInArrow(keys_of, _spark_schema(schema)).toArrow()
-    t = t if t.num_columns else schema.empty_table()
-    return records.dedupe(t, None)  # keys repeated across Arrow batches count once
+    t = src.mapInArrow(keys_of, out).toArrow()
+    t = t if t.num_columns else arrow_out.empty_table()
+    _raise_first(t.column(ERROR))
+    op = OP_DELETE if operation == "delete" else OP_UPSERT
+    t = t.drop_columns([ERROR]).append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), t.num_rows))
+    if records.has_duplicates(t):  # one row per key, as the batch spells it (routing joins on that)
+        t = t.group_by(t.column_names).aggregate([]).select(t.column_names)
+    return t
+
+
+def _raise_first(errors_column: Any) -> None:
+    """Raise the first error an executor reported (its type from :mod:`multiwriter.errors`)."""
+    if errors_column.null_count == len(errors_column):
+        return
+    from .. import errors
+
+    name, _, message = pc.drop_null(errors_column)[0].as_py().partition(SEP)
+    kind = getattr(errors, name, None)
+    raise (kind if isinstance(kind, type) and issubclass(kind, MultiWriterError) else MultiWriterError)(message)
+
+
+ERROR = "_mw_error"
+SEP = "\x1f"
 
 
 @dataclass(frozen=True)
 class Routing:
-    """Where each row of the batch goes, small enough to ship to every task: existing keys by
-    ``partition + SEP + key`` to their task, new keys by partition to the tasks of its new file
-    groups (a stable hash of the key picks one), and each task's Spark partition."""
+    """Where each row of the batch goes: existing keys (by their key columns) to the task of
+    their file group, new keys (by their partition columns) to one of their partition's new
+    file groups (a stable hash of the key columns picks one), and each task's Spark partition."""
 
     tasks: list[FileGroupTask]
-    existing: pa.Array  # partition SEP key of rows whose key a file group holds
-    existing_task: pa.Array  # int32, their task index
-    new_tasks: dict[str, list[int]]  # partition -> task indexes of its new file groups
+    existing: pa.Table  # key columns of rows whose key a file group holds, and TASK
+    new: pa.Table  # partition columns, and the list of new tasks (NEW_TASKS)
     bin_of: list[int]  # task index -> Spark partition
-    bins: int
-
-
-SEP = "\x1f"
-
-
-def _composite(partitions: Any, keys: Any) -> Any:
-    return pc.binary_join_element_wise(partitions, keys, SEP)
+    bins: int  # 1: one Spark task merges every file group (no exchange)
+    existing_keys: pa.Array  # PARTITION SEP KEY of ``existing``'s rows (routing in Python)
+    new_tasks: dict[str, list[int]]  # PARTITION -> its new tasks (routing in Python)
 
 
 def _plan(
-    keys: pa.Table, table: Any, timeline: Any, index: KeyIndex, operation: str, n_cols: int, target_file_size: int,
-    parallelism: int,
+    keys: pa.Table, cfg: Any, table: Any, timeline: Any, index: KeyIndex, operation: str, n_cols: int,
+    target_file_size: int, parallelism: int,
 ) -> Routing:
     """The driver's share: tag the keys with the index the driver path uses, then the tasks."""
     from ..table import layout
@@ -210,13 +224,21 @@ def _plan(
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
         cost.append(groups[(p, f)] + (index.footer(old).num_rows if old else 0))
     task_of = {(t.partition, t.file_id): t.task_index for t in tasks}
-    existing_task = pa.array([task_of[(p, f)] for p, f in zip(found.column(PARTITION).to_pylist(),
-                                                              found.column(FILE_ID).to_pylist(), strict=True)], pa.int32())
-    bins = max(1, min(len(tasks), parallelism))
-    return Routing(
-        tasks, _composite(found.column(PARTITION), found.column(KEY)).combine_chunks(), existing_task,
-        {p: [task_of[(p, f)] for f in ids] for p, ids in new_ids.items()}, _pack(cost, bins), bins,
-    )
+    existing_task = [task_of[pf] for pf in zip(found.column(PARTITION).to_pylist(), found.column(FILE_ID).to_pylist(), strict=True)]
+    existing = found.select(_key_columns(cfg)).append_column(TASK, pa.array(existing_task, pa.int32()))
+    by = list(cfg.partition_by) + [PARTITION]
+    new_parts = new.select(by).group_by(by).aggregate([])
+    new_tasks = [[task_of[(p, f)] for f in new_ids[p]] for p in new_parts.column(PARTITION).to_pylist()]
+    new_parts = new_parts.select(list(cfg.partition_by)).append_column(NEW_TASKS, pa.array(new_tasks, pa.list_(pa.int32())))
+    bins = 1 if sum(cost) <= ONE_TASK_MAX_ROWS else max(1, min(len(tasks), parallelism))
+    return Routing(tasks, existing, new_parts, _pack(cost, bins), bins,
+                   _composite(found.column(PARTITION), found.column(KEY)),
+                   {p: [task_of[(p, f)] for f in ids] for p, ids in new_ids.items()})
+
+
+def _composite(partitions: Any, keys: Any) -> pa.Array:
+    out = pc.binary_join_element_wise(partitions, keys, SEP)
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
 def _pack(cost: list[int], bins: int) -> list[int]:
@@ -229,68 +251,88 @@ def _pack(cost: list[int], bins: int) -> list[int]:
     return out
 
 
-def _route(t: pa.Table, r: Routing) -> pa.Table:
-    """``t`` (prepared rows) with each row's task index; deletes of absent keys are dropped."""
-    n = t.num_rows
-    if len(r.existing):
-        pos = pc.index_in(_composite(t.column(PARTITION), t.column(KEY)), value_set=r.existing)
-        task = pc.fill_null(r.existing_task.take(pos), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    else:
-        task = np.full(n, -1, np.int64)
-    missing = np.flatnonzero(task < 0)
-    if len(missing):
-        parts = t.column(PARTITION).take(pa.array(missing)).to_pylist()
-        ops = t.column(OP).take(pa.array(missing)).to_numpy(zero_copy_only=False)
-        keys = t.column(KEY).take(pa.array(missing)).to_pylist()
-        for j, i in enumerate(missing.tolist()):
-            ids = r.new_tasks.get(parts[j])
-            if ops[j] != OP_DELETE and ids:
-                task[i] = ids[bucket_of(keys[j], len(ids))] if len(ids) > 1 else ids[0]
-    keep = task >= 0
-    t = t.append_column(TASK, pa.array(task.astype(np.int32)))
-    return t if keep.all() else t.filter(pa.array(keep))
-
+#: a write whose file groups hold at most this many rows (incoming plus old) is merged by one
+#: Spark task, its file groups side by side on a thread pool: below this, an exchange that
+#: spreads the rows over more tasks costs more time than it saves
+ONE_TASK_MAX_ROWS = 4_000_000
 
 TASK = "_mw_task"
 BIN = "_mw_bin"
 ORDER = "_mw_order"
+NEW_TASKS = "_mw_new_tasks"
+
+
+def _routed(df: Any, cfg: Any, r: Routing) -> Any:
+    """``df`` with each row's task and Spark partition, computed in the JVM: broadcast joins
+    against the (small) routing tables, on the key columns as the batch has them. A row no
+    task takes (a delete of an absent key) gets no task; ORDER keeps the batch order."""
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    cols = df.columns
+    out = df.withColumn(ORDER, F.monotonically_increasing_id())
+    out = _join_small(out, spark, r.existing, _key_columns(cfg))
+    if cfg.partition_by:
+        out = _join_small(out, spark, r.new, list(cfg.partition_by))
+    elif r.new.num_rows:
+        out = out.withColumn(NEW_TASKS, F.array(*[F.lit(t) for t in r.new.column(NEW_TASKS)[0].as_py()]))
+    for name, kind in ((TASK, "int"), (NEW_TASKS, "array<int>")):
+        out = out.withColumn(name, F.col(name).cast(kind) if name in out.columns else F.lit(None).cast(kind))
+    new = F.col(NEW_TASKS)
+    bucket = F.pmod(F.hash(*[F.col(c) for c in cfg.record_key]), F.size(new)) + 1
+    task = F.coalesce(F.col(TASK), F.when(new.isNotNull(), F.element_at(new, bucket)))
+    out = out.withColumn(TASK, task.cast("int"))
+    bins = F.array(*[F.lit(b) for b in r.bin_of]).cast("array<int>")
+    out = out.withColumn(BIN, F.when(F.col(TASK).isNotNull(), F.element_at(bins, F.col(TASK) + 1)))
+    return out.select(*cols, TASK, ORDER, BIN)
+
+
+def _join_small(df: Any, spark: Any, small: pa.Table, on: list[str]) -> Any:
+    """Left join with a broadcast of ``small`` on ``on`` (null-safe: a null partition value
+    is a value); ``small``'s other columns are added."""
+    from pyspark.sql import functions as F
+
+    if small.num_rows == 0:
+        return df
+    alias = {c: f"_mw_j{i}" for i, c in enumerate(on)}
+    right = spark.createDataFrame(small).toDF(*[alias.get(c, c) for c in small.column_names])
+    cond = None
+    for c in on:
+        e = df[c].eqNullSafe(right[alias[c]])
+        cond = e if cond is None else cond & e
+    return df.join(F.broadcast(right), on=cond, how="left").drop(*alias.values())
 
 
 def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing, ctx: Any) -> list[WriteStat]:
-    """Prepare and route on the batch's own partitions, one exchange by precomputed Spark
-    partition, then merge every file group of a partition (rows in batch order, so the later
-    of two rows with one key wins, as on the driver)."""
-    from pyspark import TaskContext
-
-    routed_schema = pa.schema(list(_prepared_schema(data_schema)) + [pa.field(TASK, pa.int32()),
-                                                                   pa.field(BIN, pa.int32()), pa.field(ORDER, pa.int64())])
-    bin_of = np.asarray(r.bin_of, np.int32)
-
-    def prepare_and_route(batches):  # runs on executors
-        tc = TaskContext.get()
-        seen = (tc.partitionId() if tc else 0) << 40
-        for b in batches:
-            t = records.prepare(pa.Table.from_batches([b]), cfg, data_schema, operation=operation)
-            t = _route(t, r)
-            tasks = t.column(TASK).to_numpy(zero_copy_only=False)
-            t = t.append_column(BIN, pa.array(bin_of[tasks])).append_column(ORDER, pa.array(np.arange(seen, seen + t.num_rows)))
-            seen += b.num_rows
-            yield from t.cast(routed_schema).to_batches()
-
+    """One exchange by precomputed Spark partition, then per file group of a partition: the
+    rows prepared (in batch order, so the later of two rows with one key wins, as on the
+    driver) and merged."""
     tasks = r.tasks
 
     def merge_partition(batches):  # runs on executors, every file group of one Spark partition
         got = list(batches)
         if not got:
             return
-        t = pa.Table.from_batches(got)
-        for group in _groups(t):
-            st = _merge_one(group, tasks, ctx)
-            yield pa.RecordBatch.from_pylist([{name: getattr(st, name) for name, _ in STAT_FIELDS}], schema=STAT_SCHEMA)
+        groups = []
+        for group in _groups(pa.Table.from_batches(got), operation):
+            groups.append((tasks[group.column(TASK)[0].as_py()], records.prepare(group, cfg, data_schema, operation=operation)))
+        for st in _merge_all(groups, ctx, threads=1):
+            yield _stat_batch(st)
 
-    routed = df.mapInArrow(prepare_and_route, _spark_schema(routed_schema)).repartitionById(r.bins, BIN)
+    def merge_everything(batches):  # runs on one executor: the whole batch
+        got = list(batches)
+        if not got:
+            return
+        prepared = records.prepare(pa.Table.from_batches(got), cfg, data_schema, operation=operation)
+        for st in _merge_all(_route_here(prepared, r, operation), ctx, threads=os.cpu_count() or 1):
+            yield _stat_batch(st)
+
+    if r.bins == 1:
+        job = df.coalesce(1).mapInArrow(merge_everything, _spark_schema(STAT_SCHEMA))
+    else:
+        job = _routed(df, cfg, r).repartitionById(r.bins, BIN).mapInArrow(merge_partition, _spark_schema(STAT_SCHEMA))
     try:
-        rows = routed.mapInArrow(merge_partition, _spark_schema(STAT_SCHEMA)).toArrow()
+        rows = job.toArrow()
     except Exception:
         # a task that refused to write (pre-write check) fails the job with a wrapped error: say
         # so with the typed error when the instant is indeed no longer alive
@@ -301,8 +343,78 @@ def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing
     return [WriteStat(**row) for row in rows.to_pylist()]
 
 
-def _groups(t: pa.Table):
-    """The rows of each task in ``t``, in batch order."""
+def _stat_batch(st: WriteStat) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{name: getattr(st, name) for name, _ in STAT_FIELDS}], schema=STAT_SCHEMA)
+
+
+def _route_here(prepared: pa.Table, r: Routing, operation: str) -> list[tuple[FileGroupTask, pa.Table]]:
+    """The prepared batch split by task, routed in Python (the one-task merge)."""
+    n = prepared.num_rows
+    task = np.full(n, -1, np.int64)
+    if len(r.existing_keys):
+        pos = pc.index_in(_composite(prepared.column(PARTITION), prepared.column(KEY)), value_set=r.existing_keys)
+        task = pc.fill_null(r.existing.column(TASK).combine_chunks().take(pos), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    missing = np.flatnonzero(task < 0)
+    if len(missing) and operation != "delete":
+        parts = prepared.column(PARTITION).combine_chunks().take(pa.array(missing))
+        for p, idx in _positions_by_value(parts):
+            ids = r.new_tasks.get(p)
+            if not ids:
+                raise _changed_batch(len(idx))
+            rows = missing[idx]
+            if len(ids) == 1:
+                task[rows] = ids[0]
+            else:
+                keys = prepared.column(KEY).take(pa.array(rows)).to_pylist()
+                task[rows] = [ids[bucket_of(k, len(ids))] for k in keys]
+    keep = np.flatnonzero(task >= 0)
+    order = keep[np.argsort(task[keep], kind="stable")]
+    sorted_task = task[order]
+    starts = np.flatnonzero(np.r_[True, sorted_task[1:] != sorted_task[:-1]]) if len(order) else np.array([], np.int64)
+    ends = np.r_[starts[1:], len(order)]
+    routed = prepared.take(pa.array(order))
+    return [(r.tasks[int(sorted_task[lo])], routed.slice(lo, hi - lo)) for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def _positions_by_value(values: pa.Array) -> list[tuple[str, np.ndarray]]:
+    enc = values.dictionary_encode()
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    return [(v, np.flatnonzero(codes == c)) for c, v in enumerate(enc.dictionary.to_pylist())]
+
+
+def _changed_batch(n: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"{n} row(s) of the batch were not there when its keys were read: the DataFrame gives other rows each "
+        "time it is computed; cache or checkpoint it before writing (nothing was committed)"
+    )
+
+
+def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any, *, threads: int) -> list[WriteStat]:
+    """Merge file groups (prepared rows, one row per key) on up to ``threads`` threads: reading,
+    sorting and writing Parquet release the GIL. The first failure is raised once every started
+    merge has finished."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    stage, attempt = (tc.stageId(), tc.attemptNumber()) if tc else (0, 0)
+    workers = max(1, min(threads, len(groups)))
+    if workers == 1:
+        return [_merge_one(g, t, ctx, stage, attempt) for t, g in groups]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
+        futures = [pool.submit(_merge_one, g, t, ctx, stage, attempt) for t, g in groups]
+    return [f.result() for f in futures]
+
+
+def _groups(t: pa.Table, operation: str):
+    """The rows of each task in ``t``, in batch order. Rows of no task are deletes of absent
+    keys, or rows the key job did not see: the batch changed between its two reads."""
+    task = t.column(TASK)
+    if task.null_count:
+        if operation != "delete":
+            raise _changed_batch(task.null_count)
+        t = t.filter(pc.is_valid(task))
     if t.num_rows == 0:
         return
     order = np.lexsort((t.column(ORDER).to_numpy(), t.column(TASK).to_numpy()))
@@ -311,19 +423,15 @@ def _groups(t: pa.Table):
     starts = np.flatnonzero(np.r_[True, task[1:] != task[:-1]])
     ends = np.r_[starts[1:], len(task)]
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-        yield t.slice(lo, hi - lo).drop_columns([BIN, ORDER])
+        yield t.slice(lo, hi - lo)
 
 
-def _merge_one(group: pa.Table, tasks: list[FileGroupTask], ctx: Any) -> WriteStat:
-    from pyspark import TaskContext
-
+def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> WriteStat:
     from ..table import layout
     from .merge import merge_file_group
 
-    task = tasks[group.column(TASK)[0].as_py()]
-    tc = TaskContext.get()
-    token = layout.write_token(task.task_index, tc.stageId() if tc else 0, tc.attemptNumber() if tc else 0)
-    return merge_file_group(Storage(ctx.table_uri), ctx, task, group.drop_columns([TASK]), token)
+    token = layout.write_token(task.task_index, stage, attempt)
+    return merge_file_group(Storage(ctx.table_uri), ctx, task, prepared, token, deduped=True)
 
 
 def inserted_keys(storage: Any, stats: list) -> dict:
