@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidRecordError, MultiWriterError, SchemaMismatchError
+from ..errors import InvalidRecordError, SchemaMismatchError
 from ..storage import Storage
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
@@ -133,47 +133,18 @@ def _key_columns(cfg: Any) -> list[str]:
 
 
 def _batch_keys(df: Any, cfg: Any, operation: str) -> pa.Table:
-    """The key columns of every row with its Hudi key and partition path, collected to the
-    driver (one job over those columns only, no shuffle). The executors compute them with the
-    driver path's functions; a typed error they raise is raised here, as itself."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    src = df.select(*_key_columns(cfg))
-    out = StructType(list(src.schema.fields) + [StructField(n, StringType()) for n in (KEY, PARTITION, ERROR)])
-    arrow_out = pa.schema(list(arrow_schema(src)) + [pa.field(n, pa.string()) for n in (KEY, PARTITION, ERROR)])
-
-    def keys_of(batches):  # runs on executors
-        for b in batches:
-            t = pa.Table.from_batches([b])
-            try:
-                t = t.append_column(KEY, records.record_keys(t, cfg)).append_column(PARTITION, records.partition_paths(t, cfg))
-            except MultiWriterError as e:
-                yield pa.RecordBatch.from_pylist([{ERROR: f"{type(e).__name__}{SEP}{e}"}], schema=arrow_out)
-                return
-            yield from t.append_column(ERROR, pa.nulls(t.num_rows, pa.string())).cast(arrow_out).to_batches()
-
-    t = src.mapInArrow(keys_of, out).toArrow()
-    t = t if t.num_columns else arrow_out.empty_table()
-    _raise_first(t.column(ERROR))
+    """The key columns of every row with its Hudi key and partition path: the key columns are
+    collected as Arrow (one job, no Python worker, no shuffle) and the driver path's functions
+    compute the rest on the driver (so their typed errors are raised as themselves)."""
+    t = to_arrow(df.select(*_key_columns(cfg)))
+    t = t.append_column(KEY, records.record_keys(t, cfg)).append_column(PARTITION, records.partition_paths(t, cfg))
     op = OP_DELETE if operation == "delete" else OP_UPSERT
-    t = t.drop_columns([ERROR]).append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), t.num_rows))
+    t = t.append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), t.num_rows))
     if records.has_duplicates(t):  # one row per key, as the batch spells it (routing joins on that)
         t = t.group_by(t.column_names).aggregate([]).select(t.column_names)
     return t
 
 
-def _raise_first(errors_column: Any) -> None:
-    """Raise the first error an executor reported (its type from :mod:`multiwriter.errors`)."""
-    if errors_column.null_count == len(errors_column):
-        return
-    from .. import errors
-
-    name, _, message = pc.drop_null(errors_column)[0].as_py().partition(SEP)
-    kind = getattr(errors, name, None)
-    raise (kind if isinstance(kind, type) and issubclass(kind, MultiWriterError) else MultiWriterError)(message)
-
-
-ERROR = "_mw_error"
 SEP = "\x1f"
 
 
