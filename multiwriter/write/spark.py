@@ -1,12 +1,18 @@
-"""The Spark side of the write path: small batches go to the driver; large ones are prepared,
-indexed (a join against the key columns of the base snapshot), routed and merged on executors.
+"""The Spark side of the write path: small batches go to the driver; large ones are planned on
+the driver from their keys and merged on executors.
 
-The driver only plans and commits. Executors call the same pure functions as the driver path
-(:func:`records.prepare`, :func:`plan.bucket_of`, :func:`merge.merge_file_group`), so both paths
-write the same rows.
+Validating a batch collects its key columns (as Arrow, one job); the driver computes each row's
+Hudi key and partition path, tags them with the index the driver path uses (footer key ranges
+and bloom filters, then key columns of candidate files only) and plans the file-group tasks.
+A write of at most :data:`ONE_TASK_MAX_ROWS` rows is merged by one Spark task, its file groups
+on a thread pool (an exchange costs more than it saves there); a larger one is routed in the
+JVM (broadcast joins on the key columns), exchanged once by precomputed Spark partition and
+merged there. Executors call the same pure functions as the driver path
+(:func:`records.prepare`, :func:`merge.merge_file_group`), so both paths write the same rows.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -290,12 +296,14 @@ def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing
         for st in _merge_all(groups, ctx, threads=1):
             yield _stat_batch(st)
 
+    here = dataclasses.replace(r, existing=r.existing.select([TASK]), new=r.new.slice(0, 0))  # what it ships
+
     def merge_everything(batches):  # runs on one executor: the whole batch
         got = list(batches)
         if not got:
             return
         prepared = records.prepare(pa.Table.from_batches(got), cfg, data_schema, operation=operation)
-        for st in _merge_all(_route_here(prepared, r, operation), ctx, threads=os.cpu_count() or 1):
+        for st in _merge_all(_route_here(prepared, here, operation), ctx, threads=os.cpu_count() or 1):
             yield _stat_batch(st)
 
     if r.bins == 1:
