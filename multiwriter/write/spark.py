@@ -230,8 +230,9 @@ def _pack(cost: list[int], bins: int) -> list[int]:
 
 #: a write whose file groups hold at most this many rows (incoming plus old) is merged by one
 #: Spark task, its file groups side by side on a thread pool: below this, an exchange that
-#: spreads the rows over more tasks costs more time than it saves
-ONE_TASK_MAX_ROWS = 4_000_000
+#: spreads the rows over more tasks costs more time than it saves (and one Python worker can
+#: hold the rows: a few hundred bytes each, about three times over while merging)
+ONE_TASK_MAX_ROWS = 2_000_000
 
 TASK = "_mw_task"
 BIN = "_mw_bin"
