@@ -100,9 +100,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=400_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--spread", action="store_true", help="spread every executor-path merge by an exchange")
     ap.add_argument("--keep", help="a directory to keep the built table in (and reuse it from)")
     ap.add_argument("--only", default="spark,driver,plain", help="comma-separated subset of spark,driver,plain")
     args = ap.parse_args()
+    if args.spread:
+        from multiwriter.write import spark as spark_path
+
+        spark_path.ONE_TASK_MAX_ROWS = 0
     logging.basicConfig(format="    %(message)s")
     logging.getLogger("multiwriter.write.spark").setLevel(logging.DEBUG)  # the executor path's phase times
     spark = spark_session(args.cores)
