@@ -138,10 +138,11 @@ def main() -> None:
                 times[kind].append(s)
     med = {k: statistics.median(v) for k, v in times.items()}
     print("medians: " + ", ".join(f"{k}={v:.2f}s" for k, v in med.items()))
-    if "spark" in med and "driver" in med:
-        print(f"executor/driver = {med['spark'] / med['driver']:.2f}")
-    if "spark" in med and "plain" in med:
-        print(f"executor/plain-spark = {med['spark'] / med['plain']:.2f}")
+    for other, label in (("driver", "executor/driver"), ("plain", "executor/plain-spark")):
+        if "spark" in med and other in med:
+            paired = [a / b for a, b in zip(times["spark"], times[other], strict=True)]
+            print(f"{label} = {med['spark'] / med[other]:.2f} (of medians); per repetition "
+                  + ", ".join(f"{x:.2f}" for x in paired) + f"; median {statistics.median(paired):.2f}")
     spark.stop()
 
 
