@@ -97,11 +97,8 @@ def run_on_executors(
     index: KeyIndex | None = None,
     keys: pa.Table | None = None,
 ) -> list[WriteStat]:
-    """Plan on the driver from the batch's keys, merge on executors: one job collects (partition,
-    key) of every row, the driver's index tags them (footer key ranges and bloom filters, then
-    the key columns of candidate files only) and routes each key to a file-group task; a second
-    job prepares the rows again, sends each to its task's Spark partition (one exchange, no
-    sort) and merges every file group of a partition there."""
+    """Plan on the driver from the batch's keys (``keys``: as :func:`validate` returned them, else
+    collected now), then one Spark job merges: see the module docstring."""
     from .merge import armed
 
     started = time.monotonic()
