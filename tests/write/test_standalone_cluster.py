@@ -40,7 +40,9 @@ def wait_http(url: str, text: str, timeout: float = 60) -> None:
 @pytest.mark.slow
 def test_upsert_through_a_standalone_cluster(tmp_path, trips_table, table_path):
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"))
+               SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"),
+               # executors import the package under test, not whichever copy the interpreter has installed
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     port, ui, wui = free_port(), free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
     logs = open(tmp_path / "cluster.log", "w")

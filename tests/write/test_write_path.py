@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import multiwriter as mw
 from multiwriter import errors
+from multiwriter.write import spark as spark_path
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows, unzip_fixture
 
@@ -28,8 +29,13 @@ BATCHES = [
 ]
 
 
-@pytest.mark.parametrize("executor", ["driver", "spark"])
-def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, executor):
+@pytest.mark.parametrize("executor", ["driver", "spark", "spark-spread"])
+def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, monkeypatch, executor):
+    """``spark-spread``: every write is spread over Spark tasks by an exchange (as large ones are)
+    instead of merged by one task."""
+    if executor == "spark-spread":
+        monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+        executor = "spark"
     driver, other = str(tmp_path / "driver"), str(tmp_path / executor)
     for p, ex in ((driver, "driver"), (other, executor)):
         new_table(p)
