@@ -52,14 +52,18 @@ class Query:
         df = (self.spark.readStream.schema(spark_schema(self.schema)).option("maxFilesPerTrigger", 1)
               .parquet(str(self.source)))
         t0 = time.perf_counter()
-        q = (df.writeStream.queryName(self.name).foreachBatch(self.fn)
-             .option("checkpointLocation", str(self.checkpoint)).trigger(availableNow=True).start())
+        q = self.start(df.writeStream.queryName(self.name).option("checkpointLocation", str(self.checkpoint))
+                       .trigger(availableNow=True))
         q.awaitTermination()
         wall = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(f"streaming query {self.name} failed: {q.exception()}")
         self.progress += [p for p in q.recentProgress if p.get("numInputRows", 0) > 0]
         return wall
+
+    def start(self, writer: Any) -> Any:
+        """Start the query's sink: ``foreachBatch(fn)``."""
+        return writer.foreachBatch(self.fn).start()
 
     def trigger_ms(self) -> list[float]:
         """Spark's own duration of each non-empty micro-batch (``durationMs.triggerExecution``)."""

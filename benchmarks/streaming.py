@@ -413,16 +413,5 @@ class _DataSourceQuery(Query):
         super().__init__(spark, source, data.SCHEMA, checkpoint, lambda df, i: None, "bench_ds_write")
         self.table, self.options = table, options
 
-    def drain(self) -> float:
-        from .stream import spark_schema
-
-        df = self.spark.readStream.schema(spark_schema(self.schema)).option("maxFilesPerTrigger", 1).parquet(str(self.source))
-        t0 = time.perf_counter()
-        q = (df.writeStream.queryName(self.name).format("multiwriter").options(**self.options)
-             .option("checkpointLocation", str(self.checkpoint)).trigger(availableNow=True).start(self.table))
-        q.awaitTermination()
-        wall = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(f"streaming query {self.name} failed: {q.exception()}")
-        self.progress += [p for p in q.recentProgress if p.get("numInputRows", 0) > 0]
-        return wall
+    def start(self, writer):
+        return writer.format("multiwriter").options(**self.options).start(self.table)

@@ -117,18 +117,26 @@ class MultiWriterReader(DataSourceReader):
             yield f  # Spark evaluates every filter again: pushed ones only prune
 
     def partitions(self) -> list[InputPartition]:
-        plan = plan_scan(self.options, self.predicates)
-        unknown = [c for c in self.columns if plan.schema.get_field_index(c) < 0]
-        if unknown:
-            raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
-        header = replace(plan, tasks=())
-        return [_Partition(header, group) for group in plan.groups()]
+        return spark_partitions(plan_scan(self.options, self.predicates), self.columns, self.options.path)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, _Partition):
-            return  # Spark reads one placeholder partition when the plan has no tasks
-        for task in partition.tasks:
-            yield from read_task(partition.plan, task, self.columns, self.predicates)
+        return read_partition(partition, self.columns, self.predicates)
+
+
+def spark_partitions(plan: ScanPlan, columns: list[str], path: str) -> list[InputPartition]:
+    """The plan's Spark tasks (batch and streaming reads), after checking the asked columns."""
+    unknown = [c for c in columns if plan.schema.get_field_index(c) < 0]
+    if unknown:
+        raise ConfigError(f"columns {unknown} are not in the table at {path}; it has {plan.schema.names}")
+    header = replace(plan, tasks=())
+    return [_Partition(header, group) for group in plan.groups()]
+
+
+def read_partition(partition: InputPartition, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, _Partition):
+        return  # Spark reads one placeholder partition when the plan has no tasks
+    for task in partition.tasks:
+        yield from read_task(partition.plan, task, columns, predicates)
 
 
 def _predicate(f: Filter) -> Predicate | None:

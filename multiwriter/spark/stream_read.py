@@ -17,7 +17,6 @@ table, so a restarted query replans a logged micro-batch to the same rows; Spark
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +26,7 @@ from pyspark.sql.types import StructType
 from ..errors import ConfigError, InstantNotRetainedError
 from ..table.table import Table
 from . import options as opt
-from .scan import ScanPlan, plan_scan, read_task
+from .scan import ScanPlan, plan_scan
 
 try:  # pyspark >= 4.1; without it Spark wraps the reader itself
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -116,22 +115,14 @@ class MultiWriterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return offset(latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        from .source import _Partition
+        from .source import spark_partitions
 
         lo, hi = offset_time(start), offset_time(end)
         if hi is None or (lo is not None and hi <= lo):
             return []  # nothing new: an empty micro-batch
-        plan = plan_range(self.options, lo, hi)
-        unknown = [c for c in self.columns if plan.schema.get_field_index(c) < 0]
-        if unknown:
-            raise ConfigError(f"columns {unknown} are not in the table at {self.options.path}; it has {plan.schema.names}")
-        header = replace(plan, tasks=())
-        return [_Partition(header, group) for group in plan.groups()]
+        return spark_partitions(plan_range(self.options, lo, hi), self.columns, self.options.path)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from .source import _Partition
+        from .source import read_partition
 
-        if not isinstance(partition, _Partition):
-            return
-        for task in partition.tasks:
-            yield from read_task(partition.plan, task, self.columns)
+        return read_partition(partition, self.columns)

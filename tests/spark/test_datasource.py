@@ -12,16 +12,11 @@ from multiwriter.spark.options import PARALLELISM
 from multiwriter.table.snapshot import list_data_files
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
+from tests.spark.conftest import trips_write_options
 
 COLS = ["id", "date", "ts", "value"]
 FMT = "multiwriter"
 INCR = {"hoodie.datasource.query.type": "incremental"}
-
-
-@pytest.fixture(scope="module")
-def sp(spark):
-    mw.register(spark)
-    return spark
 
 
 def _cfg() -> mw.WriterConfig:
@@ -135,18 +130,11 @@ def test_declared_columns_and_row_group_splits(sp, tmp_path):
 
 
 def _write_opts(zk_server, zk_base, name="trips"):
-    return {
+    return trips_write_options(zk_server, zk_base, **{
         "hoodie.table.name": name,
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.partitionpath.field": "date",
-        "hoodie.datasource.write.precombine.field": "ts",
         "hoodie.datasource.write.operation": "upsert",
         "hoodie.datasource.write.streaming.checkpoint.identifier": "batch-job",
-        "hoodie.write.lock.zookeeper.url": zk_server.connect.split(":")[0],
-        "hoodie.write.lock.zookeeper.port": zk_server.connect.split(":")[1],
-        "hoodie.write.lock.zookeeper.base_path": zk_base,
-        "hoodie.client.heartbeat.interval_in_ms": "1000",
-    }
+        "hoodie.client.heartbeat.interval_in_ms": "1000"})
 
 
 def test_append_creates_the_table_and_upserts(sp, tmp_path, zk_server, zk_base):

@@ -12,15 +12,10 @@ import multiwriter as mw
 from multiwriter import faults
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
+from tests.spark.conftest import trips_write_options
 
 COLS = ["id", "date", "ts", "value"]
 FMT = "multiwriter"
-
-
-@pytest.fixture(scope="module")
-def sp(spark):
-    mw.register(spark)
-    return spark
 
 
 def _cfg(writer_id: str = "w", **kw) -> mw.WriterConfig:
@@ -28,16 +23,7 @@ def _cfg(writer_id: str = "w", **kw) -> mw.WriterConfig:
 
 
 def _opts(zk_server, zk_base):
-    host, port = zk_server.connect.split(":")
-    return {
-        "hoodie.table.name": "trips",
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.partitionpath.field": "date",
-        "hoodie.datasource.write.precombine.field": "ts",
-        "hoodie.write.lock.zookeeper.url": host,
-        "hoodie.write.lock.zookeeper.port": port,
-        "hoodie.write.lock.zookeeper.base_path": zk_base,
-    }
+    return trips_write_options(zk_server, zk_base)
 
 
 def _replace_record(path: str, instant) -> dict:

@@ -2,61 +2,21 @@
 on 127.0.0.1, the micro-batch's tasks staged by the worker's executor, committed by the driver."""
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import multiwriter as mw
 from multiwriter import checkpoint
-from multiwriter.zookeeper_local import free_port
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
-from tests.write.test_standalone_cluster import ROOT, spark_class, wait_http
+from tests.write.test_standalone_cluster import cluster_env, run_job, standalone_cluster
 
 COLS = ["id", "date", "ts", "value"]
 
 
-@contextlib.contextmanager
-def standalone_cluster(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
-    """A master and one single-core worker; yields the master URL, stops both on exit."""
-    port, ui, wui = free_port(), free_port(), free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    procs: list[subprocess.Popen] = []
-    with open(tmp_path / "cluster.log", "w") as logs:
-        try:
-            procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                           "--port", str(port), "--webui-port", str(ui)], env=env, stdout=logs, stderr=logs))
-            wait_http(f"http://127.0.0.1:{ui}/json/", '"status" : "ALIVE"')
-            procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.worker.Worker", master_url,
-                                           "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                                           "--webui-port", str(wui), "--work-dir", str(tmp_path / "work")],
-                                          env=env, stdout=logs, stderr=logs))
-            wait_http(f"http://127.0.0.1:{ui}/json/", '"aliveworkers" : 1')
-            yield master_url
-        finally:
-            for p in reversed(procs):
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-
-
 def _run_job(master_url: str, env: dict[str, str], *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tests.spark.cluster_stream_job", master_url, *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=240)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert lines, out.stderr[-3000:]
-    res = json.loads(lines[-1])
+    res = run_job("tests.spark.cluster_stream_job", env, master_url, *args)
     assert [r["error"] for r in res["runs"]] == [None] * len(res["runs"]), res["runs"]
     return res
 
@@ -75,10 +35,7 @@ def _expect(ids, date="2024-01-01", ts=1, value=1.0) -> list[tuple]:
 
 @pytest.mark.slow
 def test_a_streaming_write_through_a_standalone_cluster(tmp_path, zk_server, zk_base):
-    # PYTHONPATH: the executors' Python workers import this checkout's package
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = cluster_env(tmp_path)
     src, path, ck, incoming = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck"), tmp_path / "incoming"
     for d in (src, incoming / "0", incoming / "1"):
         d.mkdir(parents=True)

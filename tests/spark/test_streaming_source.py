@@ -18,12 +18,6 @@ COLS = ["id", "date", "ts", "value"]
 FMT = "multiwriter"
 
 
-@pytest.fixture(scope="module")
-def sp(spark):
-    mw.register(spark)
-    return spark
-
-
 def _cfg(writer_id: str = "w", **kw) -> mw.WriterConfig:
     return mw.WriterConfig(writer_id=writer_id, lock=mw.InProcessLock(), executor="driver", **kw)
 

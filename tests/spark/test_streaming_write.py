@@ -12,31 +12,17 @@ from multiwriter import checkpoint
 from multiwriter.spark import staging
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
+from tests.spark.conftest import trips_write_options
 
 COLS = ["id", "date", "ts", "value"]
 FMT = "multiwriter"
 DDL = "id string, date string, ts long, value double"
 
 
-@pytest.fixture(scope="module")
-def sp(spark):
-    mw.register(spark)
-    return spark
-
-
 def _opts(zk_server, zk_base, writer_id="stream-a"):
-    host, port = zk_server.connect.split(":")
-    return {
-        "hoodie.table.name": "trips",
-        "hoodie.datasource.write.recordkey.field": "id",
-        "hoodie.datasource.write.partitionpath.field": "date",
-        "hoodie.datasource.write.precombine.field": "ts",
+    return trips_write_options(zk_server, zk_base, **{
         "hoodie.datasource.write.streaming.checkpoint.identifier": writer_id,
-        "hoodie.write.lock.zookeeper.url": host,
-        "hoodie.write.lock.zookeeper.port": port,
-        "hoodie.write.lock.zookeeper.base_path": zk_base,
-        "hoodie.client.heartbeat.interval_in_ms": "1000",
-    }
+        "hoodie.client.heartbeat.interval_in_ms": "1000"})
 
 
 def _add(src, name: str, table) -> None:
