@@ -83,6 +83,17 @@ class Transaction:
         self.timings = TxnTimings()
         self._state = "new"
 
+    @classmethod
+    def resume(cls, table: Table, lock: TableLock, *, instant: Instant, base: Instant | None,
+               base_timeline: Timeline, **kwargs: Any) -> Transaction:
+        """The transaction of an instant another process began (a streaming write begins on
+        Spark's query thread, tasks write, a third process commits). The caller beats the
+        heartbeat again before committing; the commit checks it as usual."""
+        txn = cls(table, lock, **kwargs)
+        txn.instant, txn.base, txn.base_timeline = instant, base, base_timeline
+        txn._state = "begun"
+        return txn
+
     # -- lock helpers ------------------------------------------------------------
     def _acquire(self) -> float:
         holder = HolderInfo(self.writer_id, socket.gethostname(), os.getpid(), self.instant.requested_time if self.instant else None)

@@ -226,6 +226,18 @@ class HeartbeatClient:
             except OSError as e:  # the file then lapses and the orphan cleaner removes it
                 log.warning("could not delete the heartbeat of %s: %s", instant_time, e)
 
+    def hand_over(self, instant_time: str) -> None:
+        """Stop beating ``instant_time`` here but keep its file: another process (the Spark
+        tasks of a streaming write, then the process that commits it) beats it on. Until one
+        does, the file ages against the bound as any other heartbeat."""
+        with self._mu:
+            self._inflight.pop(instant_time, None)
+            if not self._inflight:
+                self._wake.set()
+        with _BEATING_MU:
+            if _BEATING.get(instant_time) is self:
+                del _BEATING[instant_time]
+
     def close(self) -> None:
         """Stop every instant (deleting their files) and end the beat thread."""
         for t in self.instants:

@@ -1,6 +1,7 @@
-"""Staging of a streaming micro-batch: tasks write their rows as Arrow IPC files inside the
-table's ``.hoodie/.temp`` area, the driver commits them through the write path, then deletes
-them.
+"""Staging of a streaming micro-batch: each task also keeps its input rows as an Arrow IPC file
+inside the table's ``.hoodie/.temp`` area, so the driver can commit the micro-batch through the
+driver path when the tasks' own data files cannot be committed as they are
+(:mod:`.stream_write`), then deletes them.
 
 One directory per (writer id, batch id): ``.hoodie/.temp/streaming/<writer>/<batch>/``. The
 driver reads only the files the tasks' commit messages name (a failed or speculative attempt's

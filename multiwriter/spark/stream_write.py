@@ -1,42 +1,103 @@
-"""``df.writeStream.format("multiwriter")``: one commit per micro-batch, exactly once.
+"""``df.writeStream.format("multiwriter")``: executors write the data files, the driver commits
+once per micro-batch, exactly once across restarts.
 
-Tasks stage their rows under the table's ``.hoodie/.temp`` area (:mod:`.staging`) and send only
-the staged file's path to the driver; the driver's ``commit(messages, batchId)`` reads the named
-files and commits them once through the writer protocol
-(:class:`~multiwriter.write.writer.Writer`: instant, heartbeat, conflict check with retries,
-fence). The commit records ``{writer id: batch id}`` (Hudi's streaming checkpoint), so a batch id
-at or below the writer's checkpoint commits nothing: a micro-batch Spark replays after a crash
-between our commit and its own commit log is not written twice. Staging is deleted after the
-commit and on abort, so a failed micro-batch leaves no files.
+Spark creates the stream writer on the query thread before each micro-batch, ships it to the
+tasks, and calls ``commit`` (or ``abort``) in a Python worker on the driver afterwards. So:
+
+* **begin** (``__init__``, driver): the options are checked, the table is created on first use,
+  and an instant is issued under the lock with its heartbeat file written; the instant time and
+  the base it began from travel to the tasks with the writer.
+* **write** (each task): the task stages its rows (:mod:`.staging`), beats the instant's
+  heartbeat while it works, and runs the driver path's index, plan and merge on its rows against
+  the base: data files of the instant, with markers, exactly as the driver path writes them.
+* **commit** (driver): under the lock, the ordinary commit (conflict check, checkpoint
+  ``{writer id: batch id}``, fence) of the tasks' write stats. The commit is redone from the
+  staged rows through the driver path (:class:`~multiwriter.write.writer.Writer`, with its
+  retries) when it cannot stand as written: two tasks rewrote the same file group or inserted
+  the same new key (the input is not partitioned by key), another writer won a conflict, or the
+  instant's heartbeat lapsed. The executor-written attempt is rolled back first.
+
+A batch id at or below the writer's checkpoint commits nothing (a micro-batch Spark replays after
+a crash between our commit and its own commit log); its instant is rolled back. ``abort`` rolls
+the instant back; staging is deleted after every commit and abort, so a failed micro-batch leaves
+no files. Each commit names the query's checkpoint location beside the writer id, so a second
+query reusing a writer id fails instead of having its batches skipped as already committed.
 """
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError, TableNotFoundError
+from .. import faults, markers
+from ..checkpoint import last_commits
+from ..errors import (
+    ConfigError,
+    DuplicateBatchError,
+    HeartbeatExpiredError,
+    InstantRolledBackError,
+    LockAcquireTimeout,
+    TableNotFoundError,
+    WriteConflictError,
+)
+from ..heartbeat.client import HeartbeatClient, heartbeat_age_s
 from ..storage import Storage
+from ..table import instant as inst
+from ..table.instant import Instant
+from ..table.metadata import CommitMetadata, WriteStat
+from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
+from ..table.snapshot import Snapshot
 from ..table.table import Table
+from ..transaction import Transaction
+from ..write import guard
 from . import options as opt
 from . import staging
 
 log = logging.getLogger(__name__)
 #: the local property Spark sets on every task of a micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: commit metadata key: the checkpoint location of the query that committed for the writer id
+QUERY_KEY = "multiwriter.streaming.checkpoint_location"
+CHECKPOINT_LOCATION = "checkpointlocation"
+#: how long the process that began a micro-batch beats its instant at most (at least 20 bounds)
+KEEPER_MAX_S = 1800.0
 
 
 @dataclass
-class _StagedMessage(WriterCommitMessage):
-    """What a task hands the driver: where its rows are, not the rows."""
+class _TaskResult(WriterCommitMessage):
+    """What a task hands the driver: its staged rows and the data files it wrote."""
 
-    files: list[staging.StagedFile]
+    staged: list[staging.StagedFile] = field(default_factory=list)
+    stats: list[WriteStat] = field(default_factory=list)
+    inserted: dict[str, pa.Array] = field(default_factory=dict)  # new keys per partition
+    redo: str | None = None  # why the task wrote no data files (the driver path then writes the batch)
+    begun: _Begun | None = None  # the micro-batch's instant (the committing process knows it from here)
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """The instant a micro-batch writes, as begun on the query thread (plain: it is pickled)."""
+
+    instant_time: str
+    base_time: str | None  # the base commit's requested time
+    base_completion: str | None  # ... and completion time: the tasks' view of the table
+    schema_ipc: bytes  # the data schema this micro-batch writes (the table's, evolved by the batch)
+    heartbeat_interval_s: float
+    heartbeat_misses: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
 
 
 def parse(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
@@ -58,56 +119,338 @@ def parse(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
 
 
 class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
-    """Executors stage, the driver commits (see the module docstring)."""
+    """Begin on the query thread, write on executors, commit on the driver (module docstring)."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
-        self.schema = schema
-        parsed, _ = parse(options)
+        parsed, table = parse(options)
         self.path = parsed.path
         self.writer_id = parsed.writer["writer_id"]
+        self.operation = parsed.writer.get("operation") or "upsert"
+        self.query = str(opt._lower(options).get(CHECKPOINT_LOCATION, ""))
+        batch_schema = to_arrow_schema(schema)
+        if table is None:
+            table = Table.create(parsed.path, schema=batch_schema, lock=parsed.lock, **parsed.table)
+        config = parsed.writer_config()
+        self.target_file_size = config.target_file_size_bytes
+        self.schema_ipc = _evolved(table, config, batch_schema).serialize().to_pybytes()
+        self.begun: _Begun | None = None
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> _StagedMessage:
-        staged = staging.stage(Storage(self.path), self.writer_id, _task_batch_id(), iterator)
-        return _StagedMessage([staged] if staged is not None else [])
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark pickles the writer on the query thread to ship it to the micro-batch's tasks:
+        that is where the micro-batch begins, so its instant is issued here, once. (The process
+        that commits builds a writer of its own and never pickles it: it issues nothing.)"""
+        if self.begun is None:
+            parsed, table = parse(self.options)
+            assert table is not None  # __init__ created it
+            self.begun = _begin(table, parsed.writer_config(), pa.ipc.read_schema(pa.py_buffer(self.schema_ipc)))
+        return dict(self.__dict__)
 
+    # -- executors ---------------------------------------------------------------------------
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        batch_id = _task_batch_id(tc)
+        storage = Storage(self.path)
+        assert self.begun is not None  # the writer reached this task pickled
+        batches = list(iterator)
+        if not any(b.num_rows for b in batches):
+            return _TaskResult(begun=self.begun)
+        staged = staging.stage(storage, self.writer_id, batch_id, iter(batches))
+        rows = pa.Table.from_batches(batches)
+        token = f"{tc.partitionId()}-{tc.stageId()}-{tc.taskAttemptId()}" if tc is not None else "0-0-0"  # Hudi's write token
+        kept = [staged] if staged is not None else []
+        try:
+            stats, inserted = _write_task(Table.open(self.path), self.begun, self.writer_id, self.operation,
+                                          rows, self.target_file_size, token)
+        except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
+            return _TaskResult(kept, redo=str(e), begun=self.begun)
+        return _TaskResult(kept, stats, inserted, begun=self.begun)
+
+    # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
         from ..write.writer import Writer
 
         parsed, table = parse(self.options)
-        storage = Storage(parsed.path)
-        files = [f for m in messages if isinstance(m, _StagedMessage) for f in m.files]
+        assert table is not None  # __init__ created it
+        results = [m for m in messages if isinstance(m, _TaskResult)]
+        begun = next((r.begun for r in results if r.begun is not None), None)
+        if begun is None:  # no task ran: nothing was written (an issued instant lapses to the cleaner)
+            return
+        w = Writer(table, parsed.writer_config())
         try:
-            if table is None:
-                table = Table.create(parsed.path, schema=_schema(self.schema), lock=parsed.lock, **parsed.table)
-            w = Writer(table, parsed.writer_config())
             try:
-                last = w.last_checkpoint()
-                if last is not None and batchId <= last:
-                    log.info("writer %s: micro-batch %s already committed (checkpoint %s); nothing to write",
-                             self.writer_id, batchId, last)
-                    return
-                data = staging.read(storage, self.writer_id, batchId, files, _schema(self.schema))
-                w.write(data, batch_id=batchId)
-            finally:
-                w.close()
+                _check_owner(table, self.writer_id, self.query)
+            except ConfigError:
+                _resume(table, w, begun).abort()
+                raise
+            last = w.last_checkpoint()
+            if last is not None and batchId <= last:
+                log.info("writer %s: micro-batch %s already committed (checkpoint %s); rolling back instant %s",
+                         self.writer_id, batchId, last, begun.instant_time)
+                _resume(table, w, begun).abort()
+                return
+            if self._commit_as_written(table, w, begun, results, batchId):
+                return
+            data = staging.read(table.storage, self.writer_id, batchId, [f for r in results for f in r.staged], begun.schema)
+            result = w.write(data, batch_id=batchId)
+            log.info("writer %s: micro-batch %s committed through the driver path as instant %s", self.writer_id,
+                     batchId, result.instant.requested_time if result.instant else None)
         finally:
-            staging.discard(storage, self.writer_id, batchId)
+            w.close()
+            staging.discard(table.storage, self.writer_id, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """No task wrote to the table: deleting the staged files undoes the micro-batch."""
-        staging.discard(Storage(self.path), self.writer_id, batchId)
+        """Roll back what the tasks wrote, and the staged rows."""
+        from ..write.writer import Writer
+
+        parsed, table = parse(self.options)
+        if table is None:
+            return
+        begun = next((m.begun for m in messages if isinstance(m, _TaskResult) and m.begun is not None), None)
+        w = Writer(table, parsed.writer_config())
+        try:
+            if begun is not None:
+                _resume(table, w, begun).abort()
+            else:  # no task reported: the instant's heartbeat lapses and the cleaner rolls it back
+                log.warning("writer %s: micro-batch %s aborted before any task reported its instant", self.writer_id, batchId)
+        finally:
+            w.close()
+            staging.discard(table.storage, self.writer_id, batchId)
+
+    def _commit_as_written(self, table: Table, w: Any, begun: _Begun, results: list[_TaskResult], batch_id: int) -> bool:
+        """Commit the tasks' files as they are; False (the attempt rolled back) when they cannot stand."""
+        t = begun.instant_time
+        stats = [s for r in results for s in r.stats]
+        txn = _resume(table, w, begun)
+        why = next((r.redo for r in results if r.redo), None) or _overlap(results) or _lapsed(table, begun)
+        if why is not None:
+            log.info("writer %s micro-batch %s: %s; redoing it through the driver path", self.writer_id, batch_id, why)
+            txn.abort()
+            return False
+        w.heartbeat.start(t)
+        try:
+            faults.point("after-data-files")
+            markers.reconcile(table.storage, t, [s.path for s in stats])  # files of failed task attempts
+            meta = _metadata(stats, begun.schema, table.name, self.operation, self.query)
+            try:
+                txn.commit(meta, checkpoint=(self.writer_id, batch_id), inserted_keys=_merged_inserts(results) or None)
+            except DuplicateBatchError as e:  # another attempt of this batch landed meanwhile
+                log.info("writer %s: %s; rolling back instant %s", self.writer_id, e, t)
+                txn.abort()
+                return True
+            except (WriteConflictError, LockAcquireTimeout) as e:
+                log.info("writer %s micro-batch %s: %s; redoing it through the driver path", self.writer_id, batch_id, e)
+                w.metrics.commit(table.name, self.writer_id, "conflict" if isinstance(e, WriteConflictError) else "failed")
+                txn.abort()
+                return False
+        except BaseException:
+            if not txn.committed:
+                txn.abort()
+            raise
+        finally:
+            txn.stop_heartbeat()
+        w.metrics.commit(table.name, self.writer_id, "committed")
+        log.info("writer %s committed micro-batch %s as instant %s (%d files written by %d tasks)", self.writer_id,
+                 batch_id, t, len(stats), sum(1 for r in results if r.stats))
+        return True
 
 
-def _task_batch_id() -> int:
-    from pyspark import TaskContext
+# -- begin (driver, query thread) ---------------------------------------------------------------
+def _evolved(table: Table, config: Any, batch_schema: pa.Schema) -> pa.Schema:
+    """The schema this micro-batch writes: typed errors here, before any task runs."""
+    current = table.schema()
+    if len(current) == 0:
+        return data_schema(batch_schema)
+    if config.operation == "delete":
+        return current
+    c = table.config
+    required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
+    return check_compatible(current, batch_schema, required=required, allow_missing=config.allow_missing_columns)
 
-    tc = TaskContext.get()
+
+def _begin(table: Table, config: Any, schema: pa.Schema) -> _Begun:
+    """Issue the micro-batch's instant and beat its heartbeat from here until it is committed or
+    rolled back (:func:`_keep_beating`): the tasks and the committer beat it too, but only while
+    they run, and Spark may take a while to schedule either."""
+    from ..write.plan import planned_metadata
+
+    assert config.lock is not None
+    lock = config.lock.for_table(table.table_id, table.storage)
+    hb = HeartbeatClient(table.storage, writer_id=config.writer_id, interval_s=config.heartbeat_interval_s,
+                         tolerable_misses=config.heartbeat_tolerable_misses)
+    txn = Transaction(table, lock, writer_id=config.writer_id, heartbeat=hb, lock_timeout_s=config.lock_timeout_s)
+    try:
+        txn.begin()
+        txn.write_inflight(planned_metadata([], config.operation))
+    except BaseException:
+        txn.abort()
+        hb.close()
+        raise
+    finally:
+        lock.close()
+    assert txn.instant is not None
+    t = txn.instant.requested_time
+    threading.Thread(target=_keep_beating, args=(table.storage, table.config, t, hb), daemon=True,
+                     name=f"mw-stream-heartbeat-{t}").start()
+    base = txn.base
+    return _Begun(t, base.requested_time if base else None, (base.completion_time or base.requested_time) if base else None,
+                  schema.serialize().to_pybytes(), config.heartbeat_interval_s, config.heartbeat_tolerable_misses)
+
+
+def _keep_beating(storage: Storage, config: Any, t: str, hb: HeartbeatClient) -> None:
+    """Keep ``hb`` beating ``t`` until the instant completed or was rolled back (then the file
+    goes), or :data:`KEEPER_MAX_S` passed (a micro-batch whose driver lost track of it then
+    lapses to the cleaner). The beats come from ``hb``'s own thread; this one only watches."""
+    deadline = time.monotonic() + max(KEEPER_MAX_S, 20 * hb.bound_s)
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(hb.interval_s)
+            if not _pending(storage, config, t):
+                hb.stop(t)
+                return
+        hb.hand_over(t)
+    except Exception as e:  # noqa: BLE001 -- a watcher must not die loudly; the beats then stop and lapse
+        log.warning("heartbeat watcher of instant %s stopped: %s", t, e)
+        hb.hand_over(t)
+    finally:
+        hb.close()
+
+
+def _pending(storage: Storage, config: Any, t: str) -> bool:
+    """``t`` has a requested or inflight file and no completed one."""
+    names = {e.path.rsplit("/", 1)[-1] for e in storage.list_dir(config.timeline_dir, files_only=True)}
+    if any(n.startswith(f"{t}_") for n in names):
+        return False
+    return any(p.rsplit("/", 1)[-1] in names for p in guard.pending_files(config, t))
+
+
+# -- write (executors) --------------------------------------------------------------------------
+def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, rows: pa.Table,
+                target_file_size: int, token: str) -> tuple[list[WriteStat], dict[str, pa.Array]]:
+    """The driver path's index, plan and merge over one task's rows, against the instant's base."""
+    from ..write import bloom
+    from ..write.executor import run_on_driver
+    from ..write.index import KeyIndex, untagged
+    from ..write.merge import armed, context
+    from ..write.plan import make_plan
+    from ..write.records import KEY, prepare
+
+    t = begun.instant_time
+    hb = HeartbeatClient(table.storage, writer_id=writer_id, interval_s=begun.heartbeat_interval_s,
+                         tolerable_misses=begun.heartbeat_misses)
+    _check_heartbeat(table, begun)  # a task that starts after the bound must not revive the instant
+    hb.start(t)
+    try:
+        schema = begun.schema
+        tl = table.timeline().as_of_completion(begun.base_completion)
+        prepared = prepare(rows, table.config, schema, operation=operation)
+        if operation == "insert":  # as Hudi: no lookup against the table
+            snap, tagged = Snapshot({}, tl, None), untagged(prepared)
+        else:
+            prepared = bloom.with_hashes(prepared, KEY)
+            index = KeyIndex(table.storage)
+            snap = index.snapshot(tl, prepared)
+            tagged = index.tag(snap, prepared)
+        plan = make_plan(tagged, snap, target_file_size=target_file_size)
+        ctx = armed(context(table.storage.uri, t, schema, table.config.ordering_field,
+                            len(table.config.partition_by) or 1), table.config)
+        stats = run_on_driver(table.storage, ctx, plan, table.config, token=lambda _: token)  # one file per group
+        return stats, plan.inserted_keys()
+    finally:
+        hb.hand_over(t)
+        hb.close()
+
+
+# -- commit (driver) ----------------------------------------------------------------------------
+def _resume(table: Table, w: Any, begun: _Begun) -> Transaction:
+    tl = table.timeline()
+    base = tl.find(begun.base_time) if begun.base_time else None
+    own = tl.find(begun.instant_time) or Instant(begun.instant_time, inst.COMMIT, inst.INFLIGHT)
+    return Transaction.resume(table, w.lock, instant=own, base=base, base_timeline=tl.as_of_completion(begun.base_completion),
+                              writer_id=w.config.writer_id, heartbeat=w.heartbeat, lock_timeout_s=w.config.lock_timeout_s)
+
+
+def _overlap(results: list[_TaskResult]) -> str | None:
+    """Why the tasks' files cannot be committed together, if they cannot: each task routed its
+    own rows, so two of them may have rewritten one file group or inserted one new key."""
+    seen: dict[tuple[str, str], int] = {}
+    for n, r in enumerate(results):
+        for s in r.stats:
+            other = seen.setdefault((s.partition_path, s.file_id), n)
+            if other != n:
+                return f"tasks {other} and {n} both rewrote file group {s.file_id} in {s.partition_path!r}"
+    for part, keys in _merged_inserts(results).items():
+        if pc.count_distinct(keys).as_py() != len(keys):
+            return f"two tasks inserted the same new key in {part!r}"
+    return None
+
+
+def _merged_inserts(results: list[_TaskResult]) -> dict[str, pa.Array]:
+    out: dict[str, list[pa.Array]] = {}
+    for r in results:
+        for part, keys in r.inserted.items():
+            out.setdefault(part, []).append(keys)
+    return {p: pa.concat_arrays(ks) if len(ks) > 1 else ks[0] for p, ks in out.items()}
+
+
+def _lapsed(table: Table, begun: _Begun) -> str | None:
+    try:
+        _check_heartbeat(table, begun)
+    except HeartbeatExpiredError as e:
+        return str(e)
+    return None
+
+
+def _check_heartbeat(table: Table, begun: _Begun) -> None:
+    """The instant's heartbeat file is younger than the bound (else a cleaner may already be
+    rolling the instant back, and beating it again must not make it look alive)."""
+    from ..heartbeat.client import expiry_bound_s
+
+    bound = expiry_bound_s(begun.heartbeat_interval_s, begun.heartbeat_misses)
+    age = heartbeat_age_s(table.storage, begun.instant_time)
+    if age is None or age > bound:
+        seen = "is gone" if age is None else f"is {age:.1f}s old"
+        raise HeartbeatExpiredError(
+            f"heartbeat of instant {begun.instant_time} {seen} (bound {bound:.1f}s): the micro-batch's instant may be "
+            "rolled back by the cleaner, so it is not written or committed as it is")
+
+
+def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str, query: str) -> CommitMetadata:
+    from ..write.plan import OPERATION_TYPES
+
+    p2s: dict[str, list[WriteStat]] = {}
+    for s in stats:
+        p2s.setdefault(s.partition_path, []).append(s)
+    extra = {"schema": arrow_to_avro_json(schema, table_name), QUERY_KEY: query}
+    return CommitMetadata(p2s, extra, OPERATION_TYPES[operation])
+
+
+def _check_owner(table: Table, writer_id: str, query: str) -> None:
+    """Refuse a writer id whose last commit came from another query (another checkpoint
+    location): its batch ids are not ours, and ours at or below its checkpoint would be skipped
+    as already committed."""
+    if not query:
+        return
+    tl = table.timeline()
+    last = last_commits(tl).get(writer_id)
+    if last is None:
+        return
+    owner = tl.commit_metadata(last).extra_metadata.get(QUERY_KEY)
+    if owner and os.path.normpath(owner) != os.path.normpath(query):
+        raise ConfigError(
+            f"writer id {writer_id!r} last committed (instant {last.requested_time}) from the query with checkpoint "
+            f"location {owner!r}, not this one ({query!r}): two queries must not share a writer id (their batch ids "
+            f"would be taken for each other's and skipped). Give this query its own "
+            f"{opt.WRITER_ID}, or retire the old id (multiwriter writers retire) if that query is gone for good")
+
+
+def _task_batch_id(tc: Any) -> int:
     value = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
     if value is None:
         raise ConfigError(f"task has no micro-batch id ({BATCH_ID_PROPERTY}); a multiwriter stream writer runs in a streaming query")
     return int(value)
 
 
-def _schema(schema: StructType) -> pa.Schema:
-    return to_arrow_schema(schema)
+__all__ = ["MultiWriterStreamWriter", "QUERY_KEY"]

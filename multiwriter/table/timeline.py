@@ -130,6 +130,15 @@ class Timeline:
     def earliest_time(self) -> str | None:
         return min((i.requested_time for i in self._instants), default=None)
 
+    def as_of_completion(self, completion_time: str | None) -> Timeline:
+        """The completed instants that had finished by ``completion_time`` (None: none), as a
+        timeline: the base another process began from, rebuilt from a later listing."""
+        kept = [i for i in self._instants
+                if i.is_completed and completion_time is not None and (i.completion_time or i.requested_time) <= completion_time]
+        view = Timeline(self.storage, self.config, kept)
+        view._meta_cache = self._meta_cache  # the same files: share what was read
+        return view
+
     def completed_after(self, completion_time: str | None) -> list[Instant]:
         """Completed instants that finished strictly after ``completion_time``."""
         return [i for i in self.completed() if completion_time is None or (i.completion_time or i.requested_time) > completion_time]

@@ -25,9 +25,11 @@ MAX_PARALLEL_MERGES: int | None = None
 def run_on_driver(
     storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
     *, on_footer: Callable[[str, FooterKeys], None] | None = None,
+    token: Callable[[FileGroupTask], str] | None = None,
 ) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
-    read from the table when not given). Stats come back in task order; the first failure is
+    read from the table when not given; ``token``: each file's write token, by default the
+    task's index). Stats come back in task order; the first failure is
     raised once every started merge has finished (so markers name all files left behind)."""
     if config is None:
         from ..table.table import Table
@@ -37,9 +39,9 @@ def run_on_driver(
     tasks = plan.tasks
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:
-        return [_merge_one(storage, ctx, plan, t, on_footer) for t in tasks]
+        return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in tasks]
+        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:
@@ -51,10 +53,11 @@ def run_on_driver(
 
 
 def _merge_one(
-    storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask, on_footer: Callable[[str, FooterKeys], None] | None
+    storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
+    on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
 ) -> WriteStat:
-    token = layout.write_token(task.task_index, 0, 0)
-    return merge_file_group(storage, ctx, task, plan.rows_for(task), token, deduped=True, on_footer=on_footer)
+    name = token(task) if token is not None else layout.write_token(task.task_index, 0, 0)
+    return merge_file_group(storage, ctx, task, plan.rows_for(task), name, deduped=True, on_footer=on_footer)
 
 
 def _first_error(failed: list[Future]) -> BaseException:

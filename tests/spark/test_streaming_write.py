@@ -3,7 +3,9 @@ restarts, nothing left by a failed micro-batch; checked against hudi-rs and pyar
 from __future__ import annotations
 
 import os
+import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -133,6 +135,104 @@ def test_two_streams_with_their_own_ids_share_a_table_under_zookeeper(sp, tmp_pa
     expect = ([(str(i), "2024-01-01", 2, 2.0) for i in range(5)] + [(str(i), "2024-01-01", 3, 3.0) for i in range(5, 10)]
               + [(str(i), "2024-01-02", 3, 3.0) for i in range(20, 23)])
     assert rows(hudi_read(path), COLS) == _ours(path) == sorted(expect, key=repr)
+
+
+def _split_stream(sp, src, path, ck, opts, n=2):
+    """The stream with its rows spread over ``n`` Spark tasks by ``ts`` (each task writes its own files)."""
+    df = sp.readStream.schema(DDL).parquet(str(src)).repartition(n, "ts")
+    return df.writeStream.format(FMT).options(**opts).option("checkpointLocation", ck).trigger(availableNow=True).start(path)
+
+
+def _spark_partition_of(sp, ts_values, n=2) -> dict[int, int]:
+    """Which of ``n`` hash partitions Spark puts each ``ts`` in (as ``repartition(n, "ts")`` does)."""
+    df = sp.createDataFrame([(t,) for t in ts_values], "ts long")
+    return {r["ts"]: r["p"] for r in df.selectExpr("ts", f"pmod(hash(ts), {n}) as p").collect()}
+
+
+def _two_ts_in_different_tasks(sp) -> tuple[int, int]:
+    where = _spark_partition_of(sp, range(1, 20))
+    first = next(t for t in where if where[t] == 0)
+    return first, next(t for t in where if where[t] == 1)
+
+
+def _write_tokens(path: str) -> dict[str, list[str]]:
+    """Per completed commit, the write tokens (``<spark partition>-<stage>-<task attempt>``) of its files."""
+    tl = mw.Table.open(path).timeline()
+    out = {}
+    for c in tl.completed_writes():
+        stats = [s for ss in tl.commit_metadata(c).partition_to_write_stats.values() for s in ss]
+        out[c.requested_time] = sorted(os.path.basename(s.path).split("_")[1] for s in stats)
+    return out
+
+
+def test_executors_write_the_data_files_of_each_task(sp, tmp_path, zk_server, zk_base):
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = _opts(zk_server, zk_base)
+    a, b = _two_ts_in_different_tasks(sp)
+    _add(src, "a", pa.concat_tables([trips(range(3), ts=a, value=1.0), trips(range(3, 6), date="2024-01-02", ts=b, value=2.0)]))
+    q = _split_stream(sp, src, path, ck, opts)
+    q.awaitTermination(180)
+    assert q.exception() is None
+    (tokens,) = _write_tokens(path).values()
+    # one file per task and partition, named by the Spark task that wrote it (Hudi's write token):
+    # two tasks of one stage, each with its own attempt id
+    parts = [t.split("-") for t in tokens]
+    assert sorted(p[0] for p in parts) == ["0", "1"] and len({p[1] for p in parts}) == 1 and len({p[2] for p in parts}) == 2
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
+        [(str(i), "2024-01-01", a, 1.0) for i in range(3)] + [(str(i), "2024-01-02", b, 2.0) for i in range(3, 6)], key=repr)
+    assert _staged(path) == [] and not mw.Table.open(path).timeline().pending()
+    # the process that began the instant stops beating it once it completed: no heartbeat is left
+    hb_dir = os.path.join(path, ".hoodie", ".heartbeat")
+    deadline = time.monotonic() + 30
+    while os.listdir(hb_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert os.listdir(hb_dir) == []
+
+
+def test_tasks_updating_one_file_group_commit_one_merged_slice(sp, tmp_path, zk_server, zk_base):
+    """The input is not partitioned by key: two tasks rewrite the seed's one file group, and two
+    tasks insert one new key. The micro-batch is committed once, merged, with no duplicate."""
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = _opts(zk_server, zk_base)
+    sp.createDataFrame(trips(range(6)).to_pandas()).write.format(FMT).options(**opts).mode("append").save(path)
+    a, b = sorted(_two_ts_in_different_tasks(sp))
+    _add(src, "a", pa.concat_tables([trips(range(3), ts=a, value=2.0), trips(["new"], ts=a, value=2.0)]))
+    _add(src, "b", pa.concat_tables([trips(range(3, 6), ts=b, value=3.0), trips(["new"], ts=b, value=3.0)]))
+    q = _split_stream(sp, src, path, ck, opts)
+    q.awaitTermination(180)
+    assert q.exception() is None
+    expect = sorted([(str(i), "2024-01-01", a, 2.0) for i in range(3)] + [(str(i), "2024-01-01", b, 3.0) for i in range(3, 6)]
+                    + [("new", "2024-01-01", b, 3.0)], key=repr)  # the higher ordering value wins
+    assert rows(hudi_read(path), COLS) == _ours(path) == expect
+    tl = mw.Table.open(path).timeline()
+    assert len(tl.completed_writes()) == 2 and not tl.pending()
+    # the tasks' own attempt was rolled back: only the seed's and the commit's files are left
+    live = {os.path.basename(s.path) for c in tl.completed_writes() for ss in tl.commit_metadata(c).partition_to_write_stats.values()
+            for s in ss}
+    assert {os.path.basename(f) for f in _files_outside_hoodie(path)} == live
+    assert checkpoint.last(tl, "stream-a") == 0 and _staged(path) == []
+
+
+def test_a_second_query_with_the_same_writer_id_is_refused(sp, tmp_path, zk_server, zk_base):
+    src, path = tmp_path / "src", str(tmp_path / "t")
+    opts = _opts(zk_server, zk_base)
+    _add(src, "a", trips(range(3)))
+    _run(sp, src, path, str(tmp_path / "ck1"), opts)
+    before = _ours(path)
+    # another query (its own checkpoint location, batch ids from 0 again) under the same writer id:
+    # its batch 0 would pass for the first query's batch 0 and be skipped
+    other = tmp_path / "other"
+    _add(other, "b", trips(range(10, 13)))
+    q = _stream(sp, other, path, str(tmp_path / "ck2"), opts)
+    with pytest.raises(Exception, match="two queries must not share a writer id"):
+        q.awaitTermination(180)
+    assert _ours(path) == before == rows(hudi_read(path), COLS)
+    tl = mw.Table.open(path).timeline()
+    assert len(tl.completed_writes()) == 1 and not tl.pending()  # the refused micro-batch's instant rolled back
+    # the first query carries on under its id
+    _add(src, "c", trips([7]))
+    _run(sp, src, path, str(tmp_path / "ck1"), opts)
+    assert ("7", "2024-01-01", 1, 1.0) in _ours(path)
 
 
 def test_option_errors_stop_the_query_before_anything_is_written(sp, tmp_path, zk_server, zk_base):
