@@ -14,6 +14,7 @@ import pytest
 
 from multiwriter.errors import ConfigError, HeartbeatExpiredError
 from multiwriter.heartbeat import HeartbeatClient, is_lapsed
+from multiwriter.heartbeat.client import beating_client
 from multiwriter.instant_time import format_time
 from multiwriter.storage import Storage
 
@@ -319,3 +320,19 @@ def test_failures_that_persist_fail_the_check(tmp_path, clients):
     finally:
         for b in breakers:
             b.off()
+
+
+def test_hand_over_keeps_the_file_and_stops_beating(storage, tmp_path, clients):
+    """Another process beats on (a streaming write's tasks and committer): the file stays and
+    ages, this client neither rewrites nor deletes it."""
+    c = clients(storage)
+    t = instant()
+    c.start(t)
+    before = read_beat(tmp_path, t)["ts_ms"]
+    c.hand_over(t)
+    assert hb_file(tmp_path, t).exists() and beating_client(t) is None and c.instants == []
+    wait_until(lambda: not beat_threads(c), timeout=3, what="the thread to end with nothing in flight")
+    time.sleep(1.2)  # longer than one interval: nobody rewrote the file
+    assert read_beat(tmp_path, t)["ts_ms"] == before
+    c.close()  # closing deletes only what the client still beats
+    assert hb_file(tmp_path, t).exists()

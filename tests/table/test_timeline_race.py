@@ -63,3 +63,18 @@ def test_reader_loads_while_the_cleaner_archives(trips_table, table_path, archiv
         tl.commit_metadata(i)  # answered from the load: no file read can vanish now
     assert len(tl.completed_writes()) < 6  # the view is the fresh listing, not the stale one
     assert rows(t.read(), ["id", "value"]) == rows(hudi_read(table_path), ["id", "value"])
+
+
+def test_a_base_rebuilt_from_a_later_listing(trips_table, table_path):
+    """``as_of_completion``: what had completed by a commit's completion time, from a listing
+    taken after more commits (the view a streaming write's tasks take of their instant's base)."""
+    cfg = mw.WriterConfig(lock=mw.InProcessLock())
+    mw.write(trips(range(3)), table_path, cfg)
+    base = mw.Table.open(table_path).timeline().last_completed_write()
+    mw.write(trips(range(3), ts=2, value=2.0), table_path, cfg)
+    tl = mw.Table.open(table_path).timeline()
+    view = tl.as_of_completion(base.completion_time)
+    assert [i.requested_time for i in view.completed_writes()] == [base.requested_time]
+    assert not view.pending() and tl.as_of_completion(None).instants == []
+    snap = mw.Table.open(table_path).snapshot(timeline=view)
+    assert {s.instant_time for s in snap.slices.values()} == {base.requested_time}
