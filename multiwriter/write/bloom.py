@@ -141,6 +141,8 @@ class DynamicBloomFilter:
         keys = _as_array(keys)
         out = np.zeros(len(keys), dtype=bool)
         for idx, hasher in _by_length(keys):
+            if idx is None:
+                idx = np.arange(len(keys))
             alive = np.arange(len(idx))
             h = hasher.start()
             row_alive = np.ones((len(self.rows), len(idx)), dtype=bool)
@@ -282,7 +284,7 @@ def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
 def key_hashes(keys: pa.Array, hashes: int) -> np.ndarray:
     """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
     groups = _by_length(keys)
-    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 else None
+    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 or groups[0][0] is not None else None
     for idx, hasher in groups:
         rounds = np.empty((hashes, hasher.n), dtype=np.uint32)  # one contiguous row per round
         h = hasher.start()
@@ -295,27 +297,37 @@ def key_hashes(keys: pa.Array, hashes: int) -> np.ndarray:
     return out if out is not None else np.empty((0, hashes), dtype=np.uint32)
 
 
-def _by_length(keys: pa.Array) -> list[tuple[np.ndarray, _Murmur]]:
-    """Keys grouped by byte length (murmur's block structure depends on it), with their hashers."""
+def _by_length(keys: pa.Array) -> list[tuple[np.ndarray | None, _Murmur]]:
+    """Keys grouped by byte length (murmur's block structure depends on it), with their hashers;
+    the index array is None when every key has the same length (the common case: no gather)."""
     keys = _as_array(keys)
     if keys.null_count:
         raise ValueError("bloom filter keys must not be null")
-    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
     data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
-    out = []
-    for length in np.unique(lengths).tolist():
-        if length == 0:
-            raise ValueError("bloom filter keys must not be empty")
+    lengths = np.diff(offsets)
+    if len(lengths) and lengths.min() == 0:
+        raise ValueError("bloom filter keys must not be empty")
+    if len(lengths) and lengths.min() == lengths.max():  # the keys lie back to back: a view, no copy
+        length = int(lengths[0])
+        return [(None, _Murmur(data[offsets[0]:offsets[-1]].reshape(len(keys), length)))]
+    out: list[tuple[np.ndarray | None, _Murmur]] = []
+    for length in np.flatnonzero(np.bincount(lengths)).tolist():
         idx = np.flatnonzero(lengths == length)
         out.append((idx, _Murmur(data[offsets[idx][:, None] + np.arange(length)[None, :]])))
     return out
 
 
 def _position(h: np.ndarray, bits: int) -> np.ndarray:
-    """Java's ``Math.abs(h % bits)`` for signed 32-bit ``h`` (given as uint32): ``|h| % bits``."""
-    sign = (h.view(np.int32) >> 31).view(np.uint32)
-    return ((h ^ sign) - sign) % np.uint32(bits)
+    """Java's ``Math.abs(h % bits)`` for signed 32-bit ``h`` (given as uint32): ``|h| % bits``.
+    ``|INT_MIN|`` wraps to itself, 2^31 as uint32, as in Java. The remainder is taken as
+    ``a - (a // bits) * bits``: numpy divides by a scalar with a multiply and shift, several
+    times faster than its ``%``."""
+    a = np.abs(h.view(np.int32)).view(np.uint32)
+    d = np.uint32(bits)
+    q = a // d
+    q *= d
+    return a - q
 
 
 class _Murmur:
@@ -326,11 +338,13 @@ class _Murmur:
 
     def __init__(self, mat: np.ndarray) -> None:
         n, self.length = mat.shape
+        nb = self.length // 4
+        # each key's whole blocks as little-endian words (one copy of the block bytes)
+        words = np.ascontiguousarray(mat[:, :4 * nb]).view("<u4") if nb else np.zeros((n, 0), "<u4")
         with np.errstate(over="ignore"):
             self.blocks = []
-            for b in range(self.length // 4):
-                w = mat[:, 4 * b:4 * b + 4].astype(np.uint32)
-                k = w[:, 0] | (w[:, 1] << np.uint32(8)) | (w[:, 2] << np.uint32(16)) | (w[:, 3] << np.uint32(24))
+            for b in range(nb):
+                k = words[:, b].astype(np.uint32)
                 k *= _M
                 k ^= k >> np.uint32(24)
                 k *= _M
