@@ -45,14 +45,20 @@ class MergeContext:
     partition_depth: int
     heartbeat_bound_s: float | None = None  # the writer's heartbeat expiry bound (pre-write check)
     pending_files: tuple[str, ...] = ()  # requested/inflight files of the instant (pre-write check)
+    unique_columns: tuple[str, ...] = ()  # data columns unique within a file (a one-field record key)
 
     @property
     def data_schema(self) -> pa.Schema:
         return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
 
 
-def context(table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int) -> MergeContext:
-    return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth)
+def context(
+    table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int,
+    record_key: tuple[str, ...] = (),
+) -> MergeContext:
+    """``record_key``: the table's key fields; a single one is unique within each file."""
+    return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
+                        unique_columns=tuple(record_key) if len(record_key) == 1 else ())
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -131,7 +137,7 @@ def merge_file_group(
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
-    size, footer = _write_parquet(storage, rel, out, keys_filter)
+    size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns)
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -152,9 +158,9 @@ def merge_file_group(
 
 def _split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(upserts, deletes or None when the batch deletes nothing)."""
-    is_delete = pc.equal(incoming.column(OP), OP_DELETE)
-    if not pc.any(is_delete).as_py():
+    if incoming.num_rows == 0 or pc.max(incoming.column(OP)).as_py() != OP_DELETE:  # one pass, no mask
         return incoming, None
+    is_delete = pc.equal(incoming.column(OP), OP_DELETE)
     return incoming.filter(pc.invert(is_delete)), incoming.filter(is_delete)
 
 
@@ -239,9 +245,13 @@ _KEY_FOOTER = frozenset({MIN_KEY.encode(), MAX_KEY.encode(), bloom.FOOTER_KEY, b
 _NO_DICTIONARY = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
 
 
-def _write_parquet(storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter) -> tuple[int, FooterKeys]:
+def _write_parquet(
+    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, unique: tuple[str, ...] = ()
+) -> tuple[int, FooterKeys]:
     """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
-    into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes)."""
+    into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes).
+    Columns unique per row (the key columns, ``unique``) are not dictionary-encoded: a
+    dictionary of distinct values only costs time and bytes."""
     keys = out.column("_hoodie_record_key")
     schema_md = {k: v for k, v in (out.schema.metadata or {}).items() if k not in _KEY_FOOTER}
     out = out.replace_schema_metadata(schema_md or None)
@@ -253,13 +263,13 @@ def _write_parquet(storage: Storage, rel: str, out: pa.Table, keys_filter: bloom
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
     footer.update(bloom.footer_entries(keys_filter))
-    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY]
+    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY and n not in unique]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary) as w:
             w.write_table(out)
             w.add_key_value_metadata(footer)
-    info = storage.info(rel)
-    return (info.size if info else 0), FooterKeys(lo, hi, keys_filter, out.num_rows)
+        size = f.tell()  # the whole file went through this stream: its size, without a stat
+    return size, FooterKeys(lo, hi, keys_filter, out.num_rows)
 
 
 def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:

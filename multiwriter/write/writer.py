@@ -162,7 +162,8 @@ class Writer:
         t = txn.instant.requested_time
         tl = txn.base_timeline
         schema = batch.evolved_schema(self.table.schema(tl))
-        ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1)
+        ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
+                      tuple(self.table.config.record_key))
         if replacing:  # the pre-write check looks for this instant's pending replacecommit files
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
