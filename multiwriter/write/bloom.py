@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,11 +131,16 @@ class DynamicBloomFilter:
 
     def _set(self, positions: np.ndarray) -> None:
         row_of = self._assign(len(positions))
+        if len(self.rows) == 1:  # every key in the one row: no grouping by row
+            self._set_row(0, positions)
+            return
         for r in np.unique(row_of).tolist():
-            sel = positions if len(row_of) and (row_of == r).all() else positions[row_of == r]
-            hit = np.zeros(len(self.rows[r]) * 8, dtype=bool)  # scatter, then pack LSB first
-            hit[sel.ravel().astype(np.intp)] = True  # numpy scatters by intp indices twice as fast
-            self.rows[r] |= np.packbits(hit, bitorder="little")
+            self._set_row(r, positions if len(row_of) and (row_of == r).all() else positions[row_of == r])
+
+    def _set_row(self, r: int, positions: np.ndarray) -> None:
+        hit = np.zeros(len(self.rows[r]) * 8, dtype=bool)  # scatter, then pack LSB first
+        hit[positions.ravel().astype(np.intp)] = True  # numpy scatters by intp indices twice as fast
+        self.rows[r] |= np.packbits(hit, bitorder="little")
 
     def might_contain(self, keys: pa.Array | list[str]) -> np.ndarray:
         """Per key: False means certainly absent; True means possibly present. Keys are dropped
@@ -280,20 +288,48 @@ def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
     return _position(key_hashes(keys, hashes), bits)
 
 
-def key_hashes(keys: pa.Array, hashes: int) -> np.ndarray:
+#: batches of at least this many keys are hashed in parts, one per core (numpy releases the GIL)
+PARALLEL_MIN_KEYS = 40_000
+_POOL: ThreadPoolExecutor | None = None
+_POOL_MU = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """Threads that only hash (a task never waits on another): safe to use from any thread."""
+    global _POOL
+    with _POOL_MU:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="mw-bloom-hash")
+        return _POOL
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:
     """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
-    groups = _by_length(keys)
-    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 or groups[0][0] is not None else None
-    for idx, hasher in groups:
+    keys = _as_array(keys)
+    n, cores = len(keys), os.cpu_count() or 1
+    out = np.empty((n, hashes), dtype=np.uint32)
+    if n < PARALLEL_MIN_KEYS or cores < 2:
+        _hash_into(keys, hashes, out)
+        return out
+    bounds = np.linspace(0, n, min(cores, 4) + 1).astype(int).tolist()
+    parts = [_hash_pool().submit(_hash_into, keys.slice(lo, hi - lo), hashes, out[lo:hi])
+             for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    for f in parts:
+        f.result()
+    return out
+
+
+def _hash_into(keys: pa.Array, hashes: int, out: np.ndarray) -> None:
+    for idx, hasher in _by_length(keys):
         rounds = np.empty((hashes, hasher.n), dtype=np.uint32)  # one contiguous row per round
         h = hasher.start()
         for i in range(hashes):
             h = hasher.next(h)
             rounds[i] = h
-        if out is None:
-            return np.ascontiguousarray(rounds.T)
-        out[idx] = rounds.T
-    return out if out is not None else np.empty((0, hashes), dtype=np.uint32)
+        if idx is None:
+            out[:] = rounds.T
+        else:
+            out[idx] = rounds.T
 
 
 def _by_length(keys: pa.Array) -> list[tuple[np.ndarray | None, _Murmur]]:

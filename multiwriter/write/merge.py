@@ -9,6 +9,7 @@ Untouched rows keep their commit time and sequence number.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,19 @@ class MergeContext:
 
     @property
     def data_schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        return _schemas(self.schema_ipc)[0]
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The schema of the files written: meta columns, then the data columns."""
+        return _schemas(self.schema_ipc)[1]
+
+
+@functools.lru_cache(maxsize=32)
+def _schemas(schema_ipc: bytes) -> tuple[pa.Schema, pa.Schema]:
+    """(data schema, file schema) of a serialized schema, decoded once per schema, not per file."""
+    data = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    return data, with_meta(data)
 
 
 def context(
@@ -99,7 +112,7 @@ def merge_file_group(
     hears what the new file's footer says (a long-lived index then need not read it back)."""
     started = time.monotonic()
     t = ctx.instant_time
-    full = with_meta(ctx.data_schema)
+    full = ctx.file_schema
     name = layout.DataFileName(task.file_id, write_token, t).name
     rel = layout.data_file_path(task.partition, name)
     check_alive(storage, ctx, f"the marker of {rel}")
@@ -295,7 +308,7 @@ def write_moved_rows(
     check_alive(storage, ctx, f"the marker of {rel}")
     markers.create(storage, ctx.instant_time, partition, name)
     _ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
-    full = with_meta(ctx.data_schema)
+    full = ctx.file_schema
     out = align(rows, full)
     out = out.set_column(full.get_field_index("_hoodie_file_name"), "_hoodie_file_name", pa.array([name] * out.num_rows, pa.string()))
     if out.num_rows > 1:

@@ -57,8 +57,12 @@ class Plan:
         for t in self.tasks:
             if t.is_new:
                 idx.setdefault(t.partition, []).append(self._indices(t))
-        keys = self.rows.column(KEY)
-        return {p: keys.take(pa.array(np.concatenate(ix))).combine_chunks() for p, ix in idx.items()}
+        if not idx:
+            return {}
+        per_part = [np.concatenate(ix) for ix in idx.values()]
+        keys = self.rows.column(KEY).take(pa.array(np.concatenate(per_part))).combine_chunks()  # one gather
+        starts = np.cumsum([0] + [len(ix) for ix in per_part]).tolist()
+        return {p: keys.slice(lo, hi - lo) for p, lo, hi in zip(idx, starts, starts[1:], strict=False)}
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
         ix = self._indices(task)

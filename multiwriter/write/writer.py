@@ -298,13 +298,13 @@ class _Batch:
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
         b.prepared_schema = b.evolved_schema(table.schema())
-        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation)
+        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation, hashes=True)
         return b
 
     def prepare_for(self, schema: pa.Schema, config: Any) -> pa.Table:
         if self.prepared is not None and self.prepared_schema is not None and schema.equals(self.prepared_schema):
             return self.prepared
-        return prepare(self.arrow, config, schema, operation=self.operation)
+        return prepare(self.arrow, config, schema, operation=self.operation, hashes=True)
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on
