@@ -238,8 +238,9 @@ def hashes_of(t: pa.Table) -> np.ndarray | None:
     if t.num_rows == 0:
         return np.zeros((0, _HASH_COUNT), np.uint32)
     col = t.column(HASHES)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, _HASH_COUNT)
+    if isinstance(col, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col.flatten().to_numpy(zero_copy_only=False).reshape(-1, _HASH_COUNT)
 
 
 def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
