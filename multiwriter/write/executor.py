@@ -39,7 +39,8 @@ def run_on_driver(
     if workers <= 1:
         return [_merge_one(storage, ctx, plan, t, on_footer) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in tasks]
+        by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in _longest_first(plan)}
+        futures = [by_task[t.task_index] for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:
@@ -48,6 +49,13 @@ def run_on_driver(
             wait(pending)
             raise _first_error(failed)
     return [f.result() for f in futures]
+
+
+def _longest_first(plan: Plan) -> list[FileGroupTask]:
+    """The tasks in the order they start: rewrites of existing files (they read and rewrite the
+    old rows) before new files, larger before smaller, so no long merge starts last while the
+    other threads have nothing left to do."""
+    return sorted(plan.tasks, key=lambda t: (t.is_new, -plan.row_count(t), t.task_index))
 
 
 def _merge_one(

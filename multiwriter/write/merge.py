@@ -127,7 +127,9 @@ def merge_file_group(
     keys_filter = None
     if old is not None and old.num_rows:
         old_keys = old.column("_hoodie_record_key").combine_chunks()
-        upserts = _drop_stale(upserts, old, ctx.ordering_field)
+        # each incoming key's row in the old file (null: new to the group), one hash of the old keys
+        pos = pc.index_in(upserts.column(KEY), value_set=old_keys)
+        upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering_field)
         drop = replaced = pc.is_in(old_keys, value_set=upserts.column(KEY).combine_chunks())
         n_update = _count(replaced)
         if deletes is not None:
@@ -136,7 +138,7 @@ def merge_file_group(
             drop = pc.or_(replaced, removed)
         kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
         kept = _set_constant(kept, full, "_hoodie_file_name", name)
-        keys_filter = _grown_filter(old_md, upserts, old_keys)
+        keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
     else:
         kept = full.empty_table()
     fresh = _new_rows(upserts, full, t, task, name)
@@ -197,28 +199,26 @@ def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[p
     return align(t, full), md
 
 
-def _grown_filter(old_md: dict, upserts: pa.Table, old_keys: pa.Array) -> bloom.DynamicBloomFilter | None:
-    """The old file's bloom filter plus the keys new to the file group, or None (no usable old
-    filter: the caller builds one over every key). Keys deleted since stay in it: a bloom filter
-    may answer "maybe" for an absent key, never "no" for a present one."""
+def _grown_filter(old_md: dict, new_keys: pa.Table) -> bloom.DynamicBloomFilter | None:
+    """The old file's bloom filter plus the rows' keys (those new to the file group), or None
+    (no usable old filter: the caller builds one over every key). Keys deleted since stay in it:
+    a bloom filter may answer "maybe" for an absent key, never "no" for a present one."""
     f = bloom.from_footer(old_md)
     if f is None:
         return None
-    if upserts.num_rows:
-        f.add_rows(upserts.filter(pc.invert(pc.is_in(upserts.column(KEY), value_set=old_keys))), KEY)
+    if new_keys.num_rows:
+        f.add_rows(new_keys, KEY)
     return f
 
 
-def _drop_stale(upserts: pa.Table, old: pa.Table, ordering: str | None) -> pa.Table:
-    """Event-time ordering: an incoming row older than the stored one does not replace it."""
-    if not ordering or upserts.num_rows == 0:
-        return upserts
-    pos = pc.index_in(upserts.column(KEY), value_set=old.column("_hoodie_record_key").combine_chunks())
-    if pos.null_count == len(pos):
-        return upserts
+def _drop_stale(upserts: pa.Table, pos: pa.Array, old: pa.Table, ordering: str | None) -> tuple[pa.Table, pa.Array]:
+    """Event-time ordering: an incoming row older than the stored one does not replace it.
+    ``pos``: each incoming row's row in ``old`` (null when new); filtered alike."""
+    if not ordering or upserts.num_rows == 0 or pos.null_count == len(pos):
+        return upserts, pos
     stored = old.column(ordering).combine_chunks().take(pos)
     newer = pc.fill_null(pc.greater_equal(upserts.column(ordering), stored), True)
-    return upserts.filter(newer)
+    return upserts.filter(newer), pos.filter(newer)
 
 
 _ROW_NUMBERS: pa.Array = pa.array([], pa.string())

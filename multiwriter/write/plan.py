@@ -64,6 +64,10 @@ class Plan:
         starts = np.cumsum([0] + [len(ix) for ix in per_part]).tolist()
         return {p: keys.slice(lo, hi - lo) for p, lo, hi in zip(idx, starts, starts[1:], strict=False)}
 
+    def row_count(self, task: FileGroupTask) -> int:
+        lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
+        return hi - lo
+
     def rows_for(self, task: FileGroupTask) -> pa.Table:
         ix = self._indices(task)
         if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy
