@@ -150,7 +150,8 @@ def _new_groups(tagged: pa.Table, pcodes: np.ndarray, is_new: np.ndarray, n_part
                 target_file_size: int) -> tuple[dict[int, list[str]], np.ndarray]:
     """New file ids per partition code, and each new row's bucket among its partition's ids."""
     counts = np.bincount(pcodes[is_new], minlength=n_parts)
-    row_bytes = tagged.nbytes / max(tagged.num_rows, 1)
+    sized = tagged.drop_columns([bloom.HASHES]) if tagged.schema.get_field_index(bloom.HASHES) >= 0 else tagged
+    row_bytes = sized.nbytes / max(tagged.num_rows, 1)  # the hashes are never written
     new_ids: dict[int, list[str]] = {}
     slot = np.zeros(len(pcodes), np.int64)
     multi: dict[int, int] = {}
