@@ -304,6 +304,15 @@ def _hash_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool when it hashes."""
+    global _POOL, _POOL_MU
+    _POOL, _POOL_MU = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:
     """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
     keys = _as_array(keys)

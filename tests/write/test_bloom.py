@@ -229,3 +229,21 @@ def test_positions_of_equal_length_keys_match_the_scalar_murmur():
     keys = pa.array([f"k{i:09d}" for i in range(500)])
     got = bloom.key_positions(keys, 30, 143_751)
     assert got.tolist() == [_java_positions(k, 30, 143_751) for k in keys.to_pylist()]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_hashes_large_batches_with_its_own_threads():
+    """The parallel hashing's threads do not survive a fork: a child that hashes a large batch
+    after its parent did must not wait on them forever."""
+    import multiprocessing
+
+    keys = pa.array([f"k{i:09d}" for i in range(bloom.PARALLEL_MIN_KEYS + 10)])
+    want = bloom.key_hashes(keys, 30)  # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_hash_in_child, (keys.to_pylist(),)).get(timeout=60)
+    assert got == want[:, 0].tolist()
+
+
+def _hash_in_child(keys: list[str]) -> list[int]:
+    return bloom.key_hashes(pa.array(keys), 30)[:, 0].tolist()
