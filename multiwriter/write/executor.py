@@ -37,8 +37,10 @@ def run_on_driver(
     tasks = plan.tasks
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:
+        plan.gather()
         return [_merge_one(storage, ctx, plan, t, on_footer) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
+        plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
         by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in _longest_first(plan)}
         futures = [by_task[t.task_index] for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)

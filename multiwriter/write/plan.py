@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,13 +44,14 @@ class FileGroupTask:
 class Plan:
     """The tasks of one attempt and the rows each writes. ``rows`` stays in batch order; ``order``
     lists row numbers grouped by task (stably: a group keeps the batch's order) and ``bounds``
-    each task's range in it, so each merge gathers its own rows (in parallel) instead of the
-    whole batch being reordered first."""
+    each task's range in it. :meth:`gather` reorders the rows once, in a few large parts side by
+    side (one gather per task costs twice the CPU); until then each task gathers its own rows."""
 
     tasks: list[FileGroupTask]
     rows: pa.Table  # prepared rows (with their bloom hashes), in batch order
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bounds: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> range in order
+    grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
@@ -68,7 +70,18 @@ class Plan:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
         return hi - lo
 
+    def gather(self, parts: int = 1, mapper: Callable[..., Iterable[pa.Table]] = map) -> None:
+        """Reorder the rows by task, in ``parts`` pieces run through ``mapper`` (a pool's map)."""
+        if self.grouped is not None or len(self.order) == 0:
+            return
+        pieces = [ix for ix in np.array_split(self.order, max(1, min(parts, len(self.order) // 10_000 or 1))) if len(ix)]
+        tables = list(mapper(lambda ix: self.rows.take(pa.array(ix)), pieces))
+        self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
     def rows_for(self, task: FileGroupTask) -> pa.Table:
+        if self.grouped is not None:
+            lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
+            return self.grouped.slice(lo, hi - lo)
         ix = self._indices(task)
         if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy
             return self.rows.slice(int(ix[0]), len(ix))
