@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 FOOTER_KEY = b"org.apache.hudi.bloomfilter"
 TYPE_CODE_KEY = b"hoodie_bloom_filter_type_code"
@@ -129,11 +131,16 @@ class DynamicBloomFilter:
 
     def _set(self, positions: np.ndarray) -> None:
         row_of = self._assign(len(positions))
+        if len(self.rows) == 1:  # every key in the one row: no grouping by row
+            self._set_row(0, positions)
+            return
         for r in np.unique(row_of).tolist():
-            sel = positions if len(row_of) and (row_of == r).all() else positions[row_of == r]
-            hit = np.zeros(len(self.rows[r]) * 8, dtype=bool)  # scatter, then pack LSB first
-            hit[sel.ravel()] = True
-            self.rows[r] |= np.packbits(hit, bitorder="little")
+            self._set_row(r, positions if len(row_of) and (row_of == r).all() else positions[row_of == r])
+
+    def _set_row(self, r: int, positions: np.ndarray) -> None:
+        hit = np.zeros(len(self.rows[r]) * 8, dtype=bool)  # scatter, then pack LSB first
+        hit[positions.ravel().astype(np.intp)] = True  # numpy scatters by intp indices twice as fast
+        self.rows[r] |= np.packbits(hit, bitorder="little")
 
     def might_contain(self, keys: pa.Array | list[str]) -> np.ndarray:
         """Per key: False means certainly absent; True means possibly present. Keys are dropped
@@ -141,6 +148,8 @@ class DynamicBloomFilter:
         keys = _as_array(keys)
         out = np.zeros(len(keys), dtype=bool)
         for idx, hasher in _by_length(keys):
+            if idx is None:
+                idx = np.arange(len(keys))
             alive = np.arange(len(idx))
             h = hasher.start()
             row_alive = np.ones((len(self.rows), len(idx)), dtype=bool)
@@ -229,8 +238,9 @@ def hashes_of(t: pa.Table) -> np.ndarray | None:
     if t.num_rows == 0:
         return np.zeros((0, _HASH_COUNT), np.uint32)
     col = t.column(HASHES)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return arr.flatten().to_numpy(zero_copy_only=False).reshape(-1, _HASH_COUNT)
+    if isinstance(col, pa.ChunkedArray):  # combine_chunks copies even a single chunk
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col.flatten().to_numpy(zero_copy_only=False).reshape(-1, _HASH_COUNT)
 
 
 def positions_of(t: pa.Table, f: DynamicBloomFilter) -> np.ndarray | None:
@@ -279,43 +289,90 @@ def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
     return _position(key_hashes(keys, hashes), bits)
 
 
-def key_hashes(keys: pa.Array, hashes: int) -> np.ndarray:
+#: batches of at least this many keys are hashed in parts, one per core (numpy releases the GIL)
+PARALLEL_MIN_KEYS = 40_000
+_POOL: ThreadPoolExecutor | None = None
+_POOL_MU = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """Threads that only hash (a task never waits on another): safe to use from any thread."""
+    global _POOL
+    with _POOL_MU:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="mw-bloom-hash")
+        return _POOL
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool when it hashes."""
+    global _POOL, _POOL_MU
+    _POOL, _POOL_MU = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:
     """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
-    groups = _by_length(keys)
-    out = np.empty((len(keys), hashes), dtype=np.uint32) if len(groups) != 1 else None
-    for idx, hasher in groups:
+    keys = _as_array(keys)
+    n, cores = len(keys), os.cpu_count() or 1
+    out = np.empty((n, hashes), dtype=np.uint32)
+    if n < PARALLEL_MIN_KEYS or cores < 2:
+        _hash_into(keys, hashes, out)
+        return out
+    bounds = np.linspace(0, n, min(cores, 4) + 1).astype(int).tolist()
+    parts = [_hash_pool().submit(_hash_into, keys.slice(lo, hi - lo), hashes, out[lo:hi])
+             for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    for f in parts:
+        f.result()
+    return out
+
+
+def _hash_into(keys: pa.Array, hashes: int, out: np.ndarray) -> None:
+    for idx, hasher in _by_length(keys):
         rounds = np.empty((hashes, hasher.n), dtype=np.uint32)  # one contiguous row per round
         h = hasher.start()
         for i in range(hashes):
             h = hasher.next(h)
             rounds[i] = h
-        if out is None:
-            return np.ascontiguousarray(rounds.T)
-        out[idx] = rounds.T
-    return out if out is not None else np.empty((0, hashes), dtype=np.uint32)
+        if idx is None:
+            out[:] = rounds.T
+        else:
+            out[idx] = rounds.T
 
 
-def _by_length(keys: pa.Array) -> list[tuple[np.ndarray, _Murmur]]:
-    """Keys grouped by byte length (murmur's block structure depends on it), with their hashers."""
+def _by_length(keys: pa.Array) -> list[tuple[np.ndarray | None, _Murmur]]:
+    """Keys grouped by byte length (murmur's block structure depends on it), with their hashers;
+    the index array is None when every key has the same length (the common case: no gather)."""
     keys = _as_array(keys)
     if keys.null_count:
         raise ValueError("bloom filter keys must not be null")
-    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
     data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
-    out = []
-    for length in np.unique(lengths).tolist():
-        if length == 0:
-            raise ValueError("bloom filter keys must not be empty")
+    lengths = np.diff(offsets)
+    if len(lengths) and lengths.min() == 0:
+        raise ValueError("bloom filter keys must not be empty")
+    if len(lengths) and lengths.min() == lengths.max():  # the keys lie back to back: a view, no copy
+        length = int(lengths[0])
+        return [(None, _Murmur(data[offsets[0]:offsets[-1]].reshape(len(keys), length)))]
+    out: list[tuple[np.ndarray | None, _Murmur]] = []
+    for length in np.flatnonzero(np.bincount(lengths)).tolist():
         idx = np.flatnonzero(lengths == length)
         out.append((idx, _Murmur(data[offsets[idx][:, None] + np.arange(length)[None, :]])))
     return out
 
 
 def _position(h: np.ndarray, bits: int) -> np.ndarray:
-    """Java's ``Math.abs(h % bits)`` for signed 32-bit ``h`` (given as uint32): ``|h| % bits``."""
-    sign = (h.view(np.int32) >> 31).view(np.uint32)
-    return ((h ^ sign) - sign) % np.uint32(bits)
+    """Java's ``Math.abs(h % bits)`` for signed 32-bit ``h`` (given as uint32): ``|h| % bits``.
+    ``|INT_MIN|`` wraps to itself, 2^31 as uint32, as in Java. The remainder is taken as
+    ``a - (a // bits) * bits``: numpy divides by a scalar with a multiply and shift, several
+    times faster than its ``%``."""
+    a = np.abs(h.view(np.int32)).view(np.uint32)
+    d = np.uint32(bits)
+    q = a // d
+    q *= d
+    return a - q
 
 
 class _Murmur:
@@ -326,11 +383,13 @@ class _Murmur:
 
     def __init__(self, mat: np.ndarray) -> None:
         n, self.length = mat.shape
+        nb = self.length // 4
+        # each key's whole blocks as little-endian words (one copy of the block bytes)
+        words = np.ascontiguousarray(mat[:, :4 * nb]).view("<u4") if nb else np.zeros((n, 0), "<u4")
         with np.errstate(over="ignore"):
             self.blocks = []
-            for b in range(self.length // 4):
-                w = mat[:, 4 * b:4 * b + 4].astype(np.uint32)
-                k = w[:, 0] | (w[:, 1] << np.uint32(8)) | (w[:, 2] << np.uint32(16)) | (w[:, 3] << np.uint32(24))
+            for b in range(nb):
+                k = words[:, b].astype(np.uint32)
                 k *= _M
                 k ^= k >> np.uint32(24)
                 k *= _M

@@ -39,9 +39,12 @@ def run_on_driver(
     tasks = plan.tasks
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:
+        plan.gather()
         return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        futures = [pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in tasks]
+        plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
+        by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in _longest_first(plan)}
+        futures = [by_task[t.task_index] for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if failed:
@@ -50,6 +53,13 @@ def run_on_driver(
             wait(pending)
             raise _first_error(failed)
     return [f.result() for f in futures]
+
+
+def _longest_first(plan: Plan) -> list[FileGroupTask]:
+    """The tasks in the order they start: rewrites of existing files (they read and rewrite the
+    old rows) before new files, larger before smaller, so no long merge starts last while the
+    other threads have nothing left to do."""
+    return sorted(plan.tasks, key=lambda t: (t.is_new, -plan.row_count(t), t.task_index))
 
 
 def _merge_one(

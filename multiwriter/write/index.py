@@ -43,9 +43,12 @@ class FooterKeys:
     def nbytes(self) -> int:
         return 256 + (sum(r.nbytes for r in self.bloom.rows) if self.bloom else 0)
 
-    def may_hold(self, keys: pa.Array, lo: str, hi: str, hashes: np.ndarray | None = None) -> np.ndarray | bool:
-        """Per key (or False for all): might this file hold it? ``hashes``: the keys' bloom
-        hashes when the batch has them (then no key is hashed again per file)."""
+    def may_hold(self, keys: pa.Array, lo: str, hi: str, hashes: np.ndarray | None = None,
+                 rows: np.ndarray | None = None) -> np.ndarray | bool:
+        """Per key (or False for all): might this file hold it? ``hashes``: the bloom hashes of
+        the batch's keys when it has them (then no key is hashed again per file); ``rows``: the
+        rows of ``hashes`` that ``keys`` are (all when None), so only keys in this file's key
+        range have their hashes gathered."""
         if self.num_rows == 0:
             return False
         if self.min_key is not None and self.max_key is not None:
@@ -58,7 +61,7 @@ class FooterKeys:
         if self.bloom is not None and mask.any():
             idx = np.flatnonzero(mask)
             if hashes is not None and hashes.shape[1] == self.bloom.hashes:
-                mask[idx] = self.bloom.might_contain_hashes(hashes[idx])
+                mask[idx] = self.bloom.might_contain_hashes(hashes[idx if rows is None else rows[idx]])
             else:
                 mask[idx] = self.bloom.might_contain(keys.take(pa.array(idx)))
         return mask
@@ -208,34 +211,49 @@ class KeyIndex:
         hashes = bloom.hashes_of(prepared)
         encoded = parts.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
-        for code, p in enumerate(encoded.dictionary.to_pylist()):
+        names_p = encoded.dictionary.to_pylist()
+        # rows grouped by partition in one stable sort (a radix sort for few partitions)
+        order = np.argsort(codes.astype(np.uint16) if len(names_p) <= 1 << 16 else codes, kind="stable")
+        ends = np.cumsum(np.bincount(codes, minlength=len(names_p))).tolist()
+        for code, p in enumerate(names_p):
             files = by_part.get(p)
             if not files:
                 continue
-            rows = np.flatnonzero(codes == code)
+            rows = order[(ends[code - 1] if code else 0):ends[code]]
             pk = keys.take(pa.array(rows))
-            for fid_no, found in self._lookup(files, pk, hashes[rows] if hashes is not None else None):
+            for fid_no, found in self._lookup(files, pk, hashes, rows):
                 names.append(fid_no)
                 out[rows[found]] = len(names) - 1
         self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
         fids = pa.array(names, pa.string()).take(pa.array(out, mask=out < 0)) if names else pa.nulls(n, pa.string())
         return prepared.append_column(FILE_ID, fids)
 
-    def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
-        """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds)."""
-        lo, hi = pc.min(keys).as_py(), pc.max(keys).as_py()
+    def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None,
+                rows: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+        """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds);
+        ``hashes[rows]`` are the keys' bloom hashes."""
+        mm = pc.min_max(keys)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
         out = []
         for fs in sorted(files, key=lambda f: f.file_id):
-            maybe = self.footer(fs).may_hold(keys, lo, hi, hashes)
+            maybe = self.footer(fs).may_hold(keys, lo, hi, hashes, rows)
             if maybe is False or not np.any(maybe):
                 continue
             cand = np.flatnonzero(maybe)
             stored = read_keys(self.storage, fs)
             self.key_reads += 1
-            held = pc.is_in(keys.take(pa.array(cand)), value_set=stored).to_numpy(zero_copy_only=False)
+            held = _held(keys.take(pa.array(cand)), stored)
             if held.any():
                 out.append((fs.file_id, cand[held]))
         return out
+
+
+def _held(candidates: pa.Array, stored: pa.Array) -> np.ndarray:
+    """Per candidate key: is it among the file's ``stored`` keys? The hash set is built over the
+    smaller side (a file usually holds many more keys than the batch has candidates for it)."""
+    if len(stored) > len(candidates):
+        stored = stored.filter(pc.is_in(stored, value_set=candidates))
+    return pc.is_in(candidates, value_set=stored).to_numpy(zero_copy_only=False)
 
 
 def tag(storage: Storage, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:

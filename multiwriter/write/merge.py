@@ -9,6 +9,7 @@ Untouched rows keep their commit time and sequence number.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,14 +46,32 @@ class MergeContext:
     partition_depth: int
     heartbeat_bound_s: float | None = None  # the writer's heartbeat expiry bound (pre-write check)
     pending_files: tuple[str, ...] = ()  # requested/inflight files of the instant (pre-write check)
+    unique_columns: tuple[str, ...] = ()  # data columns unique within a file (a one-field record key)
 
     @property
     def data_schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        return _schemas(self.schema_ipc)[0]
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The schema of the files written: meta columns, then the data columns."""
+        return _schemas(self.schema_ipc)[1]
 
 
-def context(table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int) -> MergeContext:
-    return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth)
+@functools.lru_cache(maxsize=32)
+def _schemas(schema_ipc: bytes) -> tuple[pa.Schema, pa.Schema]:
+    """(data schema, file schema) of a serialized schema, decoded once per schema, not per file."""
+    data = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    return data, with_meta(data)
+
+
+def context(
+    table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int,
+    record_key: tuple[str, ...] = (),
+) -> MergeContext:
+    """``record_key``: the table's key fields; a single one is unique within each file."""
+    return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
+                        unique_columns=tuple(record_key) if len(record_key) == 1 else ())
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -93,7 +112,7 @@ def merge_file_group(
     hears what the new file's footer says (a long-lived index then need not read it back)."""
     started = time.monotonic()
     t = ctx.instant_time
-    full = with_meta(ctx.data_schema)
+    full = ctx.file_schema
     name = layout.DataFileName(task.file_id, write_token, t).name
     rel = layout.data_file_path(task.partition, name)
     check_alive(storage, ctx, f"the marker of {rel}")
@@ -108,7 +127,9 @@ def merge_file_group(
     keys_filter = None
     if old is not None and old.num_rows:
         old_keys = old.column("_hoodie_record_key").combine_chunks()
-        upserts = _drop_stale(upserts, old, ctx.ordering_field)
+        # each incoming key's row in the old file (null: new to the group), one hash of the old keys
+        pos = pc.index_in(upserts.column(KEY), value_set=old_keys)
+        upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering_field)
         drop = replaced = pc.is_in(old_keys, value_set=upserts.column(KEY).combine_chunks())
         n_update = _count(replaced)
         if deletes is not None:
@@ -117,7 +138,7 @@ def merge_file_group(
             drop = pc.or_(replaced, removed)
         kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
         kept = _set_constant(kept, full, "_hoodie_file_name", name)
-        keys_filter = _grown_filter(old_md, upserts, old_keys)
+        keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
     else:
         kept = full.empty_table()
     fresh = _new_rows(upserts, full, t, task, name)
@@ -131,7 +152,7 @@ def merge_file_group(
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
-    size, footer = _write_parquet(storage, rel, out, keys_filter)
+    size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns)
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -152,9 +173,9 @@ def merge_file_group(
 
 def _split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(upserts, deletes or None when the batch deletes nothing)."""
-    is_delete = pc.equal(incoming.column(OP), OP_DELETE)
-    if not pc.any(is_delete).as_py():
+    if incoming.num_rows == 0 or pc.max(incoming.column(OP)).as_py() != OP_DELETE:  # one pass, no mask
         return incoming, None
+    is_delete = pc.equal(incoming.column(OP), OP_DELETE)
     return incoming.filter(pc.invert(is_delete)), incoming.filter(is_delete)
 
 
@@ -178,28 +199,26 @@ def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[p
     return align(t, full), md
 
 
-def _grown_filter(old_md: dict, upserts: pa.Table, old_keys: pa.Array) -> bloom.DynamicBloomFilter | None:
-    """The old file's bloom filter plus the keys new to the file group, or None (no usable old
-    filter: the caller builds one over every key). Keys deleted since stay in it: a bloom filter
-    may answer "maybe" for an absent key, never "no" for a present one."""
+def _grown_filter(old_md: dict, new_keys: pa.Table) -> bloom.DynamicBloomFilter | None:
+    """The old file's bloom filter plus the rows' keys (those new to the file group), or None
+    (no usable old filter: the caller builds one over every key). Keys deleted since stay in it:
+    a bloom filter may answer "maybe" for an absent key, never "no" for a present one."""
     f = bloom.from_footer(old_md)
     if f is None:
         return None
-    if upserts.num_rows:
-        f.add_rows(upserts.filter(pc.invert(pc.is_in(upserts.column(KEY), value_set=old_keys))), KEY)
+    if new_keys.num_rows:
+        f.add_rows(new_keys, KEY)
     return f
 
 
-def _drop_stale(upserts: pa.Table, old: pa.Table, ordering: str | None) -> pa.Table:
-    """Event-time ordering: an incoming row older than the stored one does not replace it."""
-    if not ordering or upserts.num_rows == 0:
-        return upserts
-    pos = pc.index_in(upserts.column(KEY), value_set=old.column("_hoodie_record_key").combine_chunks())
-    if pos.null_count == len(pos):
-        return upserts
+def _drop_stale(upserts: pa.Table, pos: pa.Array, old: pa.Table, ordering: str | None) -> tuple[pa.Table, pa.Array]:
+    """Event-time ordering: an incoming row older than the stored one does not replace it.
+    ``pos``: each incoming row's row in ``old`` (null when new); filtered alike."""
+    if not ordering or upserts.num_rows == 0 or pos.null_count == len(pos):
+        return upserts, pos
     stored = old.column(ordering).combine_chunks().take(pos)
     newer = pc.fill_null(pc.greater_equal(upserts.column(ordering), stored), True)
-    return upserts.filter(newer)
+    return upserts.filter(newer), pos.filter(newer)
 
 
 _ROW_NUMBERS: pa.Array = pa.array([], pa.string())
@@ -239,9 +258,13 @@ _KEY_FOOTER = frozenset({MIN_KEY.encode(), MAX_KEY.encode(), bloom.FOOTER_KEY, b
 _NO_DICTIONARY = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
 
 
-def _write_parquet(storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter) -> tuple[int, FooterKeys]:
+def _write_parquet(
+    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, unique: tuple[str, ...] = ()
+) -> tuple[int, FooterKeys]:
     """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
-    into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes)."""
+    into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes).
+    Columns unique per row (the key columns, ``unique``) are not dictionary-encoded: a
+    dictionary of distinct values only costs time and bytes."""
     keys = out.column("_hoodie_record_key")
     schema_md = {k: v for k, v in (out.schema.metadata or {}).items() if k not in _KEY_FOOTER}
     out = out.replace_schema_metadata(schema_md or None)
@@ -253,13 +276,13 @@ def _write_parquet(storage: Storage, rel: str, out: pa.Table, keys_filter: bloom
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
     footer.update(bloom.footer_entries(keys_filter))
-    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY]
+    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY and n not in unique]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary) as w:
             w.write_table(out)
             w.add_key_value_metadata(footer)
-    info = storage.info(rel)
-    return (info.size if info else 0), FooterKeys(lo, hi, keys_filter, out.num_rows)
+        size = f.tell()  # the whole file went through this stream: its size, without a stat
+    return size, FooterKeys(lo, hi, keys_filter, out.num_rows)
 
 
 def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:
@@ -285,7 +308,7 @@ def write_moved_rows(
     check_alive(storage, ctx, f"the marker of {rel}")
     markers.create(storage, ctx.instant_time, partition, name)
     _ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
-    full = with_meta(ctx.data_schema)
+    full = ctx.file_schema
     out = align(rows, full)
     out = out.set_column(full.get_field_index("_hoodie_file_name"), "_hoodie_file_name", pa.array([name] * out.num_rows, pa.string()))
     if out.num_rows > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,48 +42,54 @@ class FileGroupTask:
 
 @dataclass
 class Plan:
-    tasks: list[FileGroupTask]
-    routed: pa.Table  # prepared rows with _mw_file_id set for every row that is written, grouped by file group
-    groups: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> row range
+    """The tasks of one attempt and the rows each writes. ``rows`` stays in batch order; ``order``
+    lists row numbers grouped by task (stably: a group keeps the batch's order) and ``bounds``
+    each task's range in it. :meth:`gather` reorders the rows once, in a few large parts side by
+    side (one gather per task costs twice the CPU); until then each task gathers its own rows."""
 
-    def __post_init__(self) -> None:
-        if not self.groups and self.routed.num_rows:
-            self.routed, self.groups = group_rows(self.routed)
+    tasks: list[FileGroupTask]
+    rows: pa.Table  # prepared rows (with their bloom hashes), in batch order
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bounds: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> range in order
+    grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
-        out: dict[str, list[pa.Array]] = {}
+        idx: dict[str, list[np.ndarray]] = {}
         for t in self.tasks:
             if t.is_new:
-                out.setdefault(t.partition, []).append(self.rows_for(t).column(KEY).combine_chunks())
-        return {p: pa.concat_arrays(ks) if len(ks) > 1 else ks[0] for p, ks in out.items()}
+                idx.setdefault(t.partition, []).append(self._indices(t))
+        if not idx:
+            return {}
+        per_part = [np.concatenate(ix) for ix in idx.values()]
+        keys = self.rows.column(KEY).take(pa.array(np.concatenate(per_part))).combine_chunks()  # one gather
+        starts = np.cumsum([0] + [len(ix) for ix in per_part]).tolist()
+        return {p: keys.slice(lo, hi - lo) for p, lo, hi in zip(idx, starts, starts[1:], strict=False)}
+
+    def row_count(self, task: FileGroupTask) -> int:
+        lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
+        return hi - lo
+
+    def gather(self, parts: int = 1, mapper: Callable[..., Iterable[pa.Table]] = map) -> None:
+        """Reorder the rows by task, in ``parts`` pieces run through ``mapper`` (a pool's map)."""
+        if self.grouped is not None or len(self.order) == 0:
+            return
+        pieces = [ix for ix in np.array_split(self.order, max(1, min(parts, len(self.order) // 10_000 or 1))) if len(ix)]
+        tables = list(mapper(lambda ix: self.rows.take(pa.array(ix)), pieces))
+        self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
-        lo, hi = self.groups.get((task.partition, task.file_id), (0, 0))
-        return self.routed.slice(lo, hi - lo)
+        if self.grouped is not None:
+            lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
+            return self.grouped.slice(lo, hi - lo)
+        ix = self._indices(task)
+        if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy
+            return self.rows.slice(int(ix[0]), len(ix))
+        return self.rows.take(pa.array(ix))
 
-
-def group_rows(rows: pa.Table) -> tuple[pa.Table, dict[tuple[str, str], tuple[int, int]]]:
-    """``rows`` ordered by (partition, file id), stably (the order within a group is kept), and
-    each group's row range. One pass over integer codes instead of a sort over strings."""
-    p = rows.column(PARTITION).combine_chunks().dictionary_encode()
-    f = rows.column(FILE_ID).combine_chunks().dictionary_encode()
-    pi = p.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    fi = f.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    code = pi * max(len(f.dictionary), 1) + fi
-    order = np.argsort(code, kind="stable")
-    if not np.all(order[1:] > order[:-1]):
-        rows = rows.take(pa.array(order))
-    sorted_code = code[order]
-    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
-    ends = np.r_[starts[1:], len(sorted_code)]
-    pd_, fd = p.dictionary.to_pylist(), f.dictionary.to_pylist()
-    nf = max(len(fd), 1)
-    groups = {}
-    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-        c = int(sorted_code[lo])
-        groups[(pd_[c // nf], fd[c % nf])] = (lo, hi)
-    return rows, groups
+    def _indices(self, task: FileGroupTask) -> np.ndarray:
+        lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
+        return self.order[lo:hi]
 
 
 def insert_buckets(n_rows: int, row_bytes: float, target_file_size: int) -> int:
@@ -94,42 +101,83 @@ def bucket_of(key: str, buckets: int) -> int:
 
 
 def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) -> Plan:
-    is_delete = pc.equal(tagged.column(OP), OP_DELETE)
-    # Deletes of keys that do not exist have nothing to do.
-    tagged = tagged.filter(pc.invert(pc.and_(pc.is_null(tagged.column(FILE_ID)), is_delete)))
+    """Route every row to a file group: its key's group when tagged, else a new group of its
+    partition (several when the partition's new rows exceed the target file size, chosen by a
+    stable hash of the key). Deletes of keys that do not exist have nothing to do.
+
+    Groups are found on integer codes (partition x slot), sorted by a stable radix sort when
+    the codes are small, not on strings."""
+    n = tagged.num_rows
+    parts = tagged.column(PARTITION).combine_chunks().dictionary_encode()
+    pcodes = parts.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    pnames: list[str] = parts.dictionary.to_pylist()
     fids = tagged.column(FILE_ID).combine_chunks()
-    is_new = pc.is_null(fids)
-    parts = tagged.column(PARTITION).combine_chunks()
-    row_bytes = tagged.nbytes / max(tagged.num_rows, 1)
-    single: dict[str, str] = {}
-    multi: dict[str, list[str]] = {}
-    for item in pc.value_counts(parts.filter(is_new)).to_pylist():
-        ids = [layout.new_file_id() for _ in range(insert_buckets(item["counts"], row_bytes, target_file_size))]
-        if len(ids) == 1:
-            single[item["values"]] = ids[0]
-        else:
-            multi[item["values"]] = ids
-    assigned = fids
-    if single:  # the common case, vectorized: one new file group per partition
-        chosen = pa.array(list(single.values()), pa.string()).take(pc.index_in(parts, value_set=pa.array(list(single), pa.string())))
-        assigned = pc.if_else(is_new, chosen, fids)
-    if multi:  # large inserts: spread keys over buckets by a stable hash
-        out, keys, plist = assigned.to_pylist(), tagged.column(KEY).to_pylist(), parts.to_pylist()
-        for r in pc.indices_nonzero(is_new).to_pylist():
-            ids = multi.get(plist[r])
-            if ids is not None:
-                out[r] = ids[bucket_of(keys[r], len(ids))]
-        assigned = pa.array(out, pa.string())
-    routed = tagged.set_column(tagged.schema.get_field_index(FILE_ID), FILE_ID, assigned)
-    routed = bloom.with_hashes(routed, KEY)  # each file's bloom filter then only takes them modulo its bits
-    if routed.num_rows == 0:
-        return Plan([], routed)
-    routed, groups = group_rows(routed)
+    if fids.null_count == n:  # nothing tagged (inserts, or no existing group holds a key)
+        fcodes, fnames = np.full(n, -1, np.int64), []
+    else:
+        fenc = fids.dictionary_encode()
+        fcodes = pc.fill_null(fenc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        fnames = fenc.dictionary.to_pylist()
+    is_new = fcodes < 0
+    keep = None
+    if pc.max(tagged.column(OP)).as_py() == OP_DELETE:
+        is_delete = pc.equal(tagged.column(OP), OP_DELETE).to_numpy(zero_copy_only=False)
+        dropped = is_new & is_delete
+        if dropped.any():
+            keep = ~dropped
+            is_new &= keep
+    new_ids, slot = _new_groups(tagged, pcodes, is_new, len(pnames), target_file_size)
+    slot[~is_new] = fcodes[~is_new]
+    width = len(fnames) + max((len(ids) for ids in new_ids.values()), default=0)
+    slot[is_new] += len(fnames)
+    code = pcodes * max(width, 1) + slot
+    rows_idx = np.flatnonzero(keep) if keep is not None else None
+    if rows_idx is not None:
+        code = code[rows_idx]
+    # numpy's stable sort of 8/16-bit integers is a radix sort: several times faster
+    small = len(pnames) * max(width, 1) <= np.iinfo(np.uint16).max
+    order = np.argsort(code.astype(np.uint16) if small else code, kind="stable")
+    sorted_code = code[order]
+    if rows_idx is not None:
+        order = rows_idx[order]
+    rows = bloom.with_hashes(tagged.drop_columns([PARTITION, FILE_ID]), KEY)  # each file's filter takes them modulo its bits
+    if len(order) == 0:
+        return Plan([], rows, order, {})
+    starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
+    ends = np.r_[starts[1:], len(sorted_code)]
+    bounds: dict[tuple[str, str], tuple[int, int]] = {}
+    nf, w = len(fnames), max(width, 1)
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        c = int(sorted_code[lo])
+        p, s = divmod(c, w)
+        fid = fnames[s] if s < nf else new_ids[p][s - nf]
+        bounds[(pnames[p], fid)] = (lo, hi)
     tasks = []
-    for i, (p, f) in enumerate(sorted(groups)):
+    for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-    return Plan(tasks, routed, groups)
+    return Plan(tasks, rows, order, bounds)
+
+
+def _new_groups(tagged: pa.Table, pcodes: np.ndarray, is_new: np.ndarray, n_parts: int,
+                target_file_size: int) -> tuple[dict[int, list[str]], np.ndarray]:
+    """New file ids per partition code, and each new row's bucket among its partition's ids."""
+    counts = np.bincount(pcodes[is_new], minlength=n_parts)
+    sized = tagged.drop_columns([bloom.HASHES]) if tagged.schema.get_field_index(bloom.HASHES) >= 0 else tagged
+    row_bytes = sized.nbytes / max(tagged.num_rows, 1)  # the hashes are never written
+    new_ids: dict[int, list[str]] = {}
+    slot = np.zeros(len(pcodes), np.int64)
+    multi: dict[int, int] = {}
+    for p in np.flatnonzero(counts).tolist():
+        k = insert_buckets(int(counts[p]), row_bytes, target_file_size)
+        new_ids[p] = [layout.new_file_id() for _ in range(k)]
+        if k > 1:
+            multi[p] = k
+    if multi:  # large inserts: spread keys over buckets by a stable hash
+        rows = np.flatnonzero(is_new & np.isin(pcodes, list(multi)))
+        keys = tagged.column(KEY).take(pa.array(rows)).to_pylist()
+        slot[rows] = [bucket_of(k, multi[p]) for k, p in zip(keys, pcodes[rows].tolist(), strict=True)]
+    return new_ids, slot
 
 
 #: Hudi's ``operationType`` of a commit, by our operation name

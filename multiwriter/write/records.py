@@ -5,6 +5,7 @@ Pure pyarrow; used on the driver and inside Spark executors alike, so both paths
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -12,6 +13,7 @@ from ..errors import InvalidRecordError, SchemaMismatchError
 from ..table import layout
 from ..table.properties import TableConfig
 from ..table.schema import META_COLUMNS, data_schema
+from . import bloom
 
 KEY = "_mw_key"
 PARTITION = "_mw_partition"
@@ -29,8 +31,7 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
         col = _as_string(batch.column(f))
-        bad = pc.or_(pc.is_null(col), pc.equal(pc.utf8_length(col), 0))
-        n_bad = pc.sum(pc.cast(pc.fill_null(bad, True), pa.int64())).as_py() or 0
+        n_bad = _null_or_empty(col)
         if n_bad:
             raise InvalidRecordError(
                 f"{n_bad} record(s) have a null or empty record key {f!r}; every record needs a key "
@@ -46,6 +47,14 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
+def _null_or_empty(col: pa.ChunkedArray | pa.Array) -> int:
+    """How many values are null or empty (two cheap passes when there are none, the usual case)."""
+    if col.null_count == 0 and (len(col) == 0 or (pc.min(pc.binary_length(col)).as_py() or 0) > 0):
+        return 0
+    bad = pc.or_(pc.is_null(col), pc.equal(pc.binary_length(col), 0))
+    return pc.sum(pc.cast(pc.fill_null(bad, True), pa.int64())).as_py() or 0
+
+
 def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
     """Each record's partition path, validated so no file can land outside the table root.
 
@@ -59,10 +68,12 @@ def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
             raise SchemaMismatchError(f"partition column {f!r} is missing from the batch")
         col = _as_string(batch.column(f))
         col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        for v in pc.unique(col).to_pylist():
+        values = pc.unique(col).to_pylist()
+        for v in values:
             if v:
                 layout.validate_partition_value(f, v)
-        col = pc.fill_null(pc.if_else(pc.equal(col, ""), layout.DEFAULT_PARTITION, col), layout.DEFAULT_PARTITION)
+        if "" in values or None in values:  # null and empty values go to Hudi's default partition
+            col = pc.fill_null(pc.if_else(pc.equal(col, ""), layout.DEFAULT_PARTITION, col), layout.DEFAULT_PARTITION)
         if config.hive_style_partitioning:
             col = pc.binary_join_element_wise(pa.scalar(f), col, "=")
         segments.append(col)
@@ -81,8 +92,10 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     raise SchemaMismatchError(f"column of type {t} cannot be a record key or partition field")
 
 
-def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str) -> pa.Table:
-    """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns.
+def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False) -> pa.Table:
+    """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns
+    (and, with ``hashes``, the keys' bloom hashes: computed once, they also tell in one sort
+    that no key repeats).
 
     ``table_schema`` is the (possibly evolved) data schema. Table columns the batch omits are
     written as null (full-record upsert, as Hudi's default payload does): the writer has
@@ -98,6 +111,8 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     op = OP_DELETE if operation == "delete" else OP_UPSERT
     data = data.append_column(KEY, keys).append_column(PARTITION, parts)
     data = data.append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), data.num_rows))
+    if hashes:
+        data = bloom.with_hashes(data, KEY)
     return dedupe(data, config.ordering_field if operation != "delete" else None)
 
 
@@ -136,7 +151,14 @@ def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
 
 def has_duplicates(data: pa.Table) -> bool:
     """Whether some (partition, key) occurs twice (a key unique in the batch is unique per
-    partition, so the partition is only consulted when keys repeat)."""
+    partition, so the partition is only consulted when keys repeat). With the keys' bloom hashes
+    at hand, two of them per key make a 64-bit value: equal keys have equal values, so when no
+    value repeats (a sort of integers) no key does; otherwise the keys themselves are compared."""
+    h = bloom.hashes_of(data)
+    if h is not None and len(h) > 1:
+        pair = np.sort((h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1])
+        if not (pair[1:] == pair[:-1]).any():
+            return False
     keys = data.column(KEY).combine_chunks()
     if len(keys.dictionary_encode().dictionary) == data.num_rows:  # faster than count_distinct
         return False

@@ -162,7 +162,8 @@ class Writer:
         t = txn.instant.requested_time
         tl = txn.base_timeline
         schema = batch.evolved_schema(self.table.schema(tl))
-        ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1)
+        ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
+                      tuple(self.table.config.record_key))
         if replacing:  # the pre-write check looks for this instant's pending replacecommit files
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
@@ -297,13 +298,13 @@ class _Batch:
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
         b.prepared_schema = b.evolved_schema(table.schema())
-        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation)
+        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation, hashes=True)
         return b
 
     def prepare_for(self, schema: pa.Schema, config: Any) -> pa.Table:
         if self.prepared is not None and self.prepared_schema is not None and schema.equals(self.prepared_schema):
             return self.prepared
-        return prepare(self.arrow, config, schema, operation=self.operation)
+        return prepare(self.arrow, config, schema, operation=self.operation, hashes=True)
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on

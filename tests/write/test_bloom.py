@@ -3,6 +3,7 @@ and the index reads only the footers of files that are new to a long-lived write
 from __future__ import annotations
 
 import glob
+import math
 import importlib
 
 import pyarrow as pa
@@ -180,3 +181,69 @@ def test_precomputed_hashes_answer_as_hashing_each_key():
     assert len(f.rows) == 2
     assert (f.might_contain_hashes(h) == f.might_contain(keys)).all()
     assert f.might_contain_hashes(h[:2100]).all()
+
+
+def _murmur2_java(data: bytes, seed: int) -> int:
+    """Scalar 32-bit MurmurHash2 as Hudi's Java code runs it (signed tail bytes), as uint32."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (seed ^ len(data)) & mask
+    whole = len(data) // 4 * 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[whole:]
+    if tail:
+        for j, b in enumerate(tail):
+            h ^= ((b - 256 if b > 127 else b) << (8 * j)) & mask
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h
+
+
+def _java_positions(key: str, hashes: int, bits: int) -> list[int]:
+    out, h = [], 0
+    for _ in range(hashes):
+        h = _murmur2_java(key.encode(), h)
+        signed = h - (1 << 32) if h >= 1 << 31 else h
+        out.append(abs(int(math.fmod(signed, bits))))  # Java: Math.abs(h % bits), % truncates
+    return out
+
+
+def test_positions_match_a_scalar_murmur_for_mixed_lengths_and_sliced_arrays():
+    """Keys of many byte lengths (one to nine, multi-byte UTF-8, so tail bytes above 127) in an
+    array slice with an offset: every bit position equals the scalar reference's."""
+    words = ["a", "bb", "ccc", "dddd", "eeeee", "ß", "€uro", "日本語キー", "k000000001", "x" * 13]
+    keys = pa.array(["pad"] + [f"{w}{i}" if i % 3 else w for i in range(60) for w in words]).slice(1)
+    for bits in (2_000_003, 86_263, (1 << 31) - 1):
+        got = bloom.key_positions(keys, 30, bits)
+        want = [_java_positions(k, 30, bits) for k in keys.to_pylist()]
+        assert got.tolist() == want, bits
+
+
+def test_positions_of_equal_length_keys_match_the_scalar_murmur():
+    keys = pa.array([f"k{i:09d}" for i in range(500)])
+    got = bloom.key_positions(keys, 30, 143_751)
+    assert got.tolist() == [_java_positions(k, 30, 143_751) for k in keys.to_pylist()]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_hashes_large_batches_with_its_own_threads():
+    """The parallel hashing's threads do not survive a fork: a child that hashes a large batch
+    after its parent did must not wait on them forever."""
+    import multiprocessing
+
+    keys = pa.array([f"k{i:09d}" for i in range(bloom.PARALLEL_MIN_KEYS + 10)])
+    want = bloom.key_hashes(keys, 30)  # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_hash_in_child, (keys.to_pylist(),)).get(timeout=60)
+    assert got == want[:, 0].tolist()
+
+
+def _hash_in_child(keys: list[str]) -> list[int]:
+    return bloom.key_hashes(pa.array(keys), 30)[:, 0].tolist()

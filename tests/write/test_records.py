@@ -1,0 +1,42 @@
+"""Batch preparation: keys hashed once, duplicates found by hash and confirmed by key."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from multiwriter.write import bloom, records
+from multiwriter.write.records import KEY, PARTITION
+
+
+def _batch(keys: list[str], parts: list[str]) -> pa.Table:
+    t = pa.table({KEY: pa.array(keys), PARTITION: pa.array(parts)})
+    return bloom.with_hashes(t, KEY)
+
+
+def test_distinct_keys_whose_hashes_collide_are_not_duplicates():
+    t = _batch(["a", "b", "c"], ["p", "p", "p"])
+    h = np.array(t.column(bloom.HASHES).combine_chunks().flatten()).reshape(3, -1)
+    h[:, :2] = 7  # a 64-bit collision of every key: the keys themselves decide
+    t = t.set_column(t.schema.get_field_index(bloom.HASHES), bloom.HASHES,
+                     pa.FixedSizeListArray.from_arrays(pa.array(h.ravel(), pa.uint32()), h.shape[1]))
+    assert not records.has_duplicates(t)
+
+
+def test_duplicates_are_found_with_and_without_hashes():
+    for keys, parts, dup in ((["a", "b", "a"], ["p", "p", "p"], True), (["a", "b", "a"], ["p", "p", "q"], False),
+                             ([f"k{i}" for i in range(1000)], ["p"] * 1000, False)):
+        with_h = _batch(keys, parts)
+        assert records.has_duplicates(with_h) is dup
+        assert records.has_duplicates(with_h.drop_columns([bloom.HASHES])) is dup
+
+
+def test_prepare_with_hashes_keeps_each_rows_own_hashes_through_dedupe():
+    from multiwriter.table.properties import TableConfig
+
+    cfg = TableConfig(name="t", record_key=("id",), partition_by=("d",), ordering_field="ts")
+    batch = pa.table({"id": ["x", "y", "x", "z"], "d": ["p"] * 4, "ts": pa.array([1, 1, 2, 1], pa.int64())})
+    out = records.prepare(batch, cfg, batch.schema, operation="upsert", hashes=True)
+    assert sorted(out.column(KEY).to_pylist()) == ["x", "y", "z"]
+    got = bloom.hashes_of(out)
+    want = bloom.key_hashes(out.column(KEY), got.shape[1])
+    assert (got == want).all()
