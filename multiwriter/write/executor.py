@@ -43,7 +43,7 @@ def run_on_driver(
         return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
         plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
-        by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer) for t in _longest_first(plan)}
+        by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
         futures = [by_task[t.task_index] for t in tasks]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
