@@ -50,16 +50,20 @@ from ..errors import (
     TableNotFoundError,
     WriteConflictError,
 )
-from ..heartbeat.client import HeartbeatClient, heartbeat_age_s
+from ..heartbeat.client import HeartbeatClient, expiry_bound_s, heartbeat_age_s
 from ..storage import Storage
 from ..table import instant as inst
 from ..table.instant import Instant
-from ..table.metadata import CommitMetadata, WriteStat
-from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
-from ..table.snapshot import Snapshot
+from ..table.metadata import WriteStat
 from ..table.table import Table
 from ..transaction import Transaction
 from ..write import guard
+from ..write.executor import run_on_driver
+from ..write.index import KeyIndex
+from ..write.merge import armed, context
+from ..write.plan import planned_metadata
+from ..write.records import prepare
+from ..write.writer import Writer, commit_metadata, evolve_schema, plan_batch
 from . import options as opt
 from . import staging
 
@@ -133,7 +137,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             table = Table.create(parsed.path, schema=batch_schema, lock=parsed.lock, **parsed.table)
         config = parsed.writer_config()
         self.target_file_size = config.target_file_size_bytes
-        self.schema_ipc = _evolved(table, config, batch_schema).serialize().to_pybytes()
+        self.schema_ipc = evolve_schema(table, config, table.schema(), batch_schema).serialize().to_pybytes()
         self.begun: _Begun | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -170,8 +174,6 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
-        from ..write.writer import Writer
-
         parsed, table = parse(self.options)
         assert table is not None  # __init__ created it
         results = [m for m in messages if isinstance(m, _TaskResult)]
@@ -194,7 +196,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             if self._commit_as_written(table, w, begun, results, batchId):
                 return
             data = staging.read(table.storage, self.writer_id, batchId, [f for r in results for f in r.staged], begun.schema)
-            result = w.write(data, batch_id=batchId)
+            result = w.write(data, batch_id=batchId, extra_metadata={QUERY_KEY: self.query})
             log.info("writer %s: micro-batch %s committed through the driver path as instant %s", self.writer_id,
                      batchId, result.instant.requested_time if result.instant else None)
         finally:
@@ -203,8 +205,6 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Roll back what the tasks wrote, and the staged rows."""
-        from ..write.writer import Writer
-
         parsed, table = parse(self.options)
         if table is None:
             return
@@ -233,7 +233,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         try:
             faults.point("after-data-files")
             markers.reconcile(table.storage, t, [s.path for s in stats])  # files of failed task attempts
-            meta = _metadata(stats, begun.schema, table.name, self.operation, self.query)
+            meta = commit_metadata(stats, begun.schema, table.name, self.operation, {QUERY_KEY: self.query})
             try:
                 txn.commit(meta, checkpoint=(self.writer_id, batch_id), inserted_keys=_merged_inserts(results) or None)
             except DuplicateBatchError as e:  # another attempt of this batch landed meanwhile
@@ -258,23 +258,10 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
 
 
 # -- begin (driver, query thread) ---------------------------------------------------------------
-def _evolved(table: Table, config: Any, batch_schema: pa.Schema) -> pa.Schema:
-    """The schema this micro-batch writes: typed errors here, before any task runs."""
-    current = table.schema()
-    if len(current) == 0:
-        return data_schema(batch_schema)
-    if config.operation == "delete":
-        return current
-    c = table.config
-    required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
-    return check_compatible(current, batch_schema, required=required, allow_missing=config.allow_missing_columns)
-
-
 def _begin(table: Table, config: Any, schema: pa.Schema) -> _Begun:
     """Issue the micro-batch's instant and beat its heartbeat from here until it is committed or
     rolled back (:func:`_keep_beating`): the tasks and the committer beat it too, but only while
     they run, and Spark may take a while to schedule either."""
-    from ..write.plan import planned_metadata
 
     assert config.lock is not None
     lock = config.lock.for_table(table.table_id, table.storage)
@@ -330,12 +317,6 @@ def _pending(storage: Storage, config: Any, t: str) -> bool:
 def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, rows: pa.Table,
                 target_file_size: int, token: str) -> tuple[list[WriteStat], dict[str, pa.Array]]:
     """The driver path's index, plan and merge over one task's rows, against the instant's base."""
-    from ..write import bloom
-    from ..write.executor import run_on_driver
-    from ..write.index import KeyIndex, untagged
-    from ..write.merge import armed, context
-    from ..write.plan import make_plan
-    from ..write.records import KEY, prepare
 
     t = begun.instant_time
     hb = HeartbeatClient(table.storage, writer_id=writer_id, interval_s=begun.heartbeat_interval_s,
@@ -343,20 +324,13 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
     _check_heartbeat(table, begun)  # a task that starts after the bound must not revive the instant
     hb.start(t)
     try:
-        schema = begun.schema
-        tl = table.timeline().as_of_completion(begun.base_completion)
-        prepared = prepare(rows, table.config, schema, operation=operation)
-        if operation == "insert":  # as Hudi: no lookup against the table
-            snap, tagged = Snapshot({}, tl, None), untagged(prepared)
-        else:
-            prepared = bloom.with_hashes(prepared, KEY)
-            index = KeyIndex(table.storage)
-            snap = index.snapshot(tl, prepared)
-            tagged = index.tag(snap, prepared)
-        plan = make_plan(tagged, snap, target_file_size=target_file_size)
-        ctx = armed(context(table.storage.uri, t, schema, table.config.ordering_field,
-                            len(table.config.partition_by) or 1), table.config)
-        stats = run_on_driver(table.storage, ctx, plan, table.config, token=lambda _: token)  # one file per group
+        schema, cfg = begun.schema, table.config
+        base = table.timeline().as_of_completion(begun.base_completion)
+        prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
+        plan = plan_batch(prepared, base, KeyIndex(table.storage), operation, target_file_size)
+        ctx = armed(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
+                            tuple(cfg.record_key)), cfg)
+        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token)  # one file per group
         return stats, plan.inserted_keys()
     finally:
         hb.hand_over(t)
@@ -406,7 +380,6 @@ def _lapsed(table: Table, begun: _Begun) -> str | None:
 def _check_heartbeat(table: Table, begun: _Begun) -> None:
     """The instant's heartbeat file is younger than the bound (else a cleaner may already be
     rolling the instant back, and beating it again must not make it look alive)."""
-    from ..heartbeat.client import expiry_bound_s
 
     bound = expiry_bound_s(begun.heartbeat_interval_s, begun.heartbeat_misses)
     age = heartbeat_age_s(table.storage, begun.instant_time)
@@ -415,16 +388,6 @@ def _check_heartbeat(table: Table, begun: _Begun) -> None:
         raise HeartbeatExpiredError(
             f"heartbeat of instant {begun.instant_time} {seen} (bound {bound:.1f}s): the micro-batch's instant may be "
             "rolled back by the cleaner, so it is not written or committed as it is")
-
-
-def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str, query: str) -> CommitMetadata:
-    from ..write.plan import OPERATION_TYPES
-
-    p2s: dict[str, list[WriteStat]] = {}
-    for s in stats:
-        p2s.setdefault(s.partition_path, []).append(s)
-    extra = {"schema": arrow_to_avro_json(schema, table_name), QUERY_KEY: query}
-    return CommitMetadata(p2s, extra, OPERATION_TYPES[operation])
 
 
 def _check_owner(table: Table, writer_id: str, query: str) -> None:

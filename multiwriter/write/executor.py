@@ -7,6 +7,7 @@ Parquet release the GIL, so file groups merge side by side on every core.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
@@ -41,18 +42,41 @@ def run_on_driver(
     if workers <= 1:
         plan.gather()
         return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
-        by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
-        futures = [by_task[t.task_index] for t in tasks]
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if failed:
-            for f in pending:
-                f.cancel()
-            wait(pending)
-            raise _first_error(failed)
+    pool = _merge_pool()
+    plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
+    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
+    futures = [by_task[t.task_index] for t in tasks]
+    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+    failed = [f for f in futures if f in done and f.exception() is not None]
+    if failed:
+        for f in pending:
+            f.cancel()
+        wait(pending)
+        raise _first_error(failed)
     return [f.result() for f in futures]
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_MU = threading.Lock()
+
+
+def _merge_pool() -> ThreadPoolExecutor:
+    """The merge threads, started once per process rather than once per batch (merges never
+    wait on each other, so the writers of one process can share them)."""
+    global _POOL
+    with _POOL_MU:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2), thread_name_prefix="mw-merge")
+        return _POOL
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool."""
+    global _POOL, _POOL_MU
+    _POOL, _POOL_MU = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _longest_first(plan: Plan) -> list[FileGroupTask]:

@@ -34,6 +34,7 @@ from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
 from ..table.table import Table
+from ..table.timeline import Timeline
 from ..errors import ConfigError, DuplicateBatchError
 from ..transaction import Transaction, last_checkpoint
 from . import bloom, guard, overwrite
@@ -41,7 +42,7 @@ from . import spark as spark_path
 from .executor import run_on_driver
 from .index import KeyIndex, untagged
 from .merge import context
-from .plan import OPERATION_TYPES, make_plan, planned_metadata
+from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
 from .records import KEY, prepare
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class Writer:
             self._checkpoint_loaded = True
         return self._checkpoint
 
-    def write(self, data: Any, batch_id: int | None = None) -> CommitResult:
+    def write(self, data: Any, batch_id: int | None = None, *, extra_metadata: dict[str, str] | None = None) -> CommitResult:
+        """Commit ``data`` as one instant (``extra_metadata``: added to the commit's extraMetadata)."""
         started = time.monotonic()
         name, wid = self.table.name, self.config.writer_id
         if batch_id is not None:
@@ -97,7 +99,7 @@ class Writer:
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
-                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started)
+                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata)
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
@@ -149,7 +151,8 @@ class Writer:
         cap = min(self.config.retry_backoff_max_s, self.config.retry_backoff_s * (2 ** (attempt - 1)))
         return self._rng.uniform(cap / 2, cap) if cap > 0 else 0.0
 
-    def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float) -> CommitResult:
+    def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float,
+                 extra_metadata: dict[str, str] | None = None) -> CommitResult:
         name = self.table.name
         phases: dict[str, float] = {}
         replacing = overwrite.is_overwrite(self.config.operation)
@@ -177,16 +180,11 @@ class Writer:
             phases["index"] = 0.0
         else:
             prepared = batch.prepare_for(schema, self.table.config)
-            if self.config.operation == "insert":  # as Hudi: no lookup against the table
-                snap, tagged = Snapshot({}, tl, None), untagged(prepared)
-            elif replacing:  # every record goes to a new group; every live group is retired
+            if replacing:  # every record goes to a new group; every live group is retired
                 replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
-                snap, tagged = Snapshot({}, tl, None), untagged(prepared)
+                plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
-                prepared = bloom.with_hashes(prepared, KEY)  # once per batch: the index and the files' filters use them
-                snap = self.index.snapshot(tl, prepared)
-                tagged = self.index.tag(snap, prepared)
-            plan = make_plan(tagged, snap, target_file_size=self.config.target_file_size_bytes)
+                plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes)
             phases["index"] = time.monotonic() - t0
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
@@ -194,7 +192,7 @@ class Writer:
             inserted = None if replacing else plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
-        meta = _metadata(stats, schema, name, self.config.operation)
+        meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
         if replacing:
             meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
@@ -309,11 +307,7 @@ class _Batch:
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on
         every attempt, so a retry after a concurrent evolution validates against the new one."""
-        if len(table_schema) == 0:
-            return data_schema(self.schema)
-        if self.operation == "delete":
-            return table_schema
-        return check_compatible(table_schema, self.schema, required=self.required, allow_missing=self.allow_missing)
+        return _evolve(table_schema, self.schema, self.operation, self.required, self.allow_missing)
 
 
 def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
@@ -323,11 +317,41 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     return {"required": required, "allow_missing": config.allow_missing_columns}
 
 
-def _metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str) -> CommitMetadata:
+def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int) -> Plan:
+    """Tag a prepared batch against the base's latest slices and route it to file groups
+    (``insert``: no lookup against the table, as in Hudi). Also what a streaming write's tasks run."""
+    if operation == "insert":
+        snap, tagged = Snapshot({}, base, None), untagged(prepared)
+    else:
+        prepared = bloom.with_hashes(prepared, KEY)  # once per batch: the index and the files' filters use them
+        snap = index.snapshot(base, prepared)
+        tagged = index.tag(snap, prepared)
+    return make_plan(tagged, snap, target_file_size=target_file_size)
+
+
+def evolve_schema(table: Table, config: WriterConfig, table_schema: pa.Schema, batch_schema: pa.Schema) -> pa.Schema:
+    """The data schema a batch writes: the table's, evolved by the batch (typed errors when they
+    contradict); a delete writes the table's."""
+    rules = _column_rules(table, config)
+    return _evolve(table_schema, batch_schema, config.operation, rules["required"], rules["allow_missing"])
+
+
+def _evolve(table_schema: pa.Schema, batch_schema: pa.Schema, operation: str, required: tuple[str, ...],
+            allow_missing: bool) -> pa.Schema:
+    if len(table_schema) == 0:
+        return data_schema(batch_schema)
+    if operation == "delete":
+        return table_schema
+    return check_compatible(table_schema, batch_schema, required=required, allow_missing=allow_missing)
+
+
+def commit_metadata(stats: list[WriteStat], schema: pa.Schema, table_name: str, operation: str,
+                    extra: dict[str, str] | None = None) -> CommitMetadata:
+    """A write's commit metadata: its write stats by partition, the schema, ``extra``."""
     p2s: dict[str, list[WriteStat]] = {}
     for s in stats:
         p2s.setdefault(s.partition_path, []).append(s)
-    return CommitMetadata(p2s, {"schema": arrow_to_avro_json(schema, table_name)}, OPERATION_TYPES[operation])
+    return CommitMetadata(p2s, {"schema": arrow_to_avro_json(schema, table_name), **(extra or {})}, OPERATION_TYPES[operation])
 
 
 def _gave_up(e: Exception, attempts: int, max_retries: int) -> Exception:
