@@ -213,13 +213,7 @@ class HeartbeatClient:
     def stop(self, instant_time: str) -> None:
         """Stop beating ``instant_time`` and delete its file (idempotent). When nothing is left
         in flight, the beat thread ends."""
-        with self._mu:
-            self._inflight.pop(instant_time, None)
-            if not self._inflight:
-                self._wake.set()
-        with _BEATING_MU:
-            if _BEATING.get(instant_time) is self:
-                del _BEATING[instant_time]
+        self.hand_over(instant_time)
         with self._io:
             try:
                 self.storage.delete(heartbeat_path(instant_time))

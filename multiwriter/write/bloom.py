@@ -33,12 +33,13 @@ import base64
 import math
 import os
 import struct
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+
+from ..threads import ProcessPool
 
 FOOTER_KEY = b"org.apache.hudi.bloomfilter"
 TYPE_CODE_KEY = b"hoodie_bloom_filter_type_code"
@@ -291,26 +292,12 @@ def key_positions(keys: pa.Array, hashes: int, bits: int) -> np.ndarray:
 
 #: batches of at least this many keys are hashed in parts, one per core (numpy releases the GIL)
 PARALLEL_MIN_KEYS = 40_000
-_POOL: ThreadPoolExecutor | None = None
-_POOL_MU = threading.Lock()
+#: threads that only hash (a task never waits on another): safe to use from any thread
+HASH_POOL = ProcessPool("mw-bloom-hash")
 
 
 def _hash_pool() -> ThreadPoolExecutor:
-    """Threads that only hash (a task never waits on another): safe to use from any thread."""
-    global _POOL
-    with _POOL_MU:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1), thread_name_prefix="mw-bloom-hash")
-        return _POOL
-
-
-def _forget_pool_in_child() -> None:
-    """A forked child has none of the parent's threads: it starts its own pool when it hashes."""
-    global _POOL, _POOL_MU
-    _POOL, _POOL_MU = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+    return HASH_POOL.get()
 
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:

@@ -7,11 +7,11 @@ Parquet release the GIL, so file groups merge side by side on every core.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
 from ..storage import Storage
+from ..threads import ProcessPool
 from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
@@ -56,27 +56,13 @@ def run_on_driver(
     return [f.result() for f in futures]
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_MU = threading.Lock()
+#: the merge threads, started once per process rather than once per batch (merges never wait
+#: on each other, so the writers of one process can share them)
+MERGE_POOL = ProcessPool("mw-merge", max(os.cpu_count() or 1, 2))
 
 
 def _merge_pool() -> ThreadPoolExecutor:
-    """The merge threads, started once per process rather than once per batch (merges never
-    wait on each other, so the writers of one process can share them)."""
-    global _POOL
-    with _POOL_MU:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2), thread_name_prefix="mw-merge")
-        return _POOL
-
-
-def _forget_pool_in_child() -> None:
-    """A forked child has none of the parent's threads: it starts its own pool."""
-    global _POOL, _POOL_MU
-    _POOL, _POOL_MU = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+    return MERGE_POOL.get()
 
 
 def _longest_first(plan: Plan) -> list[FileGroupTask]:
