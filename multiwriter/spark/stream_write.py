@@ -56,7 +56,8 @@ from ..table import instant as inst
 from ..table.instant import Instant
 from ..table.metadata import WriteStat
 from ..table.table import Table
-from ..transaction import Transaction
+from ..table.timeline import Timeline
+from ..transaction import Transaction, last_checkpoint
 from ..write import guard
 from ..write.executor import run_on_driver
 from ..write.index import KeyIndex
@@ -183,17 +184,18 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         w = Writer(table, parsed.writer_config())
         try:
             try:
-                _check_owner(table, self.writer_id, self.query)
+                tl = table.timeline()  # one listing for the owner, the checkpoint and the resumed transaction
+                _check_owner(tl, self.writer_id, self.query)
             except ConfigError:
                 _resume(table, w, begun).abort()
                 raise
-            last = w.last_checkpoint()
+            last = last_checkpoint(table, self.writer_id, tl)
             if last is not None and batchId <= last:
                 log.info("writer %s: micro-batch %s already committed (checkpoint %s); rolling back instant %s",
                          self.writer_id, batchId, last, begun.instant_time)
-                _resume(table, w, begun).abort()
+                _resume(table, w, begun, tl).abort()
                 return
-            if self._commit_as_written(table, w, begun, results, batchId):
+            if self._commit_as_written(table, w, begun, results, batchId, tl):
                 return
             data = staging.read(table.storage, self.writer_id, batchId, [f for r in results for f in r.staged], begun.schema)
             result = w.write(data, batch_id=batchId, extra_metadata={QUERY_KEY: self.query})
@@ -219,11 +221,12 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             w.close()
             staging.discard(table.storage, self.writer_id, batchId)
 
-    def _commit_as_written(self, table: Table, w: Any, begun: _Begun, results: list[_TaskResult], batch_id: int) -> bool:
+    def _commit_as_written(self, table: Table, w: Any, begun: _Begun, results: list[_TaskResult], batch_id: int,
+                           tl: Timeline) -> bool:
         """Commit the tasks' files as they are; False (the attempt rolled back) when they cannot stand."""
         t = begun.instant_time
         stats = [s for r in results for s in r.stats]
-        txn = _resume(table, w, begun)
+        txn = _resume(table, w, begun, tl)
         why = next((r.redo for r in results if r.redo), None) or _overlap(results) or _lapsed(table, begun)
         if why is not None:
             log.info("writer %s micro-batch %s: %s; redoing it through the driver path", self.writer_id, batch_id, why)
@@ -338,8 +341,8 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
 
 
 # -- commit (driver) ----------------------------------------------------------------------------
-def _resume(table: Table, w: Any, begun: _Begun) -> Transaction:
-    tl = table.timeline()
+def _resume(table: Table, w: Any, begun: _Begun, tl: Timeline | None = None) -> Transaction:
+    tl = tl if tl is not None else table.timeline()
     base = tl.find(begun.base_time) if begun.base_time else None
     own = tl.find(begun.instant_time) or Instant(begun.instant_time, inst.COMMIT, inst.INFLIGHT)
     return Transaction.resume(table, w.lock, instant=own, base=base, base_timeline=tl.as_of_completion(begun.base_completion),
@@ -390,13 +393,12 @@ def _check_heartbeat(table: Table, begun: _Begun) -> None:
             "rolled back by the cleaner, so it is not written or committed as it is")
 
 
-def _check_owner(table: Table, writer_id: str, query: str) -> None:
+def _check_owner(tl: Timeline, writer_id: str, query: str) -> None:
     """Refuse a writer id whose last commit came from another query (another checkpoint
     location): its batch ids are not ours, and ours at or below its checkpoint would be skipped
     as already committed."""
     if not query:
         return
-    tl = table.timeline()
     last = last_commits(tl).get(writer_id)
     if last is None:
         return
