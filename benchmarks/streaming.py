@@ -74,10 +74,7 @@ def foreach_batch(size: dict, work: Path, spark) -> dict:
     queries = {"multiwriter sink": Query(spark, src, data.SCHEMA, work / "ck-mw", ours_fn, "bench_mw_sink"),
                "deltalake merge": Query(spark, src, data.SCHEMA, work / "ck-delta", delta_fn, "bench_delta_merge")}
     try:
-        for b, f in enumerate(files):
-            publish([f], src)
-            for name in _rotate(list(queries), b):
-                queries[name].drain()
+        _take_turns(queries, files, src)
     finally:
         sink.close()
     want = expected_upserts(init, batches)
@@ -388,10 +385,7 @@ def stream_write(size: dict, work: Path, spark) -> dict:
         ds_q = _DataSourceQuery(spark, src, paths["writeStream.format(multiwriter)"], ds_opts, work / "ck-ds")
         queries = {"foreachBatch sink": sink_q, "writeStream.format(multiwriter)": ds_q}
         try:
-            for b, f in enumerate(files):
-                publish([f], src)
-                for name in _rotate(list(queries), b):
-                    queries[name].drain()
+            _take_turns(queries, files, src)
         finally:
             sink.close()
         want = expected_upserts(init, batches)
@@ -404,6 +398,14 @@ def stream_write(size: dict, work: Path, spark) -> dict:
                 raise AssertionError(f"{name}: {len(trig)} micro-batches, expected {k}")
             out[name] = {"median_s": _median(trig), "all_s": trig}
         return out
+
+
+def _take_turns(queries: dict, files: list, src: Path) -> None:
+    """Publish one file at a time; every query drains it, who goes first rotating per file."""
+    for b, f in enumerate(files):
+        publish([f], src)
+        for name in _rotate(list(queries), b):
+            queries[name].drain()
 
 
 class _DataSourceQuery(Query):

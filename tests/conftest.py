@@ -105,6 +105,17 @@ def trips(ids, date="2024-01-01", ts=1, value=1.0) -> pa.Table:
     )
 
 
+def wait_hanging(fault_dir, thread, point: str = "after-data-files", timeout_s: float = 30.0) -> bool:
+    """Wait until a ``hang`` fault at ``point`` announces itself in ``fault_dir`` (or ``thread``
+    ends, or the timeout passes); True when it hangs there."""
+    hanging = fault_dir / f"{point}.hanging"
+    for _ in range(int(timeout_s / 0.05)):
+        if hanging.exists():
+            break
+        thread.join(0.05)
+    return hanging.exists()
+
+
 def pytest_collection_modifyitems(config, items):
     if not FIXTURES.exists():
         skip = pytest.mark.skip(reason=f"shared fixtures not found at {FIXTURES}")

@@ -88,7 +88,7 @@ class MultiWriterDataSource(DataSource):
         """``mode("append")`` upserts (or the configured operation); ``mode("overwrite")`` is
         Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group."""
         options = dict(self.options)
-        _parse_write(options)  # every option error at save(), before any task runs
+        parse_write(options)  # every option error at save(), before any task runs
         return MultiWriterWriter(options, schema, overwrite=overwrite)
 
 
@@ -185,7 +185,7 @@ class MultiWriterWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from ..write.writer import Writer
 
-        parsed, table = _parse_write(self.options)
+        parsed, table = parse_write(self.options)
         data = _concat([m for m in messages if isinstance(m, _Staged)], to_arrow_schema(self.schema))
         if table is None:
             table = Table.create(parsed.path, schema=data.schema, lock=parsed.lock, **_create_settings(parsed))
@@ -202,13 +202,14 @@ class MultiWriterWriter(DataSourceArrowWriter):
         """Nothing to undo: no task wrote to the table."""
 
 
-def _parse_write(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
+def parse_write(options: dict[str, Any], *, streaming: bool = False) -> tuple[opt.WriteOptions, Table | None]:
+    """The write options checked against the table at their path (None when it does not exist yet)."""
     path = opt._lower(options).get("path", "")
     try:
         table: Table | None = Table.open(path) if path else None
     except TableNotFoundError:
         table = None
-    parsed = opt.parse_write(options, table_exists=table is not None)
+    parsed = opt.parse_write(options, table_exists=table is not None, streaming=streaming)
     if table is not None:
         _check_matches(parsed, table)
     return parsed, table

@@ -47,7 +47,6 @@ from ..errors import (
     HeartbeatExpiredError,
     InstantRolledBackError,
     LockAcquireTimeout,
-    TableNotFoundError,
     WriteConflictError,
 )
 from ..heartbeat.client import HeartbeatClient, expiry_bound_s, heartbeat_age_s
@@ -66,6 +65,7 @@ from ..write.plan import planned_metadata
 from ..write.records import prepare
 from ..write.writer import Writer, commit_metadata, evolve_schema, plan_batch
 from . import options as opt
+from .source import parse_write
 from . import staging
 
 log = logging.getLogger(__name__)
@@ -107,19 +107,10 @@ class _Begun:
 
 def parse(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
     """Every option checked (unknown keys, missing ones, the writer id), before any task runs."""
-    path = opt._lower(options).get("path", "")
-    try:
-        table: Table | None = Table.open(path) if path else None
-    except TableNotFoundError:
-        table = None
-    parsed = opt.parse_write(options, table_exists=table is not None, streaming=True)
+    parsed, table = parse_write(options, streaming=True)
     if parsed.writer.get("operation") not in (None, "upsert", "insert", "delete"):
         raise ConfigError(f"{opt.OPERATION}={parsed.writer['operation']!r} is not supported by a streaming write; "
                           "use upsert, insert or delete")
-    if table is not None:
-        from .source import _check_matches
-
-        _check_matches(parsed, table)
     return parsed, table
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import faults
-from tests.conftest import trips
+from tests.conftest import trips, wait_hanging
 from tests.oracle import hudi_read, rows
 from tests.spark.conftest import trips_write_options
 
@@ -89,12 +89,7 @@ def test_overwrite_conflicts_with_a_concurrent_commit_on_any_file_group(trips_ta
     th = threading.Thread(target=lambda: got.update(r=mw.write(trips(range(50, 52), ts=9, value=9.0), table_path, ow)))
     try:
         th.start()
-        hanging = tmp_path / "after-data-files.hanging"
-        for _ in range(600):
-            if hanging.exists():
-                break
-            th.join(0.05)
-        assert hanging.exists()
+        assert wait_hanging(tmp_path, th)
         ins = mw.write(trips(range(20, 22)), table_path, mw.WriterConfig(writer_id="ins", lock=lock, executor="driver",
                                                                          operation="insert"))
         assert ins.instant is not None

@@ -11,7 +11,7 @@ import multiwriter as mw
 from multiwriter import faults
 from multiwriter.spark import options as opt
 from multiwriter.spark.stream_read import MultiWriterStreamReader, offset
-from tests.conftest import trips
+from tests.conftest import trips, wait_hanging
 from tests.oracle import hudi_read, rows
 
 COLS = ["id", "date", "ts", "value"]
@@ -93,12 +93,7 @@ def test_a_commit_that_started_first_but_completed_last_is_delivered(sp, trips_t
     a = threading.Thread(target=lambda: slow.update(r=mw.write(trips(range(10, 13)), table_path, _cfg("a"))))
     try:
         a.start()
-        hanging = tmp_path / "after-data-files.hanging"
-        for _ in range(600):
-            if hanging.exists():
-                break
-            a.join(0.05)
-        assert hanging.exists(), "writer A did not reach its fault point"
+        assert wait_hanging(tmp_path, a), "writer A did not reach its fault point"
         fast = mw.write(trips(range(20, 22)), table_path, _cfg("b"))
         ck = str(tmp_path / "ck")
         first = _delivered(_run(sp, table_path, ck))
