@@ -47,6 +47,7 @@ class Timeline:
             tl = cls(storage, config, [i for i, _ in entries])
             vanished = tl._prefetch(dict(entries))
             if not vanished:
+                _CACHE.retain(storage, [e for _, e in entries])
                 return tl
             log.info("timeline load %d: %s vanished after listing (archived meanwhile); listing again", attempt, vanished)
         raise TableFormatError(
@@ -187,6 +188,9 @@ class _MetadataCache:
         self._items: OrderedDict[tuple[str, str, int, float], CommitMetadata] = OrderedDict()
         self._mu = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     @staticmethod
     def _key(storage: Storage, e: FileEntry) -> tuple[str, str, int, float]:
         return (storage.uri, e.path, e.size, e.mtime_s)
@@ -204,6 +208,16 @@ class _MetadataCache:
             self._items[self._key(storage, e)] = meta
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+    def retain(self, storage: Storage, listed: list[FileEntry]) -> None:
+        """Forget this table's entries that a complete listing no longer shows (archived or
+        rewritten files, never read again), so a long-lived writer's cache follows the active
+        timeline instead of filling up to its bound with archived instants."""
+        keep = {self._key(storage, e) for e in listed}
+        with self._mu:
+            gone = [k for k in self._items if k[0] == storage.uri and k not in keep]
+            for k in gone:
+                del self._items[k]
 
 
 _CACHE = _MetadataCache(_CACHE_SIZE)

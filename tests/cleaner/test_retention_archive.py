@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pyarrow as pa
@@ -80,6 +81,12 @@ def test_200_commits_keep_only_what_the_retained_snapshots_need(trips_table, tab
     assert max(a.requested_time for a in history) < tl.earliest_time()
     archived_commit = next(a for a in history if a.action == inst.COMMIT)
     assert archived_commit.commit_metadata().all_stats(), "archived commits keep their write stats"
+
+    # the process-wide cache of parsed instant metadata follows the active timeline: it keeps no
+    # archived instant (a long-lived writer's memory stays flat), checked against a plain listing
+    listed = set(os.listdir(os.path.join(table_path, trips_table.config.timeline_dir)))
+    cached = {path.rsplit("/", 1)[-1] for uri, path, _, _ in tlmod._CACHE._items if uri == trips_table.storage.uri}
+    assert cached and cached <= listed, f"archived instants still cached: {sorted(cached - listed)[:3]}"
 
     # latest and time travel to every retained commit: our reader == hudi-rs == the model
     assert rows(trips_table.read(), COLS) == rows(hudi_read(table_path), COLS) == _model_rows(state)
