@@ -142,7 +142,9 @@ def render(run: dict, plots_dir: Path) -> str:
         out += [f"## Driver memory over a running streaming query ({m['batches']} micro-batches of 200 rows)", "",
                 f"Driver (Python) RSS: {m['rss_mib_at_100']:.0f} MiB at batches 100-150, {m['rss_mib_at_end']:.0f} MiB "
                 f"over the last 50 batches ({100 * m['growth']:+.1f} %, {m['rss_mib_at_end'] - m['rss_mib_at_100']:+.0f} MiB). "
-                f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s.", ""]
+                f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s."
+                + (" The driver is a fresh process started with " + ", ".join(f"`{k}={v}`" for k, v in m["driver_env"].items())
+                   + " (README, \"Reliability\")." if m.get("driver_env") else ""), ""]
         series = {"driver (Python)": ([x["batch"] for x in s], [x["python_mib"] for x in s])}
         if s and s[0]["jvm_mib"] is not None:
             series["Spark JVM"] = ([x["batch"] for x in s], [x["jvm_mib"] for x in s])

@@ -208,7 +208,20 @@ def _jvm(proc):
     return kids[0] if kids else None
 
 
+#: how a long-lived driver is started (README, "Reliability")
+DRIVER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
 def memory_stream(size: dict, work: Path, spark) -> dict:
+    """:func:`memory_stream_here` in a fresh driver process started with :data:`DRIVER_ENV`
+    (pyarrow picks its allocator once per process), so no earlier section's heap counts."""
+    from .child import run_in_child
+
+    result = run_in_child("benchmarks.streaming.memory_stream_here", size, work, DRIVER_ENV)
+    return {**result, "driver_env": DRIVER_ENV}
+
+
+def memory_stream_here(size: dict, work: Path, spark) -> dict:
     """Driver RSS sampled every 10 micro-batches of one running streaming query whose
     foreachBatch is the sink (200 new rows into 5 partitions per batch), with the companion
     cleaner run every 50 batches as a deployment runs it (so the file count stays bounded and
