@@ -124,23 +124,24 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         self.writer_id = parsed.writer["writer_id"]
         self.operation = parsed.writer.get("operation") or "upsert"
         self.query = str(opt._lower(options).get(CHECKPOINT_LOCATION, ""))
-        batch_schema = to_arrow_schema(schema)
         if table is None:
-            table = Table.create(parsed.path, schema=batch_schema, lock=parsed.lock, **parsed.table)
+            table = Table.create(parsed.path, schema=to_arrow_schema(schema), lock=parsed.lock, **parsed.table)
         config = parsed.writer_config()
         self.target_file_size = config.target_file_size_bytes
-        self.schema_ipc = evolve_schema(table, config, table.schema(), batch_schema).serialize().to_pybytes()
         self.begun: _Begun | None = None
+        # what only the beginning process needs (the committing process builds a writer too)
+        self._local: tuple[Table, Any, StructType] | None = (table, config, schema)
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark pickles the writer on the query thread to ship it to the micro-batch's tasks:
         that is where the micro-batch begins, so its instant is issued here, once. (The process
         that commits builds a writer of its own and never pickles it: it issues nothing.)"""
         if self.begun is None:
-            parsed, table = parse(self.options)
-            assert table is not None  # __init__ created it
-            self.begun = _begin(table, parsed.writer_config(), pa.ipc.read_schema(pa.py_buffer(self.schema_ipc)))
-        return dict(self.__dict__)
+            assert self._local is not None  # a writer unpickled in a task is begun
+            table, config, schema = self._local
+            data_schema = evolve_schema(table, config, table.schema(), to_arrow_schema(schema))
+            self.begun = _begin(table, config, data_schema)
+        return {k: v for k, v in self.__dict__.items() if k != "_local"} | {"_local": None}
 
     # -- executors ---------------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
@@ -162,7 +163,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
                                           rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
             return _TaskResult(kept, redo=str(e), begun=self.begun)
-        return _TaskResult(kept, stats, inserted, begun=self.begun)
+        return _TaskResult(kept, stats, compact(inserted), begun=self.begun)
 
     # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
@@ -331,6 +332,14 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
         hb.close()
 
 
+def compact(inserted: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """Each partition's keys copied into buffers of their own. The plan hands out slices of one
+    array of every new key, and a pickled slice carries its parent's whole buffers: the commit
+    message would hold all the batch's new keys once per partition (megabytes that Spark then
+    ships to the driver and the committing process)."""
+    return {p: pa.concat_arrays([keys]) for p, keys in inserted.items()}
+
+
 # -- commit (driver) ----------------------------------------------------------------------------
 def _resume(table: Table, w: Any, begun: _Begun, tl: Timeline | None = None) -> Transaction:
     tl = tl if tl is not None else table.timeline()
@@ -349,8 +358,12 @@ def _overlap(results: list[_TaskResult]) -> str | None:
             other = seen.setdefault((s.partition_path, s.file_id), n)
             if other != n:
                 return f"tasks {other} and {n} both rewrote file group {s.file_id} in {s.partition_path!r}"
-    for part, keys in _merged_inserts(results).items():
-        if pc.count_distinct(keys).as_py() != len(keys):
+    by_part: dict[str, list[pa.Array]] = {}
+    for r in results:
+        for part, keys in r.inserted.items():
+            by_part.setdefault(part, []).append(keys)
+    for part, ks in by_part.items():  # a task's own new keys are distinct (its rows were deduplicated)
+        if len(ks) > 1 and pc.count_distinct(pa.concat_arrays(ks)).as_py() != sum(len(k) for k in ks):
             return f"two tasks inserted the same new key in {part!r}"
     return None
 

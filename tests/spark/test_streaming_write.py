@@ -274,3 +274,49 @@ def test_staging_paths_come_from_validated_parts(tmp_path):
         staging.read(storage, "w", 4, [f], pa.schema([]))
     staging.discard(storage, "w", 3)
     assert not (tmp_path / staging.batch_dir("w", 3)).exists()
+
+
+class _Task:
+    """What the writer reads of Spark's TaskContext, for a task run outside Spark."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+
+    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 -- Spark's name
+        return str(self.batch_id) if key == "streaming.sql.batchId" else None
+
+    def partitionId(self) -> int:  # noqa: N802
+        return 0
+
+    def stageId(self) -> int:  # noqa: N802
+        return 1
+
+    def taskAttemptId(self) -> int:  # noqa: N802
+        return 7
+
+
+def test_a_task_message_carries_each_new_key_once(tmp_path, zk_server, zk_base, monkeypatch):
+    """The commit message a task hands Spark holds each partition's new keys, not the whole
+    batch's keys once per partition (Spark ships it to the driver and the committing process)."""
+    import pickle
+
+    from pyspark import TaskContext
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from multiwriter.spark.stream_write import MultiWriterStreamWriter
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    days = [f"2024-01-{d:02d}" for d in range(1, 21)]
+    batch = pa.concat_tables([trips(range(d * 1000, d * 1000 + 1000), date=day) for d, day in enumerate(days)])
+    writer = MultiWriterStreamWriter(opts, from_arrow_schema(batch.schema))
+    task = pickle.loads(pickle.dumps(writer))  # as Spark ships it: the instant begins here
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: _Task(0)))
+    message = task.write(iter(batch.to_batches(max_chunksize=5000)))
+    keys = pa.concat_arrays([k for k in message.inserted.values()])
+    assert sorted(keys.to_pylist()) == sorted(batch.column("id").to_pylist())
+    own_bytes = batch.column("id").nbytes  # the batch's keys, once
+    assert len(pickle.dumps(message)) < 2 * own_bytes + 20_000
+    writer.commit([message], 0)
+    assert rows(hudi_read(path), COLS) == _ours(path) == rows(batch, COLS)
+    assert _staged(path) == [] and not mw.Table.open(path).timeline().pending()
