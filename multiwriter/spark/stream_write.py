@@ -336,10 +336,12 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
         schema, cfg = begun.schema, table.config
         base = table.timeline().as_of_completion(begun.base_completion)
         prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
-        plan = plan_batch(prepared, base, KeyIndex(table.storage), operation, target_file_size)
+        index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
+        plan = plan_batch(prepared, base, index, operation, target_file_size)
         ctx = armed(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
                             tuple(cfg.record_key)), cfg)
-        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token)  # one file per group
+        # one file per group; the footers of the files written go to the cache, as the driver path's do
+        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
         return stats, plan.inserted_keys()
     finally:
         hb.hand_over(t)

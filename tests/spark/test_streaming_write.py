@@ -357,3 +357,22 @@ def test_a_task_message_carries_each_new_key_once(tmp_path, zk_server, zk_base, 
     committer.commit([message], 0)
     assert rows(hudi_read(path), COLS) == _ours(path) == rows(batch, COLS)
     assert _staged(path) == [] and not mw.Table.open(path).timeline().pending()
+
+
+def test_a_task_knows_the_footers_of_the_files_its_process_wrote(tmp_path, zk_server, zk_base, monkeypatch):
+    """Spark reuses a task's Python worker for the next micro-batch: the files a task wrote are
+    found in the process's footer cache then, not read back from storage."""
+    from multiwriter.write import index
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    committer, message = _in_process_batch(opts, trips(range(10)), 0, monkeypatch)
+    committer.commit([message], 0)
+    read: list[str] = []
+    real = index.read_footer
+    monkeypatch.setattr(index, "read_footer", lambda storage, p: read.append(p) or real(storage, p))
+    committer, message = _in_process_batch(opts, trips(range(5, 15), ts=2, value=2.0), 1, monkeypatch)
+    committer.commit([message], 1)
+    assert read == []
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
+        [(str(i), "2024-01-01", 1, 1.0) for i in range(5)] + [(str(i), "2024-01-01", 2, 2.0) for i in range(5, 15)], key=repr)
