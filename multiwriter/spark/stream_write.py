@@ -135,7 +135,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         config = parsed.writer_config()
         self.target_file_size = config.target_file_size_bytes
         self.begun: _Begun | None = None
-        # what only the beginning process needs (the committing process builds a writer too)
+        # the table, config and batch schema found here: the begin and the commit use them, tasks never
         self._local: tuple[Table, Any, StructType] | None = (table, config, schema)
 
     def __getstate__(self) -> dict[str, Any]:
