@@ -409,8 +409,14 @@ def stream_write(size: dict, work: Path, spark) -> dict:
             trig = [t / 1000 for t in queries[name].trigger_ms()]
             if len(trig) != k:
                 raise AssertionError(f"{name}: {len(trig)} micro-batches, expected {k}")
-            out[name] = {"median_s": _median(trig), "all_s": trig}
+            out[name] = {"median_s": _median(trig), "all_s": trig, "parts_median_ms": _parts(queries[name].progress)}
         return out
+
+
+def _parts(progress: list[dict]) -> dict[str, float]:
+    """The median of each of Spark's ``durationMs`` parts (addBatch, queryPlanning, walCommit, ...)."""
+    keys = sorted({k for p in progress for k in p["durationMs"]})
+    return {k: _median([float(p["durationMs"][k]) for p in progress if k in p["durationMs"]]) for k in keys}
 
 
 def _take_turns(queries: dict, files: list, src: Path) -> None:

@@ -22,6 +22,10 @@ a crash between our commit and its own commit log); its instant is rolled back. 
 the instant back; staging is deleted after every commit and abort, so a failed micro-batch leaves
 no files. Each commit names the query's checkpoint location beside the writer id, so a second
 query reusing a writer id fails instead of having its batches skipped as already committed.
+
+Spark runs the begin and the commit in pooled Python workers on the driver, so each process
+keeps its writer (its lock, its heartbeat client) from one micro-batch to the next, as the
+foreachBatch sink does.
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,23 +130,25 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         self.writer_id = parsed.writer["writer_id"]
         self.operation = parsed.writer.get("operation") or "upsert"
         self.query = str(opt._lower(options).get(CHECKPOINT_LOCATION, ""))
-        batch_schema = to_arrow_schema(schema)
         if table is None:
-            table = Table.create(parsed.path, schema=batch_schema, lock=parsed.lock, **parsed.table)
+            table = Table.create(parsed.path, schema=to_arrow_schema(schema), lock=parsed.lock, **parsed.table)
         config = parsed.writer_config()
         self.target_file_size = config.target_file_size_bytes
-        self.schema_ipc = evolve_schema(table, config, table.schema(), batch_schema).serialize().to_pybytes()
         self.begun: _Begun | None = None
+        # the table, config and batch schema found here: the begin and the commit use them, tasks never
+        self._local: tuple[Table, Any, StructType] | None = (table, config, schema)
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark pickles the writer on the query thread to ship it to the micro-batch's tasks:
         that is where the micro-batch begins, so its instant is issued here, once. (The process
         that commits builds a writer of its own and never pickles it: it issues nothing.)"""
         if self.begun is None:
-            parsed, table = parse(self.options)
-            assert table is not None  # __init__ created it
-            self.begun = _begin(table, parsed.writer_config(), pa.ipc.read_schema(pa.py_buffer(self.schema_ipc)))
-        return dict(self.__dict__)
+            assert self._local is not None  # a writer unpickled in a task is begun
+            table, config, schema = self._local
+            data_schema = evolve_schema(table, config, table.schema(), to_arrow_schema(schema))
+            with _writer(table, config, self.options) as w:  # its lock, kept from the last micro-batch
+                self.begun = _begin(table, config, data_schema, w.lock)
+        return {k: v for k, v in self.__dict__.items() if k != "_local"} | {"_local": None}
 
     # -- executors ---------------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
@@ -162,39 +170,50 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
                                           rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
             return _TaskResult(kept, redo=str(e), begun=self.begun)
-        return _TaskResult(kept, stats, inserted, begun=self.begun)
+        return _TaskResult(kept, stats, compact(inserted), begun=self.begun)
 
     # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
-        parsed, table = parse(self.options)
-        assert table is not None  # __init__ created it
+        table, config = self._table()
         results = [m for m in messages if isinstance(m, _TaskResult)]
         begun = next((r.begun for r in results if r.begun is not None), None)
         if begun is None:  # no task ran: nothing was written (an issued instant lapses to the cleaner)
             return
-        w = Writer(table, parsed.writer_config())
         try:
-            try:
-                tl = table.timeline()  # one listing for the owner, the checkpoint and the resumed transaction
-                _check_owner(tl, self.writer_id, self.query)
-            except ConfigError:
-                _resume(table, w, begun).abort()
-                raise
-            last = last_checkpoint(table, self.writer_id, tl)
-            if last is not None and batchId <= last:
-                log.info("writer %s: micro-batch %s already committed (checkpoint %s); rolling back instant %s",
-                         self.writer_id, batchId, last, begun.instant_time)
-                _resume(table, w, begun, tl).abort()
-                return
-            if self._commit_as_written(table, w, begun, results, batchId, tl):
-                return
-            data = staging.read(table.storage, self.writer_id, batchId, [f for r in results for f in r.staged], begun.schema)
-            result = w.write(data, batch_id=batchId, extra_metadata={QUERY_KEY: self.query})
-            log.info("writer %s: micro-batch %s committed through the driver path as instant %s", self.writer_id,
-                     batchId, result.instant.requested_time if result.instant else None)
+            with _writer(table, config, self.options) as w:
+                self._commit(table, w, begun, results, batchId)
         finally:
-            w.close()
             staging.discard(table.storage, self.writer_id, batchId)
+
+    def _commit(self, table: Table, w: Writer, begun: _Begun, results: list[_TaskResult], batch_id: int) -> None:
+        try:
+            tl = table.timeline()  # one listing for the owner, the checkpoint and the resumed transaction
+            _check_owner(tl, self.writer_id, self.query)
+        except ConfigError:
+            _resume(table, w, begun).abort()
+            raise
+        last = last_checkpoint(table, self.writer_id, tl)
+        if last is not None and batch_id <= last:
+            log.info("writer %s: micro-batch %s already committed (checkpoint %s); rolling back instant %s",
+                     self.writer_id, batch_id, last, begun.instant_time)
+            _resume(table, w, begun, tl).abort()
+            return
+        if self._commit_as_written(table, w, begun, results, batch_id, tl):
+            return
+        data = staging.read(table.storage, self.writer_id, batch_id, [f for r in results for f in r.staged], begun.schema)
+        result = w.write(data, batch_id=batch_id, extra_metadata={QUERY_KEY: self.query})
+        log.info("writer %s: micro-batch %s committed through the driver path as instant %s", self.writer_id,
+                 batch_id, result.instant.requested_time if result.instant else None)
+
+    def _table(self) -> tuple[Table, Any]:
+        """The table and writer config: those ``__init__`` found when Spark built this writer in
+        the committing process (it commits right after), else parsed again."""
+        if self._local is not None:
+            return self._local[0], self._local[1]
+        parsed, table = parse(self.options)
+        if table is None:
+            raise ConfigError(f"the table at {parsed.path} is gone: micro-batch not committed")
+        return table, parsed.writer_config()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Roll back what the tasks wrote, and the staged rows."""
@@ -252,13 +271,11 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
 
 
 # -- begin (driver, query thread) ---------------------------------------------------------------
-def _begin(table: Table, config: Any, schema: pa.Schema) -> _Begun:
+def _begin(table: Table, config: Any, schema: pa.Schema, lock: Any) -> _Begun:
     """Issue the micro-batch's instant and beat its heartbeat from here until it is committed or
     rolled back (:func:`_keep_beating`): the tasks and the committer beat it too, but only while
     they run, and Spark may take a while to schedule either."""
 
-    assert config.lock is not None
-    lock = config.lock.for_table(table.table_id, table.storage)
     hb = HeartbeatClient(table.storage, writer_id=config.writer_id, interval_s=config.heartbeat_interval_s,
                          tolerable_misses=config.heartbeat_tolerable_misses)
     txn = Transaction(table, lock, writer_id=config.writer_id, heartbeat=hb, lock_timeout_s=config.lock_timeout_s)
@@ -269,8 +286,6 @@ def _begin(table: Table, config: Any, schema: pa.Schema) -> _Begun:
         txn.abort()
         hb.close()
         raise
-    finally:
-        lock.close()
     assert txn.instant is not None
     t = txn.instant.requested_time
     threading.Thread(target=_keep_beating, args=(table.storage, table.config, t, hb), daemon=True,
@@ -321,17 +336,60 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
         schema, cfg = begun.schema, table.config
         base = table.timeline().as_of_completion(begun.base_completion)
         prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
-        plan = plan_batch(prepared, base, KeyIndex(table.storage), operation, target_file_size)
+        index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
+        plan = plan_batch(prepared, base, index, operation, target_file_size)
         ctx = armed(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
                             tuple(cfg.record_key)), cfg)
-        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token)  # one file per group
+        # one file per group; the footers of the files written go to the cache, as the driver path's do
+        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
         return stats, plan.inserted_keys()
     finally:
         hb.hand_over(t)
         hb.close()
 
 
+def compact(inserted: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """Each partition's keys copied into buffers of their own. The plan hands out slices of one
+    array of every new key, and a pickled slice carries its parent's whole buffers: the commit
+    message would hold all the batch's new keys once per partition (megabytes that Spark then
+    ships to the driver and the committing process)."""
+    return {p: pa.concat_arrays([keys]) for p, keys in inserted.items()}
+
+
 # -- commit (driver) ----------------------------------------------------------------------------
+#: the committing process's writers, by table, table id and options; at most this many kept
+MAX_WRITERS = 8
+_WRITERS: OrderedDict[tuple[str, str, tuple[tuple[str, str], ...]], Writer] = OrderedDict()
+_WRITERS_MU = threading.Lock()
+
+
+@contextmanager
+def _writer(table: Table, config: Any, options: dict[str, str]) -> Iterator[Writer]:
+    """A writer kept from the last micro-batch of the same query, as the foreachBatch sink keeps
+    its writer: Spark commits every micro-batch in a pooled Python worker, and a new writer pays
+    its lock's first checks (ZooKeeper round trips) and a heartbeat thread each time. A writer
+    is taken out while in use (never shared) and put back only if nothing went wrong and it
+    beats nothing; otherwise it is closed."""
+    key = (table.storage.uri, table.table_id, tuple(sorted((str(k), str(v)) for k, v in options.items())))
+    with _WRITERS_MU:
+        w = _WRITERS.pop(key, None)
+    if w is None:
+        w = Writer(table, config)
+    try:
+        yield w
+    except BaseException:
+        w.close()
+        raise
+    if w.heartbeat.instants:
+        w.close()
+        return
+    with _WRITERS_MU:
+        _WRITERS[key] = w
+        evicted = [_WRITERS.popitem(last=False)[1] for _ in range(len(_WRITERS) - MAX_WRITERS)]
+    for old in evicted:
+        old.close()
+
+
 def _resume(table: Table, w: Any, begun: _Begun, tl: Timeline | None = None) -> Transaction:
     tl = tl if tl is not None else table.timeline()
     base = tl.find(begun.base_time) if begun.base_time else None
@@ -349,8 +407,12 @@ def _overlap(results: list[_TaskResult]) -> str | None:
             other = seen.setdefault((s.partition_path, s.file_id), n)
             if other != n:
                 return f"tasks {other} and {n} both rewrote file group {s.file_id} in {s.partition_path!r}"
-    for part, keys in _merged_inserts(results).items():
-        if pc.count_distinct(keys).as_py() != len(keys):
+    by_part: dict[str, list[pa.Array]] = {}
+    for r in results:
+        for part, keys in r.inserted.items():
+            by_part.setdefault(part, []).append(keys)
+    for part, ks in by_part.items():  # a task's own new keys are distinct (its rows were deduplicated)
+        if len(ks) > 1 and pc.count_distinct(pa.concat_arrays(ks)).as_py() != sum(len(k) for k in ks):
             return f"two tasks inserted the same new key in {part!r}"
     return None
 

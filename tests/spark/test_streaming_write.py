@@ -274,3 +274,105 @@ def test_staging_paths_come_from_validated_parts(tmp_path):
         staging.read(storage, "w", 4, [f], pa.schema([]))
     staging.discard(storage, "w", 3)
     assert not (tmp_path / staging.batch_dir("w", 3)).exists()
+
+
+class _Task:
+    """What the writer reads of Spark's TaskContext, for a task run outside Spark."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+
+    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 -- Spark's name
+        return str(self.batch_id) if key == "streaming.sql.batchId" else None
+
+    def partitionId(self) -> int:  # noqa: N802
+        return 0
+
+    def stageId(self) -> int:  # noqa: N802
+        return 1
+
+    def taskAttemptId(self) -> int:  # noqa: N802
+        return 7
+
+
+def _in_process_batch(opts: dict, batch: pa.Table, batch_id: int, monkeypatch):
+    """One micro-batch as Spark runs it, in this process: a writer begins it when pickled for
+    the task, the task writes, a writer built anew commits the task's message."""
+    import pickle
+
+    from pyspark import TaskContext
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from multiwriter.spark.stream_write import MultiWriterStreamWriter
+
+    task = pickle.loads(pickle.dumps(MultiWriterStreamWriter(opts, from_arrow_schema(batch.schema))))
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: _Task(batch_id)))
+    message = task.write(iter(batch.to_batches(max_chunksize=5000)))
+    return MultiWriterStreamWriter(opts, from_arrow_schema(batch.schema)), message
+
+
+def test_a_commit_that_failed_leaves_the_next_micro_batches_committing(tmp_path, zk_server, zk_base, monkeypatch):
+    """The committing process keeps its writer from one micro-batch to the next; a commit that
+    fails (here at a fault point) must not hand a broken writer (a held lock, a beating
+    heartbeat) to the micro-batches after it."""
+    from multiwriter import faults
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    for b in range(2):
+        committer, message = _in_process_batch(opts, trips(range(b * 10, b * 10 + 10), ts=b), b, monkeypatch)
+        committer.commit([message], b)
+    committer, message = _in_process_batch(opts, trips(range(20, 30), ts=2), 2, monkeypatch)
+    faults.configure("after-data-files=error")
+    try:
+        with pytest.raises(Exception, match="injected fault at after-data-files"):
+            committer.commit([message], 2)
+    finally:
+        faults.configure(None)
+    committer.abort([message], 2)  # as Spark does after a failed commit
+    assert not mw.Table.open(path).timeline().pending()
+    for b in (2, 3):  # the replayed micro-batch, then the next one
+        committer, message = _in_process_batch(opts, trips(range(b * 10, b * 10 + 10), ts=b), b, monkeypatch)
+        committer.commit([message], b)
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
+        [(str(i), "2024-01-01", i // 10, 1.0) for i in range(40)], key=repr)
+    assert checkpoint.last(mw.Table.open(path).timeline(), "stream-a") == 3
+    assert _staged(path) == [] and not mw.Table.open(path).timeline().pending()
+
+
+def test_a_task_message_carries_each_new_key_once(tmp_path, zk_server, zk_base, monkeypatch):
+    """The commit message a task hands Spark holds each partition's new keys, not the whole
+    batch's keys once per partition (Spark ships it to the driver and the committing process)."""
+    import pickle
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    days = [f"2024-01-{d:02d}" for d in range(1, 21)]
+    batch = pa.concat_tables([trips(range(d * 1000, d * 1000 + 1000), date=day) for d, day in enumerate(days)])
+    committer, message = _in_process_batch(opts, batch, 0, monkeypatch)
+    keys = pa.concat_arrays([k for k in message.inserted.values()])
+    assert sorted(keys.to_pylist()) == sorted(batch.column("id").to_pylist())
+    own_bytes = batch.column("id").nbytes  # the batch's keys, once
+    assert len(pickle.dumps(message)) < 2 * own_bytes + 20_000
+    committer.commit([message], 0)
+    assert rows(hudi_read(path), COLS) == _ours(path) == rows(batch, COLS)
+    assert _staged(path) == [] and not mw.Table.open(path).timeline().pending()
+
+
+def test_a_task_knows_the_footers_of_the_files_its_process_wrote(tmp_path, zk_server, zk_base, monkeypatch):
+    """Spark reuses a task's Python worker for the next micro-batch: the files a task wrote are
+    found in the process's footer cache then, not read back from storage."""
+    from multiwriter.write import index
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    committer, message = _in_process_batch(opts, trips(range(10)), 0, monkeypatch)
+    committer.commit([message], 0)
+    read: list[str] = []
+    real = index.read_footer
+    monkeypatch.setattr(index, "read_footer", lambda storage, p: read.append(p) or real(storage, p))
+    committer, message = _in_process_batch(opts, trips(range(5, 15), ts=2, value=2.0), 1, monkeypatch)
+    committer.commit([message], 1)
+    assert read == []
+    assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
+        [(str(i), "2024-01-01", 1, 1.0) for i in range(5)] + [(str(i), "2024-01-01", 2, 2.0) for i in range(5, 15)], key=repr)
