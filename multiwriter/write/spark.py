@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +29,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, SchemaMismatchError
+from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
+from ..table.timeline import Timeline
 from . import records
 from .index import FILE_ID, KeyIndex, untagged
 from .plan import FileGroupTask, Plan, insert_buckets, planned_metadata
@@ -105,9 +107,9 @@ def run_on_executors(
     target_file_size: int,
     on_planned: Any,
     index: KeyIndex | None = None,
-) -> tuple[list[WriteStat], dict[str, pa.Array]]:
+) -> tuple[list[WriteStat], Mapping[str, pa.Array]]:
     """Write ``df`` as instant ``ctx.instant_time`` begun on ``timeline``: the write stats and, per
-    partition, the keys inserted as new (the same-new-key conflict check). One Spark task when
+    partition, the keys inserted as new (:class:`InsertedKeys`). One Spark task when
     the batch is small enough, else planned on the driver: see the module docstring. The
     inflight file names no file groups when one task plans them (as a streaming write's)."""
     from .merge import armed
@@ -122,8 +124,8 @@ def run_on_executors(
         done = _with_job(spark, "multiwriter: write the batch in one task",
                          lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit))
         if done is not None:
-            log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done[0]))
-            return done
+            log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
+            return done, InsertedKeys(table.storage, done)
         log.debug("executor path: more than %d rows, planned on the driver", limit)
         on_planned = None
     keys = validate(df, cfg, operation)
@@ -137,7 +139,7 @@ def run_on_executors(
         spark, "multiwriter: route and merge", lambda: _merge(df, cfg, ctx.data_schema, operation, route, ctx))
     log.debug("executor path: keys %.2fs, plan %.2fs, merge %.2fs (%d rows, %d file groups, %d Spark partitions)",
               t_keys - started, t_plan - t_keys, time.monotonic() - t_plan, keys.num_rows, len(route.tasks), route.bins)
-    return stats, inserted_keys(table.storage, stats)
+    return stats, InsertedKeys(table.storage, stats)
 
 
 def _with_job(spark: Any, description: str, fn: Any) -> Any:
@@ -320,12 +322,11 @@ def _results(job: Any, ctx: Any) -> pa.Table:
 
 
 # -- one task ------------------------------------------------------------------------------------
-#: what the one task hands back: a row per write stat, a row per partition with the keys it
-#: inserted as new (Arrow IPC) and one with the task's phase times (JSON), or one row saying the
-#: batch was too large or naming the typed error that stopped it
-KIND, ERROR, MESSAGE, KEYS = "_mw_kind", "_mw_error", "_mw_message", "_mw_keys"
-STAT, INSERTED, TOO_LARGE, FAILED, TIMES = "stat", "inserted", "too_large", "failed", "times"
-ONE_TASK_SCHEMA = pa.schema(STAT_FIELDS + [(KIND, pa.string()), (ERROR, pa.string()), (MESSAGE, pa.string()), (KEYS, pa.binary())])
+#: what the one task hands back: a row per write stat and one with the task's phase times
+#: (JSON), or one row saying the batch was too large or naming the typed error that stopped it
+KIND, ERROR, MESSAGE = "_mw_kind", "_mw_error", "_mw_message"
+STAT, TOO_LARGE, FAILED, TIMES = "stat", "too_large", "failed", "times"
+ONE_TASK_SCHEMA = pa.schema(STAT_FIELDS + [(KIND, pa.string()), (ERROR, pa.string()), (MESSAGE, pa.string())])
 #: errors a task reports as themselves: bad input, and a pre-write check that found the instant
 #: no longer alive (retrying the task cannot help)
 RELAYED = (InvalidRecordError, SchemaMismatchError, HeartbeatExpiredError, InstantRolledBackError)
@@ -345,10 +346,19 @@ class _OneTask:
     def __call__(self, batches: Any) -> Any:  # runs in the task
         took = {"start": time.time()}
         t0 = time.perf_counter()
+        storage = Storage(self.ctx.table_uri)
+        base = Timeline(storage, self.cfg, list(self.base))
+        prefetch = _Prefetch(storage, self.cfg, base) if self.operation != "insert" else None
         got, n = [], 0
-        for b in batches:
-            got.append(b)
-            n += b.num_rows
+        try:
+            for b in batches:
+                got.append(b)
+                n += b.num_rows
+                if prefetch is not None and n <= self.limit:
+                    prefetch.add(b)
+        finally:
+            if prefetch is not None:
+                prefetch.close()
         took["read"] = time.perf_counter() - t0
         if n > self.limit:
             yield _marker(TOO_LARGE)
@@ -356,43 +366,78 @@ class _OneTask:
         if n == 0:
             return
         try:
-            stats, inserted = self.write(pa.Table.from_batches(got), took)
+            stats = self.write(pa.Table.from_batches(got), storage, base, took)
         except RELAYED as e:
             yield _marker(FAILED, type(e).__name__, str(e))
             return
         took["end"] = time.time()
         yield _marker(TIMES, message=json.dumps(took))
-        yield _one_task_batch(stats, inserted)
+        yield _stats_batch(stats)
 
-    def write(self, rows: pa.Table, took: dict[str, float]) -> tuple[list[WriteStat], dict[str, pa.Array]]:
+    def write(self, rows: pa.Table, storage: Storage, base: Timeline,
+              took: dict[str, float]) -> list[WriteStat]:
         """The driver path over every row, against the attempt's base timeline; the token names
         the task attempt (Hudi's ``<partition>-<stage>-<taskAttemptId>``), the new file groups
         are named from the instant and their rows, so every attempt names them alike."""
         from pyspark import TaskContext
 
-        from ..table.timeline import Timeline
         from .executor import run_on_driver
         from .writer import plan_batch
 
         tc = TaskContext.get()
         token = f"{tc.partitionId()}-{tc.stageId()}-{tc.taskAttemptId()}" if tc is not None else "0-0-0"
-        storage = Storage(self.ctx.table_uri)
         t0 = time.perf_counter()
         prepared = records.prepare(rows, self.cfg, self.ctx.data_schema, operation=self.operation, hashes=True)
         t1 = time.perf_counter()
-        base = Timeline(storage, self.cfg, list(self.base))
         plan = _stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size),
                                self.ctx.instant_time)
         t2 = time.perf_counter()
         stats = run_on_driver(storage, self.ctx, plan, self.cfg, token=lambda _: token)
         took.update(prepare=t1 - t0, plan=t2 - t1, merge=time.perf_counter() - t2)
-        return stats, plan.inserted_keys()
+        return stats
+
+
+class _Prefetch:
+    """Reads the footers of the latest files in the partitions the batch touches on a thread while
+    the rest of the batch arrives (the JVM turns rows into Arrow meanwhile), so tagging finds
+    them in the process's footer cache. Best effort: a failure here leaves the index to read
+    (and report) it again."""
+
+    def __init__(self, storage: Storage, cfg: Any, base: Timeline) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.storage, self.cfg, self.base = storage, cfg, base
+        self.seen: set[str] = set()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mw-prefetch")
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        try:
+            parts = set(pc.unique(records.partition_paths(pa.Table.from_batches([batch]), self.cfg)).to_pylist())
+        except (MultiWriterError, pa.ArrowException):
+            return  # the rows are checked again (and refused) when the batch is prepared
+        new = parts - self.seen
+        if new:
+            self.seen |= new
+            self.pool.submit(self._read, sorted(new))
+
+    def _read(self, partitions: list[str]) -> None:
+        try:
+            index = KeyIndex(self.storage)
+            existing = [p for p in partitions if p == "" or self.storage.is_dir(p)]
+            for fs in Snapshot.build(self.storage, self.base, partitions=existing).slices.values():
+                index.footer(fs)
+        except (MultiWriterError, OSError, pa.ArrowException) as e:
+            log.debug("footer prefetch of %s: %s", partitions, e)
+
+    def close(self) -> None:
+        """Wait for the reads under way (the timeline they use is the task's from here on)."""
+        self.pool.shutdown(wait=True)
 
 
 def _in_one_task(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, target_file_size: int,
-                 limit: int) -> tuple[list[WriteStat], dict[str, pa.Array]] | None:
-    """One job, one task (it reads at most ``limit + 1`` rows, no exchange): the write stats and
-    inserted keys, or None when the batch has more than ``limit`` rows (nothing written)."""
+                 limit: int) -> list[WriteStat] | None:
+    """One job, one task (it reads at most ``limit + 1`` rows, no exchange): the write stats, or
+    None when the batch has more than ``limit`` rows (nothing written)."""
     fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, limit)
     job = df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
     submitted = time.time()
@@ -409,11 +454,8 @@ def _in_one_task(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, tar
         log.debug("executor path, one task: started after %.2fs; read %.2fs, prepare %.2fs, plan %.2fs, merge %.2fs; "
                   "done after %.2fs", took["start"] - submitted, took["read"], took["prepare"], took["plan"], took["merge"],
                   done - took["end"])
-    stats = [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row, k in zip(out.to_pylist(), kind, strict=True)
-             if k == STAT]
-    inserted = {p: _read_keys(blob) for p, blob, k in zip(out.column("partition_path").to_pylist(), out.column(KEYS).to_pylist(),
-                                                          kind, strict=True) if k == INSERTED}
-    return stats, inserted
+    return [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row, k in zip(out.to_pylist(), kind, strict=True)
+            if k == STAT]
 
 
 def _relayed(name: str, message: str) -> Exception:
@@ -445,22 +487,9 @@ def _marker(kind: str, error: str | None = None, message: str | None = None) -> 
     return pa.RecordBatch.from_pylist([{KIND: kind, ERROR: error, MESSAGE: message}], schema=ONE_TASK_SCHEMA)
 
 
-def _one_task_batch(stats: list[WriteStat], inserted: dict[str, pa.Array]) -> pa.RecordBatch:
-    out = [{**{name: getattr(st, name) for name, _ in STAT_FIELDS}, KIND: STAT} for st in stats]
-    out += [{"partition_path": p, KIND: INSERTED, KEYS: _write_keys(keys)} for p, keys in inserted.items()]
-    return pa.RecordBatch.from_pylist(out, schema=ONE_TASK_SCHEMA)
-
-
-def _write_keys(keys: pa.Array) -> bytes:
-    sink = pa.BufferOutputStream()
-    t = pa.table({"k": keys})
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-    return sink.getvalue().to_pybytes()
-
-
-def _read_keys(blob: bytes) -> pa.Array:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all().column(0).combine_chunks()
+def _stats_batch(stats: list[WriteStat]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{**{name: getattr(st, name) for name, _ in STAT_FIELDS}, KIND: STAT} for st in stats],
+                                      schema=ONE_TASK_SCHEMA)
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -511,16 +540,33 @@ def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, at
     return merge_file_group(Storage(ctx.table_uri), ctx, task, prepared, token, deduped=True)
 
 
-def inserted_keys(storage: Any, stats: list) -> dict:
-    """Keys inserted by the executor path, for the same-new-key conflict check: read back from
-    the key column of the new file groups this attempt wrote (outside the lock)."""
-    import pyarrow.parquet as pq
+class InsertedKeys(Mapping[str, pa.Array]):
+    """Per partition, the keys this attempt inserted as new (the same-new-key conflict check),
+    read from the key column of the new file groups' files when the check first asks for a
+    partition: it asks only when a commit that completed meanwhile created file groups there,
+    so an attempt without such a rival reads nothing."""
 
-    out: dict[str, list] = {}
-    for st in stats:
-        if st.prev_commit not in (None, "", "null") or not st.path:
-            continue
-        with storage.fs.open_input_file(storage.abs(st.path)) as f:
-            keys = pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()
-        out.setdefault(st.partition_path, []).append(keys)
-    return {p: pa.concat_arrays(ks) for p, ks in out.items()}
+    def __init__(self, storage: Storage, stats: list[WriteStat]) -> None:
+        self.storage = storage
+        self.paths: dict[str, list[str]] = {}
+        for st in stats:
+            if st.creates_file_group and st.path:
+                self.paths.setdefault(st.partition_path, []).append(st.path)
+        self.read: dict[str, pa.Array] = {}
+
+    def __getitem__(self, partition: str) -> pa.Array:
+        if partition not in self.read:
+            self.read[partition] = pa.concat_arrays([self._keys(p) for p in self.paths[partition]])
+        return self.read[partition]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _keys(self, path: str) -> pa.Array:
+        import pyarrow.parquet as pq
+
+        with self.storage.fs.open_input_file(self.storage.abs(path)) as f:
+            return pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()

@@ -75,6 +75,26 @@ def test_a_small_spark_batch_is_written_by_one_job_of_one_task(spark, tmp_path):
     assert len(got) == 65 and got[("39", "2024-01-01")] == 2.0 and got[("19", "2024-01-01")] == 1.0
 
 
+def test_a_new_key_the_executor_path_inserted_conflicts_with_a_rival_inserting_it(spark, tmp_path, monkeypatch):
+    """The executor path's inserted keys (read from its new files only when a rival created file
+    groups meanwhile) still make the second of two writers inserting one new key lose."""
+    path = str(tmp_path / "t")
+    new_table(path)
+    lock = mw.InProcessLock()
+    original = spark_path.run_on_executors
+
+    def rival_commits_meanwhile(*args, **kwargs):
+        out = original(*args, **kwargs)
+        mw.write(trips(["same"], ts=1, value=7), path, mw.WriterConfig(lock=lock, writer_id="rival"))
+        return out
+
+    monkeypatch.setattr(spark_path, "run_on_executors", rival_commits_meanwhile)
+    df = spark.createDataFrame(trips(["same", "own"], ts=1, value=1).to_pandas())
+    with pytest.raises(errors.WriteConflictError):
+        mw.write(df, path, mw.WriterConfig(lock=lock, writer_id="w", executor="spark", max_conflict_retries=0))
+    assert rows(hudi_read(path), ["id", "value"]) == [("same", 7.0)]
+
+
 def test_every_attempt_of_the_one_task_names_its_new_file_groups_alike(tmp_path):
     """Two plans of one batch (as a retried or speculative task attempt makes) give their new
     file groups the same names, each holding the same keys."""
