@@ -95,6 +95,28 @@ def test_a_new_key_the_executor_path_inserted_conflicts_with_a_rival_inserting_i
     assert rows(hudi_read(path), ["id", "value"]) == [("same", 7.0)]
 
 
+def test_the_one_task_refuses_to_write_for_an_instant_rolled_back_meanwhile(spark, tmp_path, monkeypatch):
+    """A cleaner rolled the instant back before the task ran: the task writes no data file and
+    the write raises the typed error; nothing is committed (plain directory walk, hudi-rs)."""
+    path = str(tmp_path / "t")
+    new_table(path)
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor="spark")
+    mw.write(spark.createDataFrame(trips(range(5), value=1).to_pandas()), path, cfg)
+    before = sorted(glob.glob(f"{path}/*/*.parquet"))
+    original = spark_path._in_one_task
+
+    def rolled_back_first(df, cfg_, ctx, *rest):
+        for f in glob.glob(f"{path}/.hoodie/timeline/{ctx.instant_time}.*"):
+            os.remove(f)
+        return original(df, cfg_, ctx, *rest)
+
+    monkeypatch.setattr(spark_path, "_in_one_task", rolled_back_first)
+    with pytest.raises(errors.InstantRolledBackError):
+        mw.write(spark.createDataFrame(trips(range(3, 8), ts=2, value=2).to_pandas()), path, cfg)
+    assert sorted(glob.glob(f"{path}/*/*.parquet")) == before
+    assert rows(hudi_read(path), ["id", "value"]) == [(str(i), 1.0) for i in range(5)]
+
+
 def test_every_attempt_of_the_one_task_names_its_new_file_groups_alike(tmp_path):
     """Two plans of one batch (as a retried or speculative task attempt makes) give their new
     file groups the same names, each holding the same keys."""
