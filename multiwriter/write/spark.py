@@ -1,11 +1,15 @@
-"""The Spark side of the write path: small batches go to the driver; large ones are planned on
-the driver from their keys and merged on executors.
+"""The Spark side of the write path: small batches go to the driver; large ones are written by
+Spark tasks and committed by the driver.
 
-Validating a batch collects its key columns (as Arrow, one job); the driver computes each row's
-Hudi key and partition path, tags them with the index the driver path uses (footer key ranges
-and bloom filters, then key columns of candidate files only) and plans the file-group tasks.
-A write of at most :data:`ONE_TASK_MAX_ROWS` rows is merged by one Spark task, its file groups
-on a thread pool (an exchange costs more than it saves there); a larger one is routed in the
+A write of at most :data:`ONE_TASK_MAX_ROWS` rows runs as ONE Spark job of one task, which does
+what the driver path does (:func:`~multiwriter.write.writer.plan_batch` against the instant's
+base, then :func:`~multiwriter.write.executor.run_on_driver`, file groups on a thread pool) and
+hands back its write stats and inserted keys: the input is read once, and no keys travel to the
+driver first (an exchange that spreads so few rows over more tasks costs more than it saves).
+Bad input (null keys, a partition value that escapes its directory) is reported by the task as
+its typed error, nothing committed. The job reads at most ``ONE_TASK_MAX_ROWS + 1`` rows; a
+task that sees more writes nothing, and the batch is then planned on the driver from its keys
+(one Spark job over the key columns, tagged with the index the driver path uses), routed in the
 JVM (broadcast joins on the key columns), exchanged once by precomputed Spark partition and
 merged there. Executors call the same pure functions as the driver path
 (:func:`records.prepare`, :func:`merge.merge_file_group`), so both paths write the same rows.
@@ -13,9 +17,11 @@ merged there. Executors call the same pure functions as the driver path
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
-import os
 import time
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +29,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidRecordError, SchemaMismatchError
+from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
+from ..table.timeline import Timeline
 from . import records
 from .index import FILE_ID, KeyIndex, untagged
-from .plan import FileGroupTask, bucket_of, insert_buckets, planned_metadata
+from .plan import FileGroupTask, Plan, insert_buckets, planned_metadata
 from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
 
 STAT_FIELDS = [
@@ -67,15 +74,20 @@ def collect_if_small(df: Any, max_rows: int) -> pa.Table | None:
     return None if t.num_rows > max_rows else t
 
 
-def validate(df: Any, table_config: Any, operation: str) -> pa.Table:
-    """Typed errors before anything is written: missing key/partition columns, null or empty
-    keys, unsafe partition values. Returns the batch's keys (one Spark job over the key
-    columns), which every attempt of the write then plans from."""
+def check_columns(df: Any, table_config: Any) -> None:
+    """Typed error before anything is written (no Spark job): a key or partition column missing."""
     cols = set(df.columns)
     for kind, fields in (("record key", table_config.record_key), ("partition", table_config.partition_by)):
         missing = [f for f in fields if f not in cols]
         if missing:
             raise SchemaMismatchError(f"{kind} columns {missing} are missing from the batch")
+
+
+def validate(df: Any, table_config: Any, operation: str) -> pa.Table:
+    """The batch's keys (one Spark job over the key columns), typed errors for missing columns,
+    null or empty keys and unsafe partition values: what a batch too large for one task is
+    planned from."""
+    check_columns(df, table_config)
     return _with_job(df.sparkSession, "multiwriter: keys of the batch", lambda: _batch_keys(df, table_config, operation))
 
 
@@ -95,29 +107,39 @@ def run_on_executors(
     target_file_size: int,
     on_planned: Any,
     index: KeyIndex | None = None,
-    keys: pa.Table | None = None,
-) -> list[WriteStat]:
-    """Plan on the driver from the batch's keys (``keys``: as :func:`validate` returned them, else
-    collected now), then one Spark job merges: see the module docstring."""
+) -> tuple[list[WriteStat], Mapping[str, pa.Array]]:
+    """Write ``df`` as instant ``ctx.instant_time`` begun on ``timeline``: the write stats and, per
+    partition, the keys inserted as new (:class:`InsertedKeys`). One Spark task when
+    the batch is small enough, else planned on the driver: see the module docstring. The
+    inflight file names no file groups when one task plans them (as a streaming write's)."""
     from .merge import armed
 
     started = time.monotonic()
     spark = df.sparkSession
     cfg = table.config
     ctx = armed(ctx, cfg)  # executors check the heartbeat file and pending instant before each file
-    data_schema = ctx.data_schema
-    if keys is None:
-        keys = validate(df, cfg, operation)
+    limit = ONE_TASK_MAX_ROWS
+    if limit > 0:
+        on_planned(planned_metadata([], operation))
+        done = _with_job(spark, "multiwriter: write the batch in one task",
+                         lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit))
+        if done is not None:
+            log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
+            return done, InsertedKeys(table.storage, done)
+        log.debug("executor path: more than %d rows, planned on the driver", limit)
+        on_planned = None
+    keys = validate(df, cfg, operation)
     t_keys = time.monotonic()
     route = _plan(keys, cfg, table, timeline, index or KeyIndex(table.storage), operation,
-                  len(data_schema), target_file_size, spark.sparkContext.defaultParallelism)
+                  len(ctx.data_schema), target_file_size, spark.sparkContext.defaultParallelism)
     t_plan = time.monotonic()
-    on_planned(planned_metadata(route.tasks, operation))
+    if on_planned is not None:
+        on_planned(planned_metadata(route.tasks, operation))
     stats = [] if not route.tasks else _with_job(
-        spark, "multiwriter: route and merge", lambda: _merge(df, cfg, data_schema, operation, route, ctx))
+        spark, "multiwriter: route and merge", lambda: _merge(df, cfg, ctx.data_schema, operation, route, ctx))
     log.debug("executor path: keys %.2fs, plan %.2fs, merge %.2fs (%d rows, %d file groups, %d Spark partitions)",
               t_keys - started, t_plan - t_keys, time.monotonic() - t_plan, keys.num_rows, len(route.tasks), route.bins)
-    return stats
+    return stats, InsertedKeys(table.storage, stats)
 
 
 def _with_job(spark: Any, description: str, fn: Any) -> Any:
@@ -148,9 +170,6 @@ def _batch_keys(df: Any, cfg: Any, operation: str) -> pa.Table:
     return t
 
 
-SEP = "\x1f"
-
-
 @dataclass(frozen=True)
 class Routing:
     """Where each row of the batch goes: existing keys (by their key columns) to the task of
@@ -161,9 +180,7 @@ class Routing:
     existing: pa.Table  # key columns of rows whose key a file group holds, and TASK
     new: pa.Table  # partition columns, and the list of new tasks (NEW_TASKS)
     bin_of: list[int]  # task index -> Spark partition
-    bins: int  # 1: one Spark task merges every file group (no exchange)
-    existing_keys: pa.Array  # PARTITION SEP KEY of ``existing``'s rows (routing in Python)
-    new_tasks: dict[str, list[int]]  # PARTITION -> its new tasks (routing in Python)
+    bins: int
 
 
 def _plan(
@@ -204,15 +221,8 @@ def _plan(
     new_parts = new.select(by).group_by(by).aggregate([])
     new_tasks = [[task_of[(p, f)] for f in new_ids[p]] for p in new_parts.column(PARTITION).to_pylist()]
     new_parts = new_parts.select(list(cfg.partition_by)).append_column(NEW_TASKS, pa.array(new_tasks, pa.list_(pa.int32())))
-    bins = 1 if sum(cost) <= ONE_TASK_MAX_ROWS else max(1, min(len(tasks), parallelism))
-    return Routing(tasks, existing, new_parts, _pack(cost, bins), bins,
-                   _composite(found.column(PARTITION), found.column(KEY)),
-                   {p: [task_of[(p, f)] for f in ids] for p, ids in new_ids.items()})
-
-
-def _composite(partitions: Any, keys: Any) -> pa.Array:
-    out = pc.binary_join_element_wise(partitions, keys, SEP)
-    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+    bins = max(1, min(len(tasks), parallelism))
+    return Routing(tasks, existing, new_parts, _pack(cost, bins), bins)
 
 
 def _pack(cost: list[int], bins: int) -> list[int]:
@@ -225,10 +235,10 @@ def _pack(cost: list[int], bins: int) -> list[int]:
     return out
 
 
-#: a write whose file groups hold at most this many rows (incoming plus old) is merged by one
-#: Spark task, its file groups side by side on a thread pool: below this, an exchange that
-#: spreads the rows over more tasks costs more time than it saves (and one Python worker can
-#: hold the rows: a few hundred bytes each, about three times over while merging)
+#: a batch of at most this many rows is written by one Spark task, its file groups side by side
+#: on a thread pool as on the driver: below this, an exchange that spreads the rows over more
+#: tasks costs more time than it saves (and one Python worker can hold them, as the driver
+#: does on the driver path: the batch, and the old rows of the file groups being merged)
 ONE_TASK_MAX_ROWS = 2_000_000
 
 TASK = "_mw_task"
@@ -279,8 +289,8 @@ def _join_small(df: Any, spark: Any, small: pa.Table, on: list[str]) -> Any:
 
 
 def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing, ctx: Any) -> list[WriteStat]:
-    """One exchange by precomputed Spark partition, then per file group of a partition: the
-    rows prepared (in batch order, so the later of two rows with one key wins, as on the
+    """A batch too large for one task: one exchange by precomputed Spark partition, then per
+    file group of a partition: the rows prepared (in batch order, so the later of two rows with one key wins, as on the
     driver) and merged."""
     tasks = r.tasks
 
@@ -291,25 +301,17 @@ def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing
         groups = []
         for group in _groups(pa.Table.from_batches(got), operation):
             groups.append((tasks[group.column(TASK)[0].as_py()], records.prepare(group, cfg, data_schema, operation=operation)))
-        for st in _merge_all(groups, ctx, threads=1):
+        for st in _merge_all(groups, ctx):
             yield _stat_batch(st)
 
-    here = dataclasses.replace(r, existing=r.existing.select([TASK]), new=r.new.slice(0, 0))  # what it ships
+    job = _routed(df, cfg, r).repartitionById(r.bins, BIN).mapInArrow(merge_partition, _spark_schema(STAT_SCHEMA))
+    return [WriteStat(**row) for row in _results(job, ctx).to_pylist()]
 
-    def merge_everything(batches):  # runs on one executor: the whole batch
-        got = list(batches)
-        if not got:
-            return
-        prepared = records.prepare(pa.Table.from_batches(got), cfg, data_schema, operation=operation)
-        for st in _merge_all(_route_here(prepared, here, operation), ctx, threads=os.cpu_count() or 1):
-            yield _stat_batch(st)
 
-    if r.bins == 1:
-        job = df.coalesce(1).mapInArrow(merge_everything, _spark_schema(STAT_SCHEMA))
-    else:
-        job = _routed(df, cfg, r).repartitionById(r.bins, BIN).mapInArrow(merge_partition, _spark_schema(STAT_SCHEMA))
+def _results(job: Any, ctx: Any) -> pa.Table:
+    """``job``'s rows, collected as Arrow."""
     try:
-        rows = job.toArrow()
+        return job.toArrow()
     except Exception:
         # a task that refused to write (pre-write check) fails the job with a wrapped error: say
         # so with the typed error when the instant is indeed no longer alive
@@ -317,46 +319,182 @@ def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing
 
         check_alive(Storage(ctx.table_uri), ctx, "any further data file")
         raise
-    return [WriteStat(**row) for row in rows.to_pylist()]
 
 
+# -- one task ------------------------------------------------------------------------------------
+#: what the one task hands back: a row per write stat and one with the task's phase times
+#: (JSON), or one row saying the batch was too large or naming the typed error that stopped it
+KIND, ERROR, MESSAGE = "_mw_kind", "_mw_error", "_mw_message"
+STAT, TOO_LARGE, FAILED, TIMES = "stat", "too_large", "failed", "times"
+ONE_TASK_SCHEMA = pa.schema(STAT_FIELDS + [(KIND, pa.string()), (ERROR, pa.string()), (MESSAGE, pa.string())])
+#: errors a task reports as themselves: bad input, and a pre-write check that found the instant
+#: no longer alive (retrying the task cannot help)
+RELAYED = (InvalidRecordError, SchemaMismatchError, HeartbeatExpiredError, InstantRolledBackError)
+
+
+@dataclass(frozen=True)
+class _OneTask:
+    """What the one task needs, plain so it ships: the instant, the base it began from, options."""
+
+    cfg: Any
+    ctx: Any
+    base: list[Any]  # the instants of the timeline the attempt began on
+    operation: str
+    target_file_size: int
+    limit: int
+
+    def __call__(self, batches: Any) -> Any:  # runs in the task
+        took = {"start": time.time()}
+        t0 = time.perf_counter()
+        storage = Storage(self.ctx.table_uri)
+        base = Timeline(storage, self.cfg, list(self.base))
+        prefetch = _Prefetch(storage, self.cfg, base) if self.operation != "insert" else None
+        got, n = [], 0
+        try:
+            for b in batches:
+                got.append(b)
+                n += b.num_rows
+                if prefetch is not None and n <= self.limit:
+                    prefetch.add(b)
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+        took["read"] = time.perf_counter() - t0
+        if n > self.limit:
+            yield _marker(TOO_LARGE)
+            return
+        if n == 0:
+            return
+        try:
+            stats = self.write(pa.Table.from_batches(got), storage, base, took)
+        except RELAYED as e:
+            yield _marker(FAILED, type(e).__name__, str(e))
+            return
+        took["end"] = time.time()
+        yield _marker(TIMES, message=json.dumps(took))
+        yield _stats_batch(stats)
+
+    def write(self, rows: pa.Table, storage: Storage, base: Timeline,
+              took: dict[str, float]) -> list[WriteStat]:
+        """The driver path over every row, against the attempt's base timeline; the token names
+        the task attempt (Hudi's ``<partition>-<stage>-<taskAttemptId>``), the new file groups
+        are named from the instant and their rows, so every attempt names them alike."""
+        from pyspark import TaskContext
+
+        from .executor import run_on_driver
+        from .writer import plan_batch
+
+        tc = TaskContext.get()
+        token = f"{tc.partitionId()}-{tc.stageId()}-{tc.taskAttemptId()}" if tc is not None else "0-0-0"
+        t0 = time.perf_counter()
+        prepared = records.prepare(rows, self.cfg, self.ctx.data_schema, operation=self.operation, hashes=True)
+        t1 = time.perf_counter()
+        plan = _stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size),
+                               self.ctx.instant_time)
+        t2 = time.perf_counter()
+        stats = run_on_driver(storage, self.ctx, plan, self.cfg, token=lambda _: token)
+        took.update(prepare=t1 - t0, plan=t2 - t1, merge=time.perf_counter() - t2)
+        return stats
+
+
+class _Prefetch:
+    """Reads the footers of the latest files in the partitions the batch touches on a thread while
+    the rest of the batch arrives (the JVM turns rows into Arrow meanwhile), so tagging finds
+    them in the process's footer cache. Best effort: a failure here leaves the index to read
+    (and report) it again."""
+
+    def __init__(self, storage: Storage, cfg: Any, base: Timeline) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.storage, self.cfg, self.base = storage, cfg, base
+        self.seen: set[str] = set()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mw-prefetch")
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        try:
+            parts = set(pc.unique(records.partition_paths(pa.Table.from_batches([batch]), self.cfg)).to_pylist())
+        except (MultiWriterError, pa.ArrowException):
+            return  # the rows are checked again (and refused) when the batch is prepared
+        new = parts - self.seen
+        if new:
+            self.seen |= new
+            self.pool.submit(self._read, sorted(new))
+
+    def _read(self, partitions: list[str]) -> None:
+        try:
+            index = KeyIndex(self.storage)
+            existing = [p for p in partitions if p == "" or self.storage.is_dir(p)]
+            for fs in Snapshot.build(self.storage, self.base, partitions=existing).slices.values():
+                index.footer(fs)
+        except (MultiWriterError, OSError, pa.ArrowException) as e:
+            log.debug("footer prefetch of %s: %s", partitions, e)
+
+    def close(self) -> None:
+        """Wait for the reads under way (the timeline they use is the task's from here on)."""
+        self.pool.shutdown(wait=True)
+
+
+def _in_one_task(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, target_file_size: int,
+                 limit: int) -> list[WriteStat] | None:
+    """One job, one task (it reads at most ``limit + 1`` rows, no exchange): the write stats, or
+    None when the batch has more than ``limit`` rows (nothing written)."""
+    fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, limit)
+    job = df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
+    submitted = time.time()
+    out = _results(job, ctx)
+    done = time.time()
+    kind = out.column(KIND).to_pylist()
+    if TOO_LARGE in kind:
+        return None
+    if FAILED in kind:
+        row = out.slice(kind.index(FAILED), 1).to_pylist()[0]
+        raise _relayed(row[ERROR], row[MESSAGE])
+    if TIMES in kind:
+        took = json.loads(out.column(MESSAGE)[kind.index(TIMES)].as_py())
+        log.debug("executor path, one task: started after %.2fs; read %.2fs, prepare %.2fs, plan %.2fs, merge %.2fs; "
+                  "done after %.2fs", took["start"] - submitted, took["read"], took["prepare"], took["plan"], took["merge"],
+                  done - took["end"])
+    return [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row, k in zip(out.to_pylist(), kind, strict=True)
+            if k == STAT]
+
+
+def _relayed(name: str, message: str) -> Exception:
+    by_name = {e.__name__: e for e in RELAYED}
+    return by_name[name](message)
+
+
+def _stable_new_ids(plan: Plan, instant_time: str) -> Plan:
+    """``plan`` with its new file groups named from the instant, their partition and their first
+    row's key: a retried or speculative attempt of the task plans the same groups under the
+    same names, so at most one file per file group and instant is committed, whichever attempt
+    wins (an attempt that outlives the commit leaves only a file of a group the commit names)."""
+    rename: dict[tuple[str, str], str] = {}
+    keys = plan.rows.column(KEY)
+    for t in plan.tasks:
+        p, f = t.partition, t.file_id
+        lo, hi = plan.bounds.get((p, f), (0, 0))
+        if t.is_new and hi > lo:
+            first = keys[int(plan.order[lo])].as_py()
+            rename[(p, f)] = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{instant_time}/{p}/{first}')}-0"
+    if not rename:
+        return plan
+    tasks = [dataclasses.replace(t, file_id=rename.get((t.partition, t.file_id), t.file_id)) for t in plan.tasks]
+    bounds = {(p, rename.get((p, f), f)): v for (p, f), v in plan.bounds.items()}
+    return dataclasses.replace(plan, tasks=tasks, bounds=bounds)
+
+
+def _marker(kind: str, error: str | None = None, message: str | None = None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{KIND: kind, ERROR: error, MESSAGE: message}], schema=ONE_TASK_SCHEMA)
+
+
+def _stats_batch(stats: list[WriteStat]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{**{name: getattr(st, name) for name, _ in STAT_FIELDS}, KIND: STAT} for st in stats],
+                                      schema=ONE_TASK_SCHEMA)
+
+
+# -- results ------------------------------------------------------------------------------------
 def _stat_batch(st: WriteStat) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{name: getattr(st, name) for name, _ in STAT_FIELDS}], schema=STAT_SCHEMA)
-
-
-def _route_here(prepared: pa.Table, r: Routing, operation: str) -> list[tuple[FileGroupTask, pa.Table]]:
-    """The prepared batch split by task, routed in Python (the one-task merge)."""
-    n = prepared.num_rows
-    task = np.full(n, -1, np.int64)
-    if len(r.existing_keys):
-        pos = pc.index_in(_composite(prepared.column(PARTITION), prepared.column(KEY)), value_set=r.existing_keys)
-        task = pc.fill_null(r.existing.column(TASK).combine_chunks().take(pos), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    missing = np.flatnonzero(task < 0)
-    if len(missing) and operation != "delete":
-        parts = prepared.column(PARTITION).combine_chunks().take(pa.array(missing))
-        for p, idx in _positions_by_value(parts):
-            ids = r.new_tasks.get(p)
-            if not ids:
-                raise _changed_batch(len(idx))
-            rows = missing[idx]
-            if len(ids) == 1:
-                task[rows] = ids[0]
-            else:
-                keys = prepared.column(KEY).take(pa.array(rows)).to_pylist()
-                task[rows] = [ids[bucket_of(k, len(ids))] for k in keys]
-    keep = np.flatnonzero(task >= 0)
-    order = keep[np.argsort(task[keep], kind="stable")]
-    sorted_task = task[order]
-    starts = np.flatnonzero(np.r_[True, sorted_task[1:] != sorted_task[:-1]]) if len(order) else np.array([], np.int64)
-    ends = np.r_[starts[1:], len(order)]
-    routed = prepared.take(pa.array(order))
-    return [(r.tasks[int(sorted_task[lo])], routed.slice(lo, hi - lo)) for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
-
-
-def _positions_by_value(values: pa.Array) -> list[tuple[str, np.ndarray]]:
-    enc = values.dictionary_encode()
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    return [(v, np.flatnonzero(codes == c)) for c, v in enumerate(enc.dictionary.to_pylist())]
 
 
 def _changed_batch(n: int) -> InvalidRecordError:
@@ -366,22 +504,13 @@ def _changed_batch(n: int) -> InvalidRecordError:
     )
 
 
-def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any, *, threads: int) -> list[WriteStat]:
-    """Merge file groups (prepared rows, one row per key) on up to ``threads`` threads: reading,
-    sorting and writing Parquet release the GIL. The first failure is raised once every started
-    merge has finished."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any) -> list[WriteStat]:
+    """Merge file groups (prepared rows, one row per key), one after the other."""
     from pyspark import TaskContext
 
     tc = TaskContext.get()
     stage, attempt = (tc.stageId(), tc.attemptNumber()) if tc else (0, 0)
-    workers = max(1, min(threads, len(groups)))
-    if workers == 1:
-        return [_merge_one(g, t, ctx, stage, attempt) for t, g in groups]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mw-merge") as pool:
-        futures = [pool.submit(_merge_one, g, t, ctx, stage, attempt) for t, g in groups]
-    return [f.result() for f in futures]
+    return [_merge_one(g, t, ctx, stage, attempt) for t, g in groups]
 
 
 def _groups(t: pa.Table, operation: str):
@@ -411,16 +540,33 @@ def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, at
     return merge_file_group(Storage(ctx.table_uri), ctx, task, prepared, token, deduped=True)
 
 
-def inserted_keys(storage: Any, stats: list) -> dict:
-    """Keys inserted by the executor path, for the same-new-key conflict check: read back from
-    the key column of the new file groups this attempt wrote (outside the lock)."""
-    import pyarrow.parquet as pq
+class InsertedKeys(Mapping[str, pa.Array]):
+    """Per partition, the keys this attempt inserted as new (the same-new-key conflict check),
+    read from the key column of the new file groups' files when the check first asks for a
+    partition: it asks only when a commit that completed meanwhile created file groups there,
+    so an attempt without such a rival reads nothing."""
 
-    out: dict[str, list] = {}
-    for st in stats:
-        if st.prev_commit not in (None, "", "null") or not st.path:
-            continue
-        with storage.fs.open_input_file(storage.abs(st.path)) as f:
-            keys = pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()
-        out.setdefault(st.partition_path, []).append(keys)
-    return {p: pa.concat_arrays(ks) for p, ks in out.items()}
+    def __init__(self, storage: Storage, stats: list[WriteStat]) -> None:
+        self.storage = storage
+        self.paths: dict[str, list[str]] = {}
+        for st in stats:
+            if st.creates_file_group and st.path:
+                self.paths.setdefault(st.partition_path, []).append(st.path)
+        self.read: dict[str, pa.Array] = {}
+
+    def __getitem__(self, partition: str) -> pa.Array:
+        if partition not in self.read:
+            self.read[partition] = pa.concat_arrays([self._keys(p) for p in self.paths[partition]])
+        return self.read[partition]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _keys(self, path: str) -> pa.Array:
+        import pyarrow.parquet as pq
+
+        with self.storage.fs.open_input_file(self.storage.abs(path)) as f:
+            return pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()

@@ -171,12 +171,10 @@ class Writer:
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
         if batch.spark_df is not None:
-            stats = spark_path.run_on_executors(
+            stats, inserted = spark_path.run_on_executors(
                 batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
-                target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight,
-                index=self.index, keys=batch.keys,
+                target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight, index=self.index,
             )
-            inserted = spark_path.inserted_keys(self.table.storage, stats)
             phases["index"] = 0.0
         else:
             prepared = batch.prepare_for(schema, self.table.config)
@@ -265,7 +263,6 @@ class _Batch:
         self.empty = arrow is not None and arrow.num_rows == 0
         self.prepared: pa.Table | None = None
         self.prepared_schema: pa.Schema | None = None
-        self.keys: pa.Table | None = None  # a Spark batch's keys, collected when it is validated
 
     @classmethod
     def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
@@ -285,7 +282,7 @@ class _Batch:
                 schema = spark_path.arrow_schema(data)
                 b = cls(None, data, schema, config.operation, **_column_rules(table, config))
                 b.evolved_schema(table.schema())
-                b.keys = spark_path.validate(data, table.config, config.operation)
+                spark_path.check_columns(data, table.config)  # the rows are checked where they are written
                 return b
         if not isinstance(data, pa.Table):
             if isinstance(data, pa.RecordBatch):

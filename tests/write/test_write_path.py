@@ -32,12 +32,13 @@ BATCHES = [
 ]
 
 
-@pytest.mark.parametrize("executor", ["driver", "spark", "spark-spread"])
+@pytest.mark.parametrize("executor", ["driver", "spark", "spark-spread", "spark-fallback"])
 def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, monkeypatch, executor):
     """``spark-spread``: every write is spread over Spark tasks by an exchange (as large ones are)
-    instead of merged by one task."""
-    if executor == "spark-spread":
-        monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    instead of written by one task; ``spark-fallback``: batches of more than 20 rows are first
+    seen by the one task, which writes nothing, then spread."""
+    if executor in ("spark-spread", "spark-fallback"):
+        monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0 if executor == "spark-spread" else 20)
         executor = "spark"
     driver, other = str(tmp_path / "driver"), str(tmp_path / executor)
     for p, ex in ((driver, "driver"), (other, executor)):
@@ -51,6 +52,96 @@ def test_driver_and_executor_paths_write_the_same_rows(spark, tmp_path, monkeypa
     day1 = "2024-01-01"
     assert ("0", day1) not in got and got[("16", day1)] == 4.0 and got[("45", day1)] == 1.0 and got[("50", day1)] == 9.0
     assert a.num_rows == 45 + 5 + 50
+
+
+def test_a_small_spark_batch_is_written_by_one_job_of_one_task(spark, tmp_path):
+    """The input is read once: no job collects the batch's keys before the one that writes."""
+    path = str(tmp_path / "t")
+    new_table(path)
+    sc = spark.sparkContext
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor="spark")
+    mw.write(spark.createDataFrame(trips(range(40), ts=1).to_pandas()), path, cfg)
+    df = spark.createDataFrame(pa.concat_tables([trips(range(20, 60), ts=2, value=2), trips(range(5), date="2024-01-02")]).to_pandas())
+    sc.setJobGroup("mw-one-task", "the write under test")
+    try:
+        r = mw.write(df, path, cfg)
+    finally:
+        sc.setJobGroup("", "")
+    jobs = [sc.statusTracker().getJobInfo(j) for j in sc.statusTracker().getJobIdsForGroup("mw-one-task")]
+    assert len(jobs) == 1 and len(jobs[0].stageIds) == 1
+    assert sc.statusTracker().getStageInfo(jobs[0].stageIds[0]).numTasks == 1
+    assert (r.num_inserts, r.num_updates) == (25, 20)
+    got = {(i, d): v for i, d, v in rows(hudi_read(path), ["id", "date", "value"])}
+    assert len(got) == 65 and got[("39", "2024-01-01")] == 2.0 and got[("19", "2024-01-01")] == 1.0
+
+
+def test_a_new_key_the_executor_path_inserted_conflicts_with_a_rival_inserting_it(spark, tmp_path, monkeypatch):
+    """The executor path's inserted keys (read from its new files only when a rival created file
+    groups meanwhile) still make the second of two writers inserting one new key lose."""
+    path = str(tmp_path / "t")
+    new_table(path)
+    lock = mw.InProcessLock()
+    original = spark_path.run_on_executors
+
+    def rival_commits_meanwhile(*args, **kwargs):
+        out = original(*args, **kwargs)
+        mw.write(trips(["same"], ts=1, value=7), path, mw.WriterConfig(lock=lock, writer_id="rival"))
+        return out
+
+    monkeypatch.setattr(spark_path, "run_on_executors", rival_commits_meanwhile)
+    df = spark.createDataFrame(trips(["same", "own"], ts=1, value=1).to_pandas())
+    with pytest.raises(errors.WriteConflictError):
+        mw.write(df, path, mw.WriterConfig(lock=lock, writer_id="w", executor="spark", max_conflict_retries=0))
+    assert rows(hudi_read(path), ["id", "value"]) == [("same", 7.0)]
+
+
+def test_the_one_task_refuses_to_write_for_an_instant_rolled_back_meanwhile(spark, tmp_path, monkeypatch):
+    """A cleaner rolled the instant back before the task ran: the task writes no data file and
+    the write raises the typed error; nothing is committed (plain directory walk, hudi-rs)."""
+    path = str(tmp_path / "t")
+    new_table(path)
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor="spark")
+    mw.write(spark.createDataFrame(trips(range(5), value=1).to_pandas()), path, cfg)
+    before = sorted(glob.glob(f"{path}/*/*.parquet"))
+    original = spark_path._in_one_task
+
+    def rolled_back_first(df, cfg_, ctx, *rest):
+        for f in glob.glob(f"{path}/.hoodie/timeline/{ctx.instant_time}.*"):
+            os.remove(f)
+        return original(df, cfg_, ctx, *rest)
+
+    monkeypatch.setattr(spark_path, "_in_one_task", rolled_back_first)
+    with pytest.raises(errors.InstantRolledBackError):
+        mw.write(spark.createDataFrame(trips(range(3, 8), ts=2, value=2).to_pandas()), path, cfg)
+    assert sorted(glob.glob(f"{path}/*/*.parquet")) == before
+    assert rows(hudi_read(path), ["id", "value"]) == [(str(i), 1.0) for i in range(5)]
+
+
+def test_every_attempt_of_the_one_task_names_its_new_file_groups_alike(tmp_path):
+    """Two plans of one batch (as a retried or speculative task attempt makes) give their new
+    file groups the same names, each holding the same keys."""
+    from multiwriter.write.index import KeyIndex
+    from multiwriter.write.merge import context
+    from multiwriter.write.records import KEY, prepare
+    from multiwriter.write.writer import plan_batch
+
+    path = str(tmp_path / "t")
+    new_table(path)
+    mw.write(trips(range(10)), path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    t = mw.Table.open(path)
+    batch = pa.concat_tables([trips(range(5, 400), ts=2), trips(range(300), date="2024-01-02")])
+    prepared = prepare(batch, t.config, t.schema(), operation="upsert", hashes=True)
+    ctx = context(path, "20990101000000000", t.schema(), "ts", 1, ("id",))
+
+    def groups():
+        plan = spark_path._stable_new_ids(plan_batch(prepared, t.timeline(), KeyIndex(t.storage), "upsert", 2048),
+                                          ctx.instant_time)
+        return {(task.partition, task.file_id, task.is_new): sorted(plan.rows_for(task).column(KEY).to_pylist())
+                for task in plan.tasks}
+
+    first, second = groups(), groups()
+    assert first == second
+    assert sum(new for _, _, new in first) >= 3, "several new file groups were planned"
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
