@@ -209,7 +209,7 @@ def _jvm(proc):
 
 
 #: how a long-lived driver is started (README, "Reliability")
-DRIVER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+DRIVER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def memory_stream(size: dict, work: Path, spark) -> dict:
