@@ -112,6 +112,45 @@ class PyArrowLimit:
         return ds.dataset(self.path, format="parquet").to_table(columns=["id", "ts", "amount"])
 
 
+class PyArrowHudiFilesLimit:
+    """The Parquet files a Hudi insert writes, with pyarrow and nothing else: one file per
+    partition with Hudi's five meta columns (built as the writer builds them), the writer's
+    encoding settings, on two threads. No transaction, index, bloom filter or marker: what
+    the files alone cost, the floor for any Hudi writer built on pyarrow."""
+
+    def __init__(self, root: Path) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.path, self.n = root / "pyarrow-hudi", 0
+        self.pool = ThreadPoolExecutor(2)
+
+    def append(self, t: pa.Table) -> None:
+        from multiwriter.write.merge import row_numbers
+
+        self.n += 1
+        instant = f"20260101000000{self.n:03d}"
+        unique = {"_hoodie_commit_seqno", "_hoodie_record_key", "id"}
+
+        def one(day: str) -> None:
+            part = t.filter(pc.equal(t["date"], day))
+            n, name = part.num_rows, f"{self.n}-{day}.parquet"
+            meta = {"_hoodie_commit_time": pa.repeat(pa.scalar(instant), n),
+                    "_hoodie_commit_seqno": pc.binary_join_element_wise(pa.scalar(f"{instant}_0"), row_numbers(n), "_"),
+                    "_hoodie_record_key": part["id"], "_hoodie_partition_path": pa.repeat(pa.scalar(f"date={day}"), n),
+                    "_hoodie_file_name": pa.repeat(pa.scalar(name), n)}
+            full = pa.table({**meta, **{c: part[c] for c in part.column_names}})
+            (self.path / day).mkdir(parents=True, exist_ok=True)
+            pq.write_table(full, self.path / day / name, compression="snappy",
+                           use_dictionary=[c for c in full.column_names if c not in unique])
+
+        list(self.pool.map(one, pc.unique(t["date"]).to_pylist()))
+
+    load = append
+
+    def read(self) -> pa.Table:
+        return ds.dataset(self.path, format="parquet").to_table(columns=["id", "ts", "amount"])
+
+
 class SparkParquetLimit:
     """Spark's own Parquet write of the same Arrow batch: the cost of going through Spark."""
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import multiwriter as mw
 
 from . import data, goals, streaming
-from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowLimit, SparkParquetLimit, reset
+from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +70,7 @@ def append(size: dict, work: Path, spark) -> dict:
         "deltalake append": DeltaLake(work),
         "pyiceberg append": Iceberg(work),
         "pyarrow write_dataset (limit)": PyArrowLimit(work),
+        "pyarrow, same files with Hudi's meta columns (limit)": PyArrowHudiFilesLimit(work),
         "spark createDataFrame + write.parquet (limit)": SparkParquetLimit(work, spark),
     }
     times = goals._interleave(peers, todo, "append")
