@@ -58,6 +58,7 @@ from ..errors import (
 from ..heartbeat.client import HeartbeatClient, expiry_bound_s, heartbeat_age_s
 from ..storage import Storage
 from ..table import instant as inst
+from ..table import layout
 from ..table.instant import Instant
 from ..table.metadata import WriteStat
 from ..table.table import Table
@@ -163,7 +164,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             return _TaskResult(begun=self.begun)
         staged = staging.stage(storage, self.writer_id, batch_id, iter(batches))
         rows = pa.Table.from_batches(batches)
-        token = f"{tc.partitionId()}-{tc.stageId()}-{tc.taskAttemptId()}" if tc is not None else "0-0-0"  # Hudi's write token
+        token = layout.task_write_token(tc)
         kept = [staged] if staged is not None else []
         try:
             stats, inserted = _write_task(Table.open(self.path), self.begun, self.writer_id, self.operation,

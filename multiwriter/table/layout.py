@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InvalidRecordError
 
@@ -44,6 +45,12 @@ def new_file_id() -> str:
 
 def write_token(task: int = 0, stage: int = 0, attempt: int = 0) -> str:
     return f"{task}-{stage}-{attempt}"
+
+
+def task_write_token(tc: Any) -> str:
+    """Hudi's write token of a Spark task attempt (``<partition>-<stage>-<taskAttemptId>``), from
+    its TaskContext; outside a Spark task (None), the first attempt's."""
+    return write_token(tc.partitionId(), tc.stageId(), tc.taskAttemptId()) if tc is not None else write_token()
 
 
 def validate_partition_value(field: str, value: str) -> str:

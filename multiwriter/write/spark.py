@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
+from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
@@ -188,8 +189,6 @@ def _plan(
     target_file_size: int, parallelism: int,
 ) -> Routing:
     """The driver's share: tag the keys with the index the driver path uses, then the tasks."""
-    from ..table import layout
-
     if operation == "insert":  # as Hudi: no lookup against the table
         snap, tagged = Snapshot({}, timeline, None), untagged(keys)
     else:
@@ -385,7 +384,7 @@ class _OneTask:
         from .writer import plan_batch
 
         tc = TaskContext.get()
-        token = f"{tc.partitionId()}-{tc.stageId()}-{tc.taskAttemptId()}" if tc is not None else "0-0-0"
+        token = layout.task_write_token(tc)
         t0 = time.perf_counter()
         prepared = records.prepare(rows, self.cfg, self.ctx.data_schema, operation=self.operation, hashes=True)
         t1 = time.perf_counter()
@@ -533,7 +532,6 @@ def _groups(t: pa.Table, operation: str):
 
 
 def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> WriteStat:
-    from ..table import layout
     from .merge import merge_file_group
 
     token = layout.write_token(task.task_index, stage, attempt)
