@@ -408,22 +408,23 @@ def _overlap(results: list[_TaskResult]) -> str | None:
             other = seen.setdefault((s.partition_path, s.file_id), n)
             if other != n:
                 return f"tasks {other} and {n} both rewrote file group {s.file_id} in {s.partition_path!r}"
-    by_part: dict[str, list[pa.Array]] = {}
-    for r in results:
-        for part, keys in r.inserted.items():
-            by_part.setdefault(part, []).append(keys)
-    for part, ks in by_part.items():  # a task's own new keys are distinct (its rows were deduplicated)
+    for part, ks in _inserts_by_partition(results).items():  # a task's own new keys are distinct (deduplicated rows)
         if len(ks) > 1 and pc.count_distinct(pa.concat_arrays(ks)).as_py() != sum(len(k) for k in ks):
             return f"two tasks inserted the same new key in {part!r}"
     return None
 
 
-def _merged_inserts(results: list[_TaskResult]) -> dict[str, pa.Array]:
+def _inserts_by_partition(results: list[_TaskResult]) -> dict[str, list[pa.Array]]:
+    """Per partition, each task's new keys there."""
     out: dict[str, list[pa.Array]] = {}
     for r in results:
         for part, keys in r.inserted.items():
             out.setdefault(part, []).append(keys)
-    return {p: pa.concat_arrays(ks) if len(ks) > 1 else ks[0] for p, ks in out.items()}
+    return out
+
+
+def _merged_inserts(results: list[_TaskResult]) -> dict[str, pa.Array]:
+    return {p: pa.concat_arrays(ks) if len(ks) > 1 else ks[0] for p, ks in _inserts_by_partition(results).items()}
 
 
 def _lapsed(table: Table, begun: _Begun) -> str | None:
