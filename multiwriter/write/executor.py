@@ -16,7 +16,7 @@ from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
 from .index import FooterKeys
-from .merge import MergeContext, armed, merge_file_group
+from .merge import MergeContext, armed, merge_file_group, with_encodings
 from .plan import FileGroupTask, Plan
 
 #: merges of one plan running at once on the driver (None: one per core)
@@ -36,7 +36,7 @@ def run_on_driver(
         from ..table.table import Table
 
         config = Table.open(storage.uri).config
-    ctx = armed(ctx, config)
+    ctx = with_encodings(armed(ctx, config), plan.rows)
     tasks = plan.tasks
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:

@@ -8,6 +8,7 @@ Untouched rows keep their commit time and sequence number.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import time
@@ -47,6 +48,7 @@ class MergeContext:
     heartbeat_bound_s: float | None = None  # the writer's heartbeat expiry bound (pre-write check)
     pending_files: tuple[str, ...] = ()  # requested/inflight files of the instant (pre-write check)
     unique_columns: tuple[str, ...] = ()  # data columns unique within a file (a one-field record key)
+    plain_columns: tuple[str, ...] = ()  # data columns whose values rarely repeat: no dictionary (:func:`with_encodings`)
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -137,7 +139,6 @@ def merge_file_group(
             n_delete = _count(pc.and_(removed, pc.invert(replaced)))
             drop = pc.or_(replaced, removed)
         kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
-        kept = _set_constant(kept, full, "_hoodie_file_name", name)
         keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
     else:
         kept = full.empty_table()
@@ -152,7 +153,8 @@ def merge_file_group(
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
-    size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns)
+    size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
+                                  constants={"_hoodie_partition_path": task.partition, "_hoodie_file_name": name})
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -181,10 +183,6 @@ def _split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
 
 def _count(mask: pa.Array) -> int:
     return pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
-
-
-def _set_constant(t: pa.Table, full: pa.Schema, column: str, value: str) -> pa.Table:
-    return t.set_column(full.get_field_index(column), column, pa.repeat(pa.scalar(value, pa.string()), t.num_rows))
 
 
 def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[pa.Table | None, dict]:
@@ -236,7 +234,8 @@ def row_numbers(n: int) -> pa.Array:
 
 
 def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str) -> pa.Table:
-    """Incoming rows with their meta columns (the constant ones built once per file)."""
+    """Incoming rows with their meta columns. The partition path and file name are constant over
+    the whole file: :func:`_write_parquet` sets them (``constants``)."""
     n = upserts.num_rows
     if n == 0:
         return full.empty_table()
@@ -245,8 +244,8 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
         "_hoodie_commit_time": pa.repeat(pa.scalar(t, pa.string()), n),
         "_hoodie_commit_seqno": seq,
         "_hoodie_record_key": upserts.column(KEY),
-        "_hoodie_partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), n),
-        "_hoodie_file_name": pa.repeat(pa.scalar(name, pa.string()), n),
+        "_hoodie_partition_path": pa.nulls(n, pa.string()),
+        "_hoodie_file_name": pa.nulls(n, pa.string()),
     }
     cols = [meta[c] for c in META_COLUMNS] + [upserts.column(f.name) for f in full if f.name not in META_COLUMNS]
     return pa.Table.from_arrays(cols, schema=full)
@@ -254,21 +253,71 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
 
 _KEY_FOOTER = frozenset({MIN_KEY.encode(), MAX_KEY.encode(), bloom.FOOTER_KEY, bloom.TYPE_CODE_KEY})
 
-#: meta columns whose values are unique per row: dictionary encoding only costs time there
-_NO_DICTIONARY = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
+#: meta columns whose values are unique per row: dictionary encoding and min/max statistics
+#: only cost time there (the footer carries the key range as Hudi's own entries)
+_UNIQUE_META = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
+_ARROW_SCHEMA = b"ARROW:schema"
+
+
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    """``n`` times ``value`` as a one-entry dictionary: nothing to build per row, and Parquet
+    writes it as its dictionary page plus run-length indices without hashing ``n`` strings."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()), safe=False)
+
+
+#: rows looked at to decide whether a column's values repeat enough for a dictionary
+_DICTIONARY_SAMPLE = 1024
+
+
+def with_encodings(ctx: MergeContext, rows: pa.Table) -> MergeContext:
+    """``ctx`` with the data columns that are written without a dictionary, judged once per
+    batch on its first rows (not once per file: the judging costs as much as it saves there)."""
+    plain = tuple(f.name for f in ctx.data_schema
+                  if f.name not in ctx.unique_columns and rows.schema.get_field_index(f.name) >= 0
+                  and not _dictionary_pays(rows.column(f.name)))
+    return dataclasses.replace(ctx, plain_columns=plain)
+
+
+def _dictionary_pays(col: pa.ChunkedArray) -> bool:
+    """Whether dictionary encoding makes this column chunk smaller, judged on its first rows:
+    the dictionary plus bit-packed indices against the plain values. Hudi's Parquet writer
+    (parquet-mr) drops a dictionary that does not compress; pyarrow keeps it, at the cost of
+    hashing every value, so the choice is made here. Nested columns keep the default."""
+    t = col.type
+    if not (pa.types.is_primitive(t) or pa.types.is_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
+        return True
+    sample = col.slice(0, _DICTIONARY_SAMPLE)
+    n = len(sample) - sample.null_count
+    if n < 2:
+        return True
+    distinct = pc.count_distinct(sample).as_py()
+    if pa.types.is_primitive(t):
+        width = max(t.bit_width // 8, 1)
+        value_bytes = n * width
+    else:  # plain encoding stores a 4-byte length before each value
+        value_bytes = (pc.sum(pc.binary_length(sample)).as_py() or 0) + 4 * n
+    index_bytes = n * max(distinct - 1, 1).bit_length() / 8
+    return index_bytes + value_bytes * distinct / n < value_bytes
 
 
 def _write_parquet(
-    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, unique: tuple[str, ...] = ()
+    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, plain: tuple[str, ...] = (),
+    constants: dict[str, str] | None = None,
 ) -> tuple[int, FooterKeys]:
     """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
     into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes).
-    Columns unique per row (the key columns, ``unique``) are not dictionary-encoded: a
-    dictionary of distinct values only costs time and bytes."""
+    Columns whose values rarely repeat (the key columns, ``plain``) are not dictionary-encoded:
+    a dictionary of distinct values only costs time and bytes. ``constants``: string columns
+    with one value over the whole file, written from a one-entry dictionary; the stored Arrow
+    schema is the plain one, so every reader sees them as strings."""
     keys = out.column("_hoodie_record_key")
     schema_md = {k: v for k, v in (out.schema.metadata or {}).items() if k not in _KEY_FOOTER}
+    stored = out.schema.with_metadata(schema_md)  # the schema readers see (constants as strings)
     out = out.replace_schema_metadata(schema_md or None)
-    footer: dict[bytes, bytes] = {}
+    for column, value in (constants or {}).items():
+        out = out.set_column(out.schema.get_field_index(column), column, _constant(value, out.num_rows))
+    footer: dict[bytes, bytes] = {_ARROW_SCHEMA: base64.b64encode(stored.serialize().to_pybytes())}
     lo = hi = None
     if out.num_rows:
         mm = pc.min_max(keys)
@@ -276,9 +325,11 @@ def _write_parquet(
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
     footer.update(bloom.footer_entries(keys_filter))
-    dictionary = [n for n in out.schema.names if n not in _NO_DICTIONARY and n not in unique]
+    dictionary = [n for n in out.schema.names if n not in _UNIQUE_META and n not in plain]
+    statistics = [n for n in out.schema.names if n not in _UNIQUE_META]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
-        with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary) as w:
+        with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary,
+                              write_statistics=statistics, store_schema=False) as w:
             w.write_table(out)
             w.add_key_value_metadata(footer)
         size = f.tell()  # the whole file went through this stream: its size, without a stat
@@ -310,14 +361,13 @@ def write_moved_rows(
     _ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
     full = ctx.file_schema
     out = align(rows, full)
-    out = out.set_column(full.get_field_index("_hoodie_file_name"), "_hoodie_file_name", pa.array([name] * out.num_rows, pa.string()))
     if out.num_rows > 1:
         out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
     check_alive(storage, ctx, rel)
     keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
     if out.num_rows:
         keys_filter.add(out.column("_hoodie_record_key"))
-    size, _footer = _write_parquet(storage, rel, out.combine_chunks(), keys_filter)
+    size, _footer = _write_parquet(storage, rel, out.combine_chunks(), keys_filter, constants={"_hoodie_file_name": name})
     return WriteStat(
         file_id=file_id,
         path=rel,

@@ -15,10 +15,10 @@ from multiwriter.write import merge
 _original = merge._write_parquet
 
 
-def _write_then_fail_first_attempt(storage, rel, out, *rest):
+def _write_then_fail_first_attempt(storage, rel, out, *rest, **options):
     from pyspark import TaskContext
 
-    written = _original(storage, rel, out, *rest)
+    written = _original(storage, rel, out, *rest, **options)
     tc = TaskContext.get()
     if tc is not None and tc.attemptNumber() == 0:
         with open(os.path.join(os.environ["MULTIWRITER_RETRY_HOOK_DIR"], uuid.uuid4().hex), "w") as f:

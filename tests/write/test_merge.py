@@ -1,0 +1,70 @@
+"""How base files are encoded: dictionaries only where values repeat, and meta columns that
+every reader sees as plain strings naming the file and partition they are in."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import multiwriter as mw
+from tests.oracle import hudi_read, rows
+
+SCHEMA = pa.schema([("id", pa.string()), ("day", pa.string()), ("ts", pa.int64()), ("x", pa.float64()),
+                    ("color", pa.string())])
+
+
+def _batch(ids: range, ts: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    n = len(ids)
+    return pa.table({"id": [f"k{i:06d}" for i in ids], "day": [f"d{i % 2}" for i in ids], "ts": [ts] * n,
+                     "x": rng.random(n), "color": rng.choice(["red", "green", "blue"], n)}, schema=SCHEMA)
+
+
+def _data_files(root: str) -> list[str]:
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        out += [os.path.join(d, f) for f in files if f.endswith(".parquet")]
+    return out
+
+
+def _encodings(path: str) -> dict[str, tuple[str, ...]]:
+    md = pq.ParquetFile(path).metadata
+    rg = md.row_group(0)
+    return {rg.column(i).path_in_schema: rg.column(i).encodings for i in range(rg.num_columns)}
+
+
+def test_dictionaries_only_where_values_repeat_and_meta_columns_read_as_strings(tmp_path):
+    path = str(tmp_path / "enc")
+    mw.Table.create(path, name="enc", schema=SCHEMA, record_key="id", partition_by=["day"], ordering_field="ts")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    first = _batch(range(4000), 1, 1)
+    mw.write(first, path, cfg)
+    update = _batch(range(0, 4000, 7), 2, 2)  # rewrites both file groups: kept rows plus incoming ones
+    mw.write(update, path, cfg)
+
+    latest = {}
+    for f in _data_files(path):
+        fid = os.path.basename(f).split("_")[0]
+        if fid not in latest or os.path.basename(f) > os.path.basename(latest[fid]):
+            latest[fid] = f
+    assert len(latest) == 2
+    for f in latest.values():
+        enc = _encodings(f)
+        assert "RLE_DICTIONARY" not in enc["x"], f"distinct doubles need no dictionary: {enc['x']}"
+        assert "RLE_DICTIONARY" in enc["color"], f"three repeating values keep one: {enc['color']}"
+        assert "RLE_DICTIONARY" in enc["_hoodie_file_name"]
+        meta = pq.read_table(f, columns=["_hoodie_file_name", "_hoodie_partition_path"])
+        assert meta.schema.field("_hoodie_file_name").type == pa.string()
+        assert set(meta.column("_hoodie_file_name").to_pylist()) == {os.path.basename(f)}
+        assert set(meta.column("_hoodie_partition_path").to_pylist()) == {os.path.basename(os.path.dirname(f))}
+
+    got = hudi_read(path)
+    for c in ("_hoodie_file_name", "_hoodie_partition_path", "_hoodie_commit_time"):
+        assert pa.types.is_string(got.schema.field(c).type) or pa.types.is_large_string(got.schema.field(c).type), got.schema
+    assert set(got.column("_hoodie_file_name").to_pylist()) == {os.path.basename(f) for f in latest.values()}
+    expected = {r["id"]: (r["ts"], r["x"]) for r in first.to_pylist()}
+    expected.update({r["id"]: (r["ts"], r["x"]) for r in update.to_pylist()})
+    assert rows(got, ["id", "ts", "x"]) == sorted(((k, *v) for k, v in expected.items()), key=repr)
