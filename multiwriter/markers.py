@@ -1,6 +1,14 @@
 """Markers: ``.hoodie/.temp/<T>/<partition>/<file>.marker.CREATE``, one per data file an instant
 starts to write, created *before* the file.
 
+Two of Hudi's layouts are written and read. Tasks that run on their own (Spark executors, where
+several tasks or attempts write one instant) create one marker file each (Hudi's ``DIRECT``
+markers). A writer that writes every file of its instant itself and knows their names up front
+(the driver path) lists them all in one ``MARKERS0`` file beside ``MARKERS.type`` =
+``TIMELINE_SERVER_BASED``: the layout Hudi's timeline server writes, which Hudi's rollback reads
+straight from storage. One file instead of one per data file (and one directory per partition)
+is what makes a small write's markers cheap. An instant uses one layout, never both.
+
 Why: the marker directory of an instant is the list of every file it may have left on storage,
 whatever happened to the process (killed, retried Spark task, speculative duplicate). So an abort
 or a rollback deletes exactly those files without listing the table, and a commit can delete
@@ -12,13 +20,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from .errors import InvalidRecordError
 from .storage import FileExists, Storage
 from .table import layout
 from .table.instant import TIME_RE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["create", "data_paths", "delete_dir", "delete_files", "instants_with_markers", "list_markers", "reconcile"]
+__all__ = ["create", "create_all", "data_paths", "delete_dir", "delete_files", "instants_with_markers", "list_markers",
+           "reconcile"]
+
+MARKER_TYPE_FILE = "MARKERS.type"
+LISTED_TYPE = b"TIMELINE_SERVER_BASED"
+_LISTS_PREFIX = "MARKERS"
+_MARKER_SUFFIX = ".marker.CREATE"
 
 
 def create(storage: Storage, instant_time: str, partition: str, file_name: str) -> str:
@@ -31,9 +46,53 @@ def create(storage: Storage, instant_time: str, partition: str, file_name: str) 
     return rel
 
 
+def create_all(storage: Storage, instant_time: str, files: Iterable[tuple[str, str]]) -> str:
+    """Mark every ``(partition, file name)`` the instant will write, in one list file (Hudi's
+    timeline-server layout), before any of them is written. The type file goes first: a reader
+    that finds it reads the lists. Returns the list file's path."""
+    d = layout.marker_dir(instant_time)
+    try:
+        storage.put_if_absent(f"{d}/{MARKER_TYPE_FILE}", LISTED_TYPE, durable=False)
+    except FileExists:
+        pass
+    body = "\n".join(f"{layout.data_file_path(p, name)}{_MARKER_SUFFIX}" for p, name in files).encode()
+    for i in range(1_000):  # a list file is never rewritten: a second list takes the next number
+        rel = f"{d}/{_LISTS_PREFIX}{i}"
+        try:
+            storage.put_if_absent(rel, body, durable=False)
+            return rel
+        except FileExists:
+            continue
+    raise FileExists(f"{d} already holds 1000 marker lists")
+
+
 def list_markers(storage: Storage, instant_time: str) -> list[str]:
-    """Every marker file of one instant (relative paths; empty when there is no marker dir)."""
-    return sorted(e.path for e in storage.walk_files(layout.marker_dir(instant_time)))
+    """Every marker of one instant, as the relative path its direct marker file has (empty when
+    there is no marker dir): the marker files, and the entries of the ``MARKERS<n>`` lists."""
+    d = layout.marker_dir(instant_time)
+    out = set()
+    for e in storage.walk_files(d):
+        name = e.path.rsplit("/", 1)[-1]
+        if e.path.endswith(_MARKER_SUFFIX):
+            out.add(e.path)
+        elif name.startswith(_LISTS_PREFIX) and name[len(_LISTS_PREFIX):].isdigit() and e.path == f"{d}/{name}":
+            out.update(f"{d}/{m}" for m in _listed(storage, e.path))
+    return sorted(out)
+
+
+def _listed(storage: Storage, rel: str) -> list[str]:
+    """The markers one list file names; an entry that would leave the table (``..``, hidden
+    directories) is skipped, so no deletion is ever pointed outside it."""
+    out = []
+    for line in storage.read_bytes(rel).decode("utf-8", errors="replace").splitlines():
+        m = line.strip()
+        if not m:
+            continue
+        try:
+            out.append(layout.check_relative(m))
+        except InvalidRecordError:
+            log.warning("marker list %s: skipped unsafe entry %r", rel, m[:200])
+    return out
 
 
 def data_paths(storage: Storage, instant_time: str) -> list[str]:

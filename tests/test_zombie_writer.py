@@ -40,12 +40,12 @@ def _child(a: dict) -> None:
     original = merge._write_parquet
     calls = [0]
 
-    def hooked(storage, rel, out, *rest):  # called right after the pre-write check of each data file
+    def hooked(storage, rel, out, *rest, **options):  # called right after the pre-write check of each data file
         calls[0] += 1
         if calls[0] == 2:
             print(json.dumps({"frozen": rel}), flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
-        size = original(storage, rel, out, *rest)
+        size = original(storage, rel, out, *rest, **options)
         if calls[0] == 3:
             os.kill(os.getpid(), signal.SIGKILL)  # the crash that leaves the files behind
         return size

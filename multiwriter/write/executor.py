@@ -6,17 +6,19 @@ Parquet release the GIL, so file groups merge side by side on every core.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
+from .. import markers
 from ..storage import Storage
 from ..threads import ProcessPool
 from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
 from .index import FooterKeys
-from .merge import MergeContext, armed, merge_file_group, with_encodings
+from .merge import MergeContext, armed, check_alive, merge_file_group, with_encodings
 from .plan import FileGroupTask, Plan
 
 #: merges of one plan running at once on the driver (None: one per core)
@@ -26,18 +28,25 @@ MAX_PARALLEL_MERGES: int | None = None
 def run_on_driver(
     storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
     *, on_footer: Callable[[str, FooterKeys], None] | None = None,
-    token: Callable[[FileGroupTask], str] | None = None,
+    token: Callable[[FileGroupTask], str] | None = None, list_markers: bool = False,
 ) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
     read from the table when not given; ``token``: each file's write token, by default the
-    task's index). Stats come back in task order; the first failure is
-    raised once every started merge has finished (so markers name all files left behind)."""
+    task's index). ``list_markers``: this call writes every file of its instant, so their
+    markers go into one list first (:func:`markers.create_all`) instead of one file each.
+    Stats come back in task order; the first failure is raised once every started merge has
+    finished (so markers name all files left behind)."""
     if config is None:
         from ..table.table import Table
 
         config = Table.open(storage.uri).config
     ctx = with_encodings(armed(ctx, config), plan.rows)
     tasks = plan.tasks
+    if list_markers and tasks:
+        files = [(t.partition, _file_name(ctx, t, token)) for t in tasks]
+        check_alive(storage, ctx, f"the markers of {len(files)} files")
+        markers.create_all(storage, ctx.instant_time, files)
+        ctx = dataclasses.replace(ctx, markers_listed=True)
     workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
     if workers <= 1:
         plan.gather()
@@ -72,12 +81,19 @@ def _longest_first(plan: Plan) -> list[FileGroupTask]:
     return sorted(plan.tasks, key=lambda t: (t.is_new, -plan.row_count(t), t.task_index))
 
 
+def _token(task: FileGroupTask, token: Callable[[FileGroupTask], str] | None) -> str:
+    return token(task) if token is not None else layout.write_token(task.task_index, 0, 0)
+
+
+def _file_name(ctx: MergeContext, task: FileGroupTask, token: Callable[[FileGroupTask], str] | None) -> str:
+    return layout.DataFileName(task.file_id, _token(task, token), ctx.instant_time).name
+
+
 def _merge_one(
     storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
 ) -> WriteStat:
-    name = token(task) if token is not None else layout.write_token(task.task_index, 0, 0)
-    return merge_file_group(storage, ctx, task, plan.rows_for(task), name, deduped=True, on_footer=on_footer)
+    return merge_file_group(storage, ctx, task, plan.rows_for(task), _token(task, token), deduped=True, on_footer=on_footer)
 
 
 def _first_error(failed: list[Future]) -> BaseException:

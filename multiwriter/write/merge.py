@@ -49,6 +49,7 @@ class MergeContext:
     pending_files: tuple[str, ...] = ()  # requested/inflight files of the instant (pre-write check)
     unique_columns: tuple[str, ...] = ()  # data columns unique within a file (a one-field record key)
     plain_columns: tuple[str, ...] = ()  # data columns whose values rarely repeat: no dictionary (:func:`with_encodings`)
+    markers_listed: bool = False  # every file's marker is already in the instant's marker list (:func:`markers.create_all`)
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -117,8 +118,9 @@ def merge_file_group(
     full = ctx.file_schema
     name = layout.DataFileName(task.file_id, write_token, t).name
     rel = layout.data_file_path(task.partition, name)
-    check_alive(storage, ctx, f"the marker of {rel}")
-    markers.create(storage, t, task.partition, name)
+    if not ctx.markers_listed:
+        check_alive(storage, ctx, f"the marker of {rel}")
+        markers.create(storage, t, task.partition, name)
     _ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
 
     if not deduped and incoming.num_rows > 1:

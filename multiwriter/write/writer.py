@@ -186,7 +186,8 @@ class Writer:
             phases["index"] = time.monotonic() - t0
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
-            stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written)
+            stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written,
+                                  list_markers=True)
             inserted = None if replacing else plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")

@@ -1,0 +1,82 @@
+"""Markers: a writer that writes every file of its instant lists them all in Hudi's
+timeline-server marker layout before the first data file, and every reader of markers (abort,
+reconcile, the cleaner's rollback) finds the files through that list."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import multiwriter as mw
+from multiwriter import faults, markers
+from multiwriter.storage import Storage
+from multiwriter.table import layout
+from multiwriter.write import merge
+from tests.conftest import trips
+from tests.oracle import hudi_read
+
+
+def _marker_dir_files(path: str) -> dict[str, str]:
+    """Every file under .hoodie/.temp with its text, by a plain directory walk."""
+    temp = Path(path, ".hoodie", ".temp")
+    return {str(p.relative_to(temp)): p.read_text() for p in temp.rglob("*") if p.is_file()}
+
+
+def test_a_driver_write_lists_every_file_before_it_writes_one(trips_table, table_path, monkeypatch):
+    seen: list[dict[str, str]] = []
+    original = merge._write_parquet
+
+    def first_sees_markers(storage, rel, out, *rest, **options):
+        if not seen:
+            seen.append(_marker_dir_files(table_path))
+        return original(storage, rel, out, *rest, **options)
+
+    monkeypatch.setattr(merge, "_write_parquet", first_sees_markers)
+    batch = pa.concat_tables([trips(range(20)), trips(range(20, 40), date="2024-01-02"), trips(range(40, 45), date="2024-01-03")])
+    r = mw.write(batch, table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    t = r.instant.requested_time
+    at_first_file = seen[0]
+    assert at_first_file[f"{t}/MARKERS.type"] == "TIMELINE_SERVER_BASED"
+    assert not [k for k in at_first_file if k.endswith(".marker.CREATE")], "no marker file per data file"
+    listed = {line.removesuffix(".marker.CREATE") for line in at_first_file[f"{t}/MARKERS0"].splitlines()}
+
+    got = hudi_read(table_path)  # which files the commit made visible, as an independent reader sees them
+    visible = {layout.data_file_path(p, f) for p, f in zip(got.column("_hoodie_partition_path").to_pylist(),
+                                                          got.column("_hoodie_file_name").to_pylist(), strict=True)}
+    assert len(visible) == 3 and listed == visible
+    assert not Path(table_path, ".hoodie", ".temp", t).exists(), "markers are deleted after the commit"
+
+
+def test_an_aborted_driver_write_deletes_every_listed_file(trips_table, table_path):
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
+    before = sorted(p for p in Path(table_path).rglob("*.parquet") if ".hoodie" not in p.parts)
+    faults.configure("after-data-files=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mw.write(trips(range(100, 140)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    finally:
+        faults.configure(None)
+    after = sorted(p for p in Path(table_path).rglob("*.parquet") if ".hoodie" not in p.parts)
+    assert after == before
+    assert not list(Path(table_path, ".hoodie", ".temp").glob("*"))
+    assert sorted(hudi_read(table_path).column("id").to_pylist()) == sorted(trips(range(5)).column("id").to_pylist())
+
+
+def test_a_list_entry_leaving_the_table_is_skipped(tmp_path):
+    root = tmp_path / "t"
+    t = "20260101000000000"
+    keep = f"2024/a1-0_0-0-0_{t}.parquet"
+    outside = tmp_path / f"b1-0_0-0-0_{t}.parquet"
+    hidden = root / ".hoodie" / f"c1-0_0-0-0_{t}.parquet"
+    for p in (root / keep, outside, hidden):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+    d = root / ".hoodie" / ".temp" / t
+    d.mkdir(parents=True)
+    (d / "MARKERS.type").write_text("TIMELINE_SERVER_BASED")
+    (d / "MARKERS0").write_text(f"{keep}.marker.CREATE\n../{outside.name}.marker.CREATE\n.hoodie/{hidden.name}.marker.CREATE\n")
+    storage = Storage(str(root))
+    assert markers.data_paths(storage, t) == [keep]
+    assert markers.delete_files(storage, t) == [keep]
+    assert outside.exists() and hidden.exists() and not (root / keep).exists()
