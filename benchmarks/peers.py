@@ -125,23 +125,35 @@ class PyArrowHudiFilesLimit:
         self.pool = ThreadPoolExecutor(2)
 
     def append(self, t: pa.Table) -> None:
-        from multiwriter.write.merge import row_numbers
+        import base64
+
+        import numpy as np
+
+        from multiwriter.write.merge import plain_columns, sequence_numbers
 
         self.n += 1
         instant = f"20260101000000{self.n:03d}"
         unique = {"_hoodie_commit_seqno", "_hoodie_record_key", "id"}
+        plain = unique | set(plain_columns(t, [c for c in t.column_names if c != "id"]))
+
+        def constant(value: str, n: int) -> pa.Array:
+            return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]), safe=False)
 
         def one(day: str) -> None:
             part = t.filter(pc.equal(t["date"], day))
             n, name = part.num_rows, f"{self.n}-{day}.parquet"
-            meta = {"_hoodie_commit_time": pa.repeat(pa.scalar(instant), n),
-                    "_hoodie_commit_seqno": pc.binary_join_element_wise(pa.scalar(f"{instant}_0"), row_numbers(n), "_"),
-                    "_hoodie_record_key": part["id"], "_hoodie_partition_path": pa.repeat(pa.scalar(f"date={day}"), n),
-                    "_hoodie_file_name": pa.repeat(pa.scalar(name), n)}
+            meta = {"_hoodie_commit_time": constant(instant, n),
+                    "_hoodie_commit_seqno": sequence_numbers(f"{instant}_0", n),
+                    "_hoodie_record_key": part["id"], "_hoodie_partition_path": constant(f"date={day}", n),
+                    "_hoodie_file_name": constant(name, n)}
             full = pa.table({**meta, **{c: part[c] for c in part.column_names}})
+            stored = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type) else f for f in full.schema])
             (self.path / day).mkdir(parents=True, exist_ok=True)
-            pq.write_table(full, self.path / day / name, compression="snappy",
-                           use_dictionary=[c for c in full.column_names if c not in unique])
+            with pq.ParquetWriter(self.path / day / name, full.schema, compression="snappy", store_schema=False,
+                                  use_dictionary=[c for c in full.column_names if c not in plain],
+                                  write_statistics=[c for c in full.column_names if c not in unique - {"id"}]) as w:
+                w.write_table(full)
+                w.add_key_value_metadata({b"ARROW:schema": base64.b64encode(stored.serialize().to_pybytes())})
 
         list(self.pool.map(one, pc.unique(t["date"]).to_pylist()))
 

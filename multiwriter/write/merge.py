@@ -144,7 +144,7 @@ def merge_file_group(
         keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
     else:
         kept = full.empty_table()
-    fresh = _new_rows(upserts, full, t, task, name)
+    fresh = _new_rows(upserts, full, t, task, name, time_is_constant=not kept.num_rows)
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
@@ -156,7 +156,8 @@ def merge_file_group(
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
-                                  constants={"_hoodie_partition_path": task.partition, "_hoodie_file_name": name})
+                                  constants={"_hoodie_partition_path": task.partition, "_hoodie_file_name": name,
+                                             **({} if kept.num_rows else {"_hoodie_commit_time": t})})
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -235,16 +236,43 @@ def row_numbers(n: int) -> pa.Array:
     return cached.slice(0, n)
 
 
-def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str) -> pa.Table:
+def sequence_numbers(prefix: str, n: int) -> pa.Array:
+    """Hudi's ``_hoodie_commit_seqno`` values ``<prefix>_0`` .. ``<prefix>_<n-1>`` in one string
+    buffer: the rows whose numbers have equally many digits form a block of equal-width values,
+    each filled by two strided copies (the prefix, then the digits cut from
+    :func:`row_numbers`), instead of joining ``n`` strings."""
+    digits = row_numbers(n)
+    if n == 0:
+        return digits
+    head = np.frombuffer(f"{prefix}_".encode(), dtype=np.uint8)
+    width = len(head)
+    number_offsets = np.frombuffer(digits.buffers()[1], dtype=np.int32, count=n + 1)
+    number_bytes = np.frombuffer(digits.buffers()[2], dtype=np.uint8, count=int(number_offsets[-1]))
+    offsets = number_offsets.astype(np.int64) + width * np.arange(n + 1, dtype=np.int64)
+    if offsets[-1] >= 2**31:  # beyond 32-bit string offsets: the plain join handles large arrays
+        return pc.binary_join_element_wise(pa.scalar(prefix), digits, "_")
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    lo, d = 0, 1
+    while lo < n:
+        hi = min(n, 10**d)
+        block = data[offsets[lo]:offsets[hi]].reshape(hi - lo, width + d)
+        block[:, :width] = head
+        block[:, width:] = number_bytes[number_offsets[lo]:number_offsets[hi]].reshape(hi - lo, d)
+        lo, d = hi, d + 1
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+
+
+def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
+              time_is_constant: bool = False) -> pa.Table:
     """Incoming rows with their meta columns. The partition path and file name are constant over
-    the whole file: :func:`_write_parquet` sets them (``constants``)."""
+    the whole file, and so is the commit time when no old row is kept (``time_is_constant``):
+    :func:`_write_parquet` sets those (``constants``)."""
     n = upserts.num_rows
     if n == 0:
         return full.empty_table()
-    seq = pc.binary_join_element_wise(pa.scalar(f"{t}_{task.task_index}"), row_numbers(n), "_")
     meta = {
-        "_hoodie_commit_time": pa.repeat(pa.scalar(t, pa.string()), n),
-        "_hoodie_commit_seqno": seq,
+        "_hoodie_commit_time": pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n),
+        "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
         "_hoodie_record_key": upserts.column(KEY),
         "_hoodie_partition_path": pa.nulls(n, pa.string()),
         "_hoodie_file_name": pa.nulls(n, pa.string()),
@@ -274,10 +302,14 @@ _DICTIONARY_SAMPLE = 1024
 def with_encodings(ctx: MergeContext, rows: pa.Table) -> MergeContext:
     """``ctx`` with the data columns that are written without a dictionary, judged once per
     batch on its first rows (not once per file: the judging costs as much as it saves there)."""
-    plain = tuple(f.name for f in ctx.data_schema
-                  if f.name not in ctx.unique_columns and rows.schema.get_field_index(f.name) >= 0
-                  and not _dictionary_pays(rows.column(f.name)))
-    return dataclasses.replace(ctx, plain_columns=plain)
+    return dataclasses.replace(ctx, plain_columns=plain_columns(rows, [f.name for f in ctx.data_schema
+                                                                      if f.name not in ctx.unique_columns]))
+
+
+def plain_columns(rows: pa.Table, names: list[str]) -> tuple[str, ...]:
+    """Those of ``names`` (columns of ``rows``) whose first rows show that a dictionary would
+    not make them smaller."""
+    return tuple(n for n in names if rows.schema.get_field_index(n) >= 0 and not _dictionary_pays(rows.column(n)))
 
 
 def _dictionary_pays(col: pa.ChunkedArray) -> bool:

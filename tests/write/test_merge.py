@@ -68,3 +68,13 @@ def test_dictionaries_only_where_values_repeat_and_meta_columns_read_as_strings(
     expected = {r["id"]: (r["ts"], r["x"]) for r in first.to_pylist()}
     expected.update({r["id"]: (r["ts"], r["x"]) for r in update.to_pylist()})
     assert rows(got, ["id", "ts", "x"]) == sorted(((k, *v) for k, v in expected.items()), key=repr)
+
+
+def test_sequence_numbers_match_hudis_format_at_every_digit_boundary():
+    from multiwriter.write.merge import sequence_numbers
+
+    for n in (0, 1, 9, 10, 11, 99, 100, 1001, 12_345):
+        got = sequence_numbers("20260101000000123_7", n)
+        got.validate(full=True)
+        assert got.type == pa.string()
+        assert got.to_pylist() == [f"20260101000000123_7_{i}" for i in range(n)]
