@@ -33,6 +33,7 @@ import base64
 import math
 import os
 import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -223,11 +224,15 @@ HASHES = "_mw_bloom_hashes"
 _HASH_COUNT = num_hashes(bit_size(DEFAULT_ENTRIES, DEFAULT_FPP), DEFAULT_ENTRIES)
 
 
-def with_hashes(t: pa.Table, key_column: str) -> pa.Table:
-    """``t`` plus the :data:`HASHES` of its keys (once per batch)."""
+def with_hashes(t: pa.Table, key_column: str, pending: Callable[[], np.ndarray] | None = None) -> pa.Table:
+    """``t`` plus the :data:`HASHES` of its keys (once per batch). ``pending``: those hashes,
+    already being computed (:func:`start_hashes` of the same keys)."""
     if t.schema.get_field_index(HASHES) >= 0:
         return t
-    h = key_hashes(t.column(key_column), _HASH_COUNT) if t.num_rows else np.zeros((0, _HASH_COUNT), np.uint32)
+    if pending is not None:
+        h = pending()
+    else:
+        h = key_hashes(t.column(key_column), _HASH_COUNT) if t.num_rows else np.zeros((0, _HASH_COUNT), np.uint32)
     col = pa.FixedSizeListArray.from_arrays(pa.array(h.ravel(), pa.uint32()), _HASH_COUNT)
     return t.append_column(HASHES, col)
 
@@ -302,18 +307,38 @@ def _hash_pool() -> ThreadPoolExecutor:
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:
     """(n, hashes) chained murmur values (uint32) of UTF-8 ``keys``: hash i is seeded with hash i-1."""
+    return _start(keys, hashes)()
+
+
+def start_hashes(keys: pa.Array | pa.ChunkedArray) -> Callable[[], np.ndarray]:
+    """Start computing the :data:`HASHES` of ``keys`` on one hash thread and return the call
+    that waits for them, so a writer can go on (begin its instant, plan) on another core."""
+    return _start(keys, _HASH_COUNT, parts=1)
+
+
+def _start(keys: pa.Array | pa.ChunkedArray, hashes: int, parts: int | None = None) -> Callable[[], np.ndarray]:
+    """Hash in ``parts`` pieces side by side (default: one per core, at most 4)."""
     keys = _as_array(keys)
     n, cores = len(keys), os.cpu_count() or 1
     out = np.empty((n, hashes), dtype=np.uint32)
-    if n < PARALLEL_MIN_KEYS or cores < 2:
-        _hash_into(keys, hashes, out)
+    if n < PARALLEL_MIN_KEYS or (cores < 2 and parts is None):
+        done: list[bool] = []
+
+        def here() -> np.ndarray:
+            if not done:
+                _hash_into(keys, hashes, out)
+                done.append(True)
+            return out
+        return here
+    bounds = np.linspace(0, n, (parts or min(cores, 4)) + 1).astype(int).tolist()
+    running = [_hash_pool().submit(_hash_into, keys.slice(lo, hi - lo), hashes, out[lo:hi])
+               for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+    def wait() -> np.ndarray:
+        for f in running:
+            f.result()
         return out
-    bounds = np.linspace(0, n, min(cores, 4) + 1).astype(int).tolist()
-    parts = [_hash_pool().submit(_hash_into, keys.slice(lo, hi - lo), hashes, out[lo:hi])
-             for lo, hi in zip(bounds, bounds[1:], strict=False)]
-    for f in parts:
-        f.result()
-    return out
+    return wait
 
 
 def _hash_into(keys: pa.Array, hashes: int, out: np.ndarray) -> None:

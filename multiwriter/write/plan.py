@@ -48,10 +48,20 @@ class Plan:
     side (one gather per task costs twice the CPU); until then each task gathers its own rows."""
 
     tasks: list[FileGroupTask]
-    rows: pa.Table  # prepared rows (with their bloom hashes), in batch order
+    rows: pa.Table  # prepared rows, in batch order (their bloom hashes are added on first use)
     order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bounds: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> range in order
     grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
+    pending_hashes: Callable[[], np.ndarray] | None = None  # the rows' hashes, being computed (:func:`bloom.start_hashes`)
+
+    def hashed_rows(self) -> pa.Table:
+        """``rows`` with their bloom hashes (each file's filter takes them modulo its bits).
+        Added here, not when planning, so an insert's hashes are computed while its instant
+        begins and its plan is written."""
+        if self.rows.schema.get_field_index(bloom.HASHES) < 0:
+            self.rows = bloom.with_hashes(self.rows, KEY, self.pending_hashes)
+            self.pending_hashes = None
+        return self.rows
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
@@ -75,7 +85,8 @@ class Plan:
         if self.grouped is not None or len(self.order) == 0:
             return
         pieces = [ix for ix in np.array_split(self.order, max(1, min(parts, len(self.order) // 10_000 or 1))) if len(ix)]
-        tables = list(mapper(lambda ix: self.rows.take(pa.array(ix)), pieces))
+        rows = self.hashed_rows()
+        tables = list(mapper(lambda ix: rows.take(pa.array(ix)), pieces))
         self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
@@ -83,9 +94,10 @@ class Plan:
             lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
             return self.grouped.slice(lo, hi - lo)
         ix = self._indices(task)
+        rows = self.hashed_rows()
         if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy
-            return self.rows.slice(int(ix[0]), len(ix))
-        return self.rows.take(pa.array(ix))
+            return rows.slice(int(ix[0]), len(ix))
+        return rows.take(pa.array(ix))
 
     def _indices(self, task: FileGroupTask) -> np.ndarray:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
@@ -100,13 +112,15 @@ def bucket_of(key: str, buckets: int) -> int:
     return zlib.crc32(key.encode()) % buckets if buckets > 1 else 0
 
 
-def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) -> Plan:
+def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
+              hashes: Callable[[], np.ndarray] | None = None) -> Plan:
     """Route every row to a file group: its key's group when tagged, else a new group of its
     partition (several when the partition's new rows exceed the target file size, chosen by a
     stable hash of the key). Deletes of keys that do not exist have nothing to do.
 
     Groups are found on integer codes (partition x slot), sorted by a stable radix sort when
-    the codes are small, not on strings."""
+    the codes are small, not on strings. ``hashes``: the rows' bloom hashes, still being
+    computed (:meth:`Plan.hashed_rows` waits for them)."""
     n = tagged.num_rows
     parts = tagged.column(PARTITION).combine_chunks().dictionary_encode()
     pcodes = parts.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -140,7 +154,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
     sorted_code = code[order]
     if rows_idx is not None:
         order = rows_idx[order]
-    rows = bloom.with_hashes(tagged.drop_columns([PARTITION, FILE_ID]), KEY)  # each file's filter takes them modulo its bits
+    rows = tagged.drop_columns([PARTITION, FILE_ID])
     if len(order) == 0:
         return Plan([], rows, order, {})
     starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
@@ -156,7 +170,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int) ->
     for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-    return Plan(tasks, rows, order, bounds)
+    return Plan(tasks, rows, order, bounds, pending_hashes=hashes)
 
 
 def _new_groups(tagged: pa.Table, pcodes: np.ndarray, is_new: np.ndarray, n_parts: int,

@@ -153,8 +153,11 @@ def has_duplicates(data: pa.Table) -> bool:
     """Whether some (partition, key) occurs twice (a key unique in the batch is unique per
     partition, so the partition is only consulted when keys repeat). With the keys' bloom hashes
     at hand, two of them per key make a 64-bit value: equal keys have equal values, so when no
-    value repeats (a sort of integers) no key does; otherwise the keys themselves are compared."""
+    value repeats (a sort of integers) no key does; otherwise the keys themselves are compared.
+    A batch whose hashes are not computed yet has its first two computed here."""
     h = bloom.hashes_of(data)
+    if h is None and data.num_rows > 1:  # the first two of the chained hashes are enough here
+        h = bloom.key_hashes(data.column(KEY), 2)
     if h is not None and len(h) > 1:
         pair = np.sort((h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1])
         if not (pair[1:] == pair[:-1]).any():

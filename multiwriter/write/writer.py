@@ -11,8 +11,10 @@ import dataclasses
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .. import faults, markers
@@ -177,12 +179,13 @@ class Writer:
             )
             phases["index"] = 0.0
         else:
-            prepared = batch.prepare_for(schema, self.table.config)
+            prepared, hashes = batch.prepare_for(schema, self.table.config)
             if replacing:  # every record goes to a new group; every live group is retired
                 replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
                 plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
-                plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes)
+                plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
+                                  hashes=hashes)
             phases["index"] = time.monotonic() - t0
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
@@ -264,6 +267,7 @@ class _Batch:
         self.empty = arrow is not None and arrow.num_rows == 0
         self.prepared: pa.Table | None = None
         self.prepared_schema: pa.Schema | None = None
+        self.hashes: Callable[[], np.ndarray] | None = None
 
     @classmethod
     def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
@@ -294,13 +298,25 @@ class _Batch:
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
         b.prepared_schema = b.evolved_schema(table.schema())
-        b.prepared = prepare(data, table.config, b.prepared_schema, operation=config.operation, hashes=True)
+        b.prepared, b.hashes = b._prepare(table.config, b.prepared_schema)
         return b
 
-    def prepare_for(self, schema: pa.Schema, config: Any) -> pa.Table:
+    def prepare_for(self, schema: pa.Schema, config: Any) -> tuple[pa.Table, Callable[[], np.ndarray] | None]:
+        """The prepared rows for this attempt's schema, and their bloom hashes when they are
+        still being computed."""
         if self.prepared is not None and self.prepared_schema is not None and schema.equals(self.prepared_schema):
-            return self.prepared
-        return prepare(self.arrow, config, schema, operation=self.operation, hashes=True)
+            return self.prepared, self.hashes
+        return self._prepare(config, schema)
+
+    def _prepare(self, config: Any, schema: pa.Schema) -> tuple[pa.Table, Callable[[], np.ndarray] | None]:
+        """An insert looks nothing up, so its keys' hashes (for the new files' bloom filters)
+        are computed on the hash threads while the attempt begins its instant and plans; any
+        other operation needs them for the index first."""
+        assert self.arrow is not None
+        if self.operation != "insert":
+            return prepare(self.arrow, config, schema, operation=self.operation, hashes=True), None
+        prepared = prepare(self.arrow, config, schema, operation=self.operation)
+        return prepared, bloom.start_hashes(prepared.column(KEY))
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on
@@ -315,16 +331,16 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     return {"required": required, "allow_missing": config.allow_missing_columns}
 
 
-def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int) -> Plan:
+def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
+               hashes: Callable[[], np.ndarray] | None = None) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
-    (``insert``: no lookup against the table, as in Hudi). Also what a streaming write's tasks run."""
+    (``insert``: no lookup against the table, as in Hudi; ``hashes``: its keys' bloom hashes,
+    still being computed). Also what a streaming write's tasks run."""
     if operation == "insert":
-        snap, tagged = Snapshot({}, base, None), untagged(prepared)
-    else:
-        prepared = bloom.with_hashes(prepared, KEY)  # once per batch: the index and the files' filters use them
-        snap = index.snapshot(base, prepared)
-        tagged = index.tag(snap, prepared)
-    return make_plan(tagged, snap, target_file_size=target_file_size)
+        return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
+    prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
+    snap = index.snapshot(base, prepared)
+    return make_plan(index.tag(snap, prepared), snap, target_file_size=target_file_size)
 
 
 def evolve_schema(table: Table, config: WriterConfig, table_schema: pa.Schema, batch_schema: pa.Schema) -> pa.Schema:
