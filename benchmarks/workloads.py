@@ -12,6 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 
 import multiwriter as mw
+from multiwriter import markers
+from multiwriter.storage import Storage
 
 from . import data, goals, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
@@ -247,8 +249,8 @@ def failure_detection(size: dict, work: Path, spark) -> dict:
             Multiwriter(work, "driver")
             path = str(work / "mw-driver")
             p = subprocess.Popen([sys.executable, "-c", DOOMED, path, zk.connect], env=env)
-            temp = Path(path, ".hoodie", ".temp")
-            while not list(temp.rglob("*.marker.CREATE")):
+            storage = Storage(path)
+            while not any(markers.started_writing(storage, t) for t in markers.instants_with_markers(storage)):
                 time.sleep(0.02)
             os.kill(p.pid, signal.SIGKILL)
             p.wait()

@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from . import markers
+from .storage import Storage
+
 SCHEMA = pa.schema(
     [
         pa.field("event_id", pa.string()),
@@ -165,7 +168,7 @@ def _kill_if_half_way(proc: subprocess.Popen, table: Path) -> str | None:
             body = json.loads(hb.read_text())
         except (ValueError, OSError):
             continue
-        if body.get("writer_id") == "doomed" and list((table / ".hoodie" / ".temp" / hb.name).rglob("*.marker.CREATE")):
+        if body.get("writer_id") == "doomed" and markers.started_writing(Storage(str(table)), hb.name):
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             return hb.name

@@ -28,7 +28,7 @@ from .table.instant import TIME_RE
 log = logging.getLogger(__name__)
 
 __all__ = ["create", "create_all", "data_paths", "delete_dir", "delete_files", "instants_with_markers", "list_markers",
-           "reconcile"]
+           "reconcile", "started_writing"]
 
 MARKER_TYPE_FILE = "MARKERS.type"
 LISTED_TYPE = b"TIMELINE_SERVER_BASED"
@@ -78,6 +78,12 @@ def list_markers(storage: Storage, instant_time: str) -> list[str]:
         elif name.startswith(_LISTS_PREFIX) and name[len(_LISTS_PREFIX):].isdigit() and e.path == f"{d}/{name}":
             out.update(f"{d}/{m}" for m in _listed(storage, e.path))
     return sorted(out)
+
+
+def started_writing(storage: Storage, instant_time: str) -> bool:
+    """Whether the instant has marked a data file yet (in either layout): from then on its
+    writer may have left files behind."""
+    return bool(list_markers(storage, instant_time))
 
 
 def _listed(storage: Storage, rel: str) -> list[str]:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import multiwriter as mw
+from multiwriter import markers
 from multiwriter.heartbeat.client import is_lapsed
 from tests.conftest import trips
 from tests.test_concurrency import result, spawn
@@ -17,9 +18,9 @@ def test_frozen_writer_process_does_not_commit(zk_server, zk_base, trips_table, 
     mw.write(trips(range(5)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     p = spawn("write", dict(zk=zk_server.connect, base=zk_base, path=table_path, writer="frozen", ids=[1, 2, 3], value=9),
               {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"})
-    temp = Path(table_path) / ".hoodie" / ".temp"
+    storage = mw.Table.open(table_path).storage
     deadline = time.time() + 60
-    while time.time() < deadline and not (list(temp.rglob("*.marker.CREATE")) or list(temp.rglob("MARKERS0"))):
+    while time.time() < deadline and not any(markers.started_writing(storage, t) for t in markers.instants_with_markers(storage)):
         time.sleep(0.05)
     hb = list((Path(table_path) / ".hoodie" / ".heartbeat").iterdir())
     assert hb, "a heartbeat file exists while the batch is in flight"
