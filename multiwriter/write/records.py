@@ -151,19 +151,49 @@ def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
 
 def has_duplicates(data: pa.Table) -> bool:
     """Whether some (partition, key) occurs twice (a key unique in the batch is unique per
-    partition, so the partition is only consulted when keys repeat). With the keys' bloom hashes
-    at hand, two of them per key make a 64-bit value: equal keys have equal values, so when no
-    value repeats (a sort of integers) no key does; otherwise the keys themselves are compared.
-    A batch whose hashes are not computed yet has its first two computed here."""
+    partition, so the partition is only consulted when keys repeat). Each key gets a 64-bit
+    value, equal for equal keys: when no value repeats (a sort of integers) no key does;
+    otherwise the keys themselves are compared. The value is two of the keys' bloom hashes when
+    the batch has them, else :func:`_fingerprints`."""
+    if data.num_rows <= 1:
+        return False
     h = bloom.hashes_of(data)
-    if h is None and data.num_rows > 1:  # the first two of the chained hashes are enough here
-        h = bloom.key_hashes(data.column(KEY), 2)
-    if h is not None and len(h) > 1:
-        pair = np.sort((h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1])
-        if not (pair[1:] == pair[:-1]).any():
-            return False
+    if h is not None:
+        values = (h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1]
+    else:
+        values = _fingerprints(data.column(KEY))
+    values = np.sort(values)
+    if not (values[1:] == values[:-1]).any():
+        return False
     keys = data.column(KEY).combine_chunks()
     if len(keys.dictionary_encode().dictionary) == data.num_rows:  # faster than count_distinct
         return False
     pairs = data.select([PARTITION, KEY]).group_by([PARTITION, KEY]).aggregate([])
     return pairs.num_rows != data.num_rows
+
+
+_FOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _fingerprints(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A 64-bit value per key, equal for equal keys, without hashing every byte: keys of one
+    byte length (formatted ids, UUIDs: the usual case) are read as little-endian 8-byte words,
+    folded by multiply-xor (up to 8 bytes the word is the key itself). Keys of mixed lengths
+    take the first two of their chained murmur hashes."""
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * arr.offset)
+    width = int(offsets[1] - offsets[0]) if n else 0
+    if arr.null_count or width == 0 or not (np.diff(offsets) == width).all():
+        h = bloom.key_hashes(arr, 2)
+        return (h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=width * n, offset=int(offsets[0])).reshape(n, width)
+    padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
+    padded[:, :width] = data
+    words = padded.view("<u8")
+    out = words[:, 0].copy()
+    with np.errstate(over="ignore"):
+        for j in range(1, words.shape[1]):
+            out *= _FOLD
+            out ^= words[:, j]
+    return out

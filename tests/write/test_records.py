@@ -40,3 +40,28 @@ def test_prepare_with_hashes_keeps_each_rows_own_hashes_through_dedupe():
     got = bloom.hashes_of(out)
     want = bloom.key_hashes(out.column(KEY), got.shape[1])
     assert (got == want).all()
+
+
+def test_equal_length_keys_are_checked_by_their_words():
+    """Keys of one byte length (up to 8 bytes: the word is the key; longer: folded words) and of
+    mixed lengths, sliced with an offset: duplicates as a set of the keys says."""
+    rng = np.random.default_rng(3)
+    cases = [
+        [f"{i:08d}" for i in range(5000)],  # one word: the word is the key
+        [f"k{i:09d}" for i in range(5000)],  # two words
+        [f"{i:036x}" for i in range(5000)],  # five words, as UUIDs
+        [f"k{i}" for i in range(5000)],  # mixed lengths
+        ["日本" + f"{i:04d}" for i in range(3000)],  # multi-byte UTF-8 of one byte length
+    ]
+    for keys in cases:
+        for dup in (False, True):
+            ks = list(keys) + ([keys[int(rng.integers(len(keys)))]] if dup else [])
+            t = pa.table({KEY: pa.array(["pad"] + ks).slice(1), PARTITION: pa.array(["p"] * (len(ks) + 1)).slice(1)})
+            assert records.has_duplicates(t) is (len(set(ks)) < len(ks)), (ks[:2], dup)
+
+
+def test_fingerprints_that_collide_leave_the_decision_to_the_keys(monkeypatch):
+    t = pa.table({KEY: [f"k{i:09d}" for i in range(100)], PARTITION: ["p"] * 100})
+    monkeypatch.setattr(records, "_fingerprints", lambda keys: np.zeros(len(keys), np.uint64))
+    assert not records.has_duplicates(t)
+    assert records.has_duplicates(pa.concat_tables([t, t.slice(5, 1)]))
