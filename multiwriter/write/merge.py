@@ -335,6 +335,20 @@ def _dictionary_pays(col: pa.ChunkedArray) -> bool:
     return index_bytes + value_bytes * distinct / n < value_bytes
 
 
+@functools.lru_cache(maxsize=32)
+def _leaf_paths(schema_ipc: bytes) -> tuple[tuple[str, str], ...]:
+    """(column, Parquet leaf path) of every leaf of a serialized schema's columns: pyarrow's
+    per-column writer options name leaves (``s.x``, ``l.list.element``), so a nested column is
+    named by its leaves. Found once per schema by converting each column alone."""
+    out = []
+    for f in pa.ipc.read_schema(pa.py_buffer(schema_ipc)):
+        buf = pa.BufferOutputStream()
+        pq.write_table(pa.schema([f]).empty_table(), buf)
+        ps = pq.ParquetFile(pa.BufferReader(buf.getvalue())).schema
+        out += [(f.name, ps.column(i).path) for i in range(len(ps))]
+    return tuple(out)
+
+
 def _write_parquet(
     storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, plain: tuple[str, ...] = (),
     constants: dict[str, str] | None = None,
@@ -351,7 +365,8 @@ def _write_parquet(
     out = out.replace_schema_metadata(schema_md or None)
     for column, value in (constants or {}).items():
         out = out.set_column(out.schema.get_field_index(column), column, _constant(value, out.num_rows))
-    footer: dict[bytes, bytes] = {_ARROW_SCHEMA: base64.b64encode(stored.serialize().to_pybytes())}
+    stored_ipc = stored.serialize().to_pybytes()
+    footer: dict[bytes, bytes] = {_ARROW_SCHEMA: base64.b64encode(stored_ipc)}
     lo = hi = None
     if out.num_rows:
         mm = pc.min_max(keys)
@@ -359,8 +374,9 @@ def _write_parquet(
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
     footer.update(bloom.footer_entries(keys_filter))
-    dictionary = [n for n in out.schema.names if n not in _UNIQUE_META and n not in plain]
-    statistics = [n for n in out.schema.names if n not in _UNIQUE_META]
+    leaves = _leaf_paths(stored_ipc)
+    dictionary = [path for column, path in leaves if column not in _UNIQUE_META and column not in plain]
+    statistics = [path for column, path in leaves if column not in _UNIQUE_META]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary,
                               write_statistics=statistics, store_schema=False) as w:

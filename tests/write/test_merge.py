@@ -78,3 +78,24 @@ def test_sequence_numbers_match_hudis_format_at_every_digit_boundary():
         got.validate(full=True)
         assert got.type == pa.string()
         assert got.to_pylist() == [f"20260101000000123_7_{i}" for i in range(n)]
+
+
+def test_nested_columns_keep_statistics_and_dictionaries_by_their_leaves(tmp_path):
+    schema = pa.schema([("id", pa.string()), ("day", pa.string()), ("ts", pa.int64()),
+                        ("loc", pa.struct([("city", pa.string()), ("zip", pa.int32())])), ("tags", pa.list_(pa.string()))])
+    path = str(tmp_path / "nested")
+    mw.Table.create(path, name="nested", schema=schema, record_key="id", partition_by=["day"], ordering_field="ts")
+    n = 3000
+    batch = pa.table({"id": [f"k{i:05d}" for i in range(n)], "day": ["d"] * n, "ts": [1] * n,
+                      "loc": [{"city": ["Oslo", "Lima"][i % 2], "zip": i % 3} for i in range(n)],
+                      "tags": [["a", "b"][: 1 + i % 2] for i in range(n)]}, schema=schema)
+    mw.write(batch, path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    [f] = _data_files(path)
+    rg = pq.ParquetFile(f).metadata.row_group(0)
+    cols = {rg.column(i).path_in_schema: rg.column(i) for i in range(rg.num_columns)}
+    for leaf in ("loc.city", "loc.zip", "tags.list.element"):
+        assert cols[leaf].is_stats_set, leaf
+        assert "RLE_DICTIONARY" in cols[leaf].encodings, leaf
+    assert cols["loc.city"].statistics.min == "Lima" and cols["loc.city"].statistics.max == "Oslo"
+    assert not cols["_hoodie_commit_seqno"].is_stats_set and not cols["_hoodie_record_key"].is_stats_set
+    assert rows(hudi_read(path), ["id", "ts"]) == sorted([(f"k{i:05d}", 1) for i in range(n)], key=repr)
