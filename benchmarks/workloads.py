@@ -69,6 +69,7 @@ def append(size: dict, work: Path, spark) -> dict:
     todo = [data.append_batch(size["batch_rows"], b) for b in range(size["batches"])]
     peers = {
         "multiwriter (driver)": Multiwriter(work, "driver"),
+        "multiwriter insert (driver)": Multiwriter(work / "insert", "driver", operation="insert"),
         "deltalake append": DeltaLake(work),
         "pyiceberg append": Iceberg(work),
         "pyarrow write_dataset (limit)": PyArrowLimit(work),
