@@ -80,3 +80,15 @@ def test_a_list_entry_leaving_the_table_is_skipped(tmp_path):
     assert markers.data_paths(storage, t) == [keep]
     assert markers.delete_files(storage, t) == [keep]
     assert outside.exists() and hidden.exists() and not (root / keep).exists()
+
+
+def test_started_writing_sees_either_layout(tmp_path):
+    storage = Storage(str(tmp_path / "t"))
+    listed, direct = "20260101000000001", "20260101000000002"
+    assert not markers.started_writing(storage, listed) and not markers.started_writing(storage, direct)
+    markers.create_all(storage, listed, [("2024", f"a1-0_0-0-0_{listed}.parquet")])
+    markers.create(storage, direct, "2024", f"b1-0_1-2-3_{direct}.parquet")
+    assert markers.started_writing(storage, listed) and markers.started_writing(storage, direct)
+    assert markers.data_paths(storage, listed) == [f"2024/a1-0_0-0-0_{listed}.parquet"]
+    assert markers.data_paths(storage, direct) == [f"2024/b1-0_1-2-3_{direct}.parquet"]
+    assert markers.instants_with_markers(storage) == [listed, direct]
