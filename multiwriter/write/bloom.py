@@ -360,19 +360,39 @@ def _by_length(keys: pa.Array) -> list[tuple[np.ndarray | None, _Murmur]]:
     keys = _as_array(keys)
     if keys.null_count:
         raise ValueError("bloom filter keys must not be null")
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
-    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
+    offsets, data = _key_bytes(keys)
     lengths = np.diff(offsets)
     if len(lengths) and lengths.min() == 0:
         raise ValueError("bloom filter keys must not be empty")
-    if len(lengths) and lengths.min() == lengths.max():  # the keys lie back to back: a view, no copy
-        length = int(lengths[0])
-        return [(None, _Murmur(data[offsets[0]:offsets[-1]].reshape(len(keys), length)))]
+    same = _same_length(offsets, data)
+    if same is not None:
+        return [(None, _Murmur(same))]
     out: list[tuple[np.ndarray | None, _Murmur]] = []
     for length in np.flatnonzero(np.bincount(lengths)).tolist():
         idx = np.flatnonzero(lengths == length)
         out.append((idx, _Murmur(data[offsets[idx][:, None] + np.arange(length)[None, :]])))
     return out
+
+
+def equal_length_bytes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """The keys' UTF-8 bytes as an (n, length) matrix when every key has the same byte length
+    (they lie back to back: a view, no copy), else None."""
+    offsets, data = _key_bytes(_as_array(keys))
+    return _same_length(offsets, data)
+
+
+def _key_bytes(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets as int64, value bytes) of a binary array, its slice offset applied."""
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1].astype(np.int64)
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8) if keys.buffers()[2] is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
+def _same_length(offsets: np.ndarray, data: np.ndarray) -> np.ndarray | None:
+    lengths = np.diff(offsets)
+    if not len(lengths) or lengths.min() != lengths.max():
+        return None
+    return data[offsets[0]:offsets[-1]].reshape(len(lengths), int(lengths[0]))
 
 
 def _position(h: np.ndarray, bits: int) -> np.ndarray:

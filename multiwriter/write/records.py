@@ -181,13 +181,11 @@ def _fingerprints(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
     folded by multiply-xor (up to 8 bytes the word is the key itself). Keys of mixed lengths
     take the first two of their chained murmur hashes."""
     arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * arr.offset)
-    width = int(offsets[1] - offsets[0]) if n else 0
-    if arr.null_count or width == 0 or not (np.diff(offsets) == width).all():
+    data = None if arr.null_count else bloom.equal_length_bytes(arr)
+    if data is None or data.shape[1] == 0:
         h = bloom.key_hashes(arr, 2)
         return (h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1]
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=width * n, offset=int(offsets[0])).reshape(n, width)
+    n, width = data.shape
     padded = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
     padded[:, :width] = data
     words = padded.view("<u8")
