@@ -289,10 +289,22 @@ _UNIQUE_META = frozenset({"_hoodie_record_key", "_hoodie_commit_seqno"})
 _ARROW_SCHEMA = b"ARROW:schema"
 
 
+#: meta columns that hold one value per file (the file's own path): no min/max statistics, since
+#: a reader that filters on them already knows the answer from the path
+_PATH_META = frozenset({"_hoodie_partition_path", "_hoodie_file_name"})
+
+_ZEROS: pa.Array = pa.array(np.zeros(0, dtype=np.int32))
+
+
 def _constant(value: str, n: int) -> pa.DictionaryArray:
     """``n`` times ``value`` as a one-entry dictionary: nothing to build per row, and Parquet
-    writes it as its dictionary page plus run-length indices without hashing ``n`` strings."""
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string()), safe=False)
+    writes it as its dictionary page plus run-length indices without hashing ``n`` strings. The
+    indices are cut from a shared array of zeros that grows by doubling."""
+    global _ZEROS
+    zeros = _ZEROS
+    if len(zeros) < n:
+        zeros = _ZEROS = pa.array(np.zeros(max(n, 2 * len(zeros), 1024), dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(zeros.slice(0, n), pa.array([value], pa.string()), safe=False)
 
 
 #: rows looked at to decide whether a column's values repeat enough for a dictionary
@@ -376,7 +388,7 @@ def _write_parquet(
     footer.update(bloom.footer_entries(keys_filter))
     leaves = _leaf_paths(stored_ipc)
     dictionary = [path for column, path in leaves if column not in _UNIQUE_META and column not in plain]
-    statistics = [path for column, path in leaves if column not in _UNIQUE_META]
+    statistics = [path for column, path in leaves if column not in _UNIQUE_META and column not in _PATH_META]
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary,
                               write_statistics=statistics, store_schema=False) as w:

@@ -98,4 +98,7 @@ def test_nested_columns_keep_statistics_and_dictionaries_by_their_leaves(tmp_pat
         assert "RLE_DICTIONARY" in cols[leaf].encodings, leaf
     assert cols["loc.city"].statistics.min == "Lima" and cols["loc.city"].statistics.max == "Oslo"
     assert not cols["_hoodie_commit_seqno"].is_stats_set and not cols["_hoodie_record_key"].is_stats_set
+    # the file's own path needs no statistics; the commit time does (incremental reads filter on it)
+    assert not cols["_hoodie_partition_path"].is_stats_set and not cols["_hoodie_file_name"].is_stats_set
+    assert cols["_hoodie_commit_time"].is_stats_set and cols["ts"].is_stats_set and cols["day"].is_stats_set
     assert rows(hudi_read(path), ["id", "ts"]) == sorted([(f"k{i:05d}", 1) for i in range(n)], key=repr)
