@@ -5,6 +5,7 @@ time, orders commits by when they finished. Version 6 has no completion time in 
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -85,8 +86,10 @@ def encode_file_name(instant: Instant, table_version: int = 8) -> str:
     return f"{t}.{a}"
 
 
+@functools.lru_cache(maxsize=8192)
 def decode_file_name(name: str) -> Instant | None:
-    """Parse a timeline file name; ``None`` for files that are not instants."""
+    """Parse a timeline file name; ``None`` for files that are not instants. Remembered: every
+    load lists the same names again, and an ``Instant`` is immutable."""
     m = _V8.match(name)
     if not m:
         return None

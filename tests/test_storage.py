@@ -1,0 +1,41 @@
+"""Storage listings on a local disk: the fast path answers what pyarrow's listing answers."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.fs as pafs
+import pytest
+
+from multiwriter.storage import Storage
+
+
+def _pyarrow_listing(root: str, rel: str, files_only: bool) -> list[tuple[str, int, float]]:
+    """The oracle: pyarrow's own file infos of the same directory, made relative to ``root``."""
+    fs = pafs.LocalFileSystem()
+    out = []
+    for fi in fs.get_file_info(pafs.FileSelector(os.path.join(root, rel.lstrip("/")), allow_not_found=True)):
+        if files_only and fi.type != pafs.FileType.File:
+            continue
+        out.append((os.path.relpath(fi.path, root), fi.size or 0, fi.mtime.timestamp()))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("rel", ["", "a", "a/", "/a", "a/b", "missing"])
+@pytest.mark.parametrize("files_only", [False, True])
+def test_local_listing_matches_pyarrows(tmp_path, rel, files_only):
+    root = str(tmp_path)
+    os.makedirs(tmp_path / "a" / "b")
+    (tmp_path / "a" / "f1").write_bytes(b"xx")
+    (tmp_path / "top").write_bytes(b"y")
+    os.symlink(tmp_path / "top", tmp_path / "a" / "link")  # followed, as pyarrow does
+    got = sorted((e.path, e.size, e.mtime_s) for e in Storage(root).list_dir(rel, files_only=files_only))
+    want = _pyarrow_listing(root, rel, files_only)
+    assert [(p, s) for p, s, _ in got] == [(p, s) for p, s, _ in want]
+    for (_, _, ours), (_, _, theirs) in zip(got, want, strict=True):
+        assert abs(ours - theirs) < 1e-5  # pyarrow keeps microseconds, the stat nanoseconds
+
+
+def test_an_entry_that_vanishes_while_listing_is_left_out(tmp_path):
+    (tmp_path / "kept").write_bytes(b"1")
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")  # stat fails like a file deleted meanwhile
+    assert [e.path for e in Storage(str(tmp_path)).list_dir("")] == ["kept"]
