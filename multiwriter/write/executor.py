@@ -47,12 +47,12 @@ def run_on_driver(
         check_alive(storage, ctx, f"the markers of {len(files)} files")
         markers.create_all(storage, ctx.instant_time, files)
         ctx = dataclasses.replace(ctx, markers_listed=True)
-    workers = min(len(tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
+    workers = _workers(plan)
     if workers <= 1:
         plan.gather()
         return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
     pool = _merge_pool()
-    plan.gather(workers, pool.map)  # the rows by task, in one parallel pass
+    start_gather(plan)  # a no-op when the writer started it before its inflight file
     by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
     futures = [by_task[t.task_index] for t in tasks]
     done, pending = wait(futures, return_when=FIRST_EXCEPTION)
@@ -63,6 +63,18 @@ def run_on_driver(
         wait(pending)
         raise _first_error(failed)
     return [f.result() for f in futures]
+
+
+def start_gather(plan: Plan) -> None:
+    """Start reordering ``plan``'s rows by task on the merge threads (several pieces side by
+    side), so the caller can write its inflight file and markers meanwhile."""
+    workers = _workers(plan)
+    if workers > 1:
+        plan.gather(workers, _merge_pool().submit)
+
+
+def _workers(plan: Plan) -> int:
+    return min(len(plan.tasks), MAX_PARALLEL_MERGES or os.cpu_count() or 1)
 
 
 #: the merge threads, started once per process rather than once per batch (merges never wait

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,15 +55,19 @@ class Plan:
     bounds: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> range in order
     grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
     pending_hashes: Callable[[], np.ndarray] | None = None  # the rows' hashes, being computed (:func:`bloom.start_hashes`)
+    _pieces: list[Future] | None = field(default=None, repr=False)  # a gather under way (:meth:`gather` with ``submit``)
+    _hashing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _grouping: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def hashed_rows(self) -> pa.Table:
         """``rows`` with their bloom hashes (each file's filter takes them modulo its bits).
         Added here, not when planning, so an insert's hashes are computed while its instant
-        begins and its plan is written."""
-        if self.rows.schema.get_field_index(bloom.HASHES) < 0:
-            self.rows = bloom.with_hashes(self.rows, KEY, self.pending_hashes)
-            self.pending_hashes = None
-        return self.rows
+        begins and its plan is written. Safe from several threads (the pieces of a gather)."""
+        with self._hashing:
+            if self.rows.schema.get_field_index(bloom.HASHES) < 0:
+                self.rows = bloom.with_hashes(self.rows, KEY, self.pending_hashes)
+                self.pending_hashes = None
+            return self.rows
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
@@ -80,19 +86,37 @@ class Plan:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
         return hi - lo
 
-    def gather(self, parts: int = 1, mapper: Callable[..., Iterable[pa.Table]] = map) -> None:
-        """Reorder the rows by task, in ``parts`` pieces run through ``mapper`` (a pool's map)."""
-        if self.grouped is not None or len(self.order) == 0:
+    def gather(self, parts: int = 1, submit: Callable[..., Future] | None = None) -> None:
+        """Reorder the rows by task, in ``parts`` pieces. With ``submit`` (a pool's submit) the
+        pieces run there and this returns at once: the writer goes on writing its inflight file
+        and markers while the rows (and their hashes) are gathered, and :meth:`rows_for` waits.
+        A piece never waits on the pool, so merges queued behind it cannot starve it."""
+        if self.grouped is not None or self._pieces is not None or len(self.order) == 0:
             return
         pieces = [ix for ix in np.array_split(self.order, max(1, min(parts, len(self.order) // 10_000 or 1))) if len(ix)]
-        rows = self.hashed_rows()
-        tables = list(mapper(lambda ix: rows.take(pa.array(ix)), pieces))
-        self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        if submit is None:
+            tables = [self._take(ix) for ix in pieces]
+            self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            return
+        self._pieces = [submit(self._take, ix) for ix in pieces]
+
+    def _take(self, ix: np.ndarray) -> pa.Table:
+        return self.hashed_rows().take(pa.array(ix))
+
+    def _gathered(self) -> pa.Table | None:
+        """The rows in task order once a gather ran (waiting for its pieces), else None."""
+        if self.grouped is None and self._pieces is not None:
+            with self._grouping:
+                if self.grouped is None:
+                    tables = [f.result() for f in self._pieces]
+                    self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        return self.grouped
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
-        if self.grouped is not None:
+        grouped = self._gathered()
+        if grouped is not None:
             lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
-            return self.grouped.slice(lo, hi - lo)
+            return grouped.slice(lo, hi - lo)
         ix = self._indices(task)
         rows = self.hashed_rows()
         if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy

@@ -41,7 +41,7 @@ from ..errors import ConfigError, DuplicateBatchError
 from ..transaction import Transaction, last_checkpoint
 from . import bloom, guard, overwrite
 from . import spark as spark_path
-from .executor import run_on_driver
+from .executor import run_on_driver, start_gather
 from .index import KeyIndex, untagged
 from .merge import context
 from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
@@ -187,6 +187,7 @@ class Writer:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
                                   hashes=hashes)
             phases["index"] = time.monotonic() - t0
+            start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written,
