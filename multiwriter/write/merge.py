@@ -143,21 +143,22 @@ def merge_file_group(
         kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
         keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
     else:
-        kept = full.empty_table()
-    fresh = _new_rows(upserts, full, t, task, name, time_is_constant=not kept.num_rows)
+        kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
+    has_kept = kept is not None and kept.num_rows > 0
+    fresh = _new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
-    out = pa.concat_tables([kept, fresh]) if kept.num_rows else fresh
+    out = pa.concat_tables([kept, fresh]) if has_kept else fresh
     if keys_filter is None:  # a new file group, or an old file without a filter we can grow
         keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
-        if kept.num_rows:
+        if has_kept:
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
                                   constants={"_hoodie_partition_path": task.partition, "_hoodie_file_name": name,
-                                             **({} if kept.num_rows else {"_hoodie_commit_time": t})})
+                                             **({} if has_kept else {"_hoodie_commit_time": t})})
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
