@@ -248,3 +248,26 @@ def test_large_insert_spreads_over_groups_and_mixed_batch_routes_every_row(trips
     expect = sorted((k, d, v) for (k, d), v in want.items())
     assert sorted(rows(mw.Table.open(table_path).read(), ["id", "date", "value"])) == expect
     assert sorted(rows(hudi_read(table_path), ["id", "date", "value"])) == expect
+
+
+def test_a_gather_that_fails_on_the_merge_threads_fails_the_write_and_leaves_nothing(trips_table, table_path, monkeypatch):
+    """The rows are gathered by task on the merge threads while the writer writes its inflight
+    file and markers: when that gather fails, the write raises it, the attempt is undone, and
+    the table reads as before (hudi-rs), with no pending instant and no stray data file."""
+    from multiwriter.write import plan as plan_mod
+
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", operation="insert")
+    mw.write(trips(range(20), date="2024-01-01"), table_path, cfg)
+    before = rows(hudi_read(table_path), VIEW)
+    files_before = sorted(glob.glob(os.path.join(table_path, "**", "*.parquet"), recursive=True))
+
+    def failing_take(self, ix):
+        raise RuntimeError("gather failed")
+
+    monkeypatch.setattr(plan_mod.Plan, "_take", failing_take)
+    batch = pa.concat_tables([trips(range(100, 120), date=d) for d in ("2024-01-01", "2024-01-02", "2024-01-03")])
+    with pytest.raises(RuntimeError, match="gather failed"):
+        mw.write(batch, table_path, cfg)
+    assert rows(hudi_read(table_path), VIEW) == before
+    assert mw.Table.open(table_path).timeline().pending() == []
+    assert sorted(glob.glob(os.path.join(table_path, "**", "*.parquet"), recursive=True)) == files_before
