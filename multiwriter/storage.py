@@ -93,8 +93,8 @@ class Storage:
 
     def _list_local(self, rel: str, files_only: bool) -> list[FileEntry]:
         """``list_dir`` on a local disk by ``os.scandir``: a writer lists the timeline several
-        times per commit, and building pyarrow's file infos (and their datetimes) costs twice
-        the system calls. Entries are stat'ed like pyarrow does (symlinks followed); one that
+        times per commit, and building pyarrow's file infos (and their datetimes) for the same
+        entries takes about twice as long. Entries are stat'ed like pyarrow does (symlinks followed); one that
         vanishes between the listing and its stat is left out, as if listed a moment later."""
         base = self.abs(rel)
         try:
