@@ -223,18 +223,24 @@ def _drop_stale(upserts: pa.Table, pos: pa.Array, old: pa.Table, ordering: str |
     return upserts.filter(newer), pos.filter(newer)
 
 
-_ROW_NUMBERS: pa.Array = pa.array([], pa.string())
+class _Prefixes:
+    """The first ``n`` values of an array ``build(size)`` makes, cut from one cached array that
+    grows by doubling: every file of every batch shares it instead of building its own."""
+
+    def __init__(self, build: Callable[[int], pa.Array]) -> None:
+        self._build = build
+        self._cached = build(0)
+
+    def __call__(self, n: int) -> pa.Array:
+        cached = self._cached  # one read: another merge thread may replace it meanwhile
+        if len(cached) < n:
+            cached = self._cached = self._build(max(n, 2 * len(cached), 1024))
+        return cached.slice(0, n)
 
 
-def row_numbers(n: int) -> pa.Array:
-    """"0".."n-1" as strings (for sequence numbers): cut from a cache that grows by doubling,
-    since casting integers to strings costs more than the rest of a file's meta columns."""
-    global _ROW_NUMBERS
-    cached = _ROW_NUMBERS
-    if len(cached) < n:
-        cached = pa.array(np.arange(max(n, 2 * len(cached), 1024)).astype(str), pa.string())
-        _ROW_NUMBERS = cached
-    return cached.slice(0, n)
+#: "0".."n-1" as strings (for sequence numbers): casting integers to strings per file costs
+#: more than the rest of a file's meta columns
+row_numbers = _Prefixes(lambda size: pa.array(np.arange(size).astype(str), pa.string()))
 
 
 def sequence_numbers(prefix: str, n: int) -> pa.Array:
@@ -294,18 +300,13 @@ _ARROW_SCHEMA = b"ARROW:schema"
 #: a reader that filters on them already knows the answer from the path
 _PATH_META = frozenset({"_hoodie_partition_path", "_hoodie_file_name"})
 
-_ZEROS: pa.Array = pa.array(np.zeros(0, dtype=np.int32))
+_zeros = _Prefixes(lambda size: pa.array(np.zeros(size, dtype=np.int32)))
 
 
 def _constant(value: str, n: int) -> pa.DictionaryArray:
     """``n`` times ``value`` as a one-entry dictionary: nothing to build per row, and Parquet
-    writes it as its dictionary page plus run-length indices without hashing ``n`` strings. The
-    indices are cut from a shared array of zeros that grows by doubling."""
-    global _ZEROS
-    zeros = _ZEROS
-    if len(zeros) < n:
-        zeros = _ZEROS = pa.array(np.zeros(max(n, 2 * len(zeros), 1024), dtype=np.int32))
-    return pa.DictionaryArray.from_arrays(zeros.slice(0, n), pa.array([value], pa.string()), safe=False)
+    writes it as its dictionary page plus run-length indices without hashing ``n`` strings."""
+    return pa.DictionaryArray.from_arrays(_zeros(n), pa.array([value], pa.string()), safe=False)
 
 
 #: rows looked at to decide whether a column's values repeat enough for a dictionary

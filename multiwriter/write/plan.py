@@ -95,8 +95,7 @@ class Plan:
             return
         pieces = [ix for ix in np.array_split(self.order, max(1, min(parts, len(self.order) // 10_000 or 1))) if len(ix)]
         if submit is None:
-            tables = [self._take(ix) for ix in pieces]
-            self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            self.grouped = _joined([self._take(ix) for ix in pieces])
             return
         self._pieces = [submit(self._take, ix) for ix in pieces]
 
@@ -108,8 +107,7 @@ class Plan:
         if self.grouped is None and self._pieces is not None:
             with self._grouping:
                 if self.grouped is None:
-                    tables = [f.result() for f in self._pieces]
-                    self.grouped = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                    self.grouped = _joined([f.result() for f in self._pieces])
         return self.grouped
 
     def rows_for(self, task: FileGroupTask) -> pa.Table:
@@ -126,6 +124,10 @@ class Plan:
     def _indices(self, task: FileGroupTask) -> np.ndarray:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
         return self.order[lo:hi]
+
+
+def _joined(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def insert_buckets(n_rows: int, row_bytes: float, target_file_size: int) -> int:
