@@ -39,3 +39,13 @@ def test_an_entry_that_vanishes_while_listing_is_left_out(tmp_path):
     (tmp_path / "kept").write_bytes(b"1")
     os.symlink(tmp_path / "gone", tmp_path / "dangling")  # stat fails like a file deleted meanwhile
     assert [e.path for e in Storage(str(tmp_path)).list_dir("")] == ["kept"]
+
+
+@pytest.mark.parametrize("rel", ["a", "a/f1", "a/link", "a/dangling", "missing", "a/f1/under-a-file", "", "/a/b"])
+def test_local_exists_matches_pyarrows(tmp_path, rel):
+    os.makedirs(tmp_path / "a" / "b")
+    (tmp_path / "a" / "f1").write_bytes(b"xx")
+    os.symlink(tmp_path / "a" / "f1", tmp_path / "a" / "link")
+    os.symlink(tmp_path / "gone", tmp_path / "a" / "dangling")
+    want = pafs.LocalFileSystem().get_file_info(os.path.join(str(tmp_path), rel.lstrip("/"))).type != pafs.FileType.NotFound
+    assert Storage(str(tmp_path)).exists(rel) is want
