@@ -108,11 +108,12 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def merge_file_group(
     storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
-    *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None,
+    *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None, deletes: bool = True,
 ) -> WriteStat:
     """Write the new base file of one file group: its old rows, minus deleted and replaced keys,
     plus the incoming rows. ``deduped``: the caller already kept one row per key. ``on_footer``
-    hears what the new file's footer says (a long-lived index then need not read it back)."""
+    hears what the new file's footer says (a long-lived index then need not read it back).
+    ``deletes``: False when the caller knows ``incoming`` deletes nothing."""
     started = time.monotonic()
     t = ctx.instant_time
     full = ctx.file_schema
@@ -125,7 +126,7 @@ def merge_file_group(
 
     if not deduped and incoming.num_rows > 1:
         incoming = dedupe(incoming, ctx.ordering_field)
-    upserts, deletes = _split_deletes(incoming)
+    upserts, deletes = _split_deletes(incoming) if deletes else (incoming, None)
     old, old_md = _read_old(storage, task, full)
     n_update = n_delete = 0
     keys_filter = None
@@ -284,8 +285,13 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
         "_hoodie_partition_path": pa.nulls(n, pa.string()),
         "_hoodie_file_name": pa.nulls(n, pa.string()),
     }
-    cols = [meta[c] for c in META_COLUMNS] + [upserts.column(f.name) for f in full if f.name not in META_COLUMNS]
+    cols = [meta[c] for c in META_COLUMNS] + [upserts.column(c) for c in _data_names(full)]
     return pa.Table.from_arrays(cols, schema=full)
+
+
+def _data_names(full: pa.Schema) -> list[str]:
+    """The data columns of a file schema (after the meta columns), named once per schema."""
+    return full.names[len(META_COLUMNS):]
 
 
 _KEY_FOOTER = frozenset({MIN_KEY.encode(), MAX_KEY.encode(), bloom.FOOTER_KEY, bloom.TYPE_CODE_KEY})
@@ -363,6 +369,10 @@ def _leaf_paths(schema_ipc: bytes) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+#: bytes buffered before a data file's stream writes through
+_WRITE_BUFFER = 1 << 20
+
+
 def _write_parquet(
     storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, plain: tuple[str, ...] = (),
     constants: dict[str, str] | None = None,
@@ -391,7 +401,8 @@ def _write_parquet(
     leaves = _leaf_paths(stored_ipc)
     dictionary = [path for column, path in leaves if column not in _UNIQUE_META and column not in plain]
     statistics = [path for column, path in leaves if column not in _UNIQUE_META and column not in _PATH_META]
-    with storage.fs.open_output_stream(storage.abs(rel)) as f:
+    # buffered: the Parquet writer's many small writes (and its position queries) become a few syscalls
+    with storage.fs.open_output_stream(storage.abs(rel), buffer_size=_WRITE_BUFFER) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary,
                               write_statistics=statistics, store_schema=False) as w:
             w.write_table(out)

@@ -55,6 +55,7 @@ class Plan:
     bounds: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (partition, file id) -> range in order
     grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
     pending_hashes: Callable[[], np.ndarray] | None = None  # the rows' hashes, being computed (:func:`bloom.start_hashes`)
+    has_deletes: bool = True  # False: no row deletes (each merge then skips looking for deletes)
     _pieces: list[Future] | None = field(default=None, repr=False)  # a gather under way (:meth:`gather` with ``submit``)
     _hashing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _grouping: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -160,7 +161,8 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
         fnames = fenc.dictionary.to_pylist()
     is_new = fcodes < 0
     keep = None
-    if pc.max(tagged.column(OP)).as_py() == OP_DELETE:
+    has_deletes = n > 0 and pc.max(tagged.column(OP)).as_py() == OP_DELETE
+    if has_deletes:
         is_delete = pc.equal(tagged.column(OP), OP_DELETE).to_numpy(zero_copy_only=False)
         dropped = is_new & is_delete
         if dropped.any():
@@ -182,7 +184,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
         order = rows_idx[order]
     rows = tagged.drop_columns([PARTITION, FILE_ID])
     if len(order) == 0:
-        return Plan([], rows, order, {})
+        return Plan([], rows, order, {}, has_deletes=has_deletes)
     starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
     ends = np.r_[starts[1:], len(sorted_code)]
     bounds: dict[tuple[str, str], tuple[int, int]] = {}
@@ -196,7 +198,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
     for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-    return Plan(tasks, rows, order, bounds, pending_hashes=hashes)
+    return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes)
 
 
 def _new_groups(tagged: pa.Table, pcodes: np.ndarray, is_new: np.ndarray, n_parts: int,
