@@ -5,6 +5,8 @@ Pure pyarrow; used on the driver and inside Spark executors alike, so both paths
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,7 +94,8 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     raise SchemaMismatchError(f"column of type {t} cannot be a record key or partition field")
 
 
-def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False) -> pa.Table:
+def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False,
+            on_keys: Callable[[pa.Array], None] | None = None) -> pa.Table:
     """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns
     (and, with ``hashes``, the keys' bloom hashes: computed once, they also tell in one sort
     that no key repeats).
@@ -100,10 +103,13 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     ``table_schema`` is the (possibly evolved) data schema. Table columns the batch omits are
     written as null (full-record upsert, as Hudi's default payload does): the writer has
     already checked which columns may be omitted; delete batches may carry only the key and
-    partition columns.
+    partition columns. ``on_keys`` hears the record keys of every row of ``batch``, in its order,
+    as soon as they are known (a caller starts hashing them while the rest is validated).
     """
     batch = batch.select([n for n in batch.schema.names if n not in META_COLUMNS and not n.startswith("_mw_")])
     keys = record_keys(batch, config)
+    if on_keys is not None:
+        on_keys(keys)
     parts = partition_paths(batch, config)
     if operation != "delete" and config.ordering_field and batch.schema.get_field_index(config.ordering_field) < 0:
         raise SchemaMismatchError(f"ordering field {config.ordering_field!r} is missing from the batch")

@@ -311,13 +311,19 @@ class _Batch:
 
     def _prepare(self, config: Any, schema: pa.Schema) -> tuple[pa.Table, Callable[[], np.ndarray] | None]:
         """An insert looks nothing up, so its keys' hashes (for the new files' bloom filters)
-        are computed on the hash threads while the attempt begins its instant and plans; any
-        other operation needs them for the index first."""
+        are computed on the hash threads while the batch is validated, the attempt begins its
+        instant and plans; any other operation needs them for the index first. They are started
+        on the keys of the batch as given, and again on the kept rows' keys in the rare batch
+        whose repeated keys were dropped."""
         assert self.arrow is not None
         if self.operation != "insert":
             return prepare(self.arrow, config, schema, operation=self.operation, hashes=True), None
-        prepared = prepare(self.arrow, config, schema, operation=self.operation)
-        return prepared, bloom.start_hashes(prepared.column(KEY))
+        started: list[Callable[[], np.ndarray]] = []
+        prepared = prepare(self.arrow, config, schema, operation=self.operation,
+                           on_keys=lambda keys: started.append(bloom.start_hashes(keys)))
+        if prepared.num_rows != self.arrow.num_rows:  # rows were dropped: the hashes must follow the kept ones
+            return prepared, bloom.start_hashes(prepared.column(KEY))
+        return prepared, started[0]
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on
