@@ -67,9 +67,7 @@ class Storage:
         if self.is_local:  # one stat: pyarrow's FileInfo costs several times more (a data file's checks call this)
             try:
                 os.stat(self.abs(rel))
-            except FileNotFoundError:
-                return False
-            except NotADirectoryError:
+            except (FileNotFoundError, NotADirectoryError):
                 return False
             return True
         return self.fs.get_file_info(self.abs(rel)).type != pafs.FileType.NotFound

@@ -106,7 +106,7 @@ def _merge_one(
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
 ) -> WriteStat:
     return merge_file_group(storage, ctx, task, plan.rows_for(task), _token(task, token), deduped=True, on_footer=on_footer,
-                            deletes=plan.has_deletes)
+                            may_delete=plan.has_deletes)
 
 
 def _first_error(failed: list[Future]) -> BaseException:

@@ -108,12 +108,12 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def merge_file_group(
     storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
-    *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None, deletes: bool = True,
+    *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None, may_delete: bool = True,
 ) -> WriteStat:
     """Write the new base file of one file group: its old rows, minus deleted and replaced keys,
     plus the incoming rows. ``deduped``: the caller already kept one row per key. ``on_footer``
     hears what the new file's footer says (a long-lived index then need not read it back).
-    ``deletes``: False when the caller knows ``incoming`` deletes nothing."""
+    ``may_delete``: False when the caller knows ``incoming`` deletes nothing."""
     started = time.monotonic()
     t = ctx.instant_time
     full = ctx.file_schema
@@ -126,7 +126,7 @@ def merge_file_group(
 
     if not deduped and incoming.num_rows > 1:
         incoming = dedupe(incoming, ctx.ordering_field)
-    upserts, deletes = _split_deletes(incoming) if deletes else (incoming, None)
+    upserts, deletes = _split_deletes(incoming) if may_delete else (incoming, None)
     old, old_md = _read_old(storage, task, full)
     n_update = n_delete = 0
     keys_filter = None
