@@ -245,29 +245,27 @@ row_numbers = _Prefixes(lambda size: pa.array(np.arange(size).astype(str), pa.st
 
 
 def sequence_numbers(prefix: str, n: int) -> pa.Array:
-    """Hudi's ``_hoodie_commit_seqno`` values ``<prefix>_0`` .. ``<prefix>_<n-1>`` in one string
-    buffer: the rows whose numbers have equally many digits form a block of equal-width values,
-    each filled by two strided copies (the prefix, then the digits cut from
-    :func:`row_numbers`), instead of joining ``n`` strings."""
-    digits = row_numbers(n)
+    """Hudi's ``_hoodie_commit_seqno`` values ``<prefix>_0`` .. ``<prefix>_<n-1>``: one Arrow
+    kernel writes the prefix over the blanks of a cached template (``"<blanks>_0"``, ...). The
+    kernel runs without the GIL, so the merge threads build these side by side."""
     if n == 0:
-        return digits
-    head = np.frombuffer(f"{prefix}_".encode(), dtype=np.uint8)
-    width = len(head)
-    number_offsets = np.frombuffer(digits.buffers()[1], dtype=np.int32, count=n + 1)
-    number_bytes = np.frombuffer(digits.buffers()[2], dtype=np.uint8, count=int(number_offsets[-1]))
-    offsets = number_offsets.astype(np.int64) + width * np.arange(n + 1, dtype=np.int64)
-    if offsets[-1] >= 2**31:  # beyond 32-bit string offsets: the plain join handles large arrays
-        return pc.binary_join_element_wise(pa.scalar(prefix), digits, "_")
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    lo, d = 0, 1
-    while lo < n:
-        hi = min(n, 10**d)
-        block = data[offsets[lo]:offsets[hi]].reshape(hi - lo, width + d)
-        block[:, :width] = head
-        block[:, width:] = number_bytes[number_offsets[lo]:number_offsets[hi]].reshape(hi - lo, d)
-        lo, d = hi, d + 1
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+        return row_numbers(0)
+    width = len(prefix.encode())
+    if n > _TEMPLATE_ROWS:  # a template that large would stay in memory: join the strings instead
+        return pc.binary_join_element_wise(pa.scalar(prefix), row_numbers(n), "_")
+    templates = _seqno_templates.get(width)
+    if templates is None:
+        templates = _seqno_templates.setdefault(width, _Prefixes(functools.partial(_seqno_template, width)))
+    return pc.binary_replace_slice(templates(n), 0, width, prefix)
+
+
+#: the most rows a sequence-number template holds (about 7 MB per prefix length)
+_TEMPLATE_ROWS = 1 << 18
+_seqno_templates: dict[int, _Prefixes] = {}
+
+
+def _seqno_template(width: int, size: int) -> pa.Array:
+    return pc.binary_join_element_wise(" " * width, row_numbers(min(size, _TEMPLATE_ROWS)), "_")
 
 
 def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
@@ -313,7 +311,15 @@ _zeros = _Prefixes(lambda size: pa.array(np.zeros(size, dtype=np.int32)))
 def _constant(value: str, n: int) -> pa.DictionaryArray:
     """``n`` times ``value`` as a one-entry dictionary: nothing to build per row, and Parquet
     writes it as its dictionary page plus run-length indices without hashing ``n`` strings."""
-    return pa.DictionaryArray.from_arrays(_zeros(n), pa.array([value], pa.string()), safe=False)
+    return pa.DictionaryArray.from_arrays(_zeros(n), _one_string(value), safe=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_string(value: str) -> pa.Array:
+    """A one-value string array, built from its buffers (``pa.array`` costs several times more)
+    and kept: the commit time and partition paths repeat over the files of a batch and beyond."""
+    data = value.encode()
+    return pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int32)), pa.py_buffer(data))
 
 
 #: rows looked at to decide whether a column's values repeat enough for a dictionary
@@ -388,13 +394,11 @@ def _write_parquet(
     with one value over the whole file, written from a one-entry dictionary; the stored Arrow
     schema is the plain one, so every reader sees them as strings."""
     keys = out.column("_hoodie_record_key")
-    schema_md = {k: v for k, v in (out.schema.metadata or {}).items() if k not in _KEY_FOOTER}
-    stored = out.schema.with_metadata(schema_md)  # the schema readers see (constants as strings)
-    out = out.replace_schema_metadata(schema_md or None)
+    fmt = _file_format(out.schema.serialize().to_pybytes(), plain)
+    out = out.replace_schema_metadata(fmt.schema.metadata)
     for column, value in (constants or {}).items():
         out = out.set_column(out.schema.get_field_index(column), column, _constant(value, out.num_rows))
-    stored_ipc = stored.serialize().to_pybytes()
-    footer: dict[bytes, bytes] = {_ARROW_SCHEMA: base64.b64encode(stored_ipc)}
+    footer: dict[bytes, bytes] = {_ARROW_SCHEMA: fmt.schema_b64}
     lo = hi = None
     if out.num_rows:
         mm = pc.min_max(keys)
@@ -402,17 +406,41 @@ def _write_parquet(
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
     footer.update(bloom.footer_entries(keys_filter))
-    leaves = _leaf_paths(stored_ipc)
-    dictionary = [path for column, path in leaves if column not in _UNIQUE_META and column not in plain]
-    statistics = [path for column, path in leaves if column not in _UNIQUE_META and column not in _PATH_META]
     # buffered: the Parquet writer's many small writes (and its position queries) become a few syscalls
     with storage.fs.open_output_stream(storage.abs(rel), buffer_size=_WRITE_BUFFER) as f:
-        with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=dictionary,
-                              write_statistics=statistics, store_schema=False, write_batch_size=_WRITE_BATCH) as w:
+        with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=fmt.dictionary,
+                              write_statistics=fmt.statistics, store_schema=False, write_batch_size=_WRITE_BATCH) as w:
             w.write_table(out)
             w.add_key_value_metadata(footer)
         size = f.tell()  # the whole file went through this stream: its size, without a stat
     return size, FooterKeys(lo, hi, keys_filter, out.num_rows)
+
+
+@dataclass(frozen=True)
+class _FileFormat:
+    """What every file written with one schema shares: the schema readers see (without Hudi's
+    footer entries), Base64 of its IPC form for the footer, and the Parquet leaves that get a
+    dictionary and statistics. Worked out once per schema, not once per file."""
+
+    schema: pa.Schema
+    schema_b64: bytes
+    dictionary: list[str]
+    statistics: list[str]
+
+
+@functools.lru_cache(maxsize=64)
+def _file_format(schema_ipc: bytes, plain: tuple[str, ...]) -> _FileFormat:
+    """Keyed by the IPC bytes: exact (schemas that differ only in metadata compare equal)."""
+    schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    md = {k: v for k, v in (schema.metadata or {}).items() if k not in _KEY_FOOTER}
+    stored = schema.with_metadata(md) if md else schema.remove_metadata()
+    ipc = stored.serialize().to_pybytes()
+    leaves = _leaf_paths(ipc)
+    return _FileFormat(
+        stored, base64.b64encode(ipc),
+        [path for column, path in leaves if column not in _UNIQUE_META and column not in plain],
+        [path for column, path in leaves if column not in _UNIQUE_META and column not in _PATH_META],
+    )
 
 
 def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import multiwriter as mw
 from tests.oracle import hudi_read, rows
@@ -70,14 +71,18 @@ def test_dictionaries_only_where_values_repeat_and_meta_columns_read_as_strings(
     assert rows(got, ["id", "ts", "x"]) == sorted(((k, *v) for k, v in expected.items()), key=repr)
 
 
-def test_sequence_numbers_match_hudis_format_at_every_digit_boundary():
-    from multiwriter.write.merge import sequence_numbers
+@pytest.mark.parametrize("prefix", ["20260101000000123_7", "20260101000000123_42", "x"])
+def test_sequence_numbers_match_hudis_format_at_every_digit_boundary(prefix, monkeypatch):
+    from multiwriter.write import merge
 
-    for n in (0, 1, 9, 10, 11, 99, 100, 1001, 12_345):
-        got = sequence_numbers("20260101000000123_7", n)
+    # small sizes first, so the cached template has to grow; past the cap the strings are joined
+    monkeypatch.setattr(merge, "_TEMPLATE_ROWS", 5_000)
+    monkeypatch.setattr(merge, "_seqno_templates", {})
+    for n in (0, 1, 9, 10, 11, 99, 100, 1001, 4_999, 5_000, 5_001, 12_345, 3):
+        got = merge.sequence_numbers(prefix, n)
         got.validate(full=True)
         assert got.type == pa.string()
-        assert got.to_pylist() == [f"20260101000000123_7_{i}" for i in range(n)]
+        assert got.to_pylist() == [f"{prefix}_{i}" for i in range(n)]
 
 
 def test_nested_columns_keep_statistics_and_dictionaries_by_their_leaves(tmp_path):
