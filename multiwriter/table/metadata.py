@@ -13,6 +13,7 @@ from typing import Any
 import fastavro
 
 from ..errors import TableFormatError
+from . import avro
 
 NS = "org.apache.hudi.avro.model"
 
@@ -247,6 +248,7 @@ def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
     return fastavro.parse_schema(schema, named_schemas=named if named is not None else {})
 
 
+_SCHEMAS = {"commit": COMMIT_SCHEMA}
 _PARSED = {
     "commit": _parsed(COMMIT_SCHEMA, {}),
     "replacecommit": _parsed(REPLACE_COMMIT_SCHEMA, {}),
@@ -257,7 +259,18 @@ _PARSED = {
 }
 
 
+#: compiled container writers of the kinds written on every commit (the rest use fastavro)
+_WRITERS = {kind: avro.ContainerWriter(_PARSED[kind], enc) for kind in ("commit",)
+            if (enc := avro.compile_schema(_SCHEMAS[kind])) is not None}
+
+
 def encode(kind: str, record: dict[str, Any]) -> bytes:
+    writer = _WRITERS.get(kind)
+    if writer is not None:
+        try:
+            return writer.write(record)
+        except (avro.Unsupported, TypeError, AttributeError):
+            pass  # a value the compiled encoder does not take: fastavro encodes it or says why not
     buf = io.BytesIO()
     fastavro.writer(buf, _PARSED[kind], [record])
     return buf.getvalue()
