@@ -73,8 +73,10 @@ def test_commits_use_the_compiled_encoder_and_other_schemas_do_not_compile():
     assert avro.compile_schema(["null", "long", "string"]) is not None
 
 
-def test_a_value_the_compiled_encoder_refuses_goes_to_fastavro():
-    """A long given as a string: fastavro, not a TypeError of ours, says what is wrong."""
-    meta = CommitMetadata({"p": [WriteStat(file_id="f", path="p/f", partition_path="p", num_writes="many")]}, {}, "INSERT")
+@pytest.mark.parametrize("num_writes", ["many", 2**63, -(2**63) - 1])
+def test_a_value_the_compiled_encoder_refuses_goes_to_fastavro(num_writes):
+    """A long given as a string, or beyond 64 bits: fastavro, not a TypeError of ours (nor
+    bytes no reader could decode), says what is wrong."""
+    meta = CommitMetadata({"p": [WriteStat(file_id="f", path="p/f", partition_path="p", num_writes=num_writes)]}, {}, "INSERT")
     with pytest.raises(ValueError, match="numWrites"):
         meta.to_bytes()
