@@ -123,22 +123,11 @@ def _union(branches: list) -> Encoder:
 def _nullable_long(v: Any, out: list) -> None:
     if v is None:
         out.append(b"\x00")
-    elif isinstance(v, tuple):  # tuple notation
-        if v[0] == "null":
-            out.append(b"\x00")
-        elif v[0] in ("long", "int"):
-            out.append(b"\x02" + zigzag(v[1]))
-        else:
-            raise Unsupported(f"no branch {v[0]!r}")
     else:
         out.append(b"\x02" + zigzag(v))
 
 
 def _nullable_string(v: Any, out: list) -> None:
-    if isinstance(v, tuple):  # tuple notation
-        if v[0] not in ("null", "string"):
-            raise Unsupported(f"no branch {v[0]!r}")
-        v = v[1]
     if v is None:
         out.append(b"\x00")
     else:
@@ -146,7 +135,9 @@ def _nullable_string(v: Any, out: list) -> None:
         out.append(b"\x02" + zigzag(len(b)) + b)
 
 
-#: ``["null", <primitive>]`` unions, the most common fields of the timeline's records
+#: ``["null", <primitive>]`` unions, the most common fields of the timeline's records: one call
+#: per value. A value in tuple notation there is not expected; fastavro takes it (``zigzag`` and
+#: ``encode`` raise on a tuple)
 _NULLABLE: dict[str, Encoder] = {"long": _nullable_long, "int": _nullable_long, "string": _nullable_string}
 
 
@@ -186,15 +177,21 @@ class ContainerWriter:
     """Writes one-record Avro container files of a schema: fastavro's own header (written once),
     a fresh sync marker per file, then one block holding the compiled encoder's bytes."""
 
-    def __init__(self, parsed_schema: Any, encoder: Encoder) -> None:
+    def __init__(self, head: bytes, encoder: Encoder) -> None:
+        self._head = head
+        self._encoder = encoder
+
+    @classmethod
+    def compile(cls, parsed_schema: Any) -> ContainerWriter | None:
+        """A writer of ``parsed_schema`` (fastavro's parsed form), or None when it needs fastavro."""
+        encoder = compile_schema(parsed_schema)
         marker = b"\x00" * _SYNC_SIZE
         buf = io.BytesIO()
         fastavro.writer(buf, parsed_schema, [], sync_marker=marker)
         header = buf.getvalue()
-        if not header.endswith(marker):
-            raise Unsupported("unexpected Avro header layout")
-        self._head = header[:-_SYNC_SIZE]
-        self._encoder = encoder
+        if encoder is None or not header.endswith(marker):
+            return None
+        return cls(header[:-_SYNC_SIZE], encoder)
 
     def write(self, record: Any) -> bytes:
         parts: list[bytes] = []

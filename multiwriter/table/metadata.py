@@ -248,7 +248,6 @@ def _parsed(schema: dict[str, Any], named: dict[str, Any] | None = None) -> Any:
     return fastavro.parse_schema(schema, named_schemas=named if named is not None else {})
 
 
-_SCHEMAS = {"commit": COMMIT_SCHEMA}
 _PARSED = {
     "commit": _parsed(COMMIT_SCHEMA, {}),
     "replacecommit": _parsed(REPLACE_COMMIT_SCHEMA, {}),
@@ -260,8 +259,7 @@ _PARSED = {
 
 
 #: compiled container writers of the kinds written on every commit (the rest use fastavro)
-_WRITERS = {kind: avro.ContainerWriter(_PARSED[kind], enc) for kind in ("commit",)
-            if (enc := avro.compile_schema(_SCHEMAS[kind])) is not None}
+_WRITERS = {kind: w for kind in ("commit",) if (w := avro.ContainerWriter.compile(_PARSED[kind])) is not None}
 
 
 def encode(kind: str, record: dict[str, Any]) -> bytes:
