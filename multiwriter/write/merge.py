@@ -28,6 +28,7 @@ from ..table.properties import TableConfig
 from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, data_schema, with_meta
 from . import bloom, guard
+from .columns import Prefixes, constant, constant_value
 from .index import FooterKeys
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
@@ -146,7 +147,7 @@ def merge_file_group(
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
     has_kept = kept is not None and kept.num_rows > 0
-    fresh = _new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
+    fresh, constants = _new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
@@ -158,8 +159,7 @@ def merge_file_group(
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
-                                  constants={"_hoodie_partition_path": task.partition, "_hoodie_file_name": name,
-                                             **({} if has_kept else {"_hoodie_commit_time": t})})
+                                  constants=constants or {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name})
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -224,24 +224,9 @@ def _drop_stale(upserts: pa.Table, pos: pa.Array, old: pa.Table, ordering: str |
     return upserts.filter(newer), pos.filter(newer)
 
 
-class _Prefixes:
-    """The first ``n`` values of an array ``build(size)`` makes, cut from one cached array that
-    grows by doubling: every file of every batch shares it instead of building its own."""
-
-    def __init__(self, build: Callable[[int], pa.Array]) -> None:
-        self._build = build
-        self._cached = build(0)
-
-    def __call__(self, n: int) -> pa.Array:
-        cached = self._cached  # one read: another merge thread may replace it meanwhile
-        if len(cached) < n:
-            cached = self._cached = self._build(max(n, 2 * len(cached), 1024))
-        return cached.slice(0, n)
-
-
 #: "0".."n-1" as strings (for sequence numbers): casting integers to strings per file costs
 #: more than the rest of a file's meta columns
-row_numbers = _Prefixes(lambda size: pa.array(np.arange(size).astype(str), pa.string()))
+row_numbers = Prefixes(lambda size: pa.array(np.arange(size).astype(str), pa.string()))
 
 
 def sequence_numbers(prefix: str, n: int) -> pa.Array:
@@ -255,13 +240,13 @@ def sequence_numbers(prefix: str, n: int) -> pa.Array:
         return pc.binary_join_element_wise(pa.scalar(prefix), row_numbers(n), "_")
     templates = _seqno_templates.get(width)
     if templates is None:
-        templates = _seqno_templates.setdefault(width, _Prefixes(functools.partial(_seqno_template, width)))
+        templates = _seqno_templates.setdefault(width, Prefixes(functools.partial(_seqno_template, width)))
     return pc.binary_replace_slice(templates(n), 0, width, prefix)
 
 
 #: the most rows a sequence-number template holds (about 7 MB per prefix length)
 _TEMPLATE_ROWS = 1 << 18
-_seqno_templates: dict[int, _Prefixes] = {}
+_seqno_templates: dict[int, Prefixes] = {}
 
 
 def _seqno_template(width: int, size: int) -> pa.Array:
@@ -269,13 +254,18 @@ def _seqno_template(width: int, size: int) -> pa.Array:
 
 
 def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
-              time_is_constant: bool = False) -> pa.Table:
-    """Incoming rows with their meta columns. The partition path and file name are constant over
-    the whole file, and so is the commit time when no old row is kept (``time_is_constant``):
-    :func:`_write_parquet` sets those (``constants``)."""
+              time_is_constant: bool = False) -> tuple[pa.Table, dict[str, str]]:
+    """Incoming rows with their meta columns, and the string columns that hold one value over
+    the whole file, which :func:`_write_parquet` writes as such (``constants``): the partition
+    path and file name; the commit time when no old row is kept (``time_is_constant``); and a
+    data column the plan handed over as a constant (the partition column, whose value is the
+    partition path), unless old rows are kept beside it."""
     n = upserts.num_rows
     if n == 0:
-        return full.empty_table()
+        return full.empty_table(), {}
+    constants = {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name}
+    if time_is_constant:
+        constants["_hoodie_commit_time"] = t
     meta = {
         "_hoodie_commit_time": pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n),
         "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
@@ -283,8 +273,17 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
         "_hoodie_partition_path": pa.nulls(n, pa.string()),
         "_hoodie_file_name": pa.nulls(n, pa.string()),
     }
-    cols = [meta[c] for c in META_COLUMNS] + [upserts.column(c) for c in _data_names(full)]
-    return pa.Table.from_arrays(cols, schema=full)
+    cols = [meta[c] for c in META_COLUMNS]
+    for c in _data_names(full):
+        col = upserts.column(c)
+        if pa.types.is_dictionary(col.type):
+            target = full.field(c).type
+            value = constant_value(col) if time_is_constant and pa.types.is_string(target) else None
+            if value is not None:
+                constants[c] = value
+            col = pa.nulls(n, target) if value is not None else col if col.type == target else col.cast(target)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=full), constants
 
 
 def _data_names(full: pa.Schema) -> list[str]:
@@ -304,23 +303,6 @@ _ARROW_SCHEMA = b"ARROW:schema"
 #: meta columns that hold one value per file (the file's own path): no min/max statistics, since
 #: a reader that filters on them already knows the answer from the path
 _PATH_META = frozenset({"_hoodie_partition_path", "_hoodie_file_name"})
-
-_zeros = _Prefixes(lambda size: pa.array(np.zeros(size, dtype=np.int32)))
-
-
-def _constant(value: str, n: int) -> pa.DictionaryArray:
-    """``n`` times ``value`` as a one-entry dictionary: nothing to build per row, and Parquet
-    writes it as its dictionary page plus run-length indices without hashing ``n`` strings."""
-    return pa.DictionaryArray.from_arrays(_zeros(n), _one_string(value), safe=False)
-
-
-@functools.lru_cache(maxsize=1024)
-def _one_string(value: str) -> pa.Array:
-    """A one-value string array, built from its buffers (``pa.array`` costs several times more)
-    and kept: the commit time and partition paths repeat over the files of a batch and beyond."""
-    data = value.encode()
-    return pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int32)), pa.py_buffer(data))
-
 
 #: rows looked at to decide whether a column's values repeat enough for a dictionary
 _DICTIONARY_SAMPLE = 1024
@@ -397,7 +379,7 @@ def _write_parquet(
     fmt = _file_format(out.schema.serialize().to_pybytes(), plain)
     out = out.replace_schema_metadata(fmt.schema.metadata)
     for column, value in (constants or {}).items():
-        out = out.set_column(out.schema.get_field_index(column), column, _constant(value, out.num_rows))
+        out = out.set_column(out.schema.get_field_index(column), column, constant(value, out.num_rows))
     footer: dict[bytes, bytes] = {_ARROW_SCHEMA: fmt.schema_b64}
     lo = hi = None
     if out.num_rows:

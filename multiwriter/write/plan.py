@@ -24,6 +24,7 @@ from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
 from . import bloom
 from .index import FILE_ID
+from .columns import constant
 from .records import KEY, OP, OP_DELETE, PARTITION
 
 
@@ -56,6 +57,8 @@ class Plan:
     grouped: pa.Table | None = None  # ``rows`` in ``order``, once gathered
     pending_hashes: Callable[[], np.ndarray] | None = None  # the rows' hashes, being computed (:func:`bloom.start_hashes`)
     has_deletes: bool = True  # False: no row deletes (each merge then skips looking for deletes)
+    twins: dict[str, str] = field(default_factory=dict)  # column -> a column of ``rows`` with the very same values
+    partition_column: str | None = None  # a column of ``rows`` whose value is each row's partition path
     _pieces: list[Future] | None = field(default=None, repr=False)  # a gather under way (:meth:`gather` with ``submit``)
     _hashing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _grouping: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -101,7 +104,13 @@ class Plan:
         self._pieces = [submit(self._take, ix) for ix in pieces]
 
     def _take(self, ix: np.ndarray) -> pa.Table:
-        return self.hashed_rows().take(pa.array(ix))
+        """Gather the rows at ``ix``, leaving out the columns :meth:`rows_for` rebuilds for free:
+        twins of another column, and the partition column (one value per task)."""
+        rows = self.hashed_rows()
+        skip = set(self.twins) | ({self.partition_column} if self.partition_column else set())
+        if skip:
+            rows = rows.select([n for n in rows.schema.names if n not in skip])
+        return rows.take(pa.array(ix))
 
     def _gathered(self) -> pa.Table | None:
         """The rows in task order once a gather ran (waiting for its pieces), else None."""
@@ -115,12 +124,28 @@ class Plan:
         grouped = self._gathered()
         if grouped is not None:
             lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
-            return grouped.slice(lo, hi - lo)
+            return self._completed(grouped.slice(lo, hi - lo), task)
         ix = self._indices(task)
         rows = self.hashed_rows()
         if len(ix) and ix[-1] - ix[0] == len(ix) - 1:  # ascending, so a run: no copy
             return rows.slice(int(ix[0]), len(ix))
         return rows.take(pa.array(ix))
+
+    def _completed(self, part: pa.Table, task: FileGroupTask) -> pa.Table:
+        """A gathered task's rows with the columns :meth:`_take` left out, in ``rows``' order:
+        twins share their column's buffers, the partition column is the task's partition path
+        as a one-entry dictionary (the merge writes it as a constant)."""
+        if not self.twins and self.partition_column is None:
+            return part
+        cols = []
+        for name in self.rows.schema.names:
+            if name in self.twins:
+                cols.append(part.column(self.twins[name]))
+            elif name == self.partition_column:
+                cols.append(constant(task.partition, part.num_rows))
+            else:
+                cols.append(part.column(name))
+        return pa.Table.from_arrays(cols, names=self.rows.schema.names)
 
     def _indices(self, task: FileGroupTask) -> np.ndarray:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
@@ -185,6 +210,8 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
     rows = tagged.drop_columns([PARTITION, FILE_ID])
     if len(order) == 0:
         return Plan([], rows, order, {}, has_deletes=has_deletes)
+    key_twin = _twin(rows, KEY)
+    partition_twin = _twin(tagged, PARTITION, among=[n for n in rows.schema.names if n not in _INTERNAL])
     starts = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]])
     ends = np.r_[starts[1:], len(sorted_code)]
     bounds: dict[tuple[str, str], tuple[int, int]] = {}
@@ -198,7 +225,31 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
     for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-    return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes)
+    return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes,
+                twins={KEY: key_twin} if key_twin else {}, partition_column=partition_twin)
+
+
+_INTERNAL = frozenset({KEY, OP, PARTITION, FILE_ID, bloom.HASHES})
+
+
+def _twin(t: pa.Table, name: str, among: list[str] | None = None) -> str | None:
+    """A data column of ``t`` that is the very same array as column ``name`` (same type,
+    offset, length and buffers, so the same values): a record key or partition path that is a
+    column's own value (:func:`records.record_keys` keeps its buffers). None when there is none."""
+    sig = _signature(t.column(name))
+    if sig is None:
+        return None
+    for other in among if among is not None else [n for n in t.schema.names if n not in _INTERNAL]:
+        if _signature(t.column(other)) == sig:
+            return other
+    return None
+
+
+def _signature(col: pa.ChunkedArray) -> tuple | None:
+    if col.num_chunks != 1:
+        return None
+    a = col.chunk(0)
+    return (a.type, a.offset, len(a), tuple(b.address if b is not None else None for b in a.buffers()))
 
 
 def _new_groups(tagged: pa.Table, pcodes: np.ndarray, is_new: np.ndarray, n_parts: int,

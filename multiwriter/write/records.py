@@ -40,8 +40,8 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
                 "(nothing was written)"
             )
         cols.append(col)
-    if len(fields) == 1:
-        return pc.cast(cols[0].combine_chunks() if isinstance(cols[0], pa.ChunkedArray) else cols[0], pa.string())
+    if len(fields) == 1:  # the column itself (no copy): the plan then gathers it once for both
+        return pc.cast(_one_array(cols[0]), pa.string())
     parts = []
     for f, c in zip(fields, cols, strict=True):
         parts.append(pc.binary_join_element_wise(pa.scalar(f), c, ":"))
@@ -68,8 +68,7 @@ def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
     for f in config.partition_by:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"partition column {f!r} is missing from the batch")
-        col = _as_string(batch.column(f))
-        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        col = _one_array(_as_string(batch.column(f)))
         values = pc.unique(col).to_pylist()
         for v in values:
             if v:
@@ -81,6 +80,14 @@ def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
         segments.append(col)
     out = segments[0] if len(segments) == 1 else pc.binary_join_element_wise(*segments, "/")
     return pc.cast(out, pa.string())
+
+
+def _one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``col`` as one array; a single chunk is used as it is (its buffers shared, not copied),
+    so a key or partition path that is a column's own value can be recognized as such."""
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
