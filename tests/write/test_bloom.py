@@ -6,6 +6,7 @@ import glob
 import math
 import importlib
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -276,3 +277,27 @@ def test_a_large_insert_hashed_while_its_instant_begins_carries_exact_filters(tr
     got = hudi_read(path)
     assert got.num_rows == n
     assert rows(got.filter(pc.equal(got["id"], "7")), ["id", "ts", "value"]) == [("7", 9, 2.0) if repeated else ("7", 1, 1.0)]
+
+
+def _reference_row(keys: list[str], hashes: int, bits: int) -> np.ndarray:
+    """The filter row Hudi's writer builds, bit by bit from the scalar Java positions."""
+    row = np.zeros((bits + 7) // 8, dtype=np.uint8)
+    for k in keys:
+        for p in _java_positions(k, hashes, bits):
+            row[p // 8] |= 1 << (p % 8)
+    return row
+
+
+def test_filters_of_successive_files_in_one_thread_are_each_exact():
+    """A merge thread reuses its scratch arrays from one file's filter to the next (larger,
+    then smaller, then larger again): no bit of one file's keys may leak into another's."""
+    sizes = [2_600, 700, 2_100, 40]
+    keys = [f"f{n}-key-{i}" for n in range(len(sizes)) for i in range(sizes[n])]
+    t = bloom.with_hashes(pa.table({"k": pa.array(keys)}), "k")
+    start = 0
+    for n in sizes:
+        part = t.slice(start, n)
+        f = bloom.DynamicBloomFilter.for_keys(n)
+        f.add_rows(part, "k")
+        assert (f.rows[0] == _reference_row(keys[start:start + n], f.hashes, f.bits)).all(), n
+        start += n
