@@ -401,6 +401,7 @@ def stream_write(size: dict, work: Path, spark) -> dict:
             _take_turns(queries, files, src)
         finally:
             sink.close()
+            lock.close()  # this process's ZooKeeper session ends before the server stops
         want = expected_upserts(init, batches)
         out = {}
         for name, path in paths.items():
