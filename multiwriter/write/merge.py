@@ -159,7 +159,7 @@ def merge_file_group(
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
-                                  constants=constants or {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name})
+                                  constants=constants)
     if on_footer is not None:
         on_footer(rel, footer)
     return WriteStat(
@@ -261,11 +261,11 @@ def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, n
     data column the plan handed over as a constant (the partition column, whose value is the
     partition path), unless old rows are kept beside it."""
     n = upserts.num_rows
-    if n == 0:
-        return full.empty_table(), {}
     constants = {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name}
     if time_is_constant:
         constants["_hoodie_commit_time"] = t
+    if n == 0:
+        return full.empty_table(), constants
     meta = {
         "_hoodie_commit_time": pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n),
         "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
