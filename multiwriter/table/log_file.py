@@ -177,6 +177,10 @@ def _wrapper(name: str, value_type: Any) -> dict[str, Any]:
     return {"type": "record", "name": name, "namespace": _NS, "fields": [{"name": "value", "type": value_type}]}
 
 
+#: the decimal wrapper's fixed precision and scale: decimal ordering values are rescaled to it
+_DECIMAL_PRECISION = 30
+_DECIMAL_SCALE = 15
+
 #: ``orderingVal``'s branches in the order of Hudi's ``HoodieDeleteRecord`` schema (table version 8):
 #: the branch index is what goes on disk, so this order is the format
 _ORDERING_WRAPPERS: list[tuple[str, Any]] = [
@@ -188,7 +192,7 @@ _ORDERING_WRAPPERS: list[tuple[str, Any]] = [
     ("BytesWrapper", "bytes"),
     ("StringWrapper", "string"),
     ("DateWrapper", "int"),
-    ("DecimalWrapper", {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 15}),
+    ("DecimalWrapper", {"type": "bytes", "logicalType": "decimal", "precision": _DECIMAL_PRECISION, "scale": _DECIMAL_SCALE}),
     ("TimeMicrosWrapper", {"type": "long", "logicalType": "time-micros"}),
     ("TimestampMicrosWrapper", "long"),
 ]
@@ -213,11 +217,6 @@ DELETE_RECORD_LIST_SCHEMA: dict[str, Any] = {
     }],
 }
 _DELETE_LIST_PARSED = fastavro.parse_schema(DELETE_RECORD_LIST_SCHEMA)
-
-#: the decimal wrapper's fixed scale: ordering values are rescaled to it
-_DECIMAL_SCALE = 15
-_DECIMAL_PRECISION = 30
-_MICROS_PER_DAY = 86_400_000_000
 
 #: the Arrow type of a decoded ordering value per wrapper
 _WRAPPER_ARROW: dict[str, pa.DataType] = {
