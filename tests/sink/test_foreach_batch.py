@@ -135,3 +135,116 @@ def test_two_queries_overlapping_keys_all_batches_exactly_once(spark, zk_server,
             model[r["id"]] = r["value"]
     assert dict(rows(t.read(), ["id", "value"])) == model
     assert rows(hudi_read(table_path), ["id", "value"]) == sorted(model.items(), key=repr)
+
+
+# -- a query redeployed with a fresh checkpoint (same writer id) -------------------------------
+
+
+def _run_to_end(spark, src: Path, sink, ck: Path):
+    """Run the query over what ``src`` holds; its failure is read from ``q.exception()``."""
+    from pyspark.errors import StreamingQueryException
+
+    q = run_available(spark, src, sink, ck)
+    try:
+        q.awaitTermination(120)
+    except StreamingQueryException:
+        pass
+    q.stop()
+    return q
+
+
+def _batches(src: Path, first: int, count: int, tag: str) -> None:
+    for n in range(first, first + count):
+        write_json(src, n, [{"id": f"{tag}{n}-{i}", "date": "2024-01-01", "ts": n, "value": float(n)} for i in range(4)])
+
+
+def test_fresh_checkpoint_under_same_writer_id_fails_and_writes_nothing(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    _batches(tmp_path / "src", 0, 3, "old")
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    assert _run_to_end(spark, tmp_path / "src", sink, tmp_path / "ck").exception() is None
+    sink.close()
+    before = rows(hudi_read(table_path), ["id", "value"])
+    assert len(before) == 12
+    # the redeployed query: new checkpoint location, new input, Spark numbers its batches from 0
+    _batches(tmp_path / "src2", 0, 2, "new")
+    sink2 = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    q = _run_to_end(spark, tmp_path / "src2", sink2, tmp_path / "ck2")
+    sink2.close()
+    err = q.exception()
+    assert err is not None, "a checkpoint reset must not pass silently"
+    text = str(err)
+    assert "CheckpointResetError" in text and "ingest" in text and "on_checkpoint_reset" in text
+    assert rows(hudi_read(table_path), ["id", "value"]) == before, "nothing of the reset query's batch is written"
+    assert len(mw.Table.open(table_path).timeline().completed_writes()) == 3
+
+
+def test_continue_on_reset_lands_the_new_query_and_skips_its_own_replays(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    _batches(tmp_path / "src", 0, 3, "old")
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    assert _run_to_end(spark, tmp_path / "src", sink, tmp_path / "ck").exception() is None
+    sink.close()
+    _batches(tmp_path / "src2", 0, 2, "new")
+    cfg = zk_config(zk_server, zk_base, "ingest", on_checkpoint_reset="continue")
+    sink2 = mw.MultiWriterSink(table_path, cfg)
+    assert _run_to_end(spark, tmp_path / "src2", sink2, tmp_path / "ck2").exception() is None
+    sink2.close()
+    got = rows(hudi_read(table_path), ["id", "value"])
+    assert len(got) == 20 and sum(1 for k, _ in got if k.startswith("new")) == 8
+    # Spark replays the new query's last batch (its commit log entry lost): skipped, not written twice
+    for name in ("1", ".1.crc"):
+        (tmp_path / "ck2" / "commits" / name).unlink(missing_ok=True)
+    sink3 = mw.MultiWriterSink(table_path, cfg)
+    assert _run_to_end(spark, tmp_path / "src2", sink3, tmp_path / "ck2").exception() is None
+    assert sink3.results and all(r.skipped for r in sink3.results)
+    sink3.close()
+    tl = mw.Table.open(table_path).timeline()
+    assert len(tl.completed_writes()) == 5
+    assert rows(hudi_read(table_path), ["id", "value"]) == got
+
+
+def test_restart_after_crash_mid_batch_commits_each_batch_once(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    """Same checkpoint, same query id: the batch that crashed is redone once, none is reset."""
+    _batches(tmp_path / "src", 0, 3, "k")
+    crashed = {"done": False}
+    inner = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+
+    def crash_after_commit(df, batch_id):
+        inner(df, batch_id)
+        if batch_id == 1 and not crashed["done"]:
+            crashed["done"] = True
+            raise RuntimeError("driver died after the commit, before Spark's own commit log")
+
+    q = _run_to_end(spark, tmp_path / "src", crash_after_commit, tmp_path / "ck")
+    assert q.exception() is not None
+    inner.close()
+    sink = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, "ingest"))
+    assert _run_to_end(spark, tmp_path / "src", sink, tmp_path / "ck").exception() is None
+    sink.close()
+    assert [r.skipped for r in sink.results] == [True, False]  # batch 1 replayed (skipped), then batch 2
+    tl = mw.Table.open(table_path).timeline()
+    assert len(tl.completed_writes()) == 3
+    assert len(rows(hudi_read(table_path), ["id", "value"])) == 12
+
+
+def test_other_writer_ids_are_unaffected_by_a_reset(spark, zk_server, zk_base, trips_table, table_path, tmp_path):
+    _batches(tmp_path / "a", 0, 2, "a")
+    _batches(tmp_path / "b", 0, 2, "b")
+    for w in "ab":
+        s = mw.MultiWriterSink(table_path, zk_config(zk_server, zk_base, f"writer-{w}", max_conflict_retries=10))
+        assert _run_to_end(spark, tmp_path / w, s, tmp_path / f"ck-{w}").exception() is None
+        s.close()
+    assert len(rows(hudi_read(table_path), ["id", "value"])) == 16
+
+
+def test_write_with_query_id_follows_the_same_rule(zk_server, zk_base, trips_table, table_path):
+    cfg = zk_config(zk_server, zk_base, "batch-job")
+    assert not mw.write(trips(range(3)), table_path, cfg, batch_id=0, query_id="run-1").skipped
+    assert mw.write(trips(range(3)), table_path, cfg, batch_id=0, query_id="run-1").skipped
+    with pytest.raises(mw.errors.CheckpointResetError, match="run-1.*run-2|run-2.*run-1"):
+        mw.write(trips(range(3, 6)), table_path, cfg, batch_id=0, query_id="run-2")
+    assert mw.Table.open(table_path).read().num_rows == 3
+    cont = zk_config(zk_server, zk_base, "batch-job", on_checkpoint_reset="continue")
+    assert not mw.write(trips(range(3, 6)), table_path, cont, batch_id=0, query_id="run-2").skipped
+    assert mw.write(trips(range(3, 6)), table_path, cont, batch_id=0, query_id="run-2").skipped
+    assert rows(hudi_read(table_path), ["id"]) == rows(mw.Table.open(table_path).read(), ["id"])
+    assert mw.Table.open(table_path).read().num_rows == 6
