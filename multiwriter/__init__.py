@@ -42,19 +42,22 @@ _LAZY = {
 }
 
 
-def write(data: Any, path: str, config: WriterConfig, batch_id: int | None = None) -> CommitResult:
+def write(data: Any, path: str, config: WriterConfig, batch_id: int | None = None, *,
+          query_id: str | None = None) -> CommitResult:
     """Write one batch (pyarrow Table or Spark DataFrame) as one commit of the table at ``path``.
 
     Same protocol as the streaming sink: unique instant, heartbeat, conflict check under the
     lock, retries. With ``batch_id``, a batch already committed by ``config.writer_id`` is
-    skipped (``CommitResult.skipped``).
+    skipped (``CommitResult.skipped``); with ``query_id`` too (else ``config.query_id``), only
+    when that query committed it: from another query it raises ``CheckpointResetError`` (see
+    ``WriterConfig.on_checkpoint_reset``).
     """
     from .table.table import Table
     from .write.writer import Writer
 
     w = Writer(Table.open(path), config)
     try:
-        return w.write(data, batch_id)
+        return w.write(data, batch_id, query_id=query_id)
     finally:
         w.close()
 

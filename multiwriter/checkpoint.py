@@ -6,6 +6,12 @@ own writer's entry), so the newest commit alone knows every writer's checkpoint:
 stopped for good neither pins archival at its last commit nor loses its checkpoint when that
 commit is archived.
 
+Beside it, ``multiwriter.streaming_query_ids`` maps each writer to the id of the streaming
+query that sent its last batch (Spark's persistent query id, or one the user gives), carried
+forward the same way. A batch id at or below the checkpoint is a replay only when it comes
+from that same query; from another one it is a checkpoint reset (a query redeployed with a
+fresh checkpoint numbers its batches from 0 again), which must never be skipped silently.
+
 A writer id that stopped for good is *retired* (:func:`retire`, ``multiwriter writers retire``):
 a small JSON record, ``.hoodie/multiwriter.retired_writers.json``, names it with the latest
 timeline time R at retirement. From then on every reader of the maps here ignores the writer's
@@ -31,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .table.timeline import Timeline
 
 CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+QUERIES_KEY = "multiwriter.streaming_query_ids"
 WRITER_KEY = "multiwriter.writer_id"
 RETIRED_PATH = ".hoodie/multiwriter.retired_writers.json"
 RETIRED_FORMAT = "multiwriter-retired-writers"
@@ -57,35 +64,80 @@ def parse(meta: CommitMetadata) -> dict[str, int]:
     return out
 
 
+def queries(meta: CommitMetadata) -> dict[str, str]:
+    """The query-id map of one commit (writers whose last batch came with a known query)."""
+    raw = meta.extra_metadata.get(QUERIES_KEY)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(w): str(q) for w, q in value.items() if isinstance(q, str) and q}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A writer's last committed batch id and the query that sent it (None: not recorded)."""
+
+    batch_id: int
+    query_id: str | None = None
+
+    def covers(self, batch_id: int) -> bool:
+        return batch_id <= self.batch_id
+
+    def reset_by(self, batch_id: int, query_id: str | None) -> bool:
+        """A batch this checkpoint covers, sent by another query: a reset, not a replay. Unknown
+        on either side (older commits, pyarrow batches without an id) counts as the same query."""
+        return self.covers(batch_id) and query_id is not None and self.query_id is not None and query_id != self.query_id
+
+
+def entries(meta: CommitMetadata) -> dict[str, Checkpoint]:
+    """Both maps of one commit, joined per writer."""
+    qs = queries(meta)
+    return {w: Checkpoint(b, qs.get(w)) for w, b in parse(meta).items()}
+
+
 def of(meta: CommitMetadata, writer_id: str) -> int | None:
     """This writer's batch id in one commit, if it has one."""
     return parse(meta).get(writer_id)
 
 
 def last(timeline: Timeline, writer_id: str) -> int | None:
-    """The newest batch id this writer committed: scans back from the newest commit (the first
-    map that names the writer wins, which is the newest commit once every commit carries the
-    map forward). None for a retired writer (unless it committed again since)."""
+    """The newest batch id this writer committed (see :func:`last_entry`)."""
+    got = last_entry(timeline, writer_id)
+    return None if got is None else got.batch_id
+
+
+def last_entry(timeline: Timeline, writer_id: str) -> Checkpoint | None:
+    """The newest checkpoint of this writer: scans back from the newest commit (the first map
+    that names the writer wins, which is the newest commit once every commit carries the map
+    forward). None for a retired writer (unless it committed again since)."""
     gone = retired(timeline.storage)
     for i in reversed(timeline.completed_writes()):
         meta = timeline.commit_metadata(i)
-        got = of(meta, writer_id)
+        got = entries(meta).get(writer_id)
         if got is not None and _counts(writer_id, i, meta, gone):
             return got
     return None
 
 
 def carried_forward(timeline: Timeline) -> dict[str, int]:
+    """Every writer's newest checkpoint batch id (see :func:`carried_entries`)."""
+    return {w: c.batch_id for w, c in carried_entries(timeline).items()}
+
+
+def carried_entries(timeline: Timeline) -> dict[str, Checkpoint]:
     """Every writer's newest checkpoint as far as the active timeline knows it: the union of the
     maps, newest commit first (older tables carry only each commit's own writer). Retired
     writers are left out."""
     gone = retired(timeline.storage)
-    out: dict[str, int] = {}
+    out: dict[str, Checkpoint] = {}
     for i in reversed(timeline.completed_writes()):
         meta = timeline.commit_metadata(i)
-        for writer, batch in parse(meta).items():
+        for writer, entry in entries(meta).items():
             if writer not in out and _counts(writer, i, meta, gone):
-                out[writer] = batch
+                out[writer] = entry
     return out
 
 
@@ -203,6 +255,11 @@ def _write_retired(storage: Storage, rec: RetiredWriter) -> None:
     storage.write_bytes(RETIRED_PATH, json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
-def encode(checkpoints: dict[str, int]) -> str:
-    """The JSON stored under :data:`CHECKPOINT_KEY` (batch ids as strings, as Hudi stores them)."""
-    return json.dumps({w: str(b) for w, b in sorted(checkpoints.items())})
+def encode(checkpoints: dict[str, Checkpoint]) -> dict[str, str]:
+    """The extraMetadata entries of a checkpoint map: batch ids as strings under
+    :data:`CHECKPOINT_KEY` (as Hudi stores them), known query ids under :data:`QUERIES_KEY`."""
+    items = sorted(checkpoints.items())
+    return {
+        CHECKPOINT_KEY: json.dumps({w: str(c.batch_id) for w, c in items}),
+        QUERIES_KEY: json.dumps({w: c.query_id for w, c in items if c.query_id is not None}),
+    }

@@ -10,6 +10,8 @@ from .lock.base import LockProvider
 
 OPERATIONS = ("upsert", "insert", "delete", "insert_overwrite_table")
 EXECUTORS = ("auto", "driver", "spark")
+#: what a writer does with a batch id at or below its checkpoint that another query sent
+ON_CHECKPOINT_RESET = ("fail", "continue")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 
 #: Hudi option keys accepted by :meth:`WriterConfig.from_options` that set a WriterConfig field
@@ -20,6 +22,7 @@ HUDI_KEYS = {
     "hoodie.client.heartbeat.tolerable.misses": "heartbeat_tolerable_misses",
     "hoodie.parquet.max.file.size": "target_file_size_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
+    "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
 }
 #: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
 MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
@@ -67,6 +70,12 @@ class WriterConfig:
     register_writer: bool = True
     #: a batch may omit nullable table columns (written as null); False: every column is required
     allow_missing_columns: bool = True
+    #: identifies the streaming query feeding this writer where Spark's own query id is not
+    #: available (pyarrow batches, ``mw.write``); a checkpoint reset is told apart from a replay by it
+    query_id: str | None = None
+    #: a batch id at or below the checkpoint from another query: "fail" (CheckpointResetError)
+    #: or "continue" (accept the new query and write its batches)
+    on_checkpoint_reset: str = "fail"
 
     def __post_init__(self) -> None:
         if not isinstance(self.writer_id, str) or not WRITER_ID_RE.match(self.writer_id):
@@ -86,6 +95,10 @@ class WriterConfig:
             raise ConfigError(f"operation {self.operation!r} must be one of {OPERATIONS}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor {self.executor!r} must be one of {EXECUTORS}")
+        if self.on_checkpoint_reset not in ON_CHECKPOINT_RESET:
+            raise ConfigError(f"on_checkpoint_reset {self.on_checkpoint_reset!r} must be one of {ON_CHECKPOINT_RESET}")
+        if self.query_id is not None and (not isinstance(self.query_id, str) or not self.query_id.strip()):
+            raise ConfigError(f"query_id {self.query_id!r} must be a non-empty string or None")
         if not isinstance(self.allow_missing_columns, bool):
             raise ConfigError(f"allow_missing_columns={self.allow_missing_columns!r} must be True or False")
         _range("heartbeat_interval_s", self.heartbeat_interval_s, 1.0, 3600.0)

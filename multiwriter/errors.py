@@ -85,6 +85,21 @@ class DuplicateBatchError(MultiWriterError):
     """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""
 
 
+class CheckpointResetError(MultiWriterError):
+    """A streaming batch id at or below the writer's checkpoint came from another query (a new
+    checkpoint location under the same writer id): it is not a replay, and skipping it would
+    drop its rows. Nothing of the batch was written."""
+
+    def __init__(self, message: str, *, writer_id: str, batch_id: int, last_batch_id: int,
+                 query_id: str, last_query_id: str) -> None:
+        super().__init__(message)
+        self.writer_id = writer_id
+        self.batch_id = batch_id
+        self.last_batch_id = last_batch_id
+        self.query_id = query_id
+        self.last_query_id = last_query_id
+
+
 class CommitNotLandedError(MultiWriterError):
     """A commit whose outcome was unknown provably did not land (the timeline was re-read); its
     files were deleted and the batch may be retried with a new instant."""

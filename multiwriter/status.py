@@ -32,6 +32,7 @@ class WriterStatus:
     last_commit: str | None  # requested time of its newest own commit on the active timeline
     last_commit_completed: str | None
     live: bool | None  # registered live (None: unknown without ZooKeeper)
+    query_id: str | None = None  # the streaming query that sent the last batch (None: not recorded)
 
 
 @dataclass
@@ -95,10 +96,10 @@ def collect(
 def _writers(tl: Timeline, live: list[str] | None) -> list[WriterStatus]:
     commits = ckpt.last_commits(tl)
     out = []
-    for w, batch in sorted(ckpt.carried_forward(tl).items()):
+    for w, entry in sorted(ckpt.carried_entries(tl).items()):
         i = commits.get(w)
-        out.append(WriterStatus(w, batch, i.requested_time if i else None, i.completion_time if i else None,
-                                (w in live) if live is not None else None))
+        out.append(WriterStatus(w, entry.batch_id, i.requested_time if i else None, i.completion_time if i else None,
+                                (w in live) if live is not None else None, entry.query_id))
     return out
 
 
@@ -150,7 +151,8 @@ def render(s: TableStatus) -> str:
     lines.append("writers with a checkpoint:" if s.writers else "writers with a checkpoint: none")
     for w in s.writers:
         state = "" if w.live is None else (" live" if w.live else " stopped")
-        lines.append(f"  {w.writer_id:<24} batch {w.last_batch:<8} last commit {w.last_commit or '(archived)'}{state}")
+        lines.append(f"  {w.writer_id:<24} batch {w.last_batch:<8} query {w.query_id or '(not recorded)':<36} "
+                     f"last commit {w.last_commit or '(archived)'}{state}")
     if s.retired_writers:
         lines.append("retired: " + ", ".join(f"{w} (at {t})" for w, t in sorted(s.retired_writers.items())))
     lines.append(f"in flight: {len(s.in_flight)}" if s.in_flight else "in flight: none")

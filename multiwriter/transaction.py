@@ -17,6 +17,7 @@ from . import checkpoint as ckpt
 from . import faults, markers
 from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
 from .errors import (
+    CheckpointResetError,
     CommitStateUnknownError,
     DuplicateBatchError,
     InstantRolledBackError,
@@ -156,11 +157,17 @@ class Transaction:
         checkpoint: tuple[str, int] | None = None,
         file_groups: set[tuple[str, str]] | None = None,
         inserted_keys: dict[str, Any] | None = None,
+        query_id: str | None = None,
+        accept_reset: bool = False,
     ) -> Instant:
         """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
 
-        Raises WriteConflictError / DuplicateBatchError / fence errors when the commit did not
-        land, CommitStateUnknownError when it may have. Once the completed file exists the
+        ``checkpoint`` (writer id, batch id) sent by the streaming query ``query_id`` is recorded
+        in the carried-forward maps (:mod:`checkpoint`); ``accept_reset`` lets a batch id at or
+        below the writer's checkpoint from another query land (``on_checkpoint_reset="continue"``).
+
+        Raises WriteConflictError / DuplicateBatchError / CheckpointResetError / fence errors when
+        the commit did not land, CommitStateUnknownError when it may have. Once the completed file exists the
         transaction counts as committed whatever happens next (a failing unlock, an interrupt):
         :meth:`abort` then refuses, so a landed commit never loses its files.
         """
@@ -182,7 +189,7 @@ class Transaction:
                 raise self._conflict_error(conflict)
         # every writer's checkpoint as of our base: read outside the lock; under it only the
         # commits completed since are added (see _checkpoints)
-        carried = ckpt.carried_forward(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
+        carried = ckpt.carried_entries(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
         since = self._acquire()
         try:
             faults.point("after-lock-acquired")
@@ -190,8 +197,9 @@ class Transaction:
             tl = self.table.timeline()
             self.timings.timeline_io_s += time.monotonic() - t0
             if checkpoint is not None:
-                _check_duplicate(tl, base_ct, checkpoint)
-                metadata.extra_metadata[ckpt.CHECKPOINT_KEY] = ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint))
+                entry = ckpt.Checkpoint(checkpoint[1], query_id)
+                _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset)
+                metadata.extra_metadata.update(ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint[0], entry)))
             t1 = time.monotonic()
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
@@ -357,31 +365,56 @@ def _updated_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
     return {(s.partition_path, s.file_id) for s in meta.all_stats() if not s.creates_file_group}
 
 
-def _checkpoints(carried: dict[str, int], tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> dict[str, int]:
+def _checkpoints(carried: dict[str, ckpt.Checkpoint], tl: Timeline, base_ct: str | None, writer: str,
+                 ours: ckpt.Checkpoint) -> dict[str, ckpt.Checkpoint]:
     """Every writer's checkpoint carried forward (see :mod:`checkpoint`): ``carried`` as of our
-    base, the commits completed since on top, ours last."""
+    base, the commits completed since on top in completion order (the newer map wins: a writer
+    accepted after a checkpoint reset goes back to lower batch ids), ours last."""
     out = dict(carried)
-    for i in reversed(tl.completed_after(base_ct)):
+    for i in tl.completed_after(base_ct):
         if i.action in inst.WRITE_ACTIONS:
-            for writer, batch in ckpt.parse(tl.commit_metadata(i)).items():
-                out[writer] = max(batch, out.get(writer, batch))
-    out[checkpoint[0]] = checkpoint[1]
+            out.update(ckpt.entries(tl.commit_metadata(i)))
+    out[writer] = ours
     return out
 
 
-def _check_duplicate(tl: Timeline, base_ct: str | None, checkpoint: tuple[str, int]) -> None:
-    writer, batch = checkpoint
+def _check_duplicate(tl: Timeline, base_ct: str | None, writer: str, ours: ckpt.Checkpoint, accept_reset: bool) -> None:
+    """A commit since our base already holds this batch: a duplicate when it came from our
+    query, a checkpoint reset when from another (refused unless accepted)."""
     for i in tl.completed_after(base_ct):
         if i.action not in inst.WRITE_ACTIONS:
             continue
-        got = ckpt.of(tl.commit_metadata(i), writer)
-        if got is not None and got >= batch:
-            raise DuplicateBatchError(f"batch {batch} of writer {writer!r} was already committed by instant {i.requested_time}")
+        got = ckpt.entries(tl.commit_metadata(i)).get(writer)
+        if got is None or not got.covers(ours.batch_id):
+            continue
+        if not got.reset_by(ours.batch_id, ours.query_id):
+            raise DuplicateBatchError(f"batch {ours.batch_id} of writer {writer!r} was already committed by instant {i.requested_time}")
+        if not accept_reset:
+            raise reset_error(writer, ours, got)
+
+
+def reset_error(writer: str, ours: ckpt.Checkpoint, last: ckpt.Checkpoint) -> CheckpointResetError:
+    """The typed error of a checkpoint reset, saying what happened and the two ways forward."""
+    assert ours.query_id is not None and last.query_id is not None
+    return CheckpointResetError(
+        f"writer id {writer!r} got batch {ours.batch_id} from streaming query {ours.query_id}, but its checkpoint "
+        f"on the table is batch {last.batch_id} of query {last.query_id}: the query was redeployed with a new "
+        "checkpoint location (its batch ids start again from 0), so this is not a replay and skipping it would "
+        "drop its rows. Nothing of the batch was written. Either give the new query a new writer id, or accept it "
+        "under this one with WriterConfig(on_checkpoint_reset=\"continue\") (its batches are then written from 0)",
+        writer_id=writer, batch_id=ours.batch_id, last_batch_id=last.batch_id,
+        query_id=ours.query_id, last_query_id=last.query_id,
+    )
 
 
 def last_checkpoint(table: Table, writer_id: str, timeline: Timeline | None = None) -> int | None:
     """The newest batch id this writer committed."""
     return ckpt.last(timeline or table.timeline(), writer_id)
+
+
+def last_checkpoint_entry(table: Table, writer_id: str, timeline: Timeline | None = None) -> ckpt.Checkpoint | None:
+    """The newest batch id this writer committed, with the query that sent it."""
+    return ckpt.last_entry(timeline or table.timeline(), writer_id)
 
 
 def rollback_targets(tl: Timeline, newer_than: str | None = None) -> set[str]:

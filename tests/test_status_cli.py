@@ -52,7 +52,8 @@ def _checkpoint_map(path: str, requested_time: str) -> dict[str, str]:
 def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_base, trips_table, table_path):
     for b in range(3):
         mw.write(trips(range(b * 5, b * 5 + 5), date="2024-01-01"), table_path, _cfg(zk_server, zk_base, "ingest-a"), batch_id=b)
-    last_b = mw.write(trips(range(100, 103), date="2024-01-02"), table_path, _cfg(zk_server, zk_base, "ingest-b"), batch_id=7)
+    last_b = mw.write(trips(range(100, 103), date="2024-01-02"), table_path, _cfg(zk_server, zk_base, "ingest-b"), batch_id=7,
+                      query_id="query-b")
     # an in-flight instant whose writer stopped beating long ago
     table = mw.Table.open(table_path)
     lock = _zk(zk_server, zk_base)
@@ -76,6 +77,7 @@ def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_b
     assert writers["ingest-a"]["last_batch"] == 2 and writers["ingest-a"]["live"] is False
     assert writers["ingest-b"]["last_batch"] == 7 and writers["ingest-b"]["live"] is True
     assert writers["ingest-b"]["last_commit"] == last_b.instant.requested_time
+    assert writers["ingest-b"]["query_id"] == "query-b" and writers["ingest-a"]["query_id"] is None
     (ghost,) = s["in_flight"]
     assert ghost["instant"] == t and ghost["writer"] == "ghost" and ghost["verdict"] == "lapsed"
     parts = {p["partition"]: p for p in s["partitions"]}
@@ -84,6 +86,7 @@ def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_b
     assert s["active_instants"] == 5 and s["archived_instants"] == 0
     text = cli("status", table_path)
     assert text.returncode == 0 and "ingest-a" in text.stdout and "lapsed" in text.stdout and "unknown (pass --zk)" in text.stdout
+    assert "query query-b" in text.stdout
 
 
 def test_retire_refused_while_live_then_forgets_the_checkpoint(zk_server, zk_base, trips_table, table_path):

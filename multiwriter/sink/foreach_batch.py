@@ -1,8 +1,10 @@
 """``MultiWriterSink``: a ``foreachBatch`` callable that commits each micro-batch exactly once.
 
 It holds one lock connection and one heartbeat client for the life of the query. Before
-writing, a batch id at or below this writer's last committed checkpoint is skipped (a replay
-after a crash between our commit and Spark's own checkpoint). The checkpoint lives in each
+writing, a batch id at or below this writer's last committed checkpoint is skipped when the
+same query sent it (a replay after a crash between our commit and Spark's own checkpoint); from
+another query (a fresh checkpoint location, Spark's persistent query id differs) it raises
+``CheckpointResetError`` unless ``WriterConfig(on_checkpoint_reset="continue")``. The checkpoint lives in each
 commit's ``extraMetadata`` under Hudi's ``_hudi_streaming_sink_checkpoint`` key.
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ class MultiWriterSink:
     def __call__(self, batch_df: Any, batch_id: int) -> CommitResult:
         with self._mu:
             writer = self._ensure_writer()
-            result = writer.write(batch_df, int(batch_id))
+            result = writer.write(batch_df, int(batch_id), query_id=streaming_query_id(batch_df))
             self.results.append(result)
             if len(self.results) > 1000:
                 del self.results[:500]
@@ -89,3 +91,20 @@ class MultiWriterSink:
                 table = Table.create(self.path, **self.table_settings)
             self._writer = Writer(table, self.config, metrics=self._metrics)
         return self._writer
+
+
+#: the local property Spark's stream execution sets to the query's persistent id (kept in its
+#: checkpoint's ``metadata`` file: the same across restarts from it, new with a new checkpoint)
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def streaming_query_id(batch_df: Any) -> str | None:
+    """The persistent id of the streaming query calling foreachBatch, None outside one (a
+    pyarrow Table, a DataFrame passed by hand)."""
+    session = getattr(batch_df, "sparkSession", None)
+    if session is None:
+        return None
+    try:
+        return session.sparkContext.getLocalProperty(QUERY_ID_PROPERTY) or None
+    except Exception:  # noqa: BLE001 -- a session without a JVM context (Spark Connect) has no local properties
+        return None

@@ -40,6 +40,7 @@ PRECOMBINE = "hoodie.datasource.write.precombine.field"
 HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
 OPERATION = "hoodie.datasource.write.operation"
 WRITER_ID = "hoodie.datasource.write.streaming.checkpoint.identifier"
+ON_CHECKPOINT_RESET = "multiwriter.on.checkpoint.reset"  # "fail" (default) or "continue"
 ZK_URL = "hoodie.write.lock.zookeeper.url"
 ZK_PORT = "hoodie.write.lock.zookeeper.port"
 ZK_BASE = "hoodie.write.lock.zookeeper.base_path"
@@ -65,7 +66,7 @@ NUMERIC = {
     "hoodie.parquet.max.file.size": ("target_file_size_bytes", 1),
 }
 WRITE_KEYS = frozenset(
-    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ZK_URL, ZK_PORT,
+    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, *FIXED, *NUMERIC}
 )
 #: options Spark itself adds to a streaming write's options (not ours to check)
@@ -197,6 +198,8 @@ def _writer_settings(opts: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"writer_id": opts.get(WRITER_ID) or f"datasource-{uuid.uuid4().hex[:12]}"}
     if OPERATION in opts:
         out["operation"] = opts[OPERATION].lower()
+    if ON_CHECKPOINT_RESET in opts:
+        out["on_checkpoint_reset"] = opts[ON_CHECKPOINT_RESET].strip().lower()
     for k, (name, scale) in NUMERIC.items():
         if k in opts:
             try:

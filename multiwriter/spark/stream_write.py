@@ -17,8 +17,11 @@ tasks, and calls ``commit`` (or ``abort``) in a Python worker on the driver afte
   the same new key (the input is not partitioned by key), another writer won a conflict, or the
   instant's heartbeat lapsed. The executor-written attempt is rolled back first.
 
-A batch id at or below the writer's checkpoint commits nothing (a micro-batch Spark replays after
-a crash between our commit and its own commit log); its instant is rolled back. ``abort`` rolls
+A batch id at or below the writer's checkpoint commits nothing when the same query sent it (a
+micro-batch Spark replays after a crash between our commit and its own commit log); its instant
+is rolled back. From another query (Spark's persistent query id, which the tasks read, differs:
+a new checkpoint) it is a checkpoint reset: ``CheckpointResetError`` unless
+``on_checkpoint_reset`` is "continue". ``abort`` rolls
 the instant back; staging is deleted after every commit and abort, so a failed micro-batch leaves
 no files. Each commit names the query's checkpoint location beside the writer id, so a second
 query reusing a writer id fails instead of having its batches skipped as already committed.
@@ -48,6 +51,7 @@ from pyspark.sql.types import StructType
 from .. import faults, markers
 from ..checkpoint import last_commits
 from ..errors import (
+    CheckpointResetError,
     ConfigError,
     DuplicateBatchError,
     HeartbeatExpiredError,
@@ -63,7 +67,8 @@ from ..table.instant import Instant
 from ..table.metadata import WriteStat
 from ..table.table import Table
 from ..table.timeline import Timeline
-from ..transaction import Transaction, last_checkpoint
+from ..checkpoint import Checkpoint
+from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from ..write import guard
 from ..write.executor import run_on_driver
 from ..write.index import KeyIndex
@@ -76,8 +81,9 @@ from .source import parse_write
 from . import staging
 
 log = logging.getLogger(__name__)
-#: the local property Spark sets on every task of a micro-batch
+#: the local properties Spark sets on every task of a micro-batch
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query's persistent id (its checkpoint's)
 #: commit metadata key: the checkpoint location of the query that committed for the writer id
 QUERY_KEY = "multiwriter.streaming.checkpoint_location"
 CHECKPOINT_LOCATION = "checkpointlocation"
@@ -94,6 +100,7 @@ class _TaskResult(WriterCommitMessage):
     inserted: dict[str, pa.Array] = field(default_factory=dict)  # new keys per partition
     redo: str | None = None  # why the task wrote no data files (the driver path then writes the batch)
     begun: _Begun | None = None  # the micro-batch's instant (the committing process knows it from here)
+    query_id: str | None = None  # Spark's persistent id of the query (a task's local property)
 
 
 @dataclass(frozen=True)
@@ -157,11 +164,12 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
 
         tc = TaskContext.get()
         batch_id = _task_batch_id(tc)
+        query_id = tc.getLocalProperty(QUERY_ID_PROPERTY) or None
         storage = Storage(self.path)
         assert self.begun is not None  # the writer reached this task pickled
         batches = list(iterator)
         if not any(b.num_rows for b in batches):
-            return _TaskResult(begun=self.begun)
+            return _TaskResult(begun=self.begun, query_id=query_id)
         staged = staging.stage(storage, self.writer_id, batch_id, iter(batches))
         rows = pa.Table.from_batches(batches)
         token = layout.task_write_token(tc)
@@ -170,8 +178,8 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             stats, inserted = _write_task(Table.open(self.path), self.begun, self.writer_id, self.operation,
                                           rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
-            return _TaskResult(kept, redo=str(e), begun=self.begun)
-        return _TaskResult(kept, stats, compact(inserted), begun=self.begun)
+            return _TaskResult(kept, redo=str(e), begun=self.begun, query_id=query_id)
+        return _TaskResult(kept, stats, compact(inserted), begun=self.begun, query_id=query_id)
 
     # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
@@ -187,22 +195,29 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             staging.discard(table.storage, self.writer_id, batchId)
 
     def _commit(self, table: Table, w: Writer, begun: _Begun, results: list[_TaskResult], batch_id: int) -> None:
+        query_id = next((r.query_id for r in results if r.query_id), None)
         try:
             tl = table.timeline()  # one listing for the owner, the checkpoint and the resumed transaction
-            _check_owner(tl, self.writer_id, self.query)
-        except ConfigError:
+            if query_id is None:
+                _check_owner(tl, self.writer_id, self.query)
+            last = last_checkpoint_entry(table, self.writer_id, tl)
+            replay = last is not None and last.covers(batch_id) and not last.reset_by(batch_id, query_id)
+            if last is not None and last.reset_by(batch_id, query_id) and w.config.on_checkpoint_reset != "continue":
+                assert query_id is not None
+                raise reset_error(self.writer_id, Checkpoint(batch_id, query_id), last)
+        except (ConfigError, CheckpointResetError):
             _resume(table, w, begun).abort()
             raise
-        last = last_checkpoint(table, self.writer_id, tl)
-        if last is not None and batch_id <= last:
+        if replay:
+            assert last is not None
             log.info("writer %s: micro-batch %s already committed (checkpoint %s); rolling back instant %s",
-                     self.writer_id, batch_id, last, begun.instant_time)
+                     self.writer_id, batch_id, last.batch_id, begun.instant_time)
             _resume(table, w, begun, tl).abort()
             return
-        if self._commit_as_written(table, w, begun, results, batch_id, tl):
+        if self._commit_as_written(table, w, begun, results, batch_id, tl, query_id):
             return
         data = staging.read(table.storage, self.writer_id, batch_id, [f for r in results for f in r.staged], begun.schema)
-        result = w.write(data, batch_id=batch_id, extra_metadata={QUERY_KEY: self.query})
+        result = w.write(data, batch_id=batch_id, extra_metadata={QUERY_KEY: self.query}, query_id=query_id)
         log.info("writer %s: micro-batch %s committed through the driver path as instant %s", self.writer_id,
                  batch_id, result.instant.requested_time if result.instant else None)
 
@@ -233,7 +248,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             staging.discard(table.storage, self.writer_id, batchId)
 
     def _commit_as_written(self, table: Table, w: Any, begun: _Begun, results: list[_TaskResult], batch_id: int,
-                           tl: Timeline) -> bool:
+                           tl: Timeline, query_id: str | None) -> bool:
         """Commit the tasks' files as they are; False (the attempt rolled back) when they cannot stand."""
         t = begun.instant_time
         stats = [s for r in results for s in r.stats]
@@ -249,7 +264,8 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             markers.reconcile(table.storage, t, [s.path for s in stats])  # files of failed task attempts
             meta = commit_metadata(stats, begun.schema, table.name, self.operation, {QUERY_KEY: self.query})
             try:
-                txn.commit(meta, checkpoint=(self.writer_id, batch_id), inserted_keys=_merged_inserts(results) or None)
+                txn.commit(meta, checkpoint=(self.writer_id, batch_id), inserted_keys=_merged_inserts(results) or None,
+                           query_id=query_id, accept_reset=w.config.on_checkpoint_reset == "continue")
             except DuplicateBatchError as e:  # another attempt of this batch landed meanwhile
                 log.info("writer %s: %s; rolling back instant %s", self.writer_id, e, t)
                 txn.abort()

@@ -38,7 +38,8 @@ from ..table.snapshot import Snapshot
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..errors import ConfigError, DuplicateBatchError
-from ..transaction import Transaction, last_checkpoint
+from ..checkpoint import Checkpoint
+from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import run_on_driver, start_gather
@@ -69,28 +70,37 @@ class Writer:
             on_failure=lambda exc: self.metrics.heartbeat_failure(table.name, config.writer_id),
         )
         self.index = KeyIndex(table.storage)  # footers of files seen so far, kept across batches
-        self._checkpoint: int | None = None
+        self._checkpoint: Checkpoint | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
         """This writer's last committed batch id (cached after the first look)."""
+        entry = self.last_checkpoint_entry()
+        return None if entry is None else entry.batch_id
+
+    def last_checkpoint_entry(self) -> Checkpoint | None:
+        """This writer's last committed batch id and the query that sent it (cached)."""
         if not self._checkpoint_loaded:
-            self._checkpoint = last_checkpoint(self.table, self.config.writer_id)
+            self._checkpoint = last_checkpoint_entry(self.table, self.config.writer_id)
             self._checkpoint_loaded = True
         return self._checkpoint
 
-    def write(self, data: Any, batch_id: int | None = None, *, extra_metadata: dict[str, str] | None = None) -> CommitResult:
-        """Commit ``data`` as one instant (``extra_metadata``: added to the commit's extraMetadata)."""
+    def write(self, data: Any, batch_id: int | None = None, *, extra_metadata: dict[str, str] | None = None,
+              query_id: str | None = None) -> CommitResult:
+        """Commit ``data`` as one instant (``extra_metadata``: added to the commit's extraMetadata).
+
+        ``batch_id`` with ``query_id`` (else ``config.query_id``): a batch id the checkpoint
+        covers is skipped when the same query sent it (a replay) and raises
+        CheckpointResetError when another did, unless ``config.on_checkpoint_reset`` is
+        "continue"."""
         started = time.monotonic()
         name, wid = self.table.name, self.config.writer_id
-        if batch_id is not None:
-            last = self.last_checkpoint()
-            if last is not None and batch_id <= last:
-                log.info("writer %s: batch %s already committed (checkpoint %s); skipping", wid, batch_id, last)
-                self.metrics.commit(name, wid, "skipped")
-                return CommitResult(None, skipped=True, batch_id=batch_id)
+        query_id = query_id or self.config.query_id
+        if batch_id is not None and self._is_replay(batch_id, query_id):
+            self.metrics.commit(name, wid, "skipped")
+            return CommitResult(None, skipped=True, batch_id=batch_id)
         batch = _Batch.of(data, self.table, self.config)
         replacing = overwrite.is_overwrite(self.config.operation)
         if batch.empty and not replacing:  # an empty overwrite still empties the table
@@ -101,11 +111,11 @@ class Writer:
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
-                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata)
+                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
-                self._checkpoint, self._checkpoint_loaded = batch_id, True
+                self._checkpoint, self._checkpoint_loaded = Checkpoint(batch_id, query_id), True
                 self.metrics.commit(name, wid, "skipped")
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
             except (WriteConflictError, LockAcquireTimeout, CommitNotLandedError) as e:
@@ -119,12 +129,30 @@ class Writer:
                 time.sleep(self._backoff(attempts))
                 continue
             except BaseException:
-                self._after_failure(txn, batch_id)
+                self._after_failure(txn, batch_id, query_id)
                 raise
-            self._after_commit(result, txn)
+            self._after_commit(result, txn, query_id)
             return result
 
-    def _after_failure(self, txn: Transaction, batch_id: int | None) -> None:
+    def _is_replay(self, batch_id: int, query_id: str | None) -> bool:
+        """Is this batch already committed (skip it)? Raises CheckpointResetError when the
+        checkpoint covers it but another query sent it, unless resets are accepted."""
+        wid = self.config.writer_id
+        last = self.last_checkpoint_entry()
+        if last is None or not last.covers(batch_id):
+            return False
+        if not last.reset_by(batch_id, query_id):
+            log.info("writer %s: batch %s already committed (checkpoint %s); skipping", wid, batch_id, last.batch_id)
+            return True
+        assert query_id is not None
+        if self.config.on_checkpoint_reset != "continue":
+            raise reset_error(wid, Checkpoint(batch_id, query_id), last)
+        log.warning("writer %s: batch %s of query %s is below the checkpoint (batch %s of query %s): a checkpoint "
+                    "reset, accepted (on_checkpoint_reset=continue); writing it", wid, batch_id, query_id,
+                    last.batch_id, last.query_id)
+        return False
+
+    def _after_failure(self, txn: Transaction, batch_id: int | None, query_id: str | None) -> None:
         """Any other exit: undo the attempt unless it landed (``abort`` refuses a committed or
         possibly-committed transaction), and never leave its heartbeat beating."""
         name, wid = self.table.name, self.config.writer_id
@@ -133,7 +161,7 @@ class Writer:
                 # the completed instant exists: the batch is durable, whatever failed after it
                 self.metrics.commit(name, wid, "committed")
                 if batch_id is not None:
-                    self._checkpoint, self._checkpoint_loaded = batch_id, True
+                    self._checkpoint, self._checkpoint_loaded = Checkpoint(batch_id, query_id), True
                 log.warning("writer %s: instant %s committed, then the write raised; its data stays", wid,
                             txn.instant.requested_time if txn.instant else None)
             else:
@@ -154,7 +182,7 @@ class Writer:
         return self._rng.uniform(cap / 2, cap) if cap > 0 else 0.0
 
     def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float,
-                 extra_metadata: dict[str, str] | None = None) -> CommitResult:
+                 extra_metadata: dict[str, str] | None = None, query_id: str | None = None) -> CommitResult:
         name = self.table.name
         phases: dict[str, float] = {}
         replacing = overwrite.is_overwrite(self.config.operation)
@@ -200,7 +228,7 @@ class Writer:
             meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
-        instant = self._commit(txn, meta, batch_id, inserted)
+        instant = self._commit(txn, meta, batch_id, inserted, query_id)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
         return CommitResult(
@@ -218,11 +246,13 @@ class Writer:
                       "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s},
         )
 
-    def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any) -> Instant:
+    def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,
+                query_id: str | None = None) -> Instant:
         """Commit; when the outcome is unknown, re-read the timeline instead of guessing."""
         wid = self.config.writer_id
         try:
-            return txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted)
+            return txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted,
+                              query_id=query_id, accept_reset=self.config.on_checkpoint_reset == "continue")
         except CommitStateUnknownError as e:
             if txn.resolve_unknown():
                 log.warning("writer %s: %s -- re-read the timeline: the commit landed", wid, e)
@@ -230,7 +260,7 @@ class Writer:
                 return txn.instant
             raise CommitNotLandedError(f"{e} -- re-read the timeline: it did not land; retrying with a new instant") from e
 
-    def _after_commit(self, r: CommitResult, txn: Transaction) -> None:
+    def _after_commit(self, r: CommitResult, txn: Transaction, query_id: str | None = None) -> None:
         name, wid = self.table.name, self.config.writer_id
         m = self.metrics
         m.commit(name, wid, "committed")
@@ -244,7 +274,7 @@ class Writer:
         m.records(name, wid, "delete", r.num_deletes)
         m.last_commit(name, wid, time.time())
         if r.batch_id is not None:
-            self._checkpoint, self._checkpoint_loaded = r.batch_id, True
+            self._checkpoint, self._checkpoint_loaded = Checkpoint(r.batch_id, query_id), True
         log.info(
             "writer %s committed instant %s (batch %s) in %d attempt(s): +%d ~%d -%d rows, %d files, %.3fs",
             wid, r.instant.requested_time if r.instant else None, r.batch_id, r.attempts,

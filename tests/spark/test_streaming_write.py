@@ -213,7 +213,7 @@ def test_tasks_updating_one_file_group_commit_one_merged_slice(sp, tmp_path, zk_
     assert checkpoint.last(tl, "stream-a") == 0 and _staged(path) == []
 
 
-def test_a_second_query_with_the_same_writer_id_is_refused(sp, tmp_path, zk_server, zk_base):
+def test_a_query_with_a_fresh_checkpoint_under_the_same_writer_id_is_refused(sp, tmp_path, zk_server, zk_base):
     src, path = tmp_path / "src", str(tmp_path / "t")
     opts = _opts(zk_server, zk_base)
     _add(src, "a", trips(range(3)))
@@ -224,7 +224,7 @@ def test_a_second_query_with_the_same_writer_id_is_refused(sp, tmp_path, zk_serv
     other = tmp_path / "other"
     _add(other, "b", trips(range(10, 13)))
     q = _stream(sp, other, path, str(tmp_path / "ck2"), opts)
-    with pytest.raises(Exception, match="two queries must not share a writer id"):
+    with pytest.raises(Exception, match="CheckpointResetError.*on_checkpoint_reset"):
         q.awaitTermination(180)
     assert _ours(path) == before == rows(hudi_read(path), COLS)
     tl = mw.Table.open(path).timeline()
@@ -233,6 +233,15 @@ def test_a_second_query_with_the_same_writer_id_is_refused(sp, tmp_path, zk_serv
     _add(src, "c", trips([7]))
     _run(sp, src, path, str(tmp_path / "ck1"), opts)
     assert ("7", "2024-01-01", 1, 1.0) in _ours(path)
+    # accepted: the new query's batches land from 0, and its own replay is skipped
+    accept = {**opts, "multiwriter.on.checkpoint.reset": "continue"}
+    _run(sp, other, path, str(tmp_path / "ck2"), accept)
+    assert {r[0] for r in _ours(path)} == {"0", "1", "2", "7", "10", "11", "12"}
+    assert checkpoint.last(mw.Table.open(path).timeline(), "stream-a") == 0
+    for name in ("0", ".0.crc"):
+        (tmp_path / "ck2" / "commits" / name).unlink(missing_ok=True)
+    _run(sp, other, path, str(tmp_path / "ck2"), accept)
+    assert len(_commits(path)) == 3 and _ours(path) == rows(hudi_read(path), COLS)
 
 
 def test_option_errors_stop_the_query_before_anything_is_written(sp, tmp_path, zk_server, zk_base):
