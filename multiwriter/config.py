@@ -12,6 +12,9 @@ OPERATIONS = ("upsert", "insert", "delete", "insert_overwrite_table")
 EXECUTORS = ("auto", "driver", "spark")
 #: what a writer does with a batch id at or below its checkpoint that another query sent
 ON_CHECKPOINT_RESET = ("fail", "continue")
+#: optimistic: the first committer on a file group wins; non_blocking: log appends never
+#: conflict (Merge-on-Read with a bucket index; the merge rule orders versions)
+CONCURRENCY = ("optimistic", "non_blocking")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
 
 #: Hudi option keys accepted by :meth:`WriterConfig.from_options` that set a WriterConfig field
@@ -36,9 +39,12 @@ ZK_PREFIX = "hoodie.write.lock.zookeeper."
 ZK_KEYS = {"url", "port", "base_path", "lock_key", "session_timeout_ms", "connection_timeout_ms"}
 LOCK_RETRIES_KEY = "hoodie.write.lock.num_retries"
 
+#: Hudi's concurrency modes, as ``WriterConfig.concurrency`` names them
+CONCURRENCY_KEY = "hoodie.write.concurrency.mode"
+CONCURRENCY_MODES = {"optimistic_concurrency_control": "optimistic", "non_blocking_concurrency_control": "non_blocking"}
+
 #: keys whose only accepted value is what this sink does (compared case-insensitively)
 REQUIRED_VALUES = {
-    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
     "hoodie.cleaner.policy.failed.writes": "lazy",
 }
 
@@ -48,7 +54,14 @@ TABLE_KEYS = {
     "hoodie.datasource.write.recordkey.field": "record_key",
     "hoodie.datasource.write.partitionpath.field": "partition_by",
     "hoodie.datasource.write.precombine.field": "ordering_field",
+    "hoodie.table.type": "table_type",
+    "hoodie.datasource.write.table.type": "table_type",
+    "hoodie.bucket.index.num.buckets": "num_buckets",
+    "hoodie.bucket.index.hash.field": "bucket_hash_fields",
 }
+#: the index a table's writers use: the bloom index, or Hudi's simple bucket index
+INDEX_TYPE_KEY = "hoodie.index.type"
+INDEX_TYPES = ("BLOOM", "BUCKET")
 
 
 @dataclass
@@ -76,6 +89,8 @@ class WriterConfig:
     #: a batch id at or below the checkpoint from another query: "fail" (CheckpointResetError)
     #: or "continue" (accept the new query and write its batches)
     on_checkpoint_reset: str = "fail"
+    #: None: non_blocking on Merge-on-Read tables with a bucket index, optimistic elsewhere
+    concurrency: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.writer_id, str) or not WRITER_ID_RE.match(self.writer_id):
@@ -95,6 +110,8 @@ class WriterConfig:
             raise ConfigError(f"operation {self.operation!r} must be one of {OPERATIONS}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor {self.executor!r} must be one of {EXECUTORS}")
+        if self.concurrency is not None and self.concurrency not in CONCURRENCY:
+            raise ConfigError(f"concurrency {self.concurrency!r} must be one of {CONCURRENCY} (or None: by table type)")
         if self.on_checkpoint_reset not in ON_CHECKPOINT_RESET:
             raise ConfigError(f"on_checkpoint_reset {self.on_checkpoint_reset!r} must be one of {ON_CHECKPOINT_RESET}")
         if self.query_id is not None and (not isinstance(self.query_id, str) or not self.query_id.strip()):
@@ -113,6 +130,20 @@ class WriterConfig:
     @property
     def heartbeat_bound_s(self) -> float:
         return self.heartbeat_interval_s * (self.heartbeat_tolerable_misses + 1)
+
+    def concurrency_for(self, table: Any) -> str:
+        """The concurrency this writer runs on ``table`` (a TableConfig); ConfigError where
+        non-blocking writes cannot be honoured."""
+        nbcc_ok = table.merge_on_read and table.bucket_index
+        if self.concurrency is None:
+            return "non_blocking" if nbcc_ok else "optimistic"
+        if self.concurrency == "non_blocking" and not nbcc_ok:
+            why = "a Copy-on-Write table rewrites file groups" if not table.merge_on_read else "it has no bucket index"
+            raise ConfigError(
+                f"concurrency='non_blocking' needs a MERGE_ON_READ table with a bucket index (num_buckets), and table "
+                f"{table.name!r} is not one: {why}, so two writers of one key could not both land; use "
+                "concurrency='optimistic' or create the table with table_type='MERGE_ON_READ', num_buckets=N")
+        return self.concurrency
 
     @classmethod
     def from_options(cls, options: dict[str, Any], **overrides: Any) -> WriterConfig:
@@ -148,6 +179,15 @@ def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
         if k in TABLE_KEYS or k in REQUIRED_VALUES or k == LOCK_PROVIDER_KEY or k == LOCK_RETRIES_KEY:
             _check_required(k, v)
             continue
+        if k == INDEX_TYPE_KEY:
+            _index_type(v)
+            continue
+        if k == CONCURRENCY_KEY:
+            mode = CONCURRENCY_MODES.get(str(v).strip().lower())
+            if mode is None:
+                raise ConfigError(f"{k}={v!r} is not supported: use one of {sorted(CONCURRENCY_MODES)}")
+            kw["concurrency"] = mode
+            continue
         if k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS:
             continue
         target = HUDI_KEYS.get(k, k)
@@ -174,12 +214,28 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
         if v is None or str(v).strip() == "":
             continue
         v = str(v).strip()
-        if target in ("record_key", "partition_by"):
+        if target in ("record_key", "partition_by", "bucket_hash_fields"):
             parts = [p.strip() for p in v.split(",") if p.strip()]
             out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
+        elif target == "num_buckets":
+            out[target] = int(_number(k, v))
+        elif target == "table_type":
+            out[target] = v.upper()
         else:
             out[target] = v
+    if "num_buckets" in out and _index_type(options.get(INDEX_TYPE_KEY, "BUCKET")) != "BUCKET":
+        raise ConfigError(f"hoodie.bucket.index.num.buckets is given with {INDEX_TYPE_KEY}={options[INDEX_TYPE_KEY]!r}: "
+                          "buckets are the BUCKET index's")
+    if _index_type(options.get(INDEX_TYPE_KEY, "BLOOM")) == "BUCKET" and "num_buckets" not in out:
+        raise ConfigError(f"{INDEX_TYPE_KEY}=BUCKET needs hoodie.bucket.index.num.buckets")
     return out
+
+
+def _index_type(value: Any) -> str:
+    v = str(value).strip().upper()
+    if v not in INDEX_TYPES:
+        raise ConfigError(f"{INDEX_TYPE_KEY}={value!r} is not supported: use one of {INDEX_TYPES}")
+    return v
 
 
 def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:

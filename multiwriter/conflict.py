@@ -5,7 +5,8 @@ writes conflict when they share a (partition, fileId). Inserts that create new f
 conflict. A replace commit touches the groups it writes and the groups it retires: an update to a
 group that a concurrent replace retired conflicts (else it would land in a dead group).
 Candidates are every write instant completed after our base (by completion time) plus pending
-replace plans of writers. A pending clustering is never a candidate: ingestion goes first, the
+replace plans of writers; a compaction never conflicts (the slice it writes does not change a
+record; log files completed after it was planned belong to the next slice). A pending clustering is never a candidate: ingestion goes first, the
 clustering loses at its own commit when a writer touched one of its input groups
 (:mod:`.cleaner.clustering`).
 """
@@ -67,6 +68,8 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
         if not ours:
             return None
         for cand in self.candidates(timeline, base_completion, own_time):
+            if is_compaction(timeline, cand):
+                continue
             theirs = touched_file_groups(timeline, cand)
             overlap = ours & theirs
             if overlap:
@@ -119,6 +122,12 @@ def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
     except FileNotFoundError:
         return False  # cleaned since: its keys live on in a newer slice we also check
     return bool(pc.any(pc.is_in(ours, value_set=theirs.combine_chunks())).as_py())
+
+
+def is_compaction(timeline: Timeline, i: Instant) -> bool:
+    """A completed compaction: it rewrote slices without changing a record, and the log files
+    written beside it belong to the next slice, so it never conflicts with a writer."""
+    return i.is_completed and i.action == inst.COMMIT and timeline.config.merge_on_read and timeline.commit_metadata(i).compacted
 
 
 def touched_file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:

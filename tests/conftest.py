@@ -93,6 +93,17 @@ def trips_table(table_path):
     )
 
 
+@pytest.fixture()
+def mor_table(table_path):
+    """A Merge-on-Read trips table with Hudi's bucket index (4 buckets per partition)."""
+    import multiwriter as mw
+
+    return mw.Table.create(
+        table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
+        table_type="MERGE_ON_READ", num_buckets=4,
+    )
+
+
 def trips(ids, date="2024-01-01", ts=1, value=1.0) -> pa.Table:
     ids = list(ids)
     return pa.table(

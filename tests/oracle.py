@@ -30,9 +30,9 @@ def rows(t: pa.Table, columns: list[str]) -> list[tuple]:
     return sorted(zip(*[t.column(c).to_pylist() for c in columns], strict=True), key=repr)
 
 
-def unzip_fixture(name: str, dest: Path) -> Path:
-    """Copy a Spark-written fixture table into ``dest`` and return the table root."""
-    z = FIXTURES / f"cow_{name}.zip"
+def unzip_fixture(name: str, dest: Path, kind: str = "cow") -> Path:
+    """Copy a Spark-written fixture table (``kind``: cow or mor) into ``dest``; its root."""
+    z = FIXTURES / f"{kind}_{name}.zip"
     with zipfile.ZipFile(z) as zf:
         zf.extractall(dest)
     shutil.rmtree(dest / "__MACOSX", ignore_errors=True)

@@ -356,7 +356,7 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
         index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
         plan = plan_batch(prepared, base, index, operation, target_file_size)
         ctx = armed(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
-                            tuple(cfg.record_key)), cfg)
+                            tuple(cfg.record_key), log_append=cfg.merge_on_read), cfg)
         # one file per group; the footers of the files written go to the cache, as the driver path's do
         stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
         return stats, plan.inserted_keys()
@@ -410,9 +410,11 @@ def _writer(table: Table, config: Any, options: dict[str, str]) -> Iterator[Writ
 def _resume(table: Table, w: Any, begun: _Begun, tl: Timeline | None = None) -> Transaction:
     tl = tl if tl is not None else table.timeline()
     base = tl.find(begun.base_time) if begun.base_time else None
-    own = tl.find(begun.instant_time) or Instant(begun.instant_time, inst.COMMIT, inst.INFLIGHT)
+    action = inst.DELTA_COMMIT if table.config.merge_on_read else inst.COMMIT
+    own = tl.find(begun.instant_time) or Instant(begun.instant_time, action, inst.INFLIGHT)
     return Transaction.resume(table, w.lock, instant=own, base=base, base_timeline=tl.as_of_completion(begun.base_completion),
-                              writer_id=w.config.writer_id, heartbeat=w.heartbeat, lock_timeout_s=w.config.lock_timeout_s)
+                              writer_id=w.config.writer_id, heartbeat=w.heartbeat, lock_timeout_s=w.config.lock_timeout_s,
+                              non_blocking=w.config.concurrency_for(table.config) == "non_blocking")
 
 
 def _overlap(results: list[_TaskResult]) -> str | None:

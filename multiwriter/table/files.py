@@ -1,25 +1,50 @@
-"""Data files as storage lists them: file slices, partitions. Which of them are committed is
-decided by :mod:`.view`, never here."""
+"""Data files as storage lists them: base files, log files, partitions. Which of them are
+committed, and which log files belong to which base file's slice, is decided by :mod:`.view`,
+never here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..storage import Storage
 from .layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
+from .log_file import parse_log_file
 
 #: (partition path, fileId): the unit of versioning, conflict and replacement
 FileGroup = tuple[str, str]
 
 
 @dataclass(frozen=True)
+class LogFile:
+    """One log file of a file group (Merge-on-Read): the changes of one deltacommit, named by its
+    requested time; which slice it belongs to depends on when that commit completed."""
+
+    partition: str
+    file_id: str
+    instant_time: str
+    version: int
+    name: str
+    size: int = 0
+
+    @property
+    def path(self) -> str:
+        return data_file_path(self.partition, self.name)
+
+    @property
+    def group(self) -> FileGroup:
+        return (self.partition, self.file_id)
+
+
+@dataclass(frozen=True)
 class FileSlice:
-    """One base file of a file group."""
+    """One base file of a file group, with the log files merged over it (Merge-on-Read; empty
+    on Copy-on-Write and as storage lists files: :mod:`.view` attaches them)."""
 
     partition: str
     file_id: str
     instant_time: str
     name: str
     size: int = 0
+    logs: tuple[LogFile, ...] = ()
 
     @property
     def path(self) -> str:
@@ -48,15 +73,26 @@ def _hidden(rel: str) -> bool:
 
 
 def list_data_files(storage: Storage, partitions: list[str] | None = None) -> list[FileSlice]:
-    """All data files (committed or not) in the given partitions (all when None)."""
-    out: list[FileSlice] = []
+    """All base files (committed or not) in the given partitions (all when None)."""
+    return list_files(storage, partitions, logs=False)[0]
+
+
+def list_files(storage: Storage, partitions: list[str] | None = None, *, logs: bool = True) -> tuple[list[FileSlice], list[LogFile]]:
+    """All base files and (``logs``) log files, committed or not, in one listing."""
+    bases: list[FileSlice] = []
+    found: list[LogFile] = []
     if partitions is None:
-        entries = [e for e in storage.walk_files("") if not e.path.startswith(HOODIE + "/") and not _hidden(e.path)]
+        entries = [e for e in storage.walk_files("") if not e.path.startswith(HOODIE + "/") and not _hidden(e.path.rpartition("/")[0])]
     else:
         entries = [e for p in partitions for e in storage.list_dir(p, files_only=True)]
     for e in entries:
         part, _, name = e.path.rpartition("/")
+        if name.startswith("."):
+            parsed_log = parse_log_file(name) if logs else None
+            if parsed_log:
+                found.append(LogFile(part, parsed_log.file_id, parsed_log.instant_time, parsed_log.version, name, e.size))
+            continue
         parsed = parse_data_file(name)
         if parsed:
-            out.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, e.size))
-    return out
+            bases.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, e.size))
+    return bases, found

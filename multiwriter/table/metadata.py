@@ -315,6 +315,14 @@ class WriteStat:
     prev_base_file: str | None = None
     total_write_errors: int = 0
     create_time_ms: int = 0
+    log_version: int | None = None  # a log file's stat (HoodieDeltaWriteStat): its version
+    log_files: tuple[str, ...] = ()  # ... and the log file names it wrote
+    compacted_log_files: int = 0  # a compaction's stat: log files merged into the new base
+    compacted_log_bytes: int = 0
+
+    @property
+    def is_log(self) -> bool:
+        return self.log_version is not None
 
     @property
     def creates_file_group(self) -> bool:
@@ -342,11 +350,19 @@ class WriteStat:
             "fileSizeInBytes": self.file_size,
             "prevBaseFile": self.prev_base_file,
             "runtimeStats": {"totalScanTime": 0, "totalCreateTime": self.create_time_ms, "totalUpsertTime": 0},
-            "totalLogFilesCompacted": 0,
+            "totalLogFilesCompacted": self.compacted_log_files,
             "totalLogReadTimeMs": 0,
-            "totalLogSizeCompacted": 0,
+            "totalLogSizeCompacted": self.compacted_log_bytes,
             "numUpdates": 0,
+            **self._log_fields(),
         }
+
+    def _log_fields(self) -> dict[str, Any]:
+        """Hudi's delta write stat fields (table version 8: ``baseFile`` empty, ``logFiles``
+        the files this commit wrote)."""
+        if self.log_version is None:
+            return {}
+        return {"logVersion": self.log_version, "logOffset": 0, "baseFile": "", "logFiles": list(self.log_files)}
 
     @classmethod
     def from_avro(cls, d: dict[str, Any], partition: str) -> WriteStat:
@@ -363,6 +379,10 @@ class WriteStat:
             file_size=d.get("fileSizeInBytes") or 0,
             prev_base_file=d.get("prevBaseFile"),
             total_write_errors=d.get("totalWriteErrors") or 0,
+            log_version=d.get("logVersion"),
+            log_files=tuple(d.get("logFiles") or ()),
+            compacted_log_files=d.get("totalLogFilesCompacted") or 0,
+            compacted_log_bytes=d.get("totalLogSizeCompacted") or 0,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -12,6 +12,14 @@ SUPPORTED_READ_VERSIONS = (6, 8)
 WRITE_VERSION = 8
 
 
+COPY_ON_WRITE = "COPY_ON_WRITE"
+MERGE_ON_READ = "MERGE_ON_READ"
+TABLE_TYPES = (COPY_ON_WRITE, MERGE_ON_READ)
+INDEX_TYPE_KEY = "hoodie.index.type"
+NUM_BUCKETS_KEY = "hoodie.bucket.index.num.buckets"
+HASH_FIELD_KEY = "hoodie.bucket.index.hash.field"
+
+
 def parse(text: str, *, source: str = PROPERTIES_FILE) -> dict[str, str]:
     """Parse Java properties (``key=value``, ``#`` comments, backslash escapes)."""
     out: dict[str, str] = {}
@@ -98,7 +106,18 @@ class TableConfig:
     version: int = WRITE_VERSION
     database: str = "default"
     create_schema: str | None = None  # Avro JSON
+    table_type: str = COPY_ON_WRITE
+    num_buckets: int | None = None  # Hudi's simple bucket index (MERGE_ON_READ); None: no bucket index
+    bucket_hash_fields: tuple[str, ...] = ()  # fields hashed to a bucket (empty: the record key fields)
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def merge_on_read(self) -> bool:
+        return self.table_type == MERGE_ON_READ
+
+    @property
+    def bucket_index(self) -> bool:
+        return self.num_buckets is not None
 
     @property
     def timeline_dir(self) -> str:
@@ -122,8 +141,12 @@ class TableConfig:
             "hoodie.compaction.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
             "hoodie.table.initial.version": str(self.version),
             "hoodie.table.keygenerator.type": self.key_generator(),
-            "hoodie.table.type": "COPY_ON_WRITE",
+            "hoodie.table.type": self.table_type,
         }
+        if self.num_buckets is not None:  # write settings in Hudi; recorded so every writer agrees
+            p[INDEX_TYPE_KEY] = "BUCKET"
+            p[NUM_BUCKETS_KEY] = str(self.num_buckets)
+            p[HASH_FIELD_KEY] = ",".join(self.bucket_hash_fields or self.record_key)
         if self.ordering_field:
             p["hoodie.table.precombine.field"] = self.ordering_field
         if self.partition_by:
@@ -161,8 +184,9 @@ class TableConfig:
             raise TableFormatError(
                 f"{source}: table version {version} is not supported (multiwriter reads 6 and 8, writes 8)"
             )
-        if props.get("hoodie.table.type", "COPY_ON_WRITE") != "COPY_ON_WRITE":
-            raise TableFormatError(f"{source}: only COPY_ON_WRITE tables are supported, got {props['hoodie.table.type']}")
+        table_type = props.get("hoodie.table.type", COPY_ON_WRITE)
+        if table_type not in TABLE_TYPES:
+            raise TableFormatError(f"{source}: hoodie.table.type={table_type!r} is not one of {TABLE_TYPES}")
         name = props.get("hoodie.table.name")
         if not name:
             raise TableFormatError(f"{source}: hoodie.table.name is missing")
@@ -177,6 +201,9 @@ class TableConfig:
             version=version,
             database=props.get("hoodie.database.name", "default"),
             create_schema=props.get("hoodie.table.create.schema"),
+            table_type=table_type,
+            num_buckets=_buckets(props, source),
+            bucket_hash_fields=tuple(f for f in props.get(HASH_FIELD_KEY, "").split(",") if f),
             raw=dict(props),
         )
 
@@ -187,4 +214,19 @@ class TableConfig:
             and self.partition_by == other.partition_by
             and self.ordering_field == other.ordering_field
             and self.hive_style_partitioning == other.hive_style_partitioning
+            and self.table_type == other.table_type
+            and self.num_buckets == other.num_buckets
+            and (self.bucket_hash_fields or self.record_key) == (other.bucket_hash_fields or other.record_key)
         )
+
+
+def _buckets(props: dict[str, str], source: str) -> int | None:
+    if props.get(INDEX_TYPE_KEY, "").upper() != "BUCKET":
+        return None
+    try:
+        n = int(props.get(NUM_BUCKETS_KEY, ""))
+    except ValueError:
+        raise TableFormatError(f"{source}: {INDEX_TYPE_KEY}=BUCKET needs a whole {NUM_BUCKETS_KEY}") from None
+    if n < 1:
+        raise TableFormatError(f"{source}: {NUM_BUCKETS_KEY}={n} must be at least 1")
+    return n

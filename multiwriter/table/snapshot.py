@@ -1,4 +1,5 @@
-"""Snapshots: per live file group, the newest committed base file (as readers decide).
+"""Snapshots: per live file group, the newest committed base file with, on Merge-on-Read
+tables, the committed log files of its slice (as readers decide).
 
 Files of pending, rolled-back or unknown instants are never visible, nor are file groups that a
 completed replace commit retired. A file older than the earliest instant on the active timeline
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..storage import Storage
-from .files import FileGroup, FileSlice, list_data_files, list_partitions
+from .files import FileGroup, FileSlice, list_data_files, list_files, list_partitions
 from .timeline import Timeline
 from .view import TimelineView
 
@@ -38,7 +39,11 @@ class Snapshot:
         partitions: list[str] | None = None,
     ) -> Snapshot:
         view = TimelineView(timeline)
-        return cls(view.latest_slices(list_data_files(storage, partitions), as_of), timeline, as_of, view)
+        bases, logs = list_files(storage, partitions, logs=timeline.config.merge_on_read)
+        slices = view.latest_slices(bases, as_of)
+        if logs:
+            slices = view.with_logs(slices, bases, logs, as_of)
+        return cls(slices, timeline, as_of, view)
 
     def files(self) -> list[FileSlice]:
         return sorted(self.slices.values(), key=lambda f: (f.partition, f.file_id))

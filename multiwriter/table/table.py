@@ -1,4 +1,5 @@
-"""``Table``: create/open a Hudi Copy-on-Write table and read it (snapshot, as-of, incremental)."""
+"""``Table``: create/open a Hudi table (Copy-on-Write or Merge-on-Read) and read it (snapshot,
+as-of, incremental)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,11 +13,13 @@ import pyarrow.dataset as pads
 
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
+from . import bucket
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
 from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
-from .files import list_data_files
+from .files import FileSlice, list_data_files
+from .merged_slice import read_slice
 from .snapshot import Snapshot
 from .timeline import Timeline
 from .view import TimelineView
@@ -31,7 +34,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
 class Table:
-    """A Hudi Copy-on-Write table (reads versions 6 and 8, writes version 8)."""
+    """A Hudi Copy-on-Write or Merge-on-Read table (reads versions 6 and 8, writes version 8)."""
 
     def __init__(self, storage: Storage, config: TableConfig) -> None:
         self.storage = storage
@@ -50,16 +53,25 @@ class Table:
         ordering_field: str | None = None,
         hive_style_partitioning: bool = False,
         lock: LockProvider | None = None,
+        table_type: str = "COPY_ON_WRITE",
+        num_buckets: int | None = None,
+        bucket_hash_fields: list[str] | tuple[str, ...] | None = None,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
         ``lock``: the lock every writer and cleaner of this table will use; recorded in
         ``hoodie.properties`` so that a writer or cleaner given another lock is refused (two
         locks exclude nothing). Tables created without one accept any lock.
+
+        ``table_type="MERGE_ON_READ"``: writes append log files beside base files and the
+        companion job compacts them; ``num_buckets`` gives it Hudi's simple bucket index (a
+        key's file group is a hash of ``bucket_hash_fields``, by default the record key), which
+        non-blocking writers need.
         """
         keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
+        hash_fields = _validate_layout(table_type, num_buckets, bucket_hash_fields, keys)
         cfg = TableConfig(
             name=name,
             record_key=keys,
@@ -67,6 +79,9 @@ class Table:
             ordering_field=ordering_field,
             hive_style_partitioning=hive_style_partitioning,
             create_schema=arrow_to_avro_json(schema, name),
+            table_type=table_type,
+            num_buckets=num_buckets,
+            bucket_hash_fields=hash_fields,
         )
         storage = Storage(path)
         recorded = cfg.to_properties()
@@ -171,7 +186,24 @@ class Table:
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
         full = self.read_schema(tl, snap)
-        return _read_files(self.storage, [f.path for f in snap.files()], full, columns, filters)
+        return self.read_slices(snap.files(), full, columns, filters)
+
+    def read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None = None,
+                    filters: Any = None) -> pa.Table:
+        """The rows of these file slices: base files scanned as one dataset; slices with log
+        files (Merge-on-Read) merged one by one, then filtered like the rest."""
+        merged = [f for f in slices if f.logs]
+        plain = _read_files(self.storage, [f.path for f in slices if not f.logs], schema, columns, filters)
+        if not merged:
+            return plain
+        parts = [read_slice(self.storage, f, schema, self.config.ordering_field) for f in merged]
+        t = pa.concat_tables(parts)
+        expr = _filters_expr(filters)
+        if expr is not None:
+            t = t.filter(expr)
+        if columns is not None:
+            t = t.select(columns)
+        return pa.concat_tables([plain, t]) if plain.num_rows else t
 
     def read_incremental(self, start: str | None = None, end: str | None = None) -> pa.Table:
         """Records changed by commits whose completion time is in (start, end], each once.
@@ -253,6 +285,22 @@ def _filters_expr(filters: Any) -> Any:
     import pyarrow.parquet as pq
 
     return pq.filters_to_expression(filters)
+
+
+def _validate_layout(table_type: str, num_buckets: int | None, hash_fields: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The table type and bucket index settings, checked; the hash fields as recorded."""
+    if table_type not in props.TABLE_TYPES:
+        raise ConfigError(f"table_type {table_type!r} must be one of {props.TABLE_TYPES}")
+    if num_buckets is None:
+        if hash_fields:
+            raise ConfigError("bucket_hash_fields needs num_buckets (the bucket index)")
+        return ()
+    if table_type != props.MERGE_ON_READ:
+        raise ConfigError("num_buckets (the bucket index) is for MERGE_ON_READ tables; a COPY_ON_WRITE table "
+                          "finds keys with its bloom index")
+    bucket.validate_num_buckets(num_buckets)
+    fields = bucket.resolve_hash_fields(tuple(hash_fields or ()), keys)
+    return () if fields == keys else fields
 
 
 def _validate_settings(name: str, schema: pa.Schema, keys: tuple[str, ...], parts: tuple[str, ...], ordering: str | None) -> None:

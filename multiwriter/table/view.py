@@ -18,6 +18,7 @@ storage; only what the cleaner deleted makes them refuse.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +26,7 @@ from functools import cached_property
 from ..errors import InstantNotRetainedError, TableFormatError
 from . import history
 from . import instant as inst
-from .files import FileGroup, FileSlice, list_data_files
+from .files import FileGroup, FileSlice, LogFile, list_data_files
 from .history import ArchivedInstant
 from .instant import Instant
 from .metadata import CommitMetadata, decode_records
@@ -109,7 +110,13 @@ class TimelineView:
         """Committed, and at or before ``as_of`` (a requested time) when one is given."""
         return self.committed(t) and (as_of is None or t <= as_of)
 
-    def named(self, fs: FileSlice) -> bool:
+    def completion_of(self, t: str) -> str:
+        """When the write requested at ``t`` completed (its own time for an archived one, whose
+        completion this view may not know: it completed before every active instant)."""
+        i = self._done.get(t)
+        return (i.completion_time or t) if i is not None else t
+
+    def named(self, fs: FileSlice | LogFile) -> bool:
         """Does the completed commit of ``fs``'s instant name this very file? (False for files of
         instants this view has no metadata of.)"""
         i = self._done.get(fs.instant_time)
@@ -146,6 +153,37 @@ class TimelineView:
         ``as_of`` before the active timeline is answered over the archived instants."""
         view = self.with_history() if self._before_active(as_of) else self
         return _latest(files, lambda t: view.visible(t, as_of), view.replaced(as_of), view.named)
+
+    def with_logs(self, slices: dict[FileGroup, FileSlice], bases: Iterable[FileSlice], logs: Iterable[LogFile],
+                  as_of: str | None = None) -> dict[FileGroup, FileSlice]:
+        """Merge-on-Read slicing (Hudi 1.x, by completion time): a committed log file belongs to
+        the slice of its group whose base instant is the newest at or before the log's commit
+        completed, so a deltacommit that completes after a compaction was planned lands on top
+        of the compacted base. Each slice of ``slices`` gets the logs that belong to it and are
+        visible as of ``as_of`` (their own requested time at or before it), in completion
+        order. Logs of groups without a visible base are not read (as hudi-rs)."""
+        boundaries: dict[FileGroup, list[str]] = {}
+        for b in bases:
+            if b.group in slices and self.committed(b.instant_time):
+                boundaries.setdefault(b.group, []).append(b.instant_time)
+        found: dict[FileGroup, list[tuple[str, int, str, LogFile]]] = {}
+        for lf in logs:
+            cur = slices.get(lf.group)
+            if cur is None or not self.visible(lf.instant_time, as_of) or not self._named_log(lf):
+                continue
+            done = self.completion_of(lf.instant_time)
+            if _slice_base(boundaries.get(lf.group, ()), done) != cur.instant_time:
+                continue
+            found.setdefault(lf.group, []).append((done, lf.version, lf.name, lf))
+        out = dict(slices)
+        for g, items in found.items():
+            out[g] = dataclasses.replace(out[g], logs=tuple(x[-1] for x in sorted(items, key=lambda x: x[:3])))
+        return out
+
+    def _named_log(self, lf: LogFile) -> bool:
+        """A log file of an archived commit is taken as committed (no stats to check), else its
+        commit must name it (a failed task attempt's file is not)."""
+        return lf.instant_time not in self._done or self.named(lf)
 
     def _before_active(self, as_of: str | None) -> bool:
         earliest = self.timeline.earliest_time()
@@ -297,6 +335,12 @@ def _latest(
             if (named(fs), fs.name) > (named(cur), cur.name):
                 latest[key] = fs
     return latest
+
+
+def _slice_base(bases: Iterable[str], completed: str) -> str | None:
+    """The base instant of the slice a log completed at ``completed`` belongs to: the newest at
+    or before it (None: before every base)."""
+    return max((b for b in bases if b <= completed), default=None)
 
 
 def _completion(i: Instant) -> str:

@@ -18,6 +18,7 @@ from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
 from .index import FooterKeys
+from .log_append import append_log, is_log_append, log_file_name
 from .merge import MergeContext, armed, check_alive, merge_file_group, with_encodings
 from .plan import FileGroupTask, Plan
 
@@ -98,6 +99,8 @@ def _token(task: FileGroupTask, token: Callable[[FileGroupTask], str] | None) ->
 
 
 def _file_name(ctx: MergeContext, task: FileGroupTask, token: Callable[[FileGroupTask], str] | None) -> str:
+    if is_log_append(ctx, task):
+        return log_file_name(ctx, task, _token(task, token))
     return layout.DataFileName(task.file_id, _token(task, token), ctx.instant_time).name
 
 
@@ -105,6 +108,8 @@ def _merge_one(
     storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
 ) -> WriteStat:
+    if is_log_append(ctx, task):
+        return append_log(storage, ctx, task, plan.rows_for(task), _token(task, token), may_delete=plan.has_deletes)
     return merge_file_group(storage, ctx, task, plan.rows_for(task), _token(task, token), deduped=True, on_footer=on_footer,
                             may_delete=plan.has_deletes)
 

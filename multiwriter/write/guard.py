@@ -28,8 +28,10 @@ from ..table.properties import TableConfig
 from ..transaction import InstantRolledBackError
 
 
-def pending_files(config: TableConfig, instant_time: str, action: str = inst.COMMIT) -> tuple[str, ...]:
-    """The timeline files whose existence means ``instant_time`` is still pending."""
+def pending_files(config: TableConfig, instant_time: str, action: str | None = None) -> tuple[str, ...]:
+    """The timeline files whose existence means ``instant_time`` is still pending (``action``:
+    the table type's write by default)."""
+    action = action or (inst.DELTA_COMMIT if config.merge_on_read else inst.COMMIT)
     return tuple(
         f"{config.timeline_dir}/{Instant(instant_time, action, state).file_name(config.version)}"
         for state in (inst.REQUESTED, inst.INFLIGHT)

@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
+from ..table import bucket
+from ..table.properties import TableConfig
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
 from . import bloom
@@ -259,3 +261,25 @@ def _held(candidates: pa.Array, stored: pa.Array) -> np.ndarray:
 def tag(storage: Storage, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
     """One-off lookup (no cache kept): see :meth:`KeyIndex.tag`."""
     return KeyIndex(storage).tag(snapshot, prepared)
+
+
+def tag_buckets(snapshot: Snapshot, prepared: pa.Table, config: TableConfig) -> pa.Table:
+    """The bucket index (Merge-on-Read): add ``_mw_file_id`` from each key's hash alone, no
+    lookup. A bucket's group is the one its partition already has, else the fixed id Hudi's
+    non-blocking writers give a bucket, so that writers creating one bucket at once name the
+    same group."""
+    assert config.num_buckets is not None
+    buckets = bucket.bucket_ids(prepared.column(KEY), config.num_buckets, config.bucket_hash_fields, config.record_key)
+    existing: dict[tuple[str, int], str] = {}
+    for (partition, file_id) in snapshot.slices:
+        b = bucket.bucket_of_file_id(file_id)
+        if b is not None:
+            existing.setdefault((partition, b), file_id)
+    parts = prepared.column(PARTITION).combine_chunks().dictionary_encode()
+    pnames = parts.dictionary.to_pylist()
+    codes = parts.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    pairs = codes * config.num_buckets + buckets.astype(np.int64)
+    uniq, inverse = np.unique(pairs, return_inverse=True)
+    names = [existing.get((pnames[int(u) // config.num_buckets], int(u) % config.num_buckets))
+             or bucket.new_file_id(int(u) % config.num_buckets, fixed=True) for u in uniq.tolist()]
+    return prepared.append_column(FILE_ID, pa.array(names, pa.string()).take(pa.array(inverse)))

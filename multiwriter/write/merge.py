@@ -51,6 +51,7 @@ class MergeContext:
     unique_columns: tuple[str, ...] = ()  # data columns unique within a file (a one-field record key)
     plain_columns: tuple[str, ...] = ()  # data columns whose values rarely repeat: no dictionary (:func:`with_encodings`)
     markers_listed: bool = False  # every file's marker is already in the instant's marker list (:func:`markers.create_all`)
+    log_append: bool = False  # Merge-on-Read: groups with a base file get a log file (:mod:`.log_append`)
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -71,11 +72,12 @@ def _schemas(schema_ipc: bytes) -> tuple[pa.Schema, pa.Schema]:
 
 def context(
     table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int,
-    record_key: tuple[str, ...] = (),
+    record_key: tuple[str, ...] = (), *, log_append: bool = False,
 ) -> MergeContext:
-    """``record_key``: the table's key fields; a single one is unique within each file."""
+    """``record_key``: the table's key fields; a single one is unique within each file.
+    ``log_append``: the table is Merge-on-Read."""
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
-                        unique_columns=tuple(record_key) if len(record_key) == 1 else ())
+                        unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append)
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -123,11 +125,11 @@ def merge_file_group(
     if not ctx.markers_listed:
         check_alive(storage, ctx, f"the marker of {rel}")
         markers.create(storage, t, task.partition, name)
-    _ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
+    ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
 
     if not deduped and incoming.num_rows > 1:
         incoming = dedupe(incoming, ctx.ordering_field)
-    upserts, deletes = _split_deletes(incoming) if may_delete else (incoming, None)
+    upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
     old, old_md = _read_old(storage, task, full)
     n_update = n_delete = 0
     keys_filter = None
@@ -147,7 +149,7 @@ def merge_file_group(
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
     has_kept = kept is not None and kept.num_rows > 0
-    fresh, constants = _new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
+    fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
@@ -178,7 +180,7 @@ def merge_file_group(
     )
 
 
-def _split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+def split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(upserts, deletes or None when the batch deletes nothing)."""
     if incoming.num_rows == 0 or pc.max(incoming.column(OP)).as_py() != OP_DELETE:  # one pass, no mask
         return incoming, None
@@ -253,7 +255,7 @@ def _seqno_template(width: int, size: int) -> pa.Array:
     return pc.binary_join_element_wise(" " * width, row_numbers(min(size, _TEMPLATE_ROWS)), "_")
 
 
-def _new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
+def new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
               time_is_constant: bool = False) -> tuple[pa.Table, dict[str, str]]:
     """Incoming rows with their meta columns, and the string columns that hold one value over
     the whole file, which :func:`_write_parquet` writes as such (``constants``): the partition
@@ -425,7 +427,7 @@ def _file_format(schema_ipc: bytes, plain: tuple[str, ...]) -> _FileFormat:
     )
 
 
-def _ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:
+def ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:
     rel = layout.data_file_path(partition, layout.PARTITION_METADATA)
     if storage.exists(rel):
         return
@@ -447,7 +449,7 @@ def write_moved_rows(
     rel = layout.data_file_path(partition, name)
     check_alive(storage, ctx, f"the marker of {rel}")
     markers.create(storage, ctx.instant_time, partition, name)
-    _ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
+    ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
     full = ctx.file_schema
     out = align(rows, full)
     if out.num_rows > 1:

@@ -43,7 +43,7 @@ from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import run_on_driver, start_gather
-from .index import KeyIndex, untagged
+from .index import KeyIndex, tag_buckets, untagged
 from .merge import context
 from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
 from .records import KEY, prepare
@@ -70,6 +70,7 @@ class Writer:
             on_failure=lambda exc: self.metrics.heartbeat_failure(table.name, config.writer_id),
         )
         self.index = KeyIndex(table.storage)  # footers of files seen so far, kept across batches
+        self.non_blocking = config.concurrency_for(table.config) == "non_blocking"
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
@@ -109,6 +110,7 @@ class Writer:
         while True:
             attempts += 1
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
+                              non_blocking=self.non_blocking,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
@@ -196,7 +198,7 @@ class Writer:
         tl = txn.base_timeline
         schema = batch.evolved_schema(self.table.schema(tl))
         ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
-                      tuple(self.table.config.record_key))
+                      tuple(self.table.config.record_key), log_append=self.table.config.merge_on_read)
         if replacing:  # the pre-write check looks for this instant's pending replacecommit files
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
@@ -371,8 +373,13 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
                hashes: Callable[[], np.ndarray] | None = None) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
-    (``insert``: no lookup against the table, as in Hudi; ``hashes``: its keys' bloom hashes,
-    still being computed). Also what a streaming write's tasks run."""
+    (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
+    record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
+    computed). Also what a streaming write's tasks run."""
+    config = base.config
+    if config.bucket_index:
+        snap = index.snapshot(base, prepared)
+        return make_plan(tag_buckets(snap, prepared, config), snap, target_file_size=target_file_size, hashes=hashes)
     if operation == "insert":
         return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
     prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them

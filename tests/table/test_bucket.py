@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from multiwriter.errors import ConfigError, InvalidRecordError
 from multiwriter.table.properties import TableConfig
-from multiwriter.write import bucket, records
+from multiwriter.table import bucket
+from multiwriter.write import records
 
 HERE = Path(__file__).resolve().parent
 COUNTS = (1, 7, 16, 256)

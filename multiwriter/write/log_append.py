@@ -1,0 +1,100 @@
+"""The log-append branch of the write path (Merge-on-Read): a file group that has a base file
+gets this instant's changes as one new log file beside it, without reading or rewriting the
+base. What the batch costs is then what the batch holds, not what the group holds.
+
+Which version of a record wins is not decided here: readers and compaction merge the slice by
+the table's merge rule (:mod:`multiwriter.table.merge_rule`). A group without a base file (its
+bucket's first data) gets a base file from :func:`~.merge.merge_file_group` instead, so every
+Hudi reader (hudi-rs too, which reads no log-only group) sees it.
+"""
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+
+from .. import markers
+from ..storage import Storage
+from ..table import layout
+from ..table.log_file import LogFileName, encode_log_file
+from ..table.metadata import WriteStat
+from ..table.schema import arrow_to_avro_json
+from .merge import MergeContext, check_alive, ensure_partition_metadata, new_rows, split_deletes
+from .plan import FileGroupTask
+from .records import KEY
+
+#: a deltacommit writes one log file per file group: its version within (group, instant)
+LOG_VERSION = 1
+
+
+def is_log_append(ctx: MergeContext, task: FileGroupTask) -> bool:
+    """Does this task append a log file (Merge-on-Read, the group has a base file)?"""
+    return ctx.log_append and not task.is_new
+
+
+def log_file_name(ctx: MergeContext, task: FileGroupTask, write_token: str) -> str:
+    return LogFileName(task.file_id, ctx.instant_time, LOG_VERSION, write_token).name
+
+
+def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
+               *, may_delete: bool = True) -> WriteStat:
+    """Write one log file holding ``incoming`` (deduplicated rows of one group): a data block of
+    its upserts and a delete block of its deletes, whose ordering values let a delete lose to a
+    newer version written by a writer that completed earlier."""
+    started = time.monotonic()
+    t = ctx.instant_time
+    name = log_file_name(ctx, task, write_token)
+    rel = layout.data_file_path(task.partition, name)
+    if not ctx.markers_listed:
+        check_alive(storage, ctx, f"the marker of {rel}")
+        markers.create(storage, t, task.partition, name)
+    ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
+    upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
+    records = _records(ctx, task, upserts) if upserts.num_rows else None
+    dels = _deletes(ctx, task, deletes) if deletes is not None and deletes.num_rows else None
+    schema = _avro_schema(ctx)
+    data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
+    check_alive(storage, ctx, rel)
+    storage.put_if_absent(rel, data)
+    n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
+    return WriteStat(
+        file_id=task.file_id,
+        path=rel,
+        partition_path=task.partition,
+        prev_commit=t,  # table version 8 names the deltacommit itself (the slice is found by completion time)
+        num_writes=n_up,
+        num_update_writes=n_up,  # without reading the base, inserts and updates are not told apart
+        num_deletes=n_del,
+        total_write_bytes=len(data),
+        file_size=len(data),
+        create_time_ms=int((time.monotonic() - started) * 1000),
+        log_version=LOG_VERSION,
+        log_files=(name,),
+    )
+
+
+def _records(ctx: MergeContext, task: FileGroupTask, upserts: pa.Table) -> pa.Table:
+    """The rows with their meta columns as a log record holds them (its file name is the
+    group's id)."""
+    rows, constants = new_rows(upserts, ctx.file_schema, ctx.instant_time, task, task.file_id)
+    for column, value in constants.items():
+        i = rows.schema.get_field_index(column)
+        rows = rows.set_column(i, column, pa.repeat(pa.scalar(value, pa.string()), rows.num_rows))
+    return rows
+
+
+def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Table:
+    """Record key, partition path and (when the batch carries it) the ordering value of each
+    delete; without one a delete is Hudi's plain delete (it removes every older version)."""
+    cols = {"record_key": deletes.column(KEY).cast(pa.string()),
+            "partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), deletes.num_rows)}
+    field = ctx.ordering_field
+    if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count == 0:
+        cols["ordering_value"] = deletes.column(field)
+    return pa.table(cols)
+
+
+def _avro_schema(ctx: MergeContext) -> dict:
+    import json
+
+    return json.loads(arrow_to_avro_json(ctx.data_schema, "record"))

@@ -1,0 +1,120 @@
+"""Writes to Merge-on-Read tables: log files beside base files, deltacommits, the bucket index;
+every table is read by hudi-rs and by our reader alike."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+import multiwriter as mw
+from multiwriter.table import bucket
+from multiwriter.table.files import list_files
+from multiwriter.table.properties import parse
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows
+
+COLS = ["id", "date", "ts", "value"]
+
+
+def _cfg(writer="w", **kw):
+    return mw.WriterConfig(writer_id=writer, lock=mw.InProcessLock(), **kw)
+
+
+def _same_as_hudi_rs(path: str) -> list[tuple]:
+    ours = rows(mw.Table.open(path).read(), COLS)
+    assert ours == rows(hudi_read(path), COLS)
+    return ours
+
+
+def test_properties_record_the_table_type_and_bucket_index(mor_table, table_path):
+    props = parse(open(f"{table_path}/.hoodie/hoodie.properties").read())
+    assert props["hoodie.table.type"] == "MERGE_ON_READ"
+    assert props["hoodie.index.type"] == "BUCKET" and props["hoodie.bucket.index.num.buckets"] == "4"
+    assert props["hoodie.bucket.index.hash.field"] == "id"
+    t = mw.Table.open(table_path)
+    assert t.config.merge_on_read and t.config.num_buckets == 4
+
+
+def test_first_write_makes_base_files_then_updates_append_log_files(mor_table, table_path):
+    r = mw.write(trips(range(20), ts=1, value=1.0), table_path, _cfg())
+    assert r.instant.action == "deltacommit"
+    bases, logs = list_files(mor_table.storage)
+    assert logs == [] and len(bases) == len({bucket.bucket_id(str(i), 4) for i in range(20)})
+    assert all(bucket.bucket_of_file_id(b.file_id) is not None for b in bases)
+    before = {b.path: open(f"{table_path}/{b.path}", "rb").read() for b in bases}
+    r2 = mw.write(trips(range(5), ts=2, value=2.0), table_path, _cfg())
+    bases2, logs2 = list_files(mor_table.storage)
+    assert {b.path: open(f"{table_path}/{b.path}", "rb").read() for b in bases2} == before, "base files untouched"
+    assert len(logs2) == len({bucket.bucket_id(str(i), 4) for i in range(5)})
+    meta = mor_table.timeline().commit_metadata(r2.instant)
+    assert all(s.is_log and s.log_files == (s.path.rsplit("/", 1)[-1],) and s.prev_commit == r2.instant.requested_time
+               for s in meta.all_stats())
+    got = dict(rows(mw.Table.open(table_path).read(), ["id", "value"]))
+    assert got == {str(i): (2.0 if i < 5 else 1.0) for i in range(20)}
+    _same_as_hudi_rs(table_path)
+
+
+def test_event_time_wins_over_commit_order(mor_table, table_path):
+    mw.write(trips(range(6), ts=5, value=5.0), table_path, _cfg())
+    mw.write(trips(range(3), ts=9, value=9.0), table_path, _cfg())
+    mw.write(trips(range(6), ts=7, value=7.0), table_path, _cfg())  # late data: older event time for 0-2
+    got = dict(rows(mw.Table.open(table_path).read(), ["id", "value"]))
+    assert got == {"0": 9.0, "1": 9.0, "2": 9.0, "3": 7.0, "4": 7.0, "5": 7.0}
+    _same_as_hudi_rs(table_path)
+
+
+def test_deletes_go_to_delete_blocks(mor_table, table_path):
+    mw.write(trips(range(8), ts=1), table_path, _cfg())
+    mw.write(trips([1, 2, 3], ts=2), table_path, _cfg(operation="delete"))
+    got = _same_as_hudi_rs(table_path)
+    assert sorted(r[0] for r in got) == ["0", "4", "5", "6", "7"]
+    mw.write(trips([2], ts=3, value=3.0), table_path, _cfg())  # re-inserted after its delete
+    got = dict(rows(mw.Table.open(table_path).read(), ["id", "value"]))
+    assert got["2"] == 3.0 and "1" not in got
+    _same_as_hudi_rs(table_path)
+
+
+def test_as_of_reads_each_deltacommit_as_hudi_rs(mor_table, table_path):
+    times = []
+    for n in range(4):
+        times.append(mw.write(trips(range(n, n + 4), ts=n, value=float(n)), table_path, _cfg()).instant.requested_time)
+    t = mw.Table.open(table_path)
+    for at in times:
+        assert rows(t.read(as_of=at), COLS) == rows(hudi_read(table_path, as_of=at), COLS)
+
+
+def test_insert_operation_routes_by_bucket_too(mor_table, table_path):
+    mw.write(trips(range(4), ts=1), table_path, _cfg())
+    mw.write(trips(range(4), ts=2, value=2.0), table_path, _cfg(operation="insert"))
+    got = _same_as_hudi_rs(table_path)
+    assert len(got) == 4 and {r[3] for r in got} == {2.0}, "one version per key: the bucket holds it"
+
+
+def test_non_blocking_is_the_default_and_refused_on_copy_on_write(trips_table, table_path, tmp_path):
+    import pytest
+
+    with pytest.raises(mw.errors.ConfigError, match="MERGE_ON_READ"):
+        mw.write(trips(range(2)), table_path, _cfg(concurrency="non_blocking"))
+    mor = str(tmp_path / "mor")
+    mw.Table.create(mor, name="m", schema=trips(range(1)).schema, record_key="id", partition_by=["date"],
+                    ordering_field="ts", table_type="MERGE_ON_READ")
+    with pytest.raises(mw.errors.ConfigError, match="bucket index"):
+        mw.write(trips(range(2)), mor, _cfg(concurrency="non_blocking"))
+    from multiwriter.write.writer import Writer
+
+    t = mw.Table.create(str(tmp_path / "b"), name="b", schema=trips(range(1)).schema, record_key="id",
+                        partition_by=["date"], ordering_field="ts", table_type="MERGE_ON_READ", num_buckets=2)
+    w = Writer(t, _cfg())
+    assert w.non_blocking
+    w.close()
+
+
+def test_options_map_hudi_keys_onto_the_table_type():
+    from multiwriter.config import table_settings_from_options
+
+    s = table_settings_from_options({"hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
+                                     "hoodie.table.type": "merge_on_read", "hoodie.index.type": "BUCKET",
+                                     "hoodie.bucket.index.num.buckets": "8"})
+    assert s["table_type"] == "MERGE_ON_READ" and s["num_buckets"] == 8
+    cfg = mw.WriterConfig.from_options({"hoodie.write.concurrency.mode": "NON_BLOCKING_CONCURRENCY_CONTROL"},
+                                       lock=mw.InProcessLock())
+    assert cfg.concurrency == "non_blocking"
+    assert pa is not None
