@@ -70,8 +70,12 @@ class Transaction:
         lock_timeout_s: float = 60.0,
         clock: InstantClock = PROCESS_CLOCK,
         strategy: ConflictResolutionStrategy | None = None,
+        non_blocking: bool = False,
     ) -> None:
         self.table = table
+        #: non-blocking concurrency (Merge-on-Read with a bucket index): only a race to create one
+        #: bucket's base file conflicts; overlapping log appends and same new keys never do
+        self.non_blocking = non_blocking
         self.lock = lock
         self.writer_id = writer_id
         self.heartbeat = heartbeat
@@ -111,9 +115,11 @@ class Transaction:
         self.lock.release()
 
     # -- begin -----------------------------------------------------------------------
-    def begin(self, action: str = inst.COMMIT, requested: bytes = b"") -> Instant:
+    def begin(self, action: str | None = None, requested: bytes = b"") -> Instant:
         """Issue a unique instant under the lock, start the heartbeat, write ``T.<action>.requested``
-        (with ``requested`` as its content: a replace commit's requested metadata)."""
+        (with ``requested`` as its content: a replace commit's requested metadata). The action
+        defaults to the table type's write: ``commit``, or ``deltacommit`` on Merge-on-Read."""
+        action = action or (inst.DELTA_COMMIT if self.table.config.merge_on_read else inst.COMMIT)
         if self._state != "new":
             raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
         since = self._acquire()
@@ -174,6 +180,8 @@ class Transaction:
         assert self.instant is not None and self._state == "begun"
         t = self.instant.requested_time
         ours = file_groups if file_groups is not None else _updated_groups(metadata)
+        if self.non_blocking:
+            ours, inserted_keys = _created_groups(metadata), None
         metadata.extra_metadata[WRITER_KEY] = self.writer_id
         base_ct = (self.base.completion_time or self.base.requested_time) if self.base else None
         # The same-new-key check reads Parquet key columns: do it outside the lock against what
@@ -358,6 +366,12 @@ class Transaction:
         self._state = "aborted"
         log.info("aborted instant %s of writer %s: deleted %d files", t, self.writer_id, len(deleted))
         return deleted
+
+
+def _created_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
+    """File groups this commit creates (a bucket's first base file): two writers creating one
+    bucket at once would leave two bases of one group, the later hiding the other's rows."""
+    return {(s.partition_path, s.file_id) for s in meta.all_stats() if s.creates_file_group}
 
 
 def _updated_groups(meta: CommitMetadata) -> set[tuple[str, str]]:
