@@ -1,0 +1,282 @@
+"""The merge rule of a Merge-on-Read file slice: which version of each record survives.
+
+Snapshot reads and compaction both call :func:`merge`, so a compacted base file holds exactly
+the rows a snapshot read of the slice returned before it.
+
+A file slice is one partition, so the record key alone identifies a record. Every version is a
+*candidate* with a place in the slice's history: sources are taken by rank (completion order;
+the base file is -1), and within a source its records come before its deletes. Then, per key:
+
+- **event time** (an ordering field): the highest ordering value wins, equal values go to the
+  later place. A null ordering value of a record is lower than any value. A delete with an
+  ordering value competes like a record; a delete without one (a plain delete) removes every
+  earlier version of the key and loses to every later one.
+- **commit time** (no ordering field): the latest place wins, deletes included.
+
+A winning delete removes the key. The whole rule runs on arrays: the logs' keys are dictionary
+encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
+only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
+base file with small logs costs little more than one copy of the base rows.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import TableFormatError
+from .schema import META_COLUMNS
+
+RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
+BASE_RANK = -1
+
+#: the columns of a source's deletes
+DELETE_KEY = "record_key"
+DELETE_PARTITION = "partition_path"
+DELETE_ORDERING = "ordering_value"
+
+_CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
+@dataclass(frozen=True)
+class Versions:
+    """One source of record versions in a file slice: the base file (rank -1) or one log file's blocks."""
+
+    rank: int  # order by completion time of the commit that wrote it; higher = completed later; base file = -1
+    records: pa.Table | None  # full rows: Hudi's 5 meta columns + data columns
+    deletes: pa.Table | None = None  # columns record_key (string), partition_path (string), ordering_value (nullable)
+
+
+def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema) -> pa.Table:
+    """Surviving rows, one per record key, in ``schema`` (the file schema: meta columns + data
+    columns). Columns a source lacks (added later by schema evolution) are null; columns stored
+    in another order or a narrower type are reordered and cast. ``ordering_field`` None is
+    commit-time merging, else event-time merging on that column (rules: the module docstring;
+    a null ordering value of a record ranks below every value).
+
+    Each surviving row is returned exactly as stored. Row order: each key at its first
+    appearance in the slice, i.e. the base file's rows in base order (an updated row stays at
+    its base position), then keys new to the slice in the order they first appear in the logs
+    (by rank, then position). Base rows of keys that no log touches pass through as stored
+    (the base file is assumed to hold each key once).
+
+    Raises :class:`TableFormatError` when ``ordering_field`` is not in ``schema`` or a source's
+    ordering values cannot be compared with the ordering column.
+    """
+    ordering = _ordering_field(schema, ordering_field)
+    ordered = sorted(sources, key=lambda s: s.rank)  # stable: equal ranks keep the caller's order
+    base: Versions | None = None
+    if ordered and ordered[0].rank == BASE_RANK and _rows(ordered[0].deletes) == 0:
+        base, ordered = ordered[0], ordered[1:]
+    base_rows = align(base.records, schema) if base is not None and base.records is not None else None
+    logs = [s for s in ordered if _rows(s.records) or _rows(s.deletes)]
+    if not logs:
+        return base_rows if base_rows is not None else schema.empty_table()
+    return _merge_logs(base_rows, logs, ordering, schema)
+
+
+def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` with the columns of ``schema``, in its order and types; missing columns are null."""
+    if t.schema.names == schema.names and all(a.type == b.type for a, b in zip(t.schema, schema, strict=True)):
+        return t.replace_schema_metadata(schema.metadata) if t.schema.metadata != schema.metadata else t
+    cols = []
+    for f in schema:
+        if t.schema.get_field_index(f.name) < 0:
+            cols.append(pa.nulls(t.num_rows, f.type))
+            continue
+        try:
+            cols.append(t.column(f.name).cast(f.type))
+        except _CAST_ERRORS as e:
+            raise TableFormatError(f"column {f.name!r} ({t.schema.field(f.name).type}) cannot be read as {f.type}: {e}") from e
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+@dataclass
+class _Candidates:
+    """The versions that compete, in history order (their ``seq`` ascends): parallel columns."""
+
+    keys: list[pa.Array | pa.ChunkedArray]
+    ordering: list[pa.Array | pa.ChunkedArray]
+    seq: list[np.ndarray]  # place in the slice's history (base rows: their base position)
+    row: list[np.ndarray]  # the record's row in the stored rows; -1 for a delete
+    plain: list[np.ndarray]  # a delete without an ordering value
+
+    def add(self, keys, ordering, seq: np.ndarray, row: np.ndarray, plain: np.ndarray) -> None:
+        self.keys.append(keys)
+        self.ordering.append(ordering)
+        self.seq.append(seq)
+        self.row.append(row)
+        self.plain.append(plain)
+
+
+def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema) -> pa.Table:
+    """:func:`merge` when some log holds rows: the candidates are every log version plus the
+    base rows of the keys the logs touch; ``stored`` (base, then each log's records) holds the
+    rows the output is taken from."""
+    n_base = base.num_rows if base is not None else 0
+    key_type = schema.field(RECORD_KEY).type
+    stored = [base] if base is not None else []
+    cands = _Candidates([], [], [], [], [])
+    seq0 = row0 = n_base
+    for s in logs:
+        if _rows(s.records):
+            t = align(s.records, schema)
+            stored.append(t)
+            n = t.num_rows
+            cands.add(t.column(RECORD_KEY), _ordering_of(t, ordering), np.arange(seq0, seq0 + n),
+                      np.arange(row0, row0 + n), np.zeros(n, bool))
+            seq0, row0 = seq0 + n, row0 + n
+        if _rows(s.deletes):
+            d = s.deletes
+            n = d.num_rows
+            values = _delete_ordering(d, ordering)
+            plain = np.zeros(n, bool) if values is None else _is_null(values)
+            cands.add(_delete_keys(d, key_type), values, np.arange(seq0, seq0 + n), np.full(n, -1), plain)
+            seq0 += n
+    # one hash pass over the logs' keys, one lookup of the base keys in them: the base rows the
+    # logs touch and every candidate's key as a small integer (its index in the logs' keys)
+    encoded = pc.dictionary_encode(_concat(cands.keys, key_type))
+    codes = [_numpy(encoded.indices)]
+    touched = None
+    if n_base:
+        base_codes = _numpy(pc.fill_null(pc.index_in(base.column(RECORD_KEY), value_set=encoded.dictionary), -1))
+        touched = base_codes >= 0
+        at = np.flatnonzero(touched)
+        codes.insert(0, base_codes[at])
+        cands.ordering.insert(0, base.column(ordering.name).take(pa.array(at)) if ordering is not None else None)
+        cands.seq.insert(0, at)
+        cands.row.insert(0, at)
+        cands.plain.insert(0, np.zeros(len(at), bool))
+    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering)
+    return _assemble(stored, schema, n_base, touched, winners, first_seq)
+
+
+def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(stored row of each surviving key's winning record, the place of that key's first
+    version), ordered by that first place; keys whose winner is a delete are left out.
+
+    ``codes``: each candidate's key as 0..n_keys-1. No sort of the candidates: each one's
+    (score, place) packs into one integer, and a key's winner is its maximum."""
+    seq = np.concatenate(cands.seq)  # ascending: candidates come in history order
+    row = np.concatenate(cands.row)
+    first_seq = np.full(n_keys, np.iinfo(np.int64).max)
+    np.minimum.at(first_seq, codes, seq)  # before any candidate is dropped
+    if ordering is None:
+        score = np.zeros(len(seq), np.int64)
+    else:
+        plain = np.concatenate(cands.plain)
+        score = _scores(_concat(cands.ordering, ordering.type), plain)
+        alive = _after_plain_deletes(codes, seq, plain, n_keys)
+        if not alive.all():
+            codes, seq, row, score = codes[alive], seq[alive], row[alive], score[alive]
+    span = int(seq[-1]) + 1
+    packed = (score + 1) * span + seq  # scores and places stay far below 2**31, so no overflow
+    best = np.full(n_keys, -1, np.int64)
+    np.maximum.at(best, codes, packed)
+    win_row = row[np.searchsorted(seq, best % span)]
+    kept = win_row >= 0  # a winning delete removes the key
+    places = first_seq[kept]
+    order = np.argsort(places)
+    return win_row[kept][order], places[order]
+
+
+def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
+    """Each candidate's ordering value as an integer that sorts alike: a dense rank (from 1),
+    0 for a null value, -1 for a plain delete (below everything, so it wins only alone)."""
+    try:
+        ranks = pc.rank(values, sort_keys="ascending", tiebreaker="dense")
+    except _CAST_ERRORS as e:
+        raise TableFormatError(f"ordering values of type {values.type} cannot be compared: {e}") from e
+    score = _numpy(ranks).astype(np.int64)
+    score[_is_null(values)] = 0
+    score[plain] = -1
+    return score
+
+
+def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, plain: np.ndarray, n_keys: int) -> np.ndarray:
+    """Which candidates are not earlier than their key's last plain delete (the delete itself stays)."""
+    if not plain.any():
+        return np.ones(len(codes), bool)
+    cut = np.full(n_keys, -1, np.int64)
+    np.maximum.at(cut, codes[plain], seq[plain])
+    return seq >= cut[codes]
+
+
+def _assemble(stored: list[pa.Table], schema: pa.Schema, n_base: int, touched: np.ndarray | None,
+              win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
+    """The output rows: untouched base rows and the winners, each at its key's first place."""
+    if touched is not None:
+        untouched = np.flatnonzero(~touched)
+        at = np.searchsorted(untouched, win_places)  # both ascend; places are distinct
+        take = np.insert(untouched, at, win_rows)
+    else:
+        take = win_rows
+    if len(take) == n_base and n_base and np.array_equal(take, np.arange(n_base)):
+        return stored[0]  # the logs changed nothing
+    if not len(take):
+        return schema.empty_table()
+    return pa.concat_tables(stored).take(pa.array(take))
+
+
+def _ordering_field(schema: pa.Schema, name: str | None) -> pa.Field | None:
+    if name is None:
+        return None
+    i = schema.get_field_index(name)
+    if i < 0:
+        raise TableFormatError(f"ordering field {name!r} is not a column of the file schema")
+    return schema.field(i)
+
+
+def _ordering_of(t: pa.Table, ordering: pa.Field | None) -> pa.ChunkedArray | None:
+    return t.column(ordering.name) if ordering is not None else None
+
+
+def _delete_ordering(d: pa.Table, ordering: pa.Field | None) -> pa.Array | None:
+    """A delete block's ordering values in the ordering column's type (safe cast: values that
+    do not fit raise rather than wrap); all null when the block has none."""
+    if ordering is None:
+        return None
+    if d.schema.get_field_index(DELETE_ORDERING) < 0:
+        return pa.nulls(d.num_rows, ordering.type)
+    values = d.column(DELETE_ORDERING).combine_chunks()
+    if values.type == ordering.type:
+        return values
+    try:
+        return pc.cast(values, ordering.type, safe=True)
+    except _CAST_ERRORS as e:
+        raise TableFormatError(
+            f"delete ordering values ({values.type}) cannot be compared with ordering field "
+            f"{ordering.name!r} ({ordering.type}): {e}"
+        ) from e
+
+
+def _delete_keys(d: pa.Table, key_type: pa.DataType) -> pa.ChunkedArray:
+    keys = d.column(DELETE_KEY)
+    return keys if keys.type == key_type else keys.cast(key_type)
+
+
+def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    return a.to_numpy(zero_copy_only=False)
+
+
+def _concat(parts: list, type_: pa.DataType) -> pa.Array:
+    chunks = [c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
+    return pa.chunked_array(chunks, type_).combine_chunks()
+
+
+def _is_null(values: pa.Array) -> np.ndarray:
+    return _bool(values.is_null())
+
+
+def _bool(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return _numpy(mask).astype(bool)
+
+
+def _rows(t: pa.Table | None) -> int:
+    return t.num_rows if t is not None else 0
