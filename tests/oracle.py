@@ -12,10 +12,13 @@ FIXTURES = SHARED / "fixtures" / "hudi-spark-written"
 DATA_COLUMNS_SKIP = {"_hoodie_commit_seqno", "_hoodie_file_name"}
 
 
-def hudi_read(path: str, as_of: str | None = None) -> pa.Table:
+def hudi_read(path: str, as_of: str | None = None, *, read_optimized: bool = False) -> pa.Table:
     from hudi import HudiReadOptions, HudiTableBuilder
 
-    ht = HudiTableBuilder.from_base_uri(str(path)).build()
+    builder = HudiTableBuilder.from_base_uri(str(path))
+    if read_optimized:
+        builder = builder.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
+    ht = builder.build()
     opts = HudiReadOptions().with_as_of_timestamp(as_of) if as_of else None
     batches = ht.read(opts) if opts else ht.read()
     if not batches:

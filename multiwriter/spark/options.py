@@ -86,6 +86,7 @@ class ReadOptions:
     end: str | None = None
     split_bytes: int = 128 * 1024 * 1024
     parallelism: int = 1
+    read_optimized: bool = False  # Merge-on-Read: base files only
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
     if begin is not None and set(begin) == {"0"}:
         begin = None  # Hudi's "000": from the beginning
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return ReadOptions(path, incremental, as_of, begin, end, split, _parallelism(opts))
+    return ReadOptions(path, incremental, as_of, begin, end, split, _parallelism(opts), read_optimized=qt == "read_optimized")
 
 
 def _parallelism(opts: dict[str, str]) -> int:

@@ -11,6 +11,7 @@ never rows.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,10 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..storage import Storage
-from ..table.files import FileSlice, list_data_files
-from ..table.layout import DEFAULT_PARTITION
+from ..table.files import FileSlice, LogFile
+from ..table.layout import DEFAULT_PARTITION, parse_data_file
+from ..table.merged_slice import read_slice
 from ..table.table import Table
-from ..table.view import TimelineView
 from .options import ReadOptions
 
 COMMIT_TIME = "_hoodie_commit_time"
@@ -48,6 +49,7 @@ class ScanTask:
     partition: str
     row_groups: tuple[int, ...] | None = None
     size: int = 0  # bytes, for packing small tasks together
+    logs: tuple[LogFile, ...] = ()  # Merge-on-Read: the slice's log files, merged over the whole base file
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class ScanPlan:
     tasks: tuple[ScanTask, ...]
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
     task_bytes: int = 128 * 1024 * 1024  # scan tasks are packed into Spark tasks of about this size
+    ordering_field: str | None = None  # the merge rule's ordering field (Merge-on-Read)
 
     def groups(self) -> list[tuple[ScanTask, ...]]:
         """The scan tasks packed into Spark tasks (see :func:`pack`)."""
@@ -72,7 +75,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
     tl = table.timeline()
     commit_times: frozenset[str] | None = None
     if opts.incremental:
-        plan = TimelineView(tl).incremental(list_data_files(table.storage), opts.begin, opts.end)
+        plan = table.incremental_plan(tl, opts.begin, opts.end)
         slices: list[FileSlice] = list(plan.slices)
         commit_times = plan.commit_times
         schema = table.read_schema(tl)
@@ -80,9 +83,12 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
         snap = table.snapshot(opts.as_of, timeline=tl)
         slices = snap.files()
         schema = table.read_schema(tl, snap)
+        if opts.read_optimized:
+            slices = [dataclasses.replace(s, logs=()) for s in slices]
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
-    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism))
+    return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
+                    table.config.ordering_field)
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -90,14 +96,29 @@ def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: li
     storage = Storage(plan.uri)
     incremental = plan.commit_times is not None
     cols = list(columns) + ([COMMIT_TIME] if incremental and COMMIT_TIME not in columns else [])
-    ds = pads.dataset([storage.abs(task.path)], schema=plan.schema, format="parquet", filesystem=storage.fs)
-    frag = next(iter(ds.get_fragments()))
-    if task.row_groups is not None:
-        frag = frag.subset(row_group_ids=list(task.row_groups))
-    t = frag.to_table(schema=plan.schema, columns=cols, filter=data_filter(plan.schema, predicates))
+    if task.logs:
+        t = _merged(storage, plan, task, cols, predicates)
+    else:
+        ds = pads.dataset([storage.abs(task.path)], schema=plan.schema, format="parquet", filesystem=storage.fs)
+        frag = next(iter(ds.get_fragments()))
+        if task.row_groups is not None:
+            frag = frag.subset(row_group_ids=list(task.row_groups))
+        t = frag.to_table(schema=plan.schema, columns=cols, filter=data_filter(plan.schema, predicates))
     if incremental:
         t = t.filter(_in_range(t[COMMIT_TIME], plan)).select(list(columns))
     yield from t.to_batches()
+
+
+def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], predicates: list[Predicate]) -> pa.Table:
+    """A Merge-on-Read slice's rows, merged by the table's merge rule, then filtered (a
+    predicate may not skip a version before the merge: an older one would show through)."""
+    name = task.path.rsplit("/", 1)[-1]
+    parsed = parse_data_file(name)
+    assert parsed is not None
+    fs = FileSlice(task.partition, parsed.file_id, parsed.instant_time, name, task.size, task.logs)
+    t = read_slice(storage, fs, plan.schema, plan.ordering_field)
+    expr = data_filter(plan.schema, predicates)
+    return (t.filter(expr) if expr is not None else t).select(cols)
 
 
 def _in_range(commit_time: Any, plan: ScanPlan) -> Any:
@@ -237,7 +258,10 @@ def pack(tasks: tuple[ScanTask, ...], limit: int) -> list[tuple[ScanTask, ...]]:
 
 # -- splits ------------------------------------------------------------------------------
 def _split(storage: Storage, s: FileSlice, split_bytes: int) -> list[ScanTask]:
-    """One task per file, or per run of row groups of about ``split_bytes`` in a large file."""
+    """One task per file, or per run of row groups of about ``split_bytes`` in a large file
+    (a slice with log files is one task: its merge needs every row of the base)."""
+    if s.logs:
+        return [ScanTask(s.path, s.partition, size=s.size + sum(lf.size for lf in s.logs), logs=s.logs)]
     if s.size <= split_bytes:
         return [ScanTask(s.path, s.partition, size=s.size)]
     with storage.fs.open_input_file(storage.abs(s.path)) as f:

@@ -2,6 +2,7 @@
 as-of, incremental)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -18,11 +19,11 @@ from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
 from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
-from .files import FileSlice, list_data_files
+from .files import FileSlice, list_data_files, list_files
 from .merged_slice import read_slice
 from .snapshot import Snapshot
 from .timeline import Timeline
-from .view import TimelineView
+from .view import IncrementalPlan, TimelineView
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -176,7 +177,8 @@ class Table:
         return retire(self, writer_id, lock=lock, lock_timeout_s=lock_timeout_s)
 
     # -- reads ---------------------------------------------------------------------
-    def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+    def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None, *,
+             read_optimized: bool = False) -> pa.Table:
         """Snapshot read (with meta columns) as a pyarrow Table; ``filters`` is a pyarrow
         compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``.
 
@@ -186,7 +188,10 @@ class Table:
         tl = self.timeline()
         snap = self.snapshot(as_of, timeline=tl)
         full = self.read_schema(tl, snap)
-        return self.read_slices(snap.files(), full, columns, filters)
+        files = snap.files()
+        if read_optimized:  # Hudi's read-optimized query: base files only, log files not merged
+            files = [dataclasses.replace(f, logs=()) for f in files]
+        return self.read_slices(files, full, columns, filters)
 
     def read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None = None,
                     filters: Any = None) -> pa.Table:
@@ -224,13 +229,21 @@ class Table:
         """
         tl = self.timeline()
         full = self.read_schema(tl)
-        plan = TimelineView(tl).incremental(list_data_files(self.storage), start, end)
+        plan = self.incremental_plan(tl, start, end)
         if not plan.slices:
             return full.empty_table()
-        t = _read_files(self.storage, [f.path for f in plan.slices], full, None, None)
+        t = self.read_slices(list(plan.slices), full)
         commit_time = t["_hoodie_commit_time"]
         keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times), pa.string()))
         return t.filter(pc.fill_null(keep, False))
+
+    def incremental_plan(self, tl: Timeline, start: str | None, end: str | None) -> IncrementalPlan:
+        """The slices and commit times of an incremental read (merged slices on Merge-on-Read)."""
+        view = TimelineView(tl)
+        if self.config.merge_on_read:
+            bases, logs = list_files(self.storage)
+            return view.incremental_merged(bases, logs, start, end)
+        return view.incremental(list_data_files(self.storage), start, end)
 
     def to_spark(self, spark: SparkSession, as_of: str | None = None) -> DataFrame:
         """The snapshot (as of ``as_of``) as a Spark DataFrame, read by the ``multiwriter`` data

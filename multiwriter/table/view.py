@@ -162,14 +162,35 @@ class TimelineView:
         of the compacted base. Each slice of ``slices`` gets the logs that belong to it and are
         visible as of ``as_of`` (their own requested time at or before it), in completion
         order. Logs of groups without a visible base are not read (as hudi-rs)."""
+        return self._attach(slices, bases, logs, self.committed, lambda t: self.visible(t, as_of))
+
+    def slices_by_completion(self, bases: Iterable[FileSlice], logs: Iterable[LogFile],
+                             end: str | None) -> dict[FileGroup, FileSlice]:
+        """Per live group, its slice as the commits completed by ``end`` (a completion time)
+        left it, logs attached: what an incremental read up to ``end`` merges. A compaction
+        not completed by ``end`` is not a slice boundary yet (its logs read over the old base,
+        as Hudi merges a slice whose compaction is pending)."""
+        bases = list(bases)
+
+        def done(t: str) -> bool:
+            return self.committed(t) and (end is None or self.completion_of(t) <= end)
+
+        latest = _latest(bases, done, self.replaced_by_completion(end), self.named)
+        return self._attach(latest, bases, logs, done, done)
+
+    def _attach(self, slices: dict[FileGroup, FileSlice], bases: Iterable[FileSlice], logs: Iterable[LogFile],
+                base_ok: Callable[[str], bool], log_ok: Callable[[str], bool]) -> dict[FileGroup, FileSlice]:
+        """The one slicing rule: each log with ``log_ok`` joins its group's slice in
+        ``slices`` when that slice's base is the newest ``base_ok`` base at or before the
+        log's completion."""
         boundaries: dict[FileGroup, list[str]] = {}
         for b in bases:
-            if b.group in slices and self.committed(b.instant_time):
+            if b.group in slices and base_ok(b.instant_time):
                 boundaries.setdefault(b.group, []).append(b.instant_time)
         found: dict[FileGroup, list[tuple[str, int, str, LogFile]]] = {}
         for lf in logs:
             cur = slices.get(lf.group)
-            if cur is None or not self.visible(lf.instant_time, as_of) or not self._named_log(lf):
+            if cur is None or not log_ok(lf.instant_time) or not self._named_log(lf):
                 continue
             done = self.completion_of(lf.instant_time)
             if _slice_base(boundaries.get(lf.group, ()), done) != cur.instant_time:
@@ -179,6 +200,22 @@ class TimelineView:
         for g, items in found.items():
             out[g] = dataclasses.replace(out[g], logs=tuple(x[-1] for x in sorted(items, key=lambda x: x[:3])))
         return out
+
+    def incremental_merged(self, bases: Iterable[FileSlice], logs: Iterable[LogFile], start: str | None,
+                           end: str | None) -> IncrementalPlan:
+        """Plan an incremental read of a Merge-on-Read table: the commits completed in
+        (start, end] (completion times, so a long write that completes after many short ones
+        is read in the range it completed in, never skipped), and per file group one of them
+        touched, its slice merged as of ``end``. The rows kept are the merged versions those
+        commits wrote."""
+        floor = self.earliest_completion
+        reaches_back = start is None or floor is None or start < floor
+        view = self.with_history() if reaches_back else self
+        in_range = [i for i in view._writes if _within(_completion(i), start, end)]
+        touched = {(s.partition_path, s.file_id) for i in in_range for s in view.commit_metadata(i).all_stats() if s.file_id}
+        slices = view.slices_by_completion(bases, logs, end)
+        chosen = sorted((slices[g] for g in touched if g in slices), key=lambda f: (f.partition, f.file_id))
+        return IncrementalPlan(tuple(chosen), frozenset(i.requested_time for i in in_range))
 
     def _named_log(self, lf: LogFile) -> bool:
         """A log file of an archived commit is taken as committed (no stats to check), else its

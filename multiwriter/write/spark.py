@@ -36,7 +36,7 @@ from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from . import records
-from .index import FILE_ID, KeyIndex, untagged
+from .index import FILE_ID, KeyIndex, tag_buckets, untagged
 from .plan import FileGroupTask, Plan, insert_buckets, planned_metadata
 from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
 
@@ -189,7 +189,10 @@ def _plan(
     target_file_size: int, parallelism: int,
 ) -> Routing:
     """The driver's share: tag the keys with the index the driver path uses, then the tasks."""
-    if operation == "insert":  # as Hudi: no lookup against the table
+    if timeline.config.bucket_index:  # every key's group is its bucket's: none is new
+        snap = index.snapshot(timeline, keys)
+        tagged = tag_buckets(snap, keys, timeline.config)
+    elif operation == "insert":  # as Hudi: no lookup against the table
         snap, tagged = Snapshot({}, timeline, None), untagged(keys)
     else:
         snap = index.snapshot(timeline, keys)
@@ -209,10 +212,11 @@ def _plan(
         for f in ids:
             groups[(item["values"], f)] = n // len(ids) + 1
     tasks, cost = [], []
+    log_append = timeline.config.merge_on_read  # a log append costs its rows, not the group's
     for i, (p, f) in enumerate(sorted(groups)):
         old = snap.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-        cost.append(groups[(p, f)] + (index.footer(old).num_rows if old else 0))
+        cost.append(groups[(p, f)] + (index.footer(old).num_rows if old and not log_append else 0))
     task_of = {(t.partition, t.file_id): t.task_index for t in tasks}
     existing_task = [task_of[pf] for pf in zip(found.column(PARTITION).to_pylist(), found.column(FILE_ID).to_pylist(), strict=True)]
     existing = found.select(_key_columns(cfg)).append_column(TASK, pa.array(existing_task, pa.int32()))
@@ -532,9 +536,12 @@ def _groups(t: pa.Table, operation: str):
 
 
 def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> WriteStat:
+    from .log_append import append_log, is_log_append
     from .merge import merge_file_group
 
     token = layout.write_token(task.task_index, stage, attempt)
+    if is_log_append(ctx, task):
+        return append_log(Storage(ctx.table_uri), ctx, task, prepared, token)
     return merge_file_group(Storage(ctx.table_uri), ctx, task, prepared, token, deduped=True)
 
 
