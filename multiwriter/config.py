@@ -221,6 +221,8 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
             out[target] = int(_number(k, v))
         elif target == "table_type":
             out[target] = v.upper()
+            if out[target] not in ("COPY_ON_WRITE", "MERGE_ON_READ"):
+                raise ConfigError(f"{k}={v!r} is not a table type: use COPY_ON_WRITE or MERGE_ON_READ")
         else:
             out[target] = v
     if "num_buckets" in out and _index_type(options.get(INDEX_TYPE_KEY, "BUCKET")) != "BUCKET":

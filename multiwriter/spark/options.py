@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import WriterConfig
+from ..config import CONCURRENCY_KEY, INDEX_TYPE_KEY, WriterConfig, settings_from_options, table_settings_from_options
 from ..errors import ConfigError
 from ..lock.base import LockProvider
 
@@ -52,10 +52,11 @@ ZK_PROVIDER = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvide
 FS_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
 #: keys whose only accepted value is the one this framework implements
 FIXED = {
-    "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
-    "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
     "hoodie.cleaner.policy.failed.writes": "LAZY",
 }
+#: Merge-on-Read and its bucket index (table settings) and the writers' concurrency mode
+TABLE_LAYOUT_KEYS = frozenset({"hoodie.table.type", "hoodie.datasource.write.table.type", INDEX_TYPE_KEY,
+                               "hoodie.bucket.index.num.buckets", "hoodie.bucket.index.hash.field"})
 #: numeric WriterConfig settings: key -> (field, scale to the field's unit)
 NUMERIC = {
     "hoodie.client.heartbeat.interval_in_ms": ("heartbeat_interval_s", 0.001),
@@ -67,7 +68,8 @@ NUMERIC = {
 }
 WRITE_KEYS = frozenset(
     {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
-     ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, *FIXED, *NUMERIC}
+     ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
+     *NUMERIC}
 )
 #: options Spark itself adds to a streaming write's options (not ours to check)
 SPARK_STREAM_KEYS = frozenset({"checkpointlocation", "queryname"})
@@ -192,6 +194,10 @@ def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
         out["ordering_field"] = opts[PRECOMBINE].strip()
     if HIVE_STYLE in opts:
         out["hive_style_partitioning"] = _bool(opts, HIVE_STYLE)
+    layout = {k: v for k, v in opts.items() if k in TABLE_LAYOUT_KEYS}
+    if layout:  # the table type and bucket index: the same Hudi keys as WriterConfig.from_options
+        out.update({k: v for k, v in table_settings_from_options(layout).items()
+                    if k in ("table_type", "num_buckets", "bucket_hash_fields")})
     return out
 
 
@@ -199,6 +205,8 @@ def _writer_settings(opts: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"writer_id": opts.get(WRITER_ID) or f"datasource-{uuid.uuid4().hex[:12]}"}
     if OPERATION in opts:
         out["operation"] = opts[OPERATION].lower()
+    if CONCURRENCY_KEY in opts:
+        out["concurrency"] = settings_from_options({CONCURRENCY_KEY: opts[CONCURRENCY_KEY]})["concurrency"]
     if ON_CHECKPOINT_RESET in opts:
         out["on_checkpoint_reset"] = opts[ON_CHECKPOINT_RESET].strip().lower()
     for k, (name, scale) in NUMERIC.items():

@@ -219,8 +219,11 @@ def _check_matches(parsed: opt.WriteOptions, table: Table) -> None:
     """Options that name table settings must agree with the existing table."""
     c = table.config
     have = {"name": c.name, "record_key": tuple(c.record_key), "partition_by": tuple(c.partition_by),
-            "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning}
-    diff = {k: (v, have[k]) for k, v in parsed.table.items() if have[k] != v}
+            "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning,
+            "table_type": c.table_type, "num_buckets": c.num_buckets,
+            "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key)}
+    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()}
+    diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
     if diff:
         shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
         raise ConfigError(f"the table at {parsed.path} exists with other settings ({shown})")

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
-from ..table import layout
+from ..table import bucket, layout
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
@@ -470,13 +470,14 @@ def _stable_new_ids(plan: Plan, instant_time: str) -> Plan:
     """``plan`` with its new file groups named from the instant, their partition and their first
     row's key: a retried or speculative attempt of the task plans the same groups under the
     same names, so at most one file per file group and instant is committed, whichever attempt
-    wins (an attempt that outlives the commit leaves only a file of a group the commit names)."""
+    wins (an attempt that outlives the commit leaves only a file of a group the commit names).
+    A bucket's group keeps its id: every writer names a bucket alike."""
     rename: dict[tuple[str, str], str] = {}
     keys = plan.rows.column(KEY)
     for t in plan.tasks:
         p, f = t.partition, t.file_id
         lo, hi = plan.bounds.get((p, f), (0, 0))
-        if t.is_new and hi > lo:
+        if t.is_new and hi > lo and bucket.bucket_of_file_id(f) is None:  # a bucket's id is stable already
             first = keys[int(plan.order[lo])].as_py()
             rename[(p, f)] = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{instant_time}/{p}/{first}')}-0"
     if not rename:

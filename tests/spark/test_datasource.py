@@ -156,7 +156,7 @@ def test_append_creates_the_table_and_upserts(sp, tmp_path, zk_server, zk_base):
         ({"hoodie.datasource.write.recordkey.feild": "id"}, "hoodie.datasource.write.recordkey.feild"),
         ({"hoodie.datasource.write.recordkey.field": None}, "hoodie.datasource.write.recordkey.field"),
         ({"hoodie.write.lock.zookeeper.url": None}, "hoodie.write.lock.zookeeper.url"),
-        ({"hoodie.datasource.write.table.type": "MERGE_ON_READ"}, "COPY_ON_WRITE"),
+        ({"hoodie.datasource.write.table.type": "MERGE_ON_WRITE"}, "MERGE_ON_WRITE"),
     ],
 )
 def test_option_errors_fail_at_save_before_anything_is_written(sp, tmp_path, zk_server, zk_base, change, message):

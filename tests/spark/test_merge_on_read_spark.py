@@ -1,0 +1,101 @@
+"""Merge-on-Read tables through Spark: the data source reads merged slices (snapshot,
+read-optimized, incremental, streaming) and every Spark write path appends log files; hudi-rs
+reads each table as we do."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+
+import multiwriter as mw
+from multiwriter.table.files import list_files
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows
+from tests.spark.conftest import trips_write_options
+
+COLS = ["id", "date", "ts", "value"]
+FMT = "multiwriter"
+MOR_OPTS = {"hoodie.datasource.write.table.type": "MERGE_ON_READ", "hoodie.index.type": "BUCKET",
+            "hoodie.bucket.index.num.buckets": "4"}
+
+
+def _spark_rows(df) -> list[tuple]:
+    return sorted((tuple(r[c] for c in COLS) for r in df.select(*COLS).collect()), key=repr)
+
+
+def _cfg(writer_id="w", **kw):
+    return mw.WriterConfig(writer_id=writer_id, lock=mw.InProcessLock(), **kw)
+
+
+def test_data_source_reads_merged_slices(sp, mor_table, table_path):
+    mw.write(trips(range(8), ts=1, value=1.0), table_path, _cfg())
+    mw.write(trips(range(4), ts=2, value=2.0), table_path, _cfg())
+    mw.write(trips([1], ts=3), table_path, _cfg(operation="delete"))
+    t = mw.Table.open(table_path)
+    ours = rows(t.read(), COLS)
+    assert ours == rows(hudi_read(table_path), COLS) and len(ours) == 7
+    assert _spark_rows(sp.read.format(FMT).load(table_path)) == ours
+    assert _spark_rows(t.to_spark(sp)) == ours
+    ro = sp.read.format(FMT).option("hoodie.datasource.query.type", "read_optimized").load(table_path)
+    assert _spark_rows(ro) == rows(hudi_read(table_path, read_optimized=True), COLS)
+    first = t.timeline().completed_writes()[0].completion_time
+    inc = sp.read.format(FMT).option("hoodie.datasource.query.type", "incremental") \
+        .option("hoodie.datasource.read.begin.instanttime", first).load(table_path)
+    assert _spark_rows(inc) == rows(t.read_incremental(first), COLS)
+    assert sorted(r[0] for r in _spark_rows(inc)) == ["0", "2", "3"]
+    filtered = sp.read.format(FMT).load(table_path).where("value < 1.5")
+    assert sorted(r[0] for r in _spark_rows(filtered)) == ["4", "5", "6", "7"], "filters apply after the merge"
+
+
+def test_spark_dataframes_write_log_files(sp, mor_table, table_path):
+    df = sp.createDataFrame(trips(range(10), ts=1, value=1.0).to_pandas())
+    mw.write(df, table_path, _cfg(executor="spark"))
+    df2 = sp.createDataFrame(trips(range(5), ts=2, value=2.0).to_pandas()).repartition(3)
+    r = mw.write(df2, table_path, _cfg(executor="spark"))
+    assert r.instant.action == "deltacommit"
+    _, logs = list_files(mw.Table.open(table_path).storage)
+    assert logs, "updates of existing buckets are log files"
+    got = rows(mw.Table.open(table_path).read(), COLS)
+    assert got == rows(hudi_read(table_path), COLS)
+    assert dict((r[0], r[3]) for r in got) == {str(i): 2.0 if i < 5 else 1.0 for i in range(10)}
+
+
+def test_write_and_write_stream_create_and_append_to_a_merge_on_read_table(sp, tmp_path, zk_server, zk_base):
+    path = str(tmp_path / "t")
+    opts = {**trips_write_options(zk_server, zk_base), **MOR_OPTS}
+    sp.createDataFrame(trips(range(6)).to_pandas()).write.format(FMT).options(**opts).mode("append").save(path)
+    t = mw.Table.open(path)
+    assert t.config.merge_on_read and t.config.num_buckets == 4
+    src = tmp_path / "src"
+    os.makedirs(src)
+    pq.write_table(trips(range(3), ts=5, value=5.0), src / "a.parquet")
+    q = (sp.readStream.schema("id string, date string, ts long, value double").parquet(str(src)).writeStream
+         .format(FMT).options(**opts, **{"hoodie.datasource.write.streaming.checkpoint.identifier": "s"})
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start(path))
+    q.awaitTermination(180)
+    assert q.exception() is None
+    tl = mw.Table.open(path).timeline()
+    assert [i.action for i in tl.completed_writes()] == ["deltacommit", "deltacommit"]
+    got = rows(mw.Table.open(path).read(), COLS)
+    assert got == rows(hudi_read(path), COLS)
+    assert dict((r[0], r[3]) for r in got) == {str(i): 5.0 if i < 3 else 1.0 for i in range(6)}
+
+
+def test_read_stream_delivers_each_committed_version_once(sp, mor_table, table_path, tmp_path):
+    mw.write(trips(range(4), ts=1, value=1.0), table_path, _cfg())
+    got = []
+
+    def collect(df, batch_id):
+        got.extend(_spark_rows(df))
+
+    def run():
+        q = (sp.readStream.format(FMT).load(table_path).writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+
+    run()
+    assert sorted(r[0] for r in got) == ["0", "1", "2", "3"]
+    mw.write(trips(range(2), ts=2, value=2.0), table_path, _cfg())
+    run()
+    assert sorted((r[0], r[3]) for r in got[4:]) == [("0", 2.0), ("1", 2.0)], "the updates once, from the log files"
