@@ -9,16 +9,19 @@ Hudi reader (hudi-rs too, which reads no log-only group) sees it.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .. import markers
 from ..storage import Storage
 from ..table import layout
 from ..table.log_file import LogFileName, encode_log_file
 from ..table.metadata import WriteStat
-from ..table.schema import arrow_to_avro_json
+from ..table.schema import arrow_to_avro_json, data_schema
 from .merge import MergeContext, check_alive, ensure_partition_metadata, new_rows, split_deletes
 from .plan import FileGroupTask
 from .records import KEY
@@ -73,6 +76,31 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     )
 
 
+def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> WriteStat:
+    """Turn a bucket's first base file into a log file of the same group: another writer
+    created the bucket's base file meanwhile, and two base files of one group would hide each
+    other's rows. The log completes after that base was requested, so it joins its slice; the
+    merge rule then decides between their versions. The base file is deleted once the log is
+    written (its marker stays; the log gets its own)."""
+    partition, _, base_name = stat.path.rpartition("/")
+    parsed = layout.parse_data_file(base_name)
+    assert parsed is not None and parsed.instant_time == instant_time
+    with storage.fs.open_input_file(storage.abs(stat.path)) as f:
+        rows = pq.read_table(f)
+    rows = rows.set_column(rows.schema.get_field_index("_hoodie_file_name"), "_hoodie_file_name",
+                           pa.repeat(pa.scalar(stat.file_id, pa.string()), rows.num_rows))
+    name = LogFileName(stat.file_id, instant_time, LOG_VERSION, parsed.write_token).name
+    rel = layout.data_file_path(partition, name)
+    markers.create(storage, instant_time, partition, name)
+    schema = json.loads(arrow_to_avro_json(data_schema(rows.schema), "record"))
+    data = encode_log_file(instant_time=instant_time, schema=schema, records=rows)
+    storage.put_if_absent(rel, data)
+    storage.delete(stat.path)
+    return dataclasses.replace(stat, path=rel, prev_commit=instant_time, num_update_writes=stat.num_writes, num_inserts=0,
+                               total_write_bytes=len(data), file_size=len(data), log_version=LOG_VERSION,
+                               log_files=(name,))
+
+
 def _records(ctx: MergeContext, task: FileGroupTask, upserts: pa.Table) -> pa.Table:
     """The rows with their meta columns as a log record holds them (its file name is the
     group's id)."""
@@ -95,6 +123,4 @@ def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Ta
 
 
 def _avro_schema(ctx: MergeContext) -> dict:
-    import json
-
     return json.loads(arrow_to_avro_json(ctx.data_schema, "record"))

@@ -44,11 +44,14 @@ from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import run_on_driver, start_gather
 from .index import KeyIndex, tag_buckets, untagged
+from .log_append import rebase_as_log
 from .merge import context
 from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
 from .records import KEY, prepare
 
 log = logging.getLogger(__name__)
+#: a non-blocking commit that found buckets created meanwhile rebases them and tries again
+MAX_REBASES = 3
 
 
 class Writer:
@@ -250,7 +253,33 @@ class Writer:
 
     def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,
                 query_id: str | None = None) -> Instant:
-        """Commit; when the outcome is unknown, re-read the timeline instead of guessing."""
+        """Commit; when the outcome is unknown, re-read the timeline instead of guessing. A
+        non-blocking writer that lost the race to create a bucket's base file turns its file of
+        that bucket into a log file and commits the same instant again: it never retries."""
+        wid = self.config.writer_id
+        for _ in range(MAX_REBASES):
+            try:
+                return self._commit_once(txn, meta, batch_id, inserted, query_id)
+            except WriteConflictError as e:
+                if not self.non_blocking or not e.file_groups:
+                    raise
+                meta = self._rebase(txn, meta, set(e.file_groups))
+                log.info("writer %s: buckets %s were created meanwhile; their rows now go to log files", wid,
+                         sorted(e.file_groups)[:5])
+        return self._commit_once(txn, meta, batch_id, inserted, query_id)
+
+    def _rebase(self, txn: Transaction, meta: CommitMetadata, groups: set[tuple[str, str]]) -> CommitMetadata:
+        assert txn.instant is not None
+        t = txn.instant.requested_time
+        stats = [rebase_as_log(self.table.storage, s, t) if (s.partition_path, s.file_id) in groups and s.creates_file_group
+                 else s for s in meta.all_stats()]
+        p2s: dict[str, list[WriteStat]] = {}
+        for s in stats:
+            p2s.setdefault(s.partition_path, []).append(s)
+        return dataclasses.replace(meta, partition_to_write_stats=p2s)
+
+    def _commit_once(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,
+                     query_id: str | None) -> Instant:
         wid = self.config.writer_id
         try:
             return txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted,

@@ -164,3 +164,32 @@ def test_incremental_follows_completion_order_across_out_of_order_commits(mor_ta
     assert after == {str(i): 5.0 for i in range(4)}, "the backfill is delivered after the checkpoint"
     assert dict(rows(t.read_incremental(None, None), ["id", "value"])) == dict(rows(t.read(), ["id", "value"]))
     _same_as_hudi_rs(table_path)
+
+
+def test_two_writers_creating_one_bucket_both_land_without_a_retry(mor_table, table_path, tmp_path, monkeypatch):
+    """Both insert the same new keys into empty buckets: the later committer finds the bucket's
+    base file made meanwhile and turns its own into a log file of that group (same instant)."""
+    import threading
+
+    from multiwriter import faults
+    from tests.conftest import wait_hanging
+
+    monkeypatch.setenv("MULTIWRITER_FAULT_DIR", str(tmp_path))
+    faults.configure("after-data-files=hang")
+    box = {}
+    slow = threading.Thread(target=lambda: box.setdefault(
+        "r", mw.write(trips(range(6), ts=9, value=9.0), table_path, _cfg("a", heartbeat_interval_s=5.0))))
+    try:
+        slow.start()
+        assert wait_hanging(tmp_path, slow)
+        fast = mw.write(trips(range(6), ts=3, value=3.0), table_path, _cfg("b"))
+    finally:
+        (tmp_path / "after-data-files.release").touch()
+        slow.join(30)
+        faults.configure(None)
+    assert fast.attempts == 1 and box["r"].attempts == 1 and box["r"].conflicts == 0
+    bases, logs = list_files(mw.Table.open(table_path).storage)
+    assert len({b.file_id for b in bases}) == len(bases), "one base file per bucket"
+    assert logs, "the later committer's rows are a log file"
+    got = _same_as_hudi_rs(table_path)
+    assert {(r[0], r[3]) for r in got} == {(str(i), 9.0) for i in range(6)}, "one version per key: the highest ts"
