@@ -97,6 +97,46 @@ def instants(a: dict) -> dict:
 
 
 
+def upserts(a: dict) -> dict:
+    """``batches`` upserts of the given rows ([[id, ts, value], ...] per batch) by one writer,
+    each one commit; what each committed (its completion time, attempts, conflicts, rows), so
+    the test can build the event-time model. With ``hold_s``, each batch waits that long between
+    writing its files and committing (a long-running backfill)."""
+    import multiwriter as mw
+
+    cfg = _config(a)
+    if a.get("hold_s"):
+        from multiwriter import faults
+
+        real_point = faults.point
+
+        def hold(name: str) -> None:
+            if name == "after-data-files":
+                time.sleep(a["hold_s"])
+            real_point(name)
+
+        faults.point = hold
+    out = []
+    from multiwriter.write.writer import Writer
+
+    w = Writer(mw.Table.open(a["path"]), cfg)
+    try:
+        for batch in a["batches"]:
+            ids = [r[0] for r in batch]
+            t = pa.table({"id": [str(i) for i in ids], "date": [a.get("date", "2024-01-01")] * len(ids),
+                          "ts": pa.array([r[1] for r in batch], pa.int64()), "value": [float(r[2]) for r in batch]})
+            r = w.write(t)
+            out.append({"instant": r.instant.requested_time, "completion": r.instant.completion_time,
+                        "attempts": r.attempts, "conflicts": r.conflicts, "rows": batch,
+                        "lock_hold": r.protocol.get("lock_hold"), "lock_wait": r.protocol.get("lock_wait"),
+                        "duration": r.duration_s})
+            if a.get("pause_s"):
+                time.sleep(a["pause_s"])
+    finally:
+        w.close()
+    return {"commits": out}
+
+
 def clean(a: dict) -> dict:
     """One cleaner run (a separate process, so a fault point can crash it)."""
     import multiwriter as mw
