@@ -22,6 +22,7 @@ CLUSTERING_OUTCOMES = ("replaced", "aborted")
 
 BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 LOCK_HOLD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+COMPACTION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 LOCK_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -78,6 +79,16 @@ class Metrics:
         self.live_files_g = Gauge("multiwriter_live_files", "Live file groups (latest snapshot), set by the cleaner", ["table"], registry=reg)
         self.small_files_g = Gauge(
             "multiwriter_small_files", "Live file groups below the clustering small-file size, set by the cleaner", ["table"], registry=reg)
+        # Merge-on-Read
+        self.delta_commits = Counter("multiwriter_delta_commits_total", "Deltacommits (Merge-on-Read writes) per writer", tw, registry=reg)
+        self.log_bytes = Counter("multiwriter_log_bytes_written_total", "Bytes of log files appended per writer", tw, registry=reg)
+        self.compaction_s = Histogram("multiwriter_compaction_duration_seconds", "Time from a compaction's plan to its commit",
+                                      ["table"], buckets=COMPACTION_BUCKETS, registry=reg)
+        self.compaction_groups = Counter("multiwriter_compaction_file_groups_total", "File slices compacted", ["table"], registry=reg)
+        self.uncompacted_g = Gauge("multiwriter_uncompacted_delta_commits",
+                                   "Most log files over one base file (latest snapshot), set by the cleaner", ["table"], registry=reg)
+        self.oldest_log_g = Gauge("multiwriter_oldest_uncompacted_log_age_seconds",
+                                  "Age of the oldest log file not yet compacted, set by the cleaner", ["table"], registry=reg)
 
     # -- recording --------------------------------------------------------------------
     def commit(self, table: str, writer: str, outcome: str) -> None:
@@ -130,6 +141,18 @@ class Metrics:
         for outcome, n in (("replaced", replaced), ("aborted", aborted)):
             self.clustering_groups.labels(table, _check(outcome, CLUSTERING_OUTCOMES, "outcome")).inc(n)
         self.clustering_bytes.labels(table).inc(bytes_rewritten)
+
+    def delta_commit(self, table: str, writer: str, log_bytes: int) -> None:
+        self.delta_commits.labels(table, writer).inc()
+        self.log_bytes.labels(table, writer).inc(log_bytes)
+
+    def compaction(self, table: str, seconds: float, file_groups: int) -> None:
+        self.compaction_s.labels(table).observe(seconds)
+        self.compaction_groups.labels(table).inc(file_groups)
+
+    def compaction_lag(self, table: str, *, delta_commits: int, oldest_log_age_s: float) -> None:
+        self.uncompacted_g.labels(table).set(delta_commits)
+        self.oldest_log_g.labels(table).set(oldest_log_age_s)
 
     def table_files(self, table: str, *, live: int, small: int) -> None:
         self.live_files_g.labels(table).set(live)

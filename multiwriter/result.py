@@ -18,6 +18,7 @@ class CommitResult:
     batch_id: int | None = None
     duration_s: float = 0.0
     conflicts: int = 0
+    log_bytes: int = 0  # bytes of log files appended (Merge-on-Read)
     phases: dict[str, float] = field(default_factory=dict)
     #: protocol costs of the successful attempt: lock_wait, lock_hold, conflict_check, timeline_io
     protocol: dict[str, float] = field(default_factory=dict)

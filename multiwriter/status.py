@@ -52,6 +52,10 @@ class TableStatus:
     active_instants: int
     archived_instants: int
     cleaner_last: dict[str, Any] = field(default_factory=dict)
+    table_type: str = "COPY_ON_WRITE"
+    pending_compactions: list[str] = field(default_factory=list)
+    #: Merge-on-Read: per partition, log files and deltacommits since the last compaction
+    uncompacted: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -68,11 +72,12 @@ def collect(
     """Gather the status from one timeline load and one listing of the table."""
     from .cleaner.archive import load_history
     from .cleaner.clustering import ClusteringConfig, health
-    from .table.snapshot import Snapshot
+    from .table.snapshot import Snapshot, log_health
 
     tl = table.timeline()
     small = small_file_bytes if small_file_bytes is not None else ClusteringConfig().small_file_bytes
-    parts = health(Snapshot.build(table.storage, tl), small)
+    snap = Snapshot.build(table.storage, tl)
+    parts = health(snap, small)
     pending = tl.pending()
     return TableStatus(
         table=table.name,
@@ -90,6 +95,9 @@ def collect(
         active_instants=len(tl.latest_states()),
         archived_instants=len(load_history(table)),
         cleaner_last=_cleaner_last(table, tl),
+        table_type=table.config.table_type,
+        pending_compactions=[i.requested_time for i in pending if i.action == inst.COMPACTION],
+        uncompacted=[asdict(h) for _, h in sorted(log_health(snap).items())],
     )
 
 
@@ -145,7 +153,7 @@ def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
 
 def render(s: TableStatus) -> str:
     """The status as one screen of text."""
-    lines = [f"table {s.table} (version {s.version}) at {s.path}"]
+    lines = [f"table {s.table} ({s.table_type}, version {s.version}) at {s.path}"]
     live = "unknown (pass --zk)" if s.live_writers is None else (", ".join(s.live_writers) or "none")
     lines.append(f"live writers: {live}")
     lines.append("writers with a checkpoint:" if s.writers else "writers with a checkpoint: none")
@@ -165,6 +173,12 @@ def render(s: TableStatus) -> str:
     for p in s.partitions:
         lines.append(f"  {p['partition'] or '(table root)':<30} {p['file_groups']:>6} groups {p['small_files']:>6} small "
                      f"{p['bytes']:>14,} bytes")
+    if s.table_type == "MERGE_ON_READ":
+        lines.append(f"pending compactions: {', '.join(s.pending_compactions) or 'none'}")
+        lines.append("log files not yet compacted:" if s.uncompacted else "log files not yet compacted: none")
+        for u in s.uncompacted:
+            lines.append(f"  {u['partition'] or '(table root)':<30} {u['log_files']:>6} logs {u['log_bytes']:>14,} bytes "
+                         f"up to {u['delta_commits']} delta commits per file group, oldest {u['oldest_log']}")
     lines.append(f"timeline: {s.active_instants} active instants, {s.archived_instants} archived")
     if s.cleaner_last:
         done = "; ".join(f"{k} {v.get('requested') or v.get('newest_batch')}" for k, v in sorted(s.cleaner_last.items()))

@@ -141,5 +141,20 @@ def test_dashboard_expressions_name_existing_metrics():
             base = base if base in known else re.sub(r"_total$", "", base)
             assert base in known, f"{name} in {e!r} is not a metric"
     titles = " ".join(p["title"].lower() for p in dash["panels"])
-    for word in ("outcome", "conflict", "retries", "lock wait", "lock hold", "phase", "heartbeat age", "pending", "rollbacks"):
+    for word in ("outcome", "conflict", "retries", "lock wait", "lock hold", "phase", "heartbeat age", "pending", "rollbacks",
+                 "delta commits", "log bytes", "compaction duration", "compaction lag"):
         assert word in titles
+
+
+def test_merge_on_read_writes_count_delta_commits_and_log_bytes(mor_table, table_path):
+    reg = CollectorRegistry()
+    w = Writer(mor_table, mw.WriterConfig(writer_id="m", lock=mw.InProcessLock()), metrics=Metrics(reg))
+    try:
+        w.write(trips(range(10)))
+        r = w.write(trips(range(5), ts=2))
+    finally:
+        w.close()
+    assert r.log_bytes > 0
+    assert reg.get_sample_value("multiwriter_delta_commits_total", {"table": "trips", "writer": "m"}) == 2
+    logs = [f for f in mor_table.snapshot().files() for f in f.logs]
+    assert reg.get_sample_value("multiwriter_log_bytes_written_total", {"table": "trips", "writer": "m"}) == sum(f.size for f in logs)

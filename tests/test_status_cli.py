@@ -152,3 +152,19 @@ def test_status_names_the_newest_file_of_the_lsm_history(trips_table, table_path
     s = collect(mw.Table.open(table_path))
     assert s.archived_instants == 3 and len(listed) == 3
     assert s.cleaner_last["archive"] == {"newest_batch": newest, "history_files": 3}
+
+
+def test_status_shows_log_files_waiting_for_compaction(mor_table, table_path):
+    cfg = mw.WriterConfig(writer_id="m", lock=mw.InProcessLock())
+    mw.write(trips(range(8), date="2024-01-01"), table_path, cfg)
+    for n in range(3):
+        mw.write(trips(range(2), date="2024-01-01", ts=2 + n), table_path, cfg)
+    out = cli("status", table_path, "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["table_type"] == "MERGE_ON_READ" and s["pending_compactions"] == []
+    (u,) = s["uncompacted"]
+    on_disk = [f for f in os.listdir(f"{table_path}/2024-01-01") if ".log." in f]
+    assert u["partition"] == "2024-01-01" and u["log_files"] == len(on_disk) and u["delta_commits"] == 3
+    text = cli("status", table_path).stdout
+    assert "MERGE_ON_READ" in text and "log files not yet compacted" in text

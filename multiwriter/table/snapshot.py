@@ -9,13 +9,14 @@ therefore deletes files before their instant files. The rules live in :mod:`.vie
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..storage import Storage
 from .files import FileGroup, FileSlice, list_data_files, list_files, list_partitions
 from .timeline import Timeline
 from .view import TimelineView
 
-__all__ = ["FileSlice", "Snapshot", "list_data_files", "list_partitions", "visibility"]
+__all__ = ["FileSlice", "LogHealth", "Snapshot", "list_data_files", "list_partitions", "log_health", "visibility"]
 
 
 class Snapshot:
@@ -53,6 +54,32 @@ class Snapshot:
 
     def partitions(self) -> list[str]:
         return sorted({f.partition for f in self.slices.values()})
+
+
+@dataclass
+class LogHealth:
+    """Merge-on-Read files of one partition not yet compacted: what compaction has to catch up."""
+
+    partition: str
+    log_files: int = 0
+    log_bytes: int = 0
+    delta_commits: int = 0  # most deltacommits over one base file (its log files' instants)
+    oldest_log: str | None = None  # requested time of the oldest log file
+
+
+def log_health(snapshot: Snapshot) -> dict[str, LogHealth]:
+    """Per partition with log files in the snapshot's slices: how far compaction lags."""
+    out: dict[str, LogHealth] = {}
+    for f in snapshot.files():
+        if not f.logs:
+            continue
+        h = out.setdefault(f.partition, LogHealth(f.partition))
+        h.log_files += len(f.logs)
+        h.log_bytes += sum(lf.size for lf in f.logs)
+        h.delta_commits = max(h.delta_commits, len({lf.instant_time for lf in f.logs}))
+        oldest = min(lf.instant_time for lf in f.logs)
+        h.oldest_log = oldest if h.oldest_log is None else min(h.oldest_log, oldest)
+    return out
 
 
 def visibility(timeline: Timeline, as_of: str | None) -> Callable[[str], bool]:

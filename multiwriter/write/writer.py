@@ -31,7 +31,7 @@ from ..lock.base import check_table_lock
 from ..metrics import Metrics
 from ..metrics import default as default_metrics
 from ..result import CommitResult
-from ..table.instant import REPLACE_COMMIT, Instant
+from ..table.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
@@ -243,6 +243,7 @@ class Writer:
             num_updates=sum(s.num_update_writes for s in stats),
             num_deletes=sum(s.num_deletes for s in stats),
             files_written=len(stats),
+            log_bytes=sum(s.total_write_bytes for s in stats if s.is_log),
             batch_id=batch_id,
             duration_s=phases["total"],
             conflicts=conflicts,
@@ -304,6 +305,8 @@ class Writer:
         m.records(name, wid, "update", r.num_updates)
         m.records(name, wid, "delete", r.num_deletes)
         m.last_commit(name, wid, time.time())
+        if r.instant is not None and r.instant.action == DELTA_COMMIT:
+            m.delta_commit(name, wid, r.log_bytes)
         if r.batch_id is not None:
             self._checkpoint, self._checkpoint_loaded = Checkpoint(r.batch_id, query_id), True
         log.info(
