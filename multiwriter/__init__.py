@@ -38,6 +38,7 @@ _LAZY = {
     "Cleaner": (".cleaner.job", "Cleaner"),
     "CleanerReport": (".cleaner.job", "CleanerReport"),
     "ClusteringConfig": (".cleaner.clustering", "ClusteringConfig"),
+    "CompactionConfig": (".cleaner.compaction", "CompactionConfig"),
     "register": (".spark", "register"),
 }
 
@@ -81,6 +82,7 @@ __all__ = [
     "CleanerReport",
     "ClusteringConfig",
     "CommitResult",
+    "CompactionConfig",
     "FileSystemLock",
     "InProcessLock",
     "Instant",

@@ -1,5 +1,5 @@
-"""``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean | cluster | status |
-writers retire."""
+"""``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean | cluster | compact |
+status | writers retire."""
 from __future__ import annotations
 
 import argparse
@@ -201,9 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--interval", type=float, default=10.0)
     h.add_argument("--misses", type=int, default=2)
     h.set_defaults(fn=_heartbeats)
-    from .cleaner.job import add_arguments, add_cluster_arguments, add_lock_arguments, clean_command, cluster_command
+    from .cleaner.job import (
+        add_arguments,
+        add_cluster_arguments,
+        add_compact_arguments,
+        add_lock_arguments,
+        clean_command,
+        cluster_command,
+        compact_command,
+    )
 
-    c = sub.add_parser("clean", help="roll back failed writers, cluster small files, clean old versions, archive")
+    c = sub.add_parser("clean", help="roll back failed writers, cluster small files, compact log files, clean old "
+                       "versions, archive")
     add_arguments(c)
     add_hudi_arguments(c)
     c.set_defaults(fn=_with_hudi_options(clean_command))
@@ -211,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_arguments(k)
     add_hudi_arguments(k)
     k.set_defaults(fn=_with_hudi_options(cluster_command))
+    m = sub.add_parser("compact", help="merge the log files of Merge-on-Read file slices into base files (compaction only)")
+    add_compact_arguments(m)
+    add_hudi_arguments(m)
+    m.set_defaults(fn=_with_hudi_options(compact_command))
     s = sub.add_parser("status", help="writers, in-flight instants, pending services, file health, on one screen")
     s.add_argument("path")
     s.add_argument("--json", action="store_true", help="machine-readable output")

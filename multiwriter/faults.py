@@ -28,6 +28,8 @@ POINTS = (
     "mid-rollback",
     "mid-clean",
     "mid-clustering",
+    "compaction-after-files",
+    "compaction-before-complete",
 )
 ACTIONS = ("crash", "kill", "hang", "error")
 

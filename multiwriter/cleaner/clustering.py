@@ -277,7 +277,10 @@ def candidates(
     Only slices whose commit is ``proven`` are inputs: a file that is visible merely because its
     instant is older than the active timeline may be a zombie writer's (docs/cleaner.md), and
     clustering it would turn its rows into committed data that the failed-write sweep can no
-    longer remove."""
+    longer remove. None on a bucket-indexed table: its layout is its index (a key's bucket names
+    its file group), so stitching groups would lose keys."""
+    if snapshot.timeline.config.bucket_index:
+        return []
     by_part: dict[str, list[FileSlice]] = {}
     for f in snapshot.files():
         if f.size < cfg.small_file_bytes and f.group not in busy and proven(f.instant_time):
@@ -315,7 +318,9 @@ def _bins(small: list[FileSlice], target: int) -> list[PlanGroup]:
 def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | None:
     """Choose input groups from a snapshot read outside the lock; under the lock drop the groups
     that commits completed since (or pending instants) touch, then record the plan. None when
-    there is nothing worth clustering."""
+    there is nothing worth clustering (always on a bucket-indexed table: see :func:`candidates`)."""
+    if ctx.config.bucket_index:
+        return None
     tl0 = ctx.table.timeline()
     base = tl0.last_completed_write()
     base_ct = (base.completion_time or base.requested_time) if base else None

@@ -1,13 +1,16 @@
-"""Clustering on Spark executors: one task per large plan group.
+"""Table services on Spark executors: one task per large unit of work (a clustering plan group,
+a compaction operation).
 
 The driver keeps the plan, the heartbeat and the commit; executors only read input slices and
-write the new file groups, with the same code as the driver (:func:`.clustering.execute_group`)
-and the same pre-write check (heartbeat age and the pending instant, shipped in the merge
-context), so a clustering whose cleaner died cannot leave files behind an executor either.
+write the new files, with the same code as the driver (:func:`.clustering.execute_group`,
+:func:`.compaction.execute_operation`) and the same pre-write check (heartbeat age and the
+pending instant, shipped in the merge context), so a service whose cleaner died cannot leave
+files behind an executor either.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MultiWriterError
@@ -17,24 +20,37 @@ from .clustering import ClusteringAbortedError, GroupJob, execute_group
 
 JOB_GROUP_PREFIX = "multiwriter-clustering-"
 
+#: runs one job on an executor: (storage, merge context, job, write token) -> its write stat
+Task = Callable[[Storage, Any, Any, str], WriteStat]
+
 
 def execute_on_executors(spark: Any, mctx: Any, jobs: list[GroupJob]) -> dict[int, WriteStat]:
-    """Run ``jobs`` as one Spark job (Spark job group ``multiwriter-clustering-<T>``); returns
-    the write stat of each job index. Stats travel back as JSON."""
+    """Run clustering ``jobs`` as one Spark job (Spark job group ``multiwriter-clustering-<T>``);
+    returns the write stat of each job index."""
+    return run_on_executors(spark, mctx, jobs, execute_group, service="clustering", aborted=ClusteringAbortedError)
+
+
+def run_on_executors(
+    spark: Any, mctx: Any, jobs: list[Any], task: Task, *, service: str, aborted: type[MultiWriterError]
+) -> dict[int, WriteStat]:
+    """Run ``task`` over ``jobs`` (each with an ``index``) as one Spark job, job group
+    ``multiwriter-<service>-<T>``; returns the write stat of each job index. Stats travel back
+    as JSON; an executor raising ``aborted`` raises it here too."""
     sc = spark.sparkContext
-    sc.setJobGroup(JOB_GROUP_PREFIX + mctx.instant_time, f"clustering {mctx.instant_time}: {len(jobs)} file groups")
+    t = mctx.instant_time
+    sc.setJobGroup(f"multiwriter-{service}-{t}", f"{service} {t}: {len(jobs)} file groups")
     try:
-        rdd = sc.parallelize(jobs, len(jobs)).map(lambda j: _run(mctx, j))
+        rdd = sc.parallelize(jobs, len(jobs)).map(lambda j: _run(mctx, j, task))
         out = rdd.collect()
     except Exception as e:  # noqa: BLE001 -- Spark wraps executor errors in Py4J/PythonException
-        raise _unwrap(e, mctx.instant_time) from e
+        raise _unwrap(e, t, service, aborted) from e
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
     return {i: WriteStat(**json.loads(st)) for i, st in out}
 
 
-def _run(mctx: Any, job: GroupJob) -> tuple[int, str]:  # runs on an executor
+def _run(mctx: Any, job: Any, task: Task) -> tuple[int, str]:  # runs on an executor
     import dataclasses
 
     from pyspark import TaskContext
@@ -43,15 +59,17 @@ def _run(mctx: Any, job: GroupJob) -> tuple[int, str]:  # runs on an executor
 
     tc = TaskContext.get()
     token = layout.write_token(job.index, tc.stageId() if tc else 0, tc.attemptNumber() if tc else 0)
-    st = execute_group(Storage(mctx.table_uri), mctx, job, token)
+    st = task(Storage(mctx.table_uri), mctx, job, token)
     return job.index, json.dumps(dataclasses.asdict(st))
 
 
-def _unwrap(e: Exception, t: str) -> MultiWriterError:
-    """A typed error for a failed executor job: an input cleaned away aborts the clustering as
-    on the driver; anything else fails it (the caller deletes its files either way)."""
+def _unwrap(e: Exception, t: str, service: str, aborted: type[MultiWriterError]) -> MultiWriterError:
+    """A typed error for a failed executor job: an executor's ``aborted`` error (an input
+    cleaned away) is raised as on the driver; anything else fails the service's instant (the
+    caller deletes its files either way)."""
     text = str(e)
-    if ClusteringAbortedError.__name__ in text:
-        return ClusteringAbortedError(f"clustering {t}: an executor found an input gone; aborted and planned again")
+    if aborted.__name__ in text:
+        first = next((ln for ln in text.splitlines() if aborted.__name__ in ln), "")
+        return aborted(f"{service} {t}: an executor found an input gone ({first.strip()[:300]})")
     first = next((ln for ln in text.splitlines() if "Error" in ln), text[:300])
-    return MultiWriterError(f"clustering {t}: the Spark job writing its file groups failed: {first.strip()}")
+    return MultiWriterError(f"{service} {t}: the Spark job writing its file groups failed: {first.strip()}")

@@ -33,10 +33,12 @@ from ..table.table import Table
 from . import CleanerContext
 from . import archive as archive_mod
 from . import clustering as clustering_mod
+from . import compaction as compaction_mod
 from . import orphans as orphans_mod
 from . import retention as retention_mod
 from . import rollback as rollback_mod
 from .clustering import ClusteringConfig
+from .compaction import CompactionConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTERING = ClusteringConfig()
+DEFAULT_COMPACTION = CompactionConfig()
 
 
 @dataclass
@@ -62,7 +65,7 @@ class CleanerReport:
     orphans: list[str] = field(default_factory=list)  # orphan data files (relative paths)
     orphans_deleted: int = 0
     duration_s: float = 0.0
-    resumed: list[str] = field(default_factory=list)  # rollback/clean instants of dead cleaners finished
+    resumed: list[str] = field(default_factory=list)  # rollback/clean/compaction instants of dead cleaners finished
     clean_instants: list[str] = field(default_factory=list)
     stale_files_deleted: int = 0  # marker dirs and heartbeat files of finished instants
     uncommitted_deleted: int = 0  # leftovers swept before archival would make them look committed
@@ -71,6 +74,9 @@ class CleanerReport:
     clustering_instants: list[str] = field(default_factory=list)  # requested times of clusterings committed
     clustered_file_groups: int = 0  # input file groups those clusterings replaced
     clustering_aborted_file_groups: int = 0  # input groups of clusterings that lost to a writer
+    compaction_instants: list[str] = field(default_factory=list)  # requested times of compactions completed
+    compacted_file_groups: int = 0  # file slices those compactions rewrote as base files
+    compacted_log_files: int = 0  # log files merged into them
     live_files: int = 0  # live file groups after this run
     small_files: int = 0  # of which below the clustering small-file size
     errors: list[str] = field(default_factory=list)
@@ -94,6 +100,11 @@ class CleanerReport:
                 f"clustered {self.clustered_file_groups} file groups in {len(self.clustering_instants)} instants"
                 f" ({self.clustering_aborted_file_groups} aborted)"
             )
+        if self.compaction_instants:
+            parts.append(
+                f"compacted {self.compacted_file_groups} file groups ({self.compacted_log_files} log files) in "
+                f"{len(self.compaction_instants)} instants"
+            )
         if self.failed_writes_swept:
             parts.append(f"swept {len(self.failed_writes_swept)} files of failed writes")
         if self.errors:
@@ -112,8 +123,12 @@ class Cleaner:
     timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
     heartbeat bounds old (see :mod:`.orphans`). ``clustering`` (on by default) stitches small
     file groups into target-size ones after the rollback step (:mod:`.clustering`);
-    ``clustering=None`` turns it off. ``spark`` (or the session given to :meth:`start`): large
-    clustering groups are rewritten on its executors (``ClusteringConfig.executor_min_bytes``).
+    ``clustering=None`` turns it off; it leaves bucket-indexed tables alone (their layout is
+    their index). ``compaction`` (on by default, Merge-on-Read tables only) merges the log files
+    of file slices into new base files once enough deltacommits completed (:mod:`.compaction`);
+    ``compaction=None`` turns it off. ``spark`` (or the session given to :meth:`start`): large
+    clustering groups and compaction slices are rewritten on its executors
+    (``executor_min_bytes`` of their configs).
     """
 
     def __init__(
@@ -135,6 +150,7 @@ class Cleaner:
         pushgateway: str | None = None,
         clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
         spark: SparkSession | None = None,
+        compaction: CompactionConfig | None = DEFAULT_COMPACTION,
     ) -> None:
         _validate(
             heartbeat_interval_s,
@@ -184,6 +200,9 @@ class Cleaner:
         if clustering is not None and not isinstance(clustering, ClusteringConfig):
             raise ConfigError(f"clustering must be a mw.ClusteringConfig or None, got {type(clustering).__name__}")
         self.clustering = clustering
+        if compaction is not None and not isinstance(compaction, CompactionConfig):
+            raise ConfigError(f"compaction must be a mw.CompactionConfig or None, got {type(compaction).__name__}")
+        self.compaction = compaction
         self.spark = spark
         self.cleaner_id = f"cleaner-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.last_report: CleanerReport | None = None
@@ -211,6 +230,8 @@ class Cleaner:
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
             if self.clustering is not None:
                 self._step(report, "clustering", lambda: self._cluster(ctx, report))
+            if self.compaction is not None and self.table.config.merge_on_read:
+                self._step(report, "compaction", lambda: self._compact(ctx, report))
             self._step(report, "retention", lambda: self._retention(ctx, report))
             self._step(report, "archival", lambda: self._archive(ctx, report))
             if self.sweep_failed_writes:
@@ -233,17 +254,29 @@ class Cleaner:
         """Only the clustering step (and the file-health gauges): ``multiwriter cluster``, or a
         caller that runs the other steps elsewhere. Uses ``ClusteringConfig()`` when the cleaner
         was built with ``clustering=None``."""
+        cfg = self.clustering or DEFAULT_CLUSTERING
+        return self._service_once("clustering", lambda ctx, report: self._cluster(ctx, report, cfg), raise_errors)
+
+    def compact_once(self, *, raise_errors: bool = True) -> CleanerReport:
+        """Only the compaction step (and the file-health gauges): ``multiwriter compact``, or a
+        caller that runs the other steps elsewhere. Uses ``CompactionConfig()`` when the cleaner
+        was built with ``compaction=None``; does nothing on a Copy-on-Write table."""
+        cfg = self.compaction or DEFAULT_COMPACTION
+        return self._service_once("compaction", lambda ctx, report: self._compact(ctx, report, cfg), raise_errors)
+
+    def _service_once(
+        self, name: str, step: Callable[[CleanerContext, CleanerReport], None], raise_errors: bool
+    ) -> CleanerReport:
         with self._mu:
             started = time.monotonic()
             report = CleanerReport()
             ctx = self._context()
-            cfg = self.clustering or DEFAULT_CLUSTERING
-            self._step(report, "clustering", lambda: self._cluster(ctx, report, cfg))
+            self._step(report, name, lambda: step(ctx, report))
             self._step(report, "health", lambda: self._health(report))
             report.duration_s = time.monotonic() - started
             self._push()
         if report.errors and raise_errors:
-            raise CleanerError(f"clustering run on {self.path} failed: " + "; ".join(report.errors), report)
+            raise CleanerError(f"{name} run on {self.path} failed: " + "; ".join(report.errors), report)
         return report
 
     def start(
@@ -306,6 +339,16 @@ class Cleaner:
         report.clustering_aborted_file_groups += r.aborted
         report.errors.extend(r.errors)
         self.metrics.clustering(self.table.name, replaced=r.replaced, aborted=r.aborted, bytes_rewritten=r.bytes_rewritten)
+
+    def _compact(self, ctx: CleanerContext, report: CleanerReport, cfg: CompactionConfig | None = None) -> None:
+        cfg = cfg or self.compaction
+        assert cfg is not None
+        r = compaction_mod.run(ctx, cfg)
+        report.compaction_instants.extend(r.committed)
+        report.compacted_file_groups += r.file_groups
+        report.compacted_log_files += r.log_files
+        report.resumed.extend(r.resumed)
+        report.errors.extend(r.errors)
 
     def _health(self, report: CleanerReport) -> None:
         from ..table.snapshot import Snapshot
@@ -458,6 +501,8 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--delete-orphans", action="store_true")
     p.add_argument("--no-clustering", action="store_true", help="do not cluster small file groups "
                    "(run `multiwriter cluster` separately, or not at all)")
+    p.add_argument("--no-compaction", action="store_true", help="do not compact Merge-on-Read file slices "
+                   "(run `multiwriter compact` separately, or not at all)")
     p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
     return p
 
@@ -494,15 +539,21 @@ def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def add_cluster_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of ``multiwriter cluster``."""
-    d = DEFAULT_CLUSTERING
+def add_service_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options every table-service command shares (``cluster``, ``compact``)."""
     p.add_argument("path", help="table root")
     add_lock_arguments(p)
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if it failed)")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between runs")
     p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
     p.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    return p
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``multiwriter cluster``."""
+    d = DEFAULT_CLUSTERING
+    add_service_arguments(p)
     p.add_argument("--small-file-bytes", type=int, default=d.small_file_bytes)
     p.add_argument("--target-file-bytes", type=int, default=d.target_file_bytes)
     p.add_argument("--max-bytes-per-run", type=int, default=d.max_bytes_per_run)
@@ -520,15 +571,49 @@ def cluster_command(args: argparse.Namespace) -> int:
         max_bytes_per_run=args.max_bytes_per_run,
         min_file_groups=args.min_file_groups,
     )
-    cleaner = Cleaner(
+    cleaner = _service_cleaner(args, lock, clustering=cfg)
+    return _loop(lambda: cleaner.cluster_once(raise_errors=False), args, [cleaner.close, lock.close])
+
+
+def add_compact_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``multiwriter compact``."""
+    d = DEFAULT_COMPACTION
+    add_service_arguments(p)
+    p.add_argument("--delta-commits", type=int, default=d.delta_commits,
+                   help="compact once this many deltacommits completed since the last compaction was planned")
+    p.add_argument("--max-file-groups", type=int, default=d.max_file_groups, help="file slices per compaction at most")
+    p.add_argument("--pushgateway", help="Prometheus Pushgateway HOST:PORT to push metrics to after each run")
+    return p
+
+
+def compact_command(args: argparse.Namespace) -> int:
+    """Run ``multiwriter compact``: only the compaction step, once or every ``--interval``."""
+    lock = cli_lock(args, "compact")
+    try:
+        cfg = CompactionConfig(delta_commits=args.delta_commits, max_file_groups=args.max_file_groups)
+        cleaner = _service_cleaner(args, lock, compaction=cfg)
+    except BaseException:
+        lock.close()
+        raise
+    if not cleaner.table.config.merge_on_read:
+        cleaner.close()
+        lock.close()
+        raise ConfigError(f"{args.path} is a Copy-on-Write table: it has no log files to compact")
+    return _loop(lambda: cleaner.compact_once(raise_errors=False), args, [cleaner.close, lock.close])
+
+
+def _service_cleaner(args: argparse.Namespace, lock: LockProvider, **services: Any) -> Cleaner:
+    """The cleaner of a one-service command (``cluster``, ``compact``): the other services off."""
+    services.setdefault("clustering", None)
+    services.setdefault("compaction", None)
+    return Cleaner(
         args.path,
         lock=lock,
         heartbeat_interval_s=args.heartbeat_interval,
         heartbeat_tolerable_misses=args.heartbeat_misses,
         pushgateway=args.pushgateway,
-        clustering=cfg,
+        **services,
     )
-    return _loop(lambda: cleaner.cluster_once(raise_errors=False), args, [cleaner.close, lock.close])
 
 
 def _loop(run: Callable[[], CleanerReport], args: argparse.Namespace, closers: list[Callable[[], None]]) -> int:
@@ -571,6 +656,7 @@ def clean_command(args: argparse.Namespace) -> int:
         delete_orphans=args.delete_orphans,
         pushgateway=args.pushgateway,
         clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
+        compaction=None if getattr(args, "no_compaction", False) else DEFAULT_COMPACTION,
     )
     return _loop(lambda: cleaner.run_once(raise_errors=False), args, [cleaner.close, lock.close])
 

@@ -31,12 +31,14 @@ KNOWN_ACTIONS = frozenset(
 )
 
 #: version 8 completes a clustering instant (``<T>.clustering.requested`` / ``.inflight``) as
-#: ``<T>_<C>.replacecommit``: the two actions name one instant
-_SAME_INSTANT = {CLUSTERING: REPLACE_COMMIT}
+#: ``<T>_<C>.replacecommit`` and a compaction (``<T>.compaction.requested`` / ``.inflight``) as
+#: ``<T>_<C>.commit``: the two actions name one instant
+_SAME_INSTANT = {CLUSTERING: REPLACE_COMMIT, COMPACTION: COMMIT}
 
 
 def instant_action(action: str) -> str:
-    """The action that identifies an instant across its states (clustering -> replacecommit)."""
+    """The action that identifies an instant across its states (clustering -> replacecommit,
+    compaction -> commit)."""
     return _SAME_INSTANT.get(action, action)
 
 
