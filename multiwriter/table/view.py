@@ -111,10 +111,22 @@ class TimelineView:
         return self.committed(t) and (as_of is None or t <= as_of)
 
     def completion_of(self, t: str) -> str:
-        """When the write requested at ``t`` completed (its own time for an archived one, whose
-        completion this view may not know: it completed before every active instant)."""
+        """When the write requested at ``t`` completed. An archived write is looked up in the
+        archived timeline (loaded once, only when a log file of one is sliced): its log file may
+        belong to a slice whose base is newer than its requested time, when it completed after a
+        compaction was planned. Its own time when the history does not know it."""
         i = self._done.get(t)
-        return (i.completion_time or t) if i is not None else t
+        if i is not None:
+            return i.completion_time or t
+        if self._earliest is not None and t < self._earliest and self.has_history:
+            return self._archived_completions.get(t, t)
+        return t
+
+    @cached_property
+    def _archived_completions(self) -> dict[str, str]:
+        tl = self.timeline
+        return {a.requested_time: a.completion_time for a in history.load(tl.storage, tl.config.history_dir)
+                if a.completion_time and a.action in inst.WRITE_ACTIONS}
 
     def named(self, fs: FileSlice | LogFile) -> bool:
         """Does the completed commit of ``fs``'s instant name this very file? (False for files of

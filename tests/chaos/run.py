@@ -24,6 +24,9 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[2]
 WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
 CLEANER_POINTS = ["mid-rollback", "mid-clean", "mid-clustering"]
+#: Merge-on-Read rounds: compaction races the (non-blocking) writers instead of clustering
+MOR_CLEANER_POINTS = ["mid-rollback", "mid-clean", "compaction-after-files", "compaction-before-complete"]
+TABLE_TYPES = ("COPY_ON_WRITE", "MERGE_ON_READ")
 SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("tag", pa.string())])
 WRITERS = {"hot-a": "hot", "hot-b": "hot", "own-c": "own", "own-d": "own"}
 
@@ -37,13 +40,15 @@ class Summary:
     zk_restarts: int = 0
     rollbacks: int = 0
     clusterings: int = 0
+    compactions: int = 0
+    table_type: str = "COPY_ON_WRITE"
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def line(self) -> str:
-        return (f"seed={self.seed} batches={self.batches} crashes={self.crashes} pauses={self.pauses} "
+        return (f"seed={self.seed} {self.table_type} batches={self.batches} crashes={self.crashes} pauses={self.pauses} "
                 f"zk_restarts={self.zk_restarts} rollbacks={self.rollbacks} clusterings={self.clusterings} "
-                f"violations={len(self.violations)} "
+                f"compactions={self.compactions} violations={len(self.violations)} "
                 f"({self.seconds:.0f}s)")
 
 
@@ -73,14 +78,21 @@ def _pause_s(rng: random.Random) -> float:
     return 3.5 if rng.random() < 0.67 else rng.uniform(8.0, 14.0)
 
 
-def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0) -> Summary:
+def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0,
+              table_type: str | None = None) -> Summary:
+    """One round; ``table_type`` None picks Copy-on-Write or Merge-on-Read (4 buckets,
+    non-blocking writers, compaction in the cleaner) from the seed."""
     import multiwriter as mw
 
     rng = random.Random(seed)
-    s = Summary(seed)
+    table_type = table_type or rng.choice(TABLE_TYPES)
+    mor = table_type == "MERGE_ON_READ"
+    s = Summary(seed, table_type=table_type)
     t0 = time.monotonic()
     path = str(workdir / "table")
-    mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+    mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
+                    table_type=table_type, num_buckets=4 if mor else None)
+    cleaner_points = MOR_CLEANER_POINTS if mor else CLEANER_POINTS
     log = open(workdir / "processes.log", "a")
     with mw.LocalZooKeeper(port=0) as zk:
         base = "/chaos"
@@ -88,10 +100,10 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
         args = {w: dict(writer=w, mode=m, zk=zk.connect, base=base, path=path, batches=batches,
                         ledger=str(workdir / f"ledger-{w}.jsonl")) for w, m in WRITERS.items()}
         stop = workdir / "stop-cleaner"
-        cl_args = dict(zk=zk.connect, base=base, path=path, stop=str(stop))
+        cl_args = dict(zk=zk.connect, base=base, path=path, stop=str(stop), compaction=mor)
         for w in WRITERS:
             procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log)
-        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, CLEANER_POINTS, 0.5), log)
+        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log)
         while time.monotonic() - t0 < max_seconds:
             time.sleep(0.5)
             done = True
@@ -101,7 +113,7 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
                 if name == "cleaner":
                     if rc is not None:
                         s.crashes += 1
-                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, CLEANER_POINTS, 0.3), log)
+                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.3), log)
                     continue
                 if rc is None:
                     done = False
@@ -152,6 +164,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     from multiwriter.cleaner.archive import load_history
     from multiwriter.schema_resolution import history_violations
     from multiwriter.table.layout import parse_data_file
+    from multiwriter.table.log_file import parse_log_file
     from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
     from tests.oracle import hudi_read, rows
 
@@ -170,6 +183,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
         1 for a in load_history(t) if a.action == "replacecommit" and a.completion_time)
     s.rollbacks = len(tl.completed(frozenset({"rollback"}))) + sum(
         1 for a in load_history(t) if a.action == "rollback" and a.completion_time)
+    s.compactions = sum(1 for m in metas if m.compacted)
     for key, n in committed.items():
         if n != 1:
             s.violations.append(f"batch {key} committed {n} times")
@@ -194,8 +208,10 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     listed = {st.path for meta in metas for st in meta.all_stats()}
     for e in t.storage.walk_files(""):
         name = e.path.rsplit("/", 1)[-1]
-        if parse_data_file(name) and e.path not in listed:
+        if (parse_data_file(name) or parse_log_file(name)) and e.path not in listed:
             s.violations.append(f"data file {e.path} is referenced by no completed instant")
+    if t.config.merge_on_read:
+        s.violations += event_time_violations(ours, metas, tl, load_history(t))
     s.violations += [f"schema: {v}" for v in history_violations(tl)]
     for p in tl.pending():
         s.violations.append(f"pending instant {p} left behind by a dead writer")
@@ -203,11 +219,41 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
         s.violations.append("hudi-rs and our reader disagree")
 
 
+def event_time_violations(ours: pa.Table, metas: list, tl, history: list) -> list[str]:
+    """Non-blocking writers: per key, the committed version with the highest ordering value
+    (ties to the later completion) is the one visible; a key no committed batch wrote is absent."""
+    from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
+    from tests.chaos.writer import batch_rows
+
+    commits = [(i.completion_time or i.requested_time, tl.commit_metadata(i)) for i in tl.completed_writes()]
+    active = {i.requested_time for i in tl.completed_writes()}
+    commits += [(a.completion_time, a.commit_metadata()) for a in history
+                if a.completion_time and a.requested_time not in active and a.action in ("commit", "deltacommit")]
+    best: dict[str, tuple[int, str, str]] = {}
+    for done, meta in commits:
+        if meta is None:
+            continue
+        cp, w = meta.extra_metadata.get(CHECKPOINT_KEY), meta.extra_metadata.get(WRITER_KEY)
+        if not cp or w not in WRITERS:
+            continue
+        b = int(json.loads(cp)[w])
+        rows_ = batch_rows(w, WRITERS[w], b)
+        for key, ts in zip(rows_.column("id").to_pylist(), rows_.column("ts").to_pylist(), strict=True):
+            cand = (ts, done, f"{w}:{b}")
+            if key not in best or cand[:2] > best[key][:2]:
+                best[key] = cand
+    got = dict(zip(ours.column("id").to_pylist(), ours.column("tag").to_pylist(), strict=True))
+    out = [f"key {k}: visible {got.get(k)!r}, the event-time model says {v[2]!r}" for k, v in best.items() if got.get(k) != v[2]]
+    out += [f"key {k} is visible but no committed batch wrote it" for k in got if k not in best and metas]
+    return out[:20]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="make chaos")
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--batches", type=int, default=25)
+    p.add_argument("--table-type", choices=TABLE_TYPES, default=None, help="default: chosen per round from its seed")
     a = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     deadline = time.monotonic() + a.minutes * 60
@@ -216,12 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 0
     while True:
         with tempfile.TemporaryDirectory(prefix="mw-chaos-") as d:
-            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600)
+            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type)
         rounds += 1
         print(s.line(), flush=True)
         for v in s.violations:
             print(f"  VIOLATION (seed {seed}): {v}", flush=True)
-        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks", "clusterings"):
+        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks", "clusterings", "compactions"):
             setattr(totals, f, getattr(totals, f) + getattr(s, f))
         totals.violations += s.violations
         if a.seed is not None or time.monotonic() > deadline:
@@ -229,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = random.randrange(1 << 30)
     print(f"chaos: {rounds} rounds, batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
           f"zk_restarts={totals.zk_restarts} rollbacks={totals.rollbacks} clusterings={totals.clusterings} "
-          f"violations={len(totals.violations)}")
+          f"compactions={totals.compactions} violations={len(totals.violations)}")
     return 1 if totals.violations else 0
 
 

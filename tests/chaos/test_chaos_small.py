@@ -7,7 +7,8 @@ from tests.chaos.run import run_round
 
 
 @pytest.mark.slow
-def test_seeded_chaos_round_keeps_every_invariant(tmp_path):
-    s = run_round(seed=20261122, workdir=tmp_path, batches=6, max_seconds=180)
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_seeded_chaos_round_keeps_every_invariant(tmp_path, table_type):
+    s = run_round(seed=20261122, workdir=tmp_path, batches=6, max_seconds=180, table_type=table_type)
     assert s.violations == [], f"{s.line()}\n" + "\n".join(s.violations)
     assert s.batches == 4 * 6

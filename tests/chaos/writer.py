@@ -16,6 +16,10 @@ HOT_KEYS = 60
 
 
 def batch_rows(writer: str, mode: str, b: int) -> pa.Table:
+    """The rows of batch ``b``: deterministic, so the final check can rebuild every version.
+    Ordering values are unique per writer and batch (``b * 10 + writer's digit``): which version
+    wins never depends on a tie."""
+    ts = b * 10 + sum(map(ord, writer)) % 10
     if mode == "hot":  # two writers on overlapping keys: updates to a shared key range
         ids = [f"hot-{(b * 7 + i) % HOT_KEYS}" for i in range(15)] + [f"{writer}-new-{b}-{i}" for i in range(3)]
         date = "hot"
@@ -23,7 +27,7 @@ def batch_rows(writer: str, mode: str, b: int) -> pa.Table:
         ids = [f"{writer}-{(b * 5 + i) % 40}" for i in range(12)]
         date = f"own-{writer}"
     return pa.table({
-        "id": ids, "date": [date] * len(ids), "ts": pa.array([b] * len(ids), pa.int64()),
+        "id": ids, "date": [date] * len(ids), "ts": pa.array([ts] * len(ids), pa.int64()),
         "tag": [f"{writer}:{b}"] * len(ids),
     })
 
@@ -47,6 +51,7 @@ def simulate_task_retries(rate: float, seed: int) -> None:
 
     rng = random.Random(seed)
     real = executor.merge_file_group
+    real_log = executor.append_log
 
     def merge(storage, ctx, task, rows, token, **kw):
         if rng.random() < rate:
@@ -54,7 +59,14 @@ def simulate_task_retries(rate: float, seed: int) -> None:
             token = layout.write_token(task.task_index, 0, 1)
         return real(storage, ctx, task, rows, token, **kw)
 
+    def append(storage, ctx, task, rows, token, **kw):  # Merge-on-Read: a retried log append
+        if rng.random() < rate:
+            real_log(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0), **kw)
+            token = layout.write_token(task.task_index, 0, 1)
+        return real_log(storage, ctx, task, rows, token, **kw)
+
     executor.merge_file_group = merge
+    executor.append_log = append
 
 
 def main() -> None:
