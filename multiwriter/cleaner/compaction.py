@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from .. import faults, markers
 from ..errors import ConfigError, HeartbeatExpiredError, MultiWriterError, TableFormatError
+from ..instant_time import parse_time
 from ..storage import Storage
 from ..table import instant as inst
 from ..table import layout
@@ -546,6 +547,7 @@ class CompactionResult:
     unscheduled: list[str] = field(default_factory=list)  # plans that could not be executed
     file_groups: int = 0  # file groups compacted
     log_files: int = 0  # log files merged into new base files
+    timings: list[tuple[float, int]] = field(default_factory=list)  # per committed one: (plan to commit s, groups)
     errors: list[str] = field(default_factory=list)
 
 
@@ -574,6 +576,15 @@ def run(ctx: CleanerContext, cfg: CompactionConfig) -> CompactionResult:
     return result
 
 
+def lag(snapshot: Snapshot, now: float) -> tuple[int, float]:
+    """(most log files over one base file, age in seconds of the oldest log file) of the latest
+    snapshot: how far compaction is behind the writers."""
+    logs = [lf for f in snapshot.files() for lf in f.logs]
+    most = max((len(f.logs) for f in snapshot.files()), default=0)
+    oldest = min((lf.instant_time for lf in logs), default=None)
+    return most, (max(0.0, now - parse_time(oldest)) if oldest else 0.0)
+
+
 def _lapsed(ctx: CleanerContext) -> list[str]:
     """Pending compactions whose cleaner stopped beating (oldest first)."""
     tl = ctx.table.timeline()
@@ -585,7 +596,7 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
     try:
         stats = execute(ctx, sched, cfg)
         faults.point("compaction-after-files")
-        commit(ctx, sched, stats)
+        done = commit(ctx, sched, stats)
     except CompactionPlanError as e:
         _unschedule_quietly(ctx, t, result, e)
         return False
@@ -602,6 +613,8 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
         _discard_quietly(ctx, t)
         raise
     result.committed.append(t)
+    seconds = max(0.0, parse_time(done.completion_time or t) - parse_time(t))
+    result.timings.append((seconds, len(sched.plan.operations)))
     result.file_groups += len(sched.plan.operations)
     result.log_files += sched.log_files
     return True

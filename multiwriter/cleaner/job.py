@@ -349,15 +349,21 @@ class Cleaner:
         report.compacted_log_files += r.log_files
         report.resumed.extend(r.resumed)
         report.errors.extend(r.errors)
+        for seconds, groups in r.timings:
+            self.metrics.compaction(self.table.name, seconds, groups)
 
     def _health(self, report: CleanerReport) -> None:
         from ..table.snapshot import Snapshot
 
         small = (self.clustering or ClusteringConfig()).small_file_bytes
-        parts = clustering_mod.health(Snapshot.build(self.table.storage, self.table.timeline()), small)
+        snap = Snapshot.build(self.table.storage, self.table.timeline())
+        parts = clustering_mod.health(snap, small)
         report.live_files = sum(h.file_groups for h in parts.values())
         report.small_files = sum(h.small_files for h in parts.values())
         self.metrics.table_files(self.table.name, live=report.live_files, small=report.small_files)
+        if self.table.config.merge_on_read:
+            most, oldest_s = compaction_mod.lag(snap, time.time())
+            self.metrics.compaction_lag(self.table.name, delta_commits=most, oldest_log_age_s=oldest_s)
 
     def _retention(self, ctx: CleanerContext, report: CleanerReport) -> None:
         r = retention_mod.clean_old_versions(ctx, self.retain_commits)

@@ -84,10 +84,16 @@ def _no_logs_left(path: str) -> bool:
 
 
 def test_compaction_after_n_delta_commits_leaves_every_read_unchanged(mor_table, table_path):
+    from prometheus_client import CollectorRegistry
+
+    from multiwriter.metrics import Metrics
+
+    registry = CollectorRegistry()
     first = _write(table_path, range(12), ts=1, value=1.0)
     _write(table_path, range(0, 6), ts=2, value=2.0)
-    with _cleaner(table_path, compaction=mw.CompactionConfig(delta_commits=4)) as cleaner:
+    with _cleaner(table_path, compaction=mw.CompactionConfig(delta_commits=4), metrics=Metrics(registry)) as cleaner:
         assert cleaner.run_once().compaction_instants == [], "2 deltacommits: below the trigger"
+        assert registry.get_sample_value("multiwriter_uncompacted_delta_commits", {"table": "trips"}) == 1
         _write(table_path, range(4, 9), ts=3, value=3.0)
         _write(table_path, [1, 5], ts=4, value=0.0, operation="delete")
         before = _agreed(table_path)
@@ -95,6 +101,9 @@ def test_compaction_after_n_delta_commits_leaves_every_read_unchanged(mor_table,
         report = cleaner.run_once()
     (t,) = report.compaction_instants
     plan = _plan(table_path, t)
+    assert registry.get_sample_value("multiwriter_compaction_file_groups_total", {"table": "trips"}) == len(plan.operations)
+    assert registry.get_sample_value("multiwriter_compaction_duration_seconds_count", {"table": "trips"}) == 1
+    assert registry.get_sample_value("multiwriter_uncompacted_delta_commits", {"table": "trips"}) == 0
     assert report.compacted_file_groups == len(plan.operations) == len(mw.Table.open(table_path).snapshot().files())
     assert report.compacted_log_files == sum(len(op.delta_file_names) for op in plan.operations) > 0
     # every reader sees the same table, now from base files only
@@ -197,6 +206,40 @@ def test_deltacommit_in_flight_at_planning_is_read_on_top_of_the_new_base(
         assert f.instant_time == t
         assert {lf.instant_time for lf in f.logs} <= {late_instant.requested_time}
     assert _agreed(table_path, read_optimized=True) == with_punctual
+
+
+def test_deltacommit_completing_between_listing_and_lock_is_in_the_plan(mor_table, table_path, monkeypatch):
+    """The table is listed outside the lock; a deltacommit that completes before the lock (so
+    before T) must still be in the plan, or its log would be left on the old slice: it comes
+    from its commit's write statistics."""
+    from multiwriter.table.snapshot import Snapshot
+
+    _write(table_path, range(8), ts=1, value=1.0)
+    _write(table_path, range(4), ts=2, value=2.0)
+    real = Snapshot.build.__func__
+    box: dict = {}
+
+    def listed_then_a_write(cls, storage, timeline, **kw):
+        snap = real(cls, storage, timeline, **kw)
+        if "sneaky" not in box:
+            box["sneaky"] = None
+            box["sneaky"] = _write(table_path, range(2, 8), ts=3, value=3.0, writer="sneaky")
+        return snap
+
+    with _cleaner(table_path) as cleaner:
+        monkeypatch.setattr(Snapshot, "build", classmethod(listed_then_a_write))
+        ctx = cleaner._context()
+        sched = compaction.schedule(ctx, EVERY_2)
+        monkeypatch.undo()
+        sneaky = box["sneaky"].instant
+        assert sneaky.completion_time < sched.compaction_time
+        planned = {n for op in sched.plan.operations for n in op.delta_file_names}
+        assert any(sneaky.requested_time in n for n in planned)
+        before = _agreed(table_path)
+        compaction.commit(ctx, sched, compaction.execute(ctx, sched, EVERY_2))
+    assert _no_logs_left(table_path)
+    assert _agreed(table_path) == before == _agreed(table_path, read_optimized=True)
+    assert {r[0]: r[6] for r in before} == {str(i): (3.0 if i >= 2 else 2.0) for i in range(8)}
 
 
 # -- a killed compaction ---------------------------------------------------------------------------------
@@ -366,3 +409,17 @@ def test_compact_command_with_zookeeper(mor_table, table_path, zk_server, zk_bas
         _agreed(table_path)
     finally:
         zk.close()
+
+
+def test_large_slices_are_compacted_on_spark_executors(spark, mor_table, table_path):
+    """With a SparkSession and ``executor_min_bytes`` reached, each slice is compacted by a Spark
+    task (one job in the compaction's job group), with the driver's merge rule."""
+    for n in range(3):
+        _write(table_path, range(n, 10), ts=n + 1, value=float(n + 1))
+    before = _agreed(table_path)
+    on_executors = mw.CompactionConfig(delta_commits=2, executor_min_bytes=1)
+    with _cleaner(table_path, compaction=on_executors, spark=spark) as cleaner:
+        (t,) = cleaner.run_once().compaction_instants
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(f"multiwriter-compaction-{t}")) == 1
+    assert _no_logs_left(table_path)
+    assert _agreed(table_path) == before == _agreed(table_path, read_optimized=True)
