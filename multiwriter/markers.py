@@ -14,6 +14,11 @@ whatever happened to the process (killed, retried Spark task, speculative duplic
 or a rollback deletes exactly those files without listing the table, and a commit can delete
 the files its write statistics do not name (:func:`reconcile`) before it makes any file visible.
 Markers of a finished instant are garbage, never state: losing them costs at most a table listing.
+
+Log files (Merge-on-Read) are marked like base files (``.marker.CREATE``, which Hudi's table
+version 8 rollback also reads as "delete this log file"); ``.marker.APPEND``, which Hudi's append
+handle writes for a log file, is read too, so our cleaner finds a JVM writer's failed logs. A
+log file's name starts with a dot: that is the one hidden name a marker may point at.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from .errors import InvalidRecordError
 from .storage import FileExists, Storage
 from .table import layout
 from .table.instant import TIME_RE
+from .table.log_file import parse_log_file
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,7 @@ MARKER_TYPE_FILE = "MARKERS.type"
 LISTED_TYPE = b"TIMELINE_SERVER_BASED"
 _LISTS_PREFIX = "MARKERS"
 _MARKER_SUFFIX = ".marker.CREATE"
+_APPEND_SUFFIX = ".marker.APPEND"  # Hudi's marker of a log file its append handle writes
 
 
 def create(storage: Storage, instant_time: str, partition: str, file_name: str) -> str:
@@ -75,6 +82,8 @@ def list_markers(storage: Storage, instant_time: str) -> list[str]:
         name = e.path.rsplit("/", 1)[-1]
         if e.path.endswith(_MARKER_SUFFIX):
             out.add(e.path)
+        elif e.path.endswith(_APPEND_SUFFIX):
+            out.add(e.path.removesuffix(_APPEND_SUFFIX) + _MARKER_SUFFIX)
         elif name.startswith(_LISTS_PREFIX) and name[len(_LISTS_PREFIX):].isdigit() and e.path == f"{d}/{name}":
             out.update(f"{d}/{m}" for m in _listed(storage, e.path))
     return sorted(out)
@@ -88,17 +97,39 @@ def started_writing(storage: Storage, instant_time: str) -> bool:
 
 def _listed(storage: Storage, rel: str) -> list[str]:
     """The markers one list file names; an entry that would leave the table (``..``, hidden
-    directories) is skipped, so no deletion is ever pointed outside it."""
+    directories, hidden names other than log files) is skipped, so no deletion is ever pointed
+    outside it."""
     out = []
     for line in storage.read_bytes(rel).decode("utf-8", errors="replace").splitlines():
         m = line.strip()
         if not m:
             continue
-        try:
-            out.append(layout.check_relative(m))
-        except InvalidRecordError:
+        safe = _safe_marker(m)
+        if safe is None:
             log.warning("marker list %s: skipped unsafe entry %r", rel, m[:200])
+        else:
+            out.append(safe)
     return out
+
+
+def _safe_marker(entry: str) -> str | None:
+    """``entry`` (``<partition>/<file><suffix>``) when its directories are safe and its file
+    name is a plain name or a log file's (``.<fileId>_<T>.log.<v>_<token>``); else None."""
+    suffix = _APPEND_SUFFIX if entry.endswith(_APPEND_SUFFIX) else _MARKER_SUFFIX
+    part, _, name = entry.rpartition("/")
+    if not entry.endswith(suffix) or not name:
+        return None
+    try:
+        if part:
+            layout.check_relative(part)
+        if name.startswith("."):
+            if parse_log_file(name.removesuffix(suffix)) is None:
+                return None
+        else:
+            layout.check_relative(name)
+    except InvalidRecordError:
+        return None
+    return entry.removesuffix(suffix) + _MARKER_SUFFIX
 
 
 def data_paths(storage: Storage, instant_time: str) -> list[str]:
@@ -135,8 +166,9 @@ def instants_with_markers(storage: Storage) -> list[str]:
 def reconcile(storage: Storage, instant_time: str, written: Iterable[str]) -> list[str]:
     """Before completing ``instant_time``: delete every file its markers name that is not one of
     the ``written`` paths (the write statistics). A Spark task that failed after writing its file,
-    or a speculative duplicate, leaves a second base file for the same file group and instant;
-    readers would pick one of the two by listing order. Returns the deleted paths."""
+    or a speculative duplicate, leaves a second base file (or log file, with another write token)
+    for the same file group and instant; Hudi's readers would read both. Returns the deleted
+    paths."""
     keep = set(written)
     extra = [rel for rel in data_paths(storage, instant_time) if rel not in keep]
     deleted = [rel for rel in extra if storage.delete(rel)]
@@ -146,5 +178,8 @@ def reconcile(storage: Storage, instant_time: str, written: Iterable[str]) -> li
 
 
 def _is_data_file_of(rel: str, instant_time: str) -> bool:
-    parsed = layout.parse_data_file(rel.rsplit("/", 1)[-1])
+    """A base or log file named with ``instant_time`` (a table version 8 log file carries the
+    requested time of the deltacommit that wrote it)."""
+    name = rel.rsplit("/", 1)[-1]
+    parsed = layout.parse_data_file(name) or parse_log_file(name)
     return parsed is not None and parsed.instant_time == instant_time

@@ -20,8 +20,13 @@ X is further held back so that the newest commit carrying each writer's streamin
 (``_hudi_streaming_sink_checkpoint``, read by the sink from the active timeline) stays, that
 the commits retention keeps readable (``earliest_to_retain``) stay, that a replace commit stays
 while any file of a group it replaced is still on storage (once it is archived, those files
-would be older than the earliest active instant and count as committed again), and that at least
-``keep_min`` completed instants stay.
+would be older than the earliest active instant and count as committed again), that at least
+``keep_min`` completed instants stay, and (Merge-on-Read) that a deltacommit stays while one of its
+log files is on storage and a base file of that log's group was requested after the deltacommit
+and at or before it completed (a compaction planned while it ran). Readers slice a log file by its
+commit's completion time, and an archived commit's completion time is not on the active timeline:
+readers (ours and hudi-rs) then use its requested time, which would put the log under the older
+base, and its changes would vanish from the snapshot.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
 under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
@@ -41,7 +46,7 @@ from .. import checkpoint as ckpt
 from ..table import instant as inst
 from ..table import history
 from ..table import lsm_timeline as lsm
-from ..table.files import FileSlice, list_data_files
+from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
 from ..table.instant import Instant
 from ..table.table import Table
@@ -94,16 +99,42 @@ def replace_with_live_files(tl: Timeline, files: list[FileSlice] | None = None) 
     return min(held, default=None)
 
 
+def sliced_by_completion(tl: Timeline, bases: list[FileSlice], logs: list[LogFile]) -> str | None:
+    """The oldest completed deltacommit D with a log file on storage whose slice its completion
+    time decides: a base of the log's group (listed, committed or not), or a pending compaction,
+    requested in (D's requested time, D's completion time]."""
+    done = {i.requested_time: i for i in tl.completed(frozenset({inst.DELTA_COMMIT}))}
+    if not done or not logs:
+        return None
+    pending = [i.requested_time for i in tl.pending(frozenset({inst.COMPACTION, inst.COMMIT}))]
+    by_group: dict[tuple[str, str], list[str]] = {}
+    for b in bases:
+        by_group.setdefault(b.group, []).append(b.instant_time)
+    held = []
+    for lf in logs:
+        d = done.get(lf.instant_time)
+        if d is None or not d.completion_time:
+            continue
+        lo, hi = d.requested_time, d.completion_time
+        if any(lo < b <= hi for b in (*by_group.get(lf.group, ()), *pending)):
+            held.append(lo)
+    return min(held, default=None)
+
+
 def choose(
-    tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None
+    tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None,
+    logs: list[LogFile] | None = None,
 ) -> tuple[list[Instant], str | None]:
     """The instants to archive now (oldest first) and the rule that held the cutoff back.
 
-    ``files`` is a listing of the table's data files; listed here when needed and not given."""
+    ``files`` and ``logs`` are a listing of the table's base and log files; listed here when
+    needed and not given."""
     states = tl.latest_states()  # one per instant, by requested time
     completed = [i for i in states if i.is_completed]
     if len(completed) <= keep_max:
         return [], None
+    if files is None or (logs is None and tl.config.merge_on_read):
+        files, logs = list_files(tl.storage, logs=tl.config.merge_on_read)
     bounds: dict[str, str] = {
         "keep_min": completed[len(completed) - keep_min].requested_time if keep_min > 0 else "9" * 17
     }
@@ -122,6 +153,9 @@ def choose(
     replace = replace_with_live_files(tl, files)
     if replace is not None:
         bounds["a replace commit whose replaced files are not cleaned yet"] = replace
+    straddling = sliced_by_completion(tl, files, logs or [])
+    if straddling is not None:
+        bounds["a deltacommit that completed after a newer base of its log's group was requested"] = straddling
     rule, cutoff = min(bounds.items(), key=lambda kv: kv[1])
     prefix = [i for i in states if i.requested_time < cutoff]
     n = _completion_prefix(states, len(prefix))
@@ -253,20 +287,35 @@ def _delete_instant_files(ctx: CleanerContext, tl: Timeline, i: Instant) -> None
 
 
 def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> list[str]:
-    """Delete data files that would turn visible when the earliest active instant moves up to
-    ``below``: files in [earliest, below) of no completed write. Readers ignore them today
-    (their instant is not completed) but would take them for archived commits tomorrow. They
+    """Delete base and log files that would turn visible when the earliest active instant
+    moves up to ``below``: files in [earliest, below) of no completed write, and files of a
+    completed write there that its commit does not name (a losing task attempt's). Readers
+    ignore them today (their instant is not completed, or the commit's stats do not name them)
+    but would take them for archived commits' files tomorrow, with no stats left to check. They
     are leftovers: a zombie writer's file written after its rollback, an abort that failed
-    half-way. Nothing pending or new can be in that range (the cutoff is below every pending
-    instant, and new instants are issued above everything)."""
+    half-way, a retried task still writing after its commit. Nothing pending or new can be in
+    that range (the cutoff is below every pending instant, and new instants are issued above
+    everything)."""
+    from .orphans import named_files
+
     lo = tl.earliest_time()
     if lo is None:
         return []
-    done = set(tl.completed_write_times())
+    done = tl.completed_write_times()
+    names: dict[str, set[str]] = {}
+
+    def garbage(t: str, name: str) -> bool:
+        if t not in done:
+            return True
+        if t not in names:
+            names[t] = named_files(tl.commit_metadata(done[t]).all_stats())
+        return name not in names[t]
+
+    bases, logs = list_files(ctx.storage, logs=True)
     swept = []
-    for f in list_data_files(ctx.storage):
+    for f in [*bases, *logs]:
         t = f.instant_time
-        if t >= lo and (below is None or t < below) and t not in done and ctx.storage.delete(f.path):
+        if t >= lo and (below is None or t < below) and garbage(t, f.name) and ctx.storage.delete(f.path):
             swept.append(f.path)
     if swept:
         log.warning(

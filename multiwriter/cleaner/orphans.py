@@ -15,8 +15,8 @@ safe age (some heartbeat bounds) are left alone anyway. When the history holds f
 not readable here (a version 6 archive), archived commits cannot be told from failed ones and files
 older than the earliest active instant are kept.
 
-An orphan data file has an instant time that is no write instant on the active timeline
-(neither completed nor pending) and is not older than the earliest active instant: files older
+An orphan data file has an instant time that is no instant on the active timeline (neither
+completed nor pending; a pending clustering or compaction counts) and is not older than the earliest active instant: files older
 than that belong to archived commits and readers treat them as committed, so they are never
 orphans. Orphans come from writers that were only paused while the cleaner rolled them back
 (a *zombie* that wrote one more file), from aborted attempts whose cleanup failed, or from tools
@@ -24,6 +24,9 @@ that are not multiwriter. Readers already ignore them; they only cost storage. B
 instant may be on its way (a writer between issuing its instant and writing the requested file
 holds the lock, but storage listings are not atomic), only files older than ``min_age_s`` by
 modification time are reported, and deleted only when asked.
+
+Log files (Merge-on-Read) are data files here like base files: a log file is named with the
+requested time of the deltacommit that wrote it, so the same rules judge it by that instant.
 
 Stale bookkeeping: marker directories (``.hoodie/.temp/<T>``) and heartbeat files
 (``.hoodie/.heartbeat/<T>``) of instants that are completed, or gone from the timeline and no
@@ -38,11 +41,12 @@ import time
 from dataclasses import dataclass
 
 from .. import markers
-from ..table.lsm_timeline import is_lsm_file
 from ..instant_time import parse_time
 from ..table import instant as inst
 from ..table import layout
-from ..table.snapshot import FileSlice, list_data_files
+from ..table.files import FileSlice, LogFile, list_files
+from ..table.log_file import parse_log_file
+from ..table.lsm_timeline import is_lsm_file
 from ..table.instant import Instant
 from ..table.timeline import Timeline
 from . import CleanerContext
@@ -60,7 +64,11 @@ class Orphan:
 
 
 def _write_times(tl: Timeline) -> set[str]:
-    return {i.requested_time for i in tl.latest_states() if i.action in inst.WRITE_ACTIONS}
+    """Requested times of every instant on the active timeline, whatever its action: a pending
+    clustering or compaction writes base files under its own action (``clustering``,
+    ``compaction``) before it completes as a replace commit or a commit, and no other action
+    names a data file with its time."""
+    return {i.requested_time for i in tl.latest_states()}
 
 
 def find(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, now: float | None = None) -> list[Orphan]:
@@ -73,7 +81,7 @@ def find(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, now: float | No
         if any(seg.startswith(".") for seg in e.path.split("/")[:-1]):
             continue  # .hoodie and other hidden directories hold no data files
         name = e.path.rsplit("/", 1)[-1]
-        parsed = layout.parse_data_file(name)
+        parsed = layout.parse_data_file(name) or parse_log_file(name)
         if parsed is None or parsed.instant_time in known:
             continue
         if earliest is None or parsed.instant_time < earliest:
@@ -137,11 +145,15 @@ def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, no
 V6_ARCHIVE_DIR = f"{layout.HOODIE}/archived"
 
 
-def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[FileSlice]:
-    """Data files of instants that are neither completed (active timeline or archive) nor
-    pending, and whose instant time is at least ``min_age_s`` old; by path."""
+def failed_write_files(
+    ctx: CleanerContext, *, min_age_s: float, now: float | None = None
+) -> list[FileSlice | LogFile]:
+    """Base and log files of instants that are neither completed (active timeline or archive)
+    nor pending, or of completed ones that do not name them, whose instant time is at least
+    ``min_age_s`` old; by path."""
     now = time.time() if now is None else now
-    files = list_data_files(ctx.storage)  # first the files, then what accounts for them
+    bases, logs = list_files(ctx.storage)  # first the files, then what accounts for them
+    files: list[FileSlice | LogFile] = [*bases, *logs]
     tl = ctx.table.timeline()
     earliest = tl.earliest_time()
     if earliest is None:
@@ -149,10 +161,11 @@ def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | No
     known = {i.requested_time for i in tl.latest_states()}  # completed or pending, any action
     done = tl.completed_write_times()
     archived, complete = archived_times(ctx)
+    names: dict[str, set[str]] = {}
     out = []
     for f in files:
         t = f.instant_time
-        if t in done and f.name not in _named_files(tl, done[t]):
+        if t in done and f.name not in (names.get(t) or names.setdefault(t, _named_files(tl, done[t]))):
             # a completed commit that does not name this file: the losing attempt of a retried or
             # speculative task that was still writing after the commit's reconciliation
             if _age_of_instant(t, now) >= min_age_s:
@@ -168,8 +181,15 @@ def failed_write_files(ctx: CleanerContext, *, min_age_s: float, now: float | No
 
 
 def _named_files(tl: Timeline, i: Instant) -> set[str]:
-    """File names a completed commit's write statistics name."""
-    return {st.path.rsplit("/", 1)[-1] for st in tl.commit_metadata(i).all_stats() if st.path}
+    """File names a completed commit's write statistics name (a log stat's ``logFiles`` too)."""
+    return named_files(tl.commit_metadata(i).all_stats())
+
+
+def named_files(stats: list) -> set[str]:
+    """The base and log file names a list of write statistics names."""
+    out = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
+    out.update(name.rsplit("/", 1)[-1] for st in stats for name in (st.log_files or ()) if name)
+    return out
 
 
 def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:

@@ -15,6 +15,12 @@ and hudi-rs time travel to any of them still work) and nothing older:
   way). Until then time travel before the replace still reads it.
 * Only committed slices are considered: files of pending instants belong to rollback, files of
   unknown instants to the orphan report.
+* Merge-on-Read: a slice is a base file with the log files that belong to it by the one slicing
+  rule (:meth:`TimelineView.with_logs`: the newest committed base of the group at or before the
+  log's completion time). An old slice goes with its logs; a log completed after a newer base
+  was requested (a deltacommit that ran across a compaction) belongs to the newer slice and
+  stays with it. The latest slice, logs included, is never deleted. Logs of pending or unknown
+  instants, and logs a completed commit does not name, are never planned here.
 
 The plan is computed outside the lock (it lists the whole table) from a timeline T0. It stays
 safe under any later timeline: new commits only add newer slices and move E forward, and new
@@ -42,7 +48,8 @@ from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import NS, decode_records, encode
-from ..table.files import FileSlice, list_data_files
+from ..table.files import FileGroup, FileSlice, LogFile, list_files
+from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
 from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
@@ -169,8 +176,8 @@ def _safe_data_path(partition: str, path: str, source: str) -> str | None:
         part = layout.check_relative(partition)
     except InvalidRecordError:
         part = None
-    if layout.parse_data_file(name) is None or part is None:
-        log.warning("%s: ignoring %r: not a data file inside the table", source, path)
+    if (layout.parse_data_file(name) is None and parse_log_file(name) is None) or part is None:
+        log.warning("%s: ignoring %r: not a base or log file inside the table", source, path)
         return None
     return layout.data_file_path(part, name)
 
@@ -207,16 +214,20 @@ def earliest_to_retain(tl: Timeline, retain_commits: int) -> str | None:
     return min([e, *pending])
 
 
-def old_slices(tl: Timeline, files: list[FileSlice], earliest: str) -> list[FileSlice]:
+def old_slices(
+    tl: Timeline, files: list[FileSlice], earliest: str, logs: list[LogFile] | None = None
+) -> list[FileSlice | LogFile]:
     """Committed slices no snapshot as of ``earliest`` or later reads: those strictly older than
-    their group's slice visible as of ``earliest``, and every slice of a group replaced by then."""
+    their group's slice visible as of ``earliest``, and every slice of a group replaced by then;
+    with ``logs``, each old slice's log files go with its base."""
     view = TimelineView(tl)
     retired = view.replaced(earliest)
-    groups: dict[tuple[str, str], list[FileSlice]] = defaultdict(list)
+    groups: dict[FileGroup, list[FileSlice]] = defaultdict(list)
     for f in files:
         if view.committed(f.instant_time):
             groups[f.group].append(f)
-    out: list[FileSlice] = []
+    out: list[FileSlice | LogFile] = []
+    keep_from: dict[FileGroup, str] = {}
     for g, slices in groups.items():
         if g in retired:
             out.extend(slices)
@@ -224,16 +235,47 @@ def old_slices(tl: Timeline, files: list[FileSlice], earliest: str) -> list[File
         at_e = [f.instant_time for f in slices if f.instant_time <= earliest]
         if not at_e:
             continue
-        keep_from = max(at_e)
-        out.extend(f for f in slices if f.instant_time < keep_from)
+        keep_from[g] = max(at_e)
+        out.extend(f for f in slices if f.instant_time < keep_from[g])
+    out.extend(_old_logs(view, groups, keep_from, retired, logs or []))
     return sorted(out, key=lambda f: f.path)
+
+
+def _old_logs(view: TimelineView, groups: dict[FileGroup, list[FileSlice]], keep_from: dict[FileGroup, str],
+              retired: set[FileGroup], logs: list[LogFile]) -> list[LogFile]:
+    """Committed log files of old slices: of a retired group, or sliced (by their commit's
+    completion time) under a base older than the group's kept slice."""
+    out = []
+    active = set(view.timeline.completed_write_times())
+    for lf in logs:
+        if not view.committed(lf.instant_time) or not _accounted(view, lf, active):
+            continue
+        if lf.group in retired and lf.group in groups:
+            out.append(lf)
+            continue
+        kept = keep_from.get(lf.group)
+        if kept is None:
+            continue
+        done = view.completion_of(lf.instant_time)
+        base = max((f.instant_time for f in groups[lf.group] if f.instant_time <= done), default=None)
+        if base is not None and base < kept:
+            out.append(lf)
+    return out
+
+
+def _accounted(view: TimelineView, lf: LogFile, active: set[str]) -> bool:
+    """Named by its completed commit, or of an archived one (``active``: the requested times
+    of completed writes on the active timeline; an archived one has no stats left to check): a
+    losing task attempt's log is the failed-write sweep's business, not a slice of the table."""
+    return lf.instant_time not in active or view.named(lf)
 
 
 def plan(ctx: CleanerContext, tl: Timeline, retain_commits: int) -> CleanPlan | None:
     e = earliest_to_retain(tl, retain_commits)
     if e is None:
         return None
-    doomed = old_slices(tl, list_data_files(ctx.storage), e)
+    bases, logs = list_files(ctx.storage, logs=tl.config.merge_on_read)
+    doomed = old_slices(tl, bases, e, logs)
     last = tl.last_completed_write()
     return CleanPlan(e, last.requested_time if last else "", tuple(f.path for f in doomed))
 

@@ -19,6 +19,10 @@ The protocol, and why each step is where it is:
 
 A cleaner that dies anywhere leaves a pending rollback whose heartbeat lapses; the next cleaner
 re-reads its plan and finishes steps 3-4. Every step is idempotent.
+
+Merge-on-Read: a failed deltacommit's log files carry its requested time in their names (table
+version 8), so they are rolled back as Hudi 1.x does it, by deleting them (no rollback command
+block is appended), listed in ``successDeleteFiles`` beside its new base files.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import decode_records, encode, rollback_target
-from ..table.snapshot import list_data_files
+from ..table.files import list_files
+from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
 from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
@@ -67,7 +72,7 @@ class RollbackPlan:
         groups: dict[tuple[str, str | None], list[str]] = defaultdict(list)
         for rel in self.files:
             part, _, name = rel.rpartition("/")
-            parsed = layout.parse_data_file(name)
+            parsed = layout.parse_data_file(name) or parse_log_file(name)
             groups[(part, parsed.file_id if parsed else None)].append(uri_of(rel))
         requests = [
             {
@@ -109,10 +114,10 @@ class RollbackPlan:
 
 
 def _safe_data_path(partition: str, path: str, target_time: str, source: str) -> str | None:
-    """``partition/<basename>`` of a planned path, or None (with a warning) if it is not a data
-    file of the target instant: plans store full paths, which change when a table is moved."""
+    """``partition/<basename>`` of a planned path, or None (with a warning) if it is not a base
+    or log file of the target instant: plans store full paths, which change when a table is moved."""
     name = posixpath.basename(path)
-    parsed = layout.parse_data_file(name)
+    parsed = layout.parse_data_file(name) or parse_log_file(name)
     try:
         part = layout.check_relative(partition)
     except InvalidRecordError:
@@ -171,13 +176,14 @@ def pending_rollbacks(tl: Timeline) -> list[Instant]:
 
 
 def files_of(ctx: CleanerContext, t: str) -> list[str]:
-    """Data files instant ``t`` may have written: from its markers (written before each file),
-    or, when the markers are gone, by listing every partition for files named with ``t``."""
+    """Base and log files instant ``t`` may have written: from its markers (written before each
+    file), or, when the markers are gone, by listing every partition for files named with ``t``."""
     from_markers = markers.data_paths(ctx.storage, t)
     if from_markers:
         return from_markers
-    # no direct markers (gone, or another marker kind such as Hudi's timeline-server MARKERS files)
-    return sorted(f.path for f in list_data_files(ctx.storage) if f.instant_time == t)
+    # no markers (gone, or a kind not read here): list; a v8 log file is named with its deltacommit
+    bases, logs = list_files(ctx.storage)
+    return sorted(f.path for f in [*bases, *logs] if f.instant_time == t)
 
 
 # -- scheduling (under the lock) -----------------------------------------------------------
