@@ -1,8 +1,11 @@
-"""The main job (``make demo``): two streaming writers on one table, a doomed writer, the cleaner.
+"""The main job (``make demo``): two streaming writers on one table, a doomed writer, the cleaner;
+and beside it the same pair of writers on a Merge-on-Read table.
 
 - **ingest** streams new events into today's partitions and corrects a few recent ones;
 - **backfill** streams rewrites of historical partitions plus a slice of recent keys, so that
   it sometimes touches the same file groups as ingest: those conflicts are retried;
+- **ingest-mor** and **backfill-mor** feed the same streams into a Merge-on-Read table with a
+  bucket index: non-blocking writers, which never conflict; its companion job compacts;
 - **doomed** is a separate process that starts a batch and is killed with SIGKILL half-way;
 - **cleaner** is the companion streaming job that rolls the doomed writer back once its
   heartbeat lapses.
@@ -242,13 +245,24 @@ def _run_writers(args: argparse.Namespace, path: Path, out: Path, zk: str) -> in
     cleaner_lock = mw.ZooKeeperLock(connect=zk, base_path="/multiwriter-demo")
     table = mw.Table.create(str(path), name="events", schema=SCHEMA, record_key="event_id",
                             partition_by=["date"], ordering_field="ts", lock=cleaner_lock)
+    mor_path = out / "events_mor"
+    mor = mw.Table.create(str(mor_path), name="events_mor", schema=SCHEMA, record_key="event_id",
+                          partition_by=["date"], ordering_field="ts", lock=cleaner_lock,
+                          table_type="MERGE_ON_READ", num_buckets=4)
     spark = _spark()
     sinks = {
         "ingest": mw.MultiWriterSink(str(path), _writer_config("ingest", zk)),
         "backfill": mw.MultiWriterSink(str(path), _writer_config("backfill", zk)),
     }
+    mor_sinks = {
+        "ingest-mor": mw.MultiWriterSink(str(mor_path), _writer_config("ingest-mor", zk)),
+        "backfill-mor": mw.MultiWriterSink(str(mor_path), _writer_config("backfill-mor", zk)),
+    }
     cleaner = mw.Cleaner(str(path), lock=cleaner_lock, heartbeat_interval_s=HEARTBEAT_S,
                          heartbeat_tolerable_misses=MISSES, retain_commits=20)
+    mor_cleaner = mw.Cleaner(str(mor_path), lock=cleaner_lock, heartbeat_interval_s=HEARTBEAT_S,
+                             heartbeat_tolerable_misses=MISSES, retain_commits=20,
+                             compaction=mw.CompactionConfig(delta_commits=5))
     queries = []
     doomed_instant = None
     t0 = time.monotonic()
@@ -258,6 +272,11 @@ def _run_writers(args: argparse.Namespace, path: Path, out: Path, zk: str) -> in
         queries.append(_backfill_df(spark).writeStream.foreachBatch(sinks["backfill"])
                        .option("checkpointLocation", str(out / "ck-backfill")).trigger(processingTime="2 seconds").start())
         queries.append(cleaner.start(spark, interval="2 seconds", checkpoint_location=str(out / "ck-cleaner")))
+        queries.append(_ingest_df(spark, args.rate).writeStream.foreachBatch(mor_sinks["ingest-mor"])
+                       .option("checkpointLocation", str(out / "ck-ingest-mor")).trigger(processingTime="2 seconds").start())
+        queries.append(_backfill_df(spark).writeStream.foreachBatch(mor_sinks["backfill-mor"])
+                       .option("checkpointLocation", str(out / "ck-backfill-mor")).trigger(processingTime="2 seconds").start())
+        queries.append(mor_cleaner.start(spark, interval="4 seconds", checkpoint_location=str(out / "ck-cleaner-mor")))
         doomed: subprocess.Popen | None = None
         next_print = time.monotonic() + 5
         while time.monotonic() - t0 < args.seconds:
@@ -271,18 +290,21 @@ def _run_writers(args: argparse.Namespace, path: Path, out: Path, zk: str) -> in
                 if q.exception() is not None:
                     raise RuntimeError(f"query {q.name or q.id} failed: {q.exception()}")
             if time.monotonic() >= next_print:
-                print(_progress(t0, sinks, table), flush=True)
+                print(_progress(t0, sinks | mor_sinks, table), flush=True)
                 next_print += 5
             time.sleep(0.25)
     finally:
-        _stop_gracefully(queries, sinks)
+        _stop_gracefully(queries, sinks | mor_sinks)
         if doomed is not None and doomed.poll() is None:
             doomed.kill()
             doomed.wait()
     time.sleep(HEARTBEAT_S * (MISSES + 1))  # let a writer killed late be judged dead
     final = cleaner.run_once()
     cleaner.close()
-    return _summary(path, table, sinks, doomed_instant, final, spark, cleaner_lock)
+    mor_final = mor_cleaner.run_once()
+    mor_cleaner.close()
+    mor_checks = _mor_summary(mor_path, mor, mor_sinks, mor_final)
+    return _summary(path, table, sinks, doomed_instant, final, spark, cleaner_lock, mor_checks)
 
 
 def _stop_gracefully(queries: list, sinks: dict) -> None:
@@ -296,7 +318,34 @@ def _stop_gracefully(queries: list, sinks: dict) -> None:
         s.close()
 
 
-def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, spark, lock) -> int:
+def _mor_summary(path: Path, table, sinks: dict, final) -> dict[str, bool]:
+    """The Merge-on-Read pair: its figures, and the checks the main summary adds."""
+    from .table import instant as inst
+
+    st = _stats(sinks)
+    tl = table.timeline()
+    ours = table.read(columns=["_hoodie_record_key"])
+    keys = set(ours.column(0).to_pylist())
+    n_rs, rs_keys = _hudi_rs_rows(str(path))
+    compactions = [i for i in tl.completed(frozenset({inst.COMMIT})) if tl.commit_metadata(i).compacted]
+    print()
+    print("Merge-on-Read table (bucket index, non-blocking writers, the same two streams):")
+    print(f"{'writer':<13} {'commits':>8} {'conflicts':>10} {'retried batches':>16} {'rows written':>13}")
+    for name, s in st.items():
+        print(f"{name:<13} {s['commits']:>8} {s['conflicts']:>10} {s['retried_batches']:>16} {s['rows']:>13}")
+    print(f"compactions by the companion job: {len(compactions) + len(final.compaction_instants)} on the active timeline "
+          f"and this last run; rows in table: ours {ours.num_rows}, hudi-rs {n_rs}")
+    return {
+        "merge-on-read: both writers committed": all(s["commits"] > 0 for s in st.values()),
+        "merge-on-read: zero conflicts, zero retries": all(s["conflicts"] == 0 and s["retried_batches"] == 0 for s in st.values()),
+        "merge-on-read: compaction ran": bool(compactions or final.compaction_instants),
+        "merge-on-read: hudi-rs reads the same rows": n_rs == ours.num_rows and rs_keys == keys,
+        "merge-on-read: no duplicate keys": len(keys) == ours.num_rows,
+    }
+
+
+def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, spark, lock,
+             more_checks: dict[str, bool] | None = None) -> int:
     from prometheus_client import REGISTRY
 
     st = _stats(sinks)
@@ -318,6 +367,7 @@ def _summary(path: Path, table, sinks: dict, doomed_instant: str | None, final, 
         "hudi-rs reads the same rows": n_rs == ours.num_rows and rs_keys == our_keys,
         "no duplicate keys": len(our_keys) == ours.num_rows,
         "clustering stitched small file groups": clusterings > 0 and live < written,
+        **(more_checks or {}),
     }
     print()
     print("=" * 72)
