@@ -461,3 +461,45 @@ def test_deltacommit_crash_at_each_point_is_recovered(point, zk_server, zk_base,
     assert again["ok"] and again["skipped"] == landed
     mor_invariants(table_path)
     assert _same(table_path) == _expected({**{k: 1.0 for k in range(5)}, **{k: 2.0 for k in range(5, 25)}})
+
+
+# -- what archival itself sweeps, and a pending compaction's files ---------------------------
+
+
+def test_archival_sweeps_a_losing_attempts_log_before_its_commit_leaves_the_timeline(
+    mor_table, table_path, zk_lock, mor_cleaners
+):
+    """Once a deltacommit is archived its stats are no longer checked (its files count as
+    committed), so archival deletes a log file of it that its commit does not name first."""
+    cfg = writer_config(zk_lock(), "w")
+    for n in range(6):
+        mw.write(trips(range(6), ts=n + 1, value=float(n + 1)), table_path, cfg)
+    expected = _same(table_path)
+    oldest = mor_table.timeline().completed_writes()[1].requested_time  # its first deltacommit
+    src = next(lf for lf in _logs(mor_table) if lf.instant_time == oldest)
+    loser = layout.data_file_path(src.partition, _other_attempt(src))
+    mor_table.storage.put_if_absent(loser, _with_values(mor_table, src, 777.0))
+    ctx = mor_cleaners(table_path, zk_lock())._context()
+    r = archive.archive(ctx, keep_min=1, keep_max=2, retain_commits=1)
+    assert r.archived and mor_table.timeline().find(oldest) is None
+    assert r.swept == [loser] and mor_table.storage.exists(src.path)
+    assert _same(table_path) == expected
+
+
+def test_a_pending_compactions_base_files_are_no_orphans(mor_table, table_path, zk_lock, mor_cleaners):
+    cfg = writer_config(zk_lock(), "w")
+    mw.write(trips(range(6), value=1.0), table_path, cfg)
+    mw.write(trips(range(6), ts=2, value=2.0), table_path, cfg)
+    lock = zk_lock().for_table(mor_table.table_id, mor_table.storage)
+    try:
+        txn = Transaction(mor_table, lock, writer_id="planner")
+        t = txn.begin(inst.COMPACTION).requested_time  # a compaction planned, its base being written
+    finally:
+        lock.close()
+    src = mor_table.snapshot().files()[0]
+    base = layout.data_file_path(src.partition, layout.DataFileName(src.file_id, "0-0-0", t).name)
+    shutil.copyfile(mor_table.storage.abs(src.path), mor_table.storage.abs(base))
+    ctx = mor_cleaners(table_path, zk_lock())._context()
+    assert orphans.find(ctx, mor_table.timeline(), min_age_s=0) == []
+    assert all(f.path != base for f in orphans.failed_write_files(ctx, min_age_s=0))
+    assert _same(table_path) == _expected({k: 2.0 for k in range(6)}), "a pending compaction's base is not read"
