@@ -63,3 +63,38 @@ def test_same_new_keys_from_two_processes_keep_one_version(zk_server, zk_base, m
     got = _table(table_path)
     assert len(got) == 30, "the bucket index keeps one version per key"
     assert got == event_time_model(ra["commits"] + rb["commits"])
+
+
+def test_a_writer_spanning_a_compaction_lands_in_the_next_slice(zk_server, zk_base, mor_table, table_path):
+    """The backfill process writes its log files, the companion job plans and completes a
+    compaction meanwhile, then the backfill commits: its changes are read on top of the compacted
+    base (before and after the next compaction), never lost, never conflicting."""
+    import time
+
+    keys = list(range(60))
+    seed = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed")
+    mw.write(trips(keys, ts=0, value=0.0), table_path, seed)
+    stream = [[[k, 100 + n, 100 + n] for k in keys[n * 10:n * 10 + 20]] for n in range(3)]
+    backfill = [[[k, 50 if k % 2 else 500, 7] for k in keys]]
+    lock = mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base)
+    cleaner = mw.Cleaner(table_path, lock=lock, compaction=mw.CompactionConfig(delta_commits=1), clustering=None)
+    try:
+        s = spawn("upserts", base_args(zk_server, zk_base, table_path, writer="stream", batches=stream))
+        rs = result(s)
+        b = spawn("upserts", base_args(zk_server, zk_base, table_path, writer="backfill", batches=backfill, hold_s=4.0))
+        deadline = time.monotonic() + 60
+        while not mw.Table.open(table_path).timeline().pending() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the backfill has begun: then its log files are being written
+        compacted = cleaner.run_once().compaction_instants
+        rb = result(b)
+        assert rb["ok"] and rs["ok"], (rb, rs)
+        (back,) = rb["commits"]
+        assert compacted and back["instant"] < compacted[0] < back["completion"], "the compaction ran inside the backfill"
+        assert back["attempts"] == 1 and back["conflicts"] == 0
+        model = event_time_model(rs["commits"] + rb["commits"], {str(k): (0, 0.0) for k in keys})
+        assert _table(table_path) == model
+        assert cleaner.run_once().compaction_instants, "the next compaction takes the backfill's logs"
+        assert _table(table_path) == model
+    finally:
+        cleaner.close()
+        lock.close()

@@ -168,8 +168,11 @@ def last_request(tl: Timeline) -> str | None:
 
 
 def delta_commits_since(tl: Timeline, since: str | None) -> int:
-    """Deltacommits completed on the active timeline and requested after ``since``."""
-    return sum(1 for i in tl.completed(frozenset({inst.DELTA_COMMIT})) if since is None or i.requested_time > since)
+    """Deltacommits completed on the active timeline at or after ``since`` (the latest
+    compaction's requested time): by the slicing rule their logs are in no compaction yet, a
+    straggler requested before the compaction and completed after it included."""
+    return sum(1 for i in tl.completed(frozenset({inst.DELTA_COMMIT}))
+               if since is None or (i.completion_time or i.requested_time) >= since)
 
 
 def busy_file_groups(ctx: CleanerContext, tl: Timeline) -> set[FileGroup]:
