@@ -120,13 +120,9 @@ def _other_attempt(lf: LogFile, token: str = "7-7-7") -> str:
 @pytest.fixture()
 def mor_cleaners(cleaners):
     """Cleaners that leave compaction to the tests, which place compactions where they need one."""
-    import inspect
-
-    from multiwriter.cleaner.job import Cleaner
 
     def make(path: str, lock, **kw):
-        if "compaction" in inspect.signature(Cleaner.__init__).parameters:
-            kw.setdefault("compaction", None)
+        kw.setdefault("compaction", None)
         return cleaners(path, lock, **kw)
 
     return make
