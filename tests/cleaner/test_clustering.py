@@ -294,3 +294,23 @@ def test_small_groups_stay_on_the_driver_below_executor_min_bytes(spark, trips_t
     (t,) = report.clustering_instants
     assert spark.sparkContext.statusTracker().getJobIdsForGroup(JOB_GROUP_PREFIX + t) == []
     assert _live_per_partition(table_path) == {"2024-01-01": 1, "2024-01-02": 1}
+
+
+def test_clustering_never_drops_the_log_files_of_a_merge_on_read_table(tmp_path):
+    """A Merge-on-Read table without a bucket index has small base files with updates in log
+    files: clustering the base files alone would bring back the old values."""
+    from tests.conftest import TRIPS_SCHEMA
+    from tests.oracle import hudi_read, rows
+
+    path = str(tmp_path / "mor")
+    mw.Table.create(path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", table_type="MERGE_ON_READ")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    for n in range(4):
+        mw.write(trips(range(n * 5, n * 5 + 5), ts=1, value=1.0), path, cfg)  # four small base files
+    mw.write(trips(range(0, 20, 3), ts=2, value=2.0), path, cfg)  # updates: log files
+    before = rows(mw.Table.open(path).read(), ["id", "value"])
+    mw.Cleaner(path, lock=mw.InProcessLock(), clustering=SMALL, compaction=None).run_once()
+    after = rows(mw.Table.open(path).read(), ["id", "value"])
+    assert after == before and dict(after)["3"] == 2.0
+    assert rows(hudi_read(path), ["id", "value"]) == before
