@@ -277,13 +277,15 @@ def candidates(
     Only slices whose commit is ``proven`` are inputs: a file that is visible merely because its
     instant is older than the active timeline may be a zombie writer's (docs/cleaner.md), and
     clustering it would turn its rows into committed data that the failed-write sweep can no
-    longer remove. None on a bucket-indexed table: its layout is its index (a key's bucket names
-    its file group), so stitching groups would lose keys."""
+    longer remove. Merge-on-Read slices with log files are left to compaction (stitching their
+    base files alone would bring back the versions the logs replaced). None on a bucket-indexed
+    table: its layout is its index (a key's bucket names its file group), so stitching groups
+    would lose keys."""
     if snapshot.timeline.config.bucket_index:
         return []
     by_part: dict[str, list[FileSlice]] = {}
     for f in snapshot.files():
-        if f.size < cfg.small_file_bytes and f.group not in busy and proven(f.instant_time):
+        if f.size < cfg.small_file_bytes and not f.logs and f.group not in busy and proven(f.instant_time):
             by_part.setdefault(f.partition, []).append(f)
     out: list[PlanGroup] = []
     budget = cfg.max_bytes_per_run
