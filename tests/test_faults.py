@@ -11,6 +11,7 @@ import pytest
 import multiwriter as mw
 from multiwriter import faults
 from multiwriter.table.layout import parse_data_file
+from multiwriter.table.log_file import parse_log_file
 from multiwriter.transaction import CHECKPOINT_KEY
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
@@ -25,7 +26,8 @@ def invariants(path: str) -> None:
     tl = t.timeline()
     assert tl.pending() == [], f"pending instants left: {tl.pending()}"
     listed = {s.path for i in tl.completed_writes() for s in tl.commit_metadata(i).all_stats()}
-    data = [e.path for e in t.storage.walk_files("") if parse_data_file(e.path.rsplit("/", 1)[-1])]
+    data = [e.path for e in t.storage.walk_files("")
+            if parse_data_file(e.path.rsplit("/", 1)[-1]) or parse_log_file(e.path.rsplit("/", 1)[-1])]
     assert set(data) <= listed, f"files of no completed instant: {set(data) - listed}"
     assert not list(Path(path, ".hoodie", ".temp").glob("*")), "markers left behind"
     assert not list(Path(path, ".hoodie", ".heartbeat").glob("*")), "heartbeats left behind"

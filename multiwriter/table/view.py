@@ -137,7 +137,9 @@ class TimelineView:
         names = self._names.get(i.requested_time)
         if names is None:
             stats = self.commit_metadata(i).all_stats()
-            names = self._names[i.requested_time] = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
+            names = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
+            names |= {n.rsplit("/", 1)[-1] for st in stats for n in st.log_files}  # a delta stat may name several
+            self._names[i.requested_time] = names
         return fs.name in names
 
     # -- replaced file groups ------------------------------------------------------------

@@ -16,7 +16,7 @@ import multiwriter as mw
 from multiwriter.table import instant as inst
 from multiwriter.table import layout
 from multiwriter.table.metadata import CommitMetadata, WriteStat, decode_records
-from multiwriter.table.snapshot import list_data_files
+from multiwriter.table.files import list_files
 from multiwriter.transaction import Transaction
 
 HB = 1.0  # heartbeat interval of every writer and cleaner in these tests
@@ -123,7 +123,9 @@ def wait_lapsed(table: mw.Table, *times: str, timeout: float = 15.0) -> None:
 
 
 def data_files_of(table: mw.Table, t: str) -> list[str]:
-    return sorted(f.path for f in list_data_files(table.storage) if f.instant_time == t)
+    """Base and log files written by instant ``t``."""
+    bases, logs = list_files(table.storage)
+    return sorted(f.path for f in [*bases, *logs] if f.instant_time == t)
 
 
 def garbage_of(table: mw.Table, t: str) -> dict:
