@@ -13,8 +13,24 @@ from .log_file import parse_log_file
 FileGroup = tuple[str, str]
 
 
+class _GroupFile:
+    """A file of one file group in one partition (base or log): where it is, whose it is."""
+
+    partition: str
+    file_id: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return data_file_path(self.partition, self.name)
+
+    @property
+    def group(self) -> FileGroup:
+        return (self.partition, self.file_id)
+
+
 @dataclass(frozen=True)
-class LogFile:
+class LogFile(_GroupFile):
     """One log file of a file group (Merge-on-Read): the changes of one deltacommit, named by its
     requested time; which slice it belongs to depends on when that commit completed."""
 
@@ -25,17 +41,9 @@ class LogFile:
     name: str
     size: int = 0
 
-    @property
-    def path(self) -> str:
-        return data_file_path(self.partition, self.name)
-
-    @property
-    def group(self) -> FileGroup:
-        return (self.partition, self.file_id)
-
 
 @dataclass(frozen=True)
-class FileSlice:
+class FileSlice(_GroupFile):
     """One base file of a file group, with the log files merged over it (Merge-on-Read; empty
     on Copy-on-Write and as storage lists files: :mod:`.view` attaches them)."""
 
@@ -45,14 +53,6 @@ class FileSlice:
     name: str
     size: int = 0
     logs: tuple[LogFile, ...] = ()
-
-    @property
-    def path(self) -> str:
-        return data_file_path(self.partition, self.name)
-
-    @property
-    def group(self) -> FileGroup:
-        return (self.partition, self.file_id)
 
 
 def list_partitions(storage: Storage) -> list[str]:
