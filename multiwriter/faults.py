@@ -28,6 +28,8 @@ POINTS = (
     "mid-rollback",
     "mid-clean",
     "mid-clustering",
+    "mid-log-append",
+    "compaction-after-plan",
     "compaction-after-files",
     "compaction-before-complete",
 )

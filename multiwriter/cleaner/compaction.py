@@ -285,6 +285,7 @@ def schedule(ctx: CleanerContext, cfg: CompactionConfig) -> Scheduled | None:
             raise
     sched = Scheduled(t, plan)
     log.info("planned compaction %s: %d file groups, %d log files", t, len(ops), sched.log_files)
+    faults.point("compaction-after-plan")
     return sched
 
 

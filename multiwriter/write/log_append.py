@@ -16,7 +16,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import markers
+from .. import faults, markers
 from ..storage import Storage
 from ..table import layout
 from ..table.log_file import LogFileName, encode_log_file
@@ -59,6 +59,7 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
     check_alive(storage, ctx, rel)
     storage.put_if_absent(rel, data)
+    faults.point("mid-log-append")
     n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
     return WriteStat(
         file_id=task.file_id,
