@@ -14,6 +14,7 @@ import pyarrow.dataset as pads
 
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
+from ..threads import ProcessPool
 from . import bucket
 from . import properties as props
 from .metadata import CommitMetadata
@@ -201,7 +202,12 @@ class Table:
         plain = _read_files(self.storage, [f.path for f in slices if not f.logs], schema, columns, filters)
         if not merged:
             return plain
-        parts = [read_slice(self.storage, f, schema, self.config.ordering_field) for f in merged]
+        ordering = self.config.ordering_field
+        if len(merged) == 1:
+            parts = [read_slice(self.storage, merged[0], schema, ordering)]
+        else:  # reading and merging release the GIL: slices side by side on every core
+            pool = SLICE_READERS.get()
+            parts = list(pool.map(lambda f: read_slice(self.storage, f, schema, ordering), merged))
         t = pa.concat_tables(parts)
         expr = _filters_expr(filters)
         if expr is not None:
@@ -270,6 +276,10 @@ class Table:
             with self.storage.fs.open_input_file(self.storage.abs(snap.files()[-1].path)) as f:
                 schema = data_schema(pq.read_schema(f))
         return with_meta(schema)
+
+
+#: threads that read and merge Merge-on-Read slices, started once per process
+SLICE_READERS = ProcessPool("mw-slice-read")
 
 
 def table_id_for(storage: Storage, name: str) -> str:
