@@ -96,7 +96,7 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
         out.append(("15.2 insert vs deltalake append", i["multiwriter insert"]["median_s"] / i["deltalake append"]["median_s"], 2.0))
     if imp:
         out.append(("15.7 import multiwriter (s)", imp["median_s"], 0.3))
-    return out + _streaming_ratios(results)
+    return out + _streaming_ratios(results) + _mor_ratios(results)
 
 
 # What the streaming goals mean, as measured by benchmarks.streaming:
@@ -140,6 +140,52 @@ def _streaming_ratios(results: dict) -> list[tuple[str, float, float]]:
     return out
 
 
+# What the Merge-on-Read (MOR n) and non-blocking writer (NBCC n) goals mean, as measured by
+# benchmarks.mor and benchmarks.nbcc (the small size uses smaller tables: 25k/200k/800k rows
+# instead of 250k/2M/8M, see benchmarks/workloads.py):
+# - upsert "x8 / x32 the rows": median 2,000-row upsert into the middle / largest table over
+#   the smallest (full size: 2M / 250k and 8M / 250k); "vs deltalake" at the middle size.
+# - "delta commits per file group": the most delta commits any live file slice still merges,
+#   sampled before and after every cleaner run, over CompactionConfig.delta_commits.
+# - backfill "rows differing": rows of the table, read by us and by hudi-rs, before and after
+#   compaction, that differ from the event-time model of the acknowledged commits.
+def _mor_ratios(results: dict) -> list[tuple[str, float, float]]:
+    out = []
+    up, fb, rd, lr = (results.get(k) for k in ("mor_upsert_scaling", "mor_foreach_batch", "mor_read", "mor_long_run"))
+    if up:
+        sizes = [str(n) for n in up["table_rows"]]
+        for shape, per in up["shapes"].items():
+            cost = [per[n]["mor_median_s"] for n in sizes]
+            out.append((f"MOR 1 upsert, x8 the rows (2M / 250k), {shape}", cost[1] / cost[0], 1.5))
+            out.append((f"MOR 1 upsert, x32 the rows (8M / 250k), {shape}", cost[2] / cost[0], 2.0))
+            out.append((f"MOR 1 upsert vs deltalake merge at 2M rows, {shape}",
+                        cost[1] / per[sizes[1]]["deltalake_median_s"], 0.2))
+    if fb:
+        s = fb["systems"]
+        out.append(("MOR 2 foreachBatch upsert vs deltalake merge in foreachBatch",
+                    s["multiwriter sink (MOR)"]["median_s"] / s["deltalake merge"]["median_s"], 0.25))
+    if rd:
+        r = rd["readers"]
+        out.append(("MOR 3 snapshot read, 7 uncompacted delta commits / compacted",
+                    r[f"{rd['delta_commits']} uncompacted delta commits"]["median_s"]
+                    / r["after compaction (the cleaner's)"]["median_s"], 1.5))
+    if lr:
+        out.append(("MOR 4 long run: delta commits per file group (max) / delta_commits",
+                    lr["delta_commits_per_group_max"] / lr["delta_commits"], 2.0))
+        out.append(("MOR 4 long run: batch at the end / at the start", lr["end_median_s"] / lr["start_median_s"], 1.3))
+    bf, sc = results.get("nbcc_backfill"), results.get("nbcc_scaling")
+    if bf:
+        m = bf["Merge-on-Read, non-blocking"]
+        out.append(("NBCC 1 backfill beside a stream: backfill attempts", float(m["backfill"]["attempts"]), 1.0))
+        out.append(("NBCC 1 backfill beside a stream: stream retries", float(m["stream_retries"]), 0.0))
+        out.append(("NBCC 1 stream commit p99 while the backfill runs / alone", m["p99_during_s"] / m["p99_alone_s"], 2.0))
+        out.append(("NBCC 1 rows differing from the event-time model (ours, hudi-rs)", float(m["rows_differing"]), 0.0))
+    if sc:
+        m = sc["Merge-on-Read, non-blocking"]
+        out.append(("NBCC 2 conflicts, 2 to 8 writers on one table", float(sum(v["conflicts"] for v in m.values())), 0.0))
+    return out
+
+
 # Every goal with the section that measures it (``python -m benchmarks.run --only SECTION``).
 GOALS = [
     ("15.1 upsert vs deltalake merge", "goal_upsert", 1.0),
@@ -154,6 +200,19 @@ GOALS = [
     ("15.7 import multiwriter (s)", "goal_import", 0.3),
     ("17 format(multiwriter) read vs spark.read.parquet of the live files", "source_read", 1.3),
     ("17 writeStream.format(multiwriter) vs the foreachBatch sink, per micro-batch", "stream_write", 1.2),
+    *[(f"MOR 1 upsert, {what}, {shape}", "mor_upsert_scaling", t) for shape in ("string keys", "int64 keys")
+      for what, t in (("x8 the rows (2M / 250k)", 1.5), ("x32 the rows (8M / 250k)", 2.0))],
+    *[(f"MOR 1 upsert vs deltalake merge at 2M rows, {shape}", "mor_upsert_scaling", 0.2)
+      for shape in ("string keys", "int64 keys")],
+    ("MOR 2 foreachBatch upsert vs deltalake merge in foreachBatch", "mor_foreach_batch", 0.25),
+    ("MOR 3 snapshot read, 7 uncompacted delta commits / compacted", "mor_read", 1.5),
+    ("MOR 4 long run: delta commits per file group (max) / delta_commits", "mor_long_run", 2.0),
+    ("MOR 4 long run: batch at the end / at the start", "mor_long_run", 1.3),
+    ("NBCC 1 backfill beside a stream: backfill attempts", "nbcc_backfill", 1.0),
+    ("NBCC 1 backfill beside a stream: stream retries", "nbcc_backfill", 0.0),
+    ("NBCC 1 stream commit p99 while the backfill runs / alone", "nbcc_backfill", 2.0),
+    ("NBCC 1 rows differing from the event-time model (ours, hudi-rs)", "nbcc_backfill", 0.0),
+    ("NBCC 2 conflicts, 2 to 8 writers on one table", "nbcc_scaling", 0.0),
 ]
 
 

@@ -126,7 +126,9 @@ def render(run: dict, plots_dir: Path) -> str:
 
     if r:
         out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
-                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source).", "",
+                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source); MOR n: the "
+                "Merge-on-Read goals, NBCC n: the non-blocking writer goals (the small size runs them on smaller tables, "
+                "see each section).", "",
                 ratio_table(r), ""]
     if run.get("section_when"):
         out += ["Sections were run one at a time: " + ", ".join(f"{k} {v[:16]}" for k, v in run["section_when"].items())
@@ -159,6 +161,9 @@ def render(run: dict, plots_dir: Path) -> str:
         out += [f"## Spark reads of the {d['rows']:,}-row table ({d['files']} live files; count, sum(ts), sum(amount))", "",
                 "| reader | median s |", "| --- | ---: |"]
         out += [f"| {k} | {v['median_s']:.3f} |" for k, v in d.items() if isinstance(v, dict)] + [""]
+    from .report_mor import render as render_mor
+
+    out += render_mor(r, plots_dir)
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

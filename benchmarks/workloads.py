@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import data, goals, streaming
+from . import data, goals, mor, nbcc, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,19 +286,51 @@ def memory(size: dict, work: Path, spark) -> dict:
             "samples": rss}
 
 
+# Merge-on-Read and non-blocking writer sections (benchmarks.mor, benchmarks.nbcc): the small size
+# uses smaller tables and shorter runs than the full one.
+_MOR_NBCC = {
+    "mor_upsert_table_rows": {"small": [25_000, 200_000, 800_000], "full": [250_000, 2_000_000, 8_000_000]},
+    "mor_batch_rows": {"small": 2000, "full": 2000},
+    "mor_upsert_batches": {"small": 5, "full": 10},
+    "mor_buckets": {"small": 4, "full": 4},
+    "mor_stream_table_rows": {"small": 200_000, "full": 2_000_000},
+    "mor_stream_batches": {"small": 8, "full": 20},
+    "mor_read_table_rows": {"small": 200_000, "full": 2_000_000},
+    "mor_read_delta_commits": {"small": 7, "full": 7},
+    "mor_read_reps": {"small": 3, "full": 5},
+    "mor_long_run_table_rows": {"small": 200_000, "full": 2_000_000},
+    "mor_long_run_batches": {"small": 150, "full": 3000},
+    "mor_compact_every": {"small": 5, "full": 5},
+    "mor_delta_commits": {"small": 5, "full": 5},
+    "mor_long_run_sample_every": {"small": 10, "full": 10},
+    "nbcc_table_rows": {"small": 20_000, "full": 200_000},
+    "nbcc_stream_rows": {"small": 1000, "full": 1000},
+    "nbcc_buckets": {"small": 4, "full": 4},
+    "nbcc_alone_batches": {"small": 20, "full": 60},
+    "nbcc_after_batches": {"small": 5, "full": 10},
+    "nbcc_max_during_batches": {"small": 500, "full": 5000},
+    "nbcc_stream_pause_s": {"small": 0.05, "full": 0.05},
+    "nbcc_backfill_hold_s": {"small": 0.0, "full": 0.0},
+    "nbcc_cow_retries": {"small": 3, "full": 3},
+    "nbcc_scaling_writers": {"small": [2, 4, 8], "full": [2, 4, 8]},
+    "nbcc_scaling_seconds": {"small": 8, "full": 60},
+    "nbcc_scaling_table_rows": {"small": 100_000, "full": 1_000_000},
+    "nbcc_scaling_batch_rows": {"small": 1000, "full": 1000},
+}
+
 SIZES = {
     "small": dict(table_rows=1_000_000, batch_rows=100_000, batches=5, iceberg_table_rows=100_000, iceberg_batch_rows=10_000,
                   iceberg_batches=2, timeline_sizes=[100, 1000], tiny_batches=10, concurrent_batches=15, kills=3,
                   micro_batches=200, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                   long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                   peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                  read_upserts=6, read_reps=3),
+                  read_upserts=6, read_reps=3, **{k: v["small"] for k, v in _MOR_NBCC.items()}),
     "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
                  micro_batches=1000, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                  long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                  peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                 read_upserts=6, read_reps=5),
+                 read_upserts=6, read_reps=5, **{k: v["full"] for k, v in _MOR_NBCC.items()}),
 }
 
 
@@ -308,4 +340,6 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "stream_write": streaming.stream_write,
              "peak_rss": streaming.peak_rss, "long_run": streaming.long_run,
              "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
-             "concurrent": concurrent, "failure": failure_detection, "memory": memory}
+             "concurrent": concurrent, "failure": failure_detection, "memory": memory,
+             "mor_upsert_scaling": mor.upsert_scaling, "mor_foreach_batch": mor.foreach_batch, "mor_read": mor.read,
+             "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling}
