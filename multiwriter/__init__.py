@@ -34,6 +34,7 @@ _LAZY = {
     "Table": (".table.table", "Table"),
     "Writer": (".write.writer", "Writer"),
     "LocalZooKeeper": (".zookeeper_local", "LocalZooKeeper"),
+    "LocalZooKeeperEnsemble": (".zookeeper_local", "LocalZooKeeperEnsemble"),
     "MultiWriterSink": (".sink.foreach_batch", "MultiWriterSink"),
     "Cleaner": (".cleaner.job", "Cleaner"),
     "CleanerReport": (".cleaner.job", "CleanerReport"),

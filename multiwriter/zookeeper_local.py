@@ -1,4 +1,5 @@
-"""``LocalZooKeeper``: a real ZooKeeper server started from the jars the installed pyspark ships.
+"""``LocalZooKeeper``: a real ZooKeeper server started from the jars the installed pyspark ships;
+``LocalZooKeeperEnsemble``: several of them forming one quorum.
 
 Why: tests, the demo and the notebooks need a real ensemble (mocks hide exactly the session and
 ordering behaviour the table lock depends on), and every machine that runs multiwriter already
@@ -10,6 +11,14 @@ process is stopped through the ``Popen`` handle this object created, never by na
 
     with LocalZooKeeper(port=0) as zk:
         client = KazooClient(hosts=zk.connect)   # "127.0.0.1:<port>"
+
+An ensemble (quorum peers on loopback, leader elections, failover) for failure tests::
+
+    with LocalZooKeeperEnsemble(size=3) as ens:
+        client = KazooClient(hosts=ens.connect)  # "127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>"
+        n = ens.leader()                          # 1..3, the server that leads now
+        ens.kill(n)                               # SIGKILL; the other two elect a new leader
+        ens.start(n)                              # it rejoins as a follower
 """
 from __future__ import annotations
 
@@ -39,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 #: how often ``start`` picks another port when an automatically chosen one was taken meanwhile
 PORT_ATTEMPTS = 3
 STOP_GRACE_S = 10.0
@@ -99,6 +109,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (each free a moment ago)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        p = free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
 def four_letter_word(port: int, word: bytes, timeout_s: float = 1.0) -> bytes:
     """Send a ZooKeeper four-letter command to 127.0.0.1:port; b"" when nothing answers."""
     try:
@@ -138,6 +158,15 @@ def _terminate(rt: _Runtime) -> None:
     if rt.log_file is not None:
         rt.log_file.close()
         rt.log_file = None
+
+
+def _kill(rt: _Runtime) -> None:
+    """SIGKILL the process this runtime started (a crash: no clean shutdown) and reap it."""
+    proc = rt.proc
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    _terminate(rt)
 
 
 def _finalize(rt: _Runtime) -> None:
@@ -183,6 +212,9 @@ class LocalZooKeeper:
             self.data_dir = Path(data_dir).resolve()
         self._finalizer = weakref.finalize(self, _finalize, self._rt)
         self._mu = threading.Lock()
+
+    #: the JVM entry point; a quorum member (``LocalZooKeeperEnsemble``) runs QuorumPeerMain
+    main_class = MAIN_CLASS
 
     # -- addresses and state -----------------------------------------------------------------
     @property
@@ -250,6 +282,16 @@ class LocalZooKeeper:
             if pid is not None:
                 log.info("ZooKeeper at %s (pid %s) stopped", self.connect, pid)
 
+    def kill(self) -> None:
+        """SIGKILL the server this object started (a crash, for failure tests); idempotent.
+
+        Like :meth:`stop`, the data directory stays for :meth:`start`."""
+        with self._mu:
+            pid = self.pid
+            _kill(self._rt)
+            if pid is not None:
+                log.info("ZooKeeper at %s (pid %s) killed", self.connect, pid)
+
     def restart(self) -> Self:
         """Stop and start again on the same port and data directory (chaos tests)."""
         self.stop()
@@ -279,7 +321,7 @@ class LocalZooKeeper:
             f"-Dlog4j2.configurationFile={self._write_log_config()}",
             "-cp",
             f"{jars}{os.sep}*",
-            MAIN_CLASS,
+            self.main_class,
             str(cfg),
         ]
         self._rt.log_file = open(self.log_path, "ab")  # noqa: SIM115 - open while the server runs; closed by _terminate
@@ -300,13 +342,14 @@ class LocalZooKeeper:
         conf = four_letter_word(self.port, b"conf").decode(errors="replace")
         return f"dataDir={self.data_dir}{os.sep}" in conf
 
+    def _config_text(self) -> str:
+        return ZOO_CFG.format(tick=self.tick_time_ms, data=self.data_dir, port=self.port,
+                              max_session=self.max_session_timeout_ms)
+
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.work_dir / "zoo.cfg"
-        cfg.write_text(
-            ZOO_CFG.format(tick=self.tick_time_ms, data=self.data_dir, port=self.port,
-                           max_session=self.max_session_timeout_ms)
-        )
+        cfg.write_text(self._config_text())
         return cfg
 
     def _write_log_config(self) -> Path:
@@ -314,6 +357,165 @@ class LocalZooKeeper:
         path = self.work_dir / "log4j2.properties"
         path.write_text(LOG4J2_PROPERTIES)
         return path
+
+
+#: the quorum part of a member's zoo.cfg: time limits in ticks (initial sync; follower lag)
+QUORUM_CFG = """\
+initLimit={init_limit}
+syncLimit={sync_limit}
+"""
+
+
+class _QuorumMember(LocalZooKeeper):
+    """One server of a :class:`LocalZooKeeperEnsemble`: a ``LocalZooKeeper`` run by
+    ``QuorumPeerMain`` with the ensemble's ``server.N`` lines and its own ``myid``."""
+
+    main_class = QUORUM_MAIN_CLASS
+
+    def __init__(self, myid: int, servers: list[str], *, init_limit: int, sync_limit: int, startup_timeout_s: float,
+                 heap: str, tick_time_ms: int, max_session_timeout_ms: int) -> None:
+        super().__init__(port=0, startup_timeout_s=startup_timeout_s, heap=heap, tick_time_ms=tick_time_ms,
+                         max_session_timeout_ms=max_session_timeout_ms)
+        self.myid = myid
+        self._servers = servers
+        self._quorum_cfg = QUORUM_CFG.format(init_limit=init_limit, sync_limit=sync_limit)
+
+    def __repr__(self) -> str:
+        return f"ZooKeeper server {self.myid} (connect={self.connect!r}, pid={self.pid})"
+
+    def _config_text(self) -> str:
+        (self.data_dir / "myid").write_text(f"{self.myid}\n")
+        return super()._config_text() + self._quorum_cfg + "".join(f"{line}\n" for line in self._servers)
+
+    def mode(self) -> str | None:
+        """Its role by ``srvr``: "leader" or "follower" while it serves in a quorum, else None."""
+        if not self.running:
+            return None
+        out = four_letter_word(self.port, b"srvr").decode(errors="replace")
+        for line in out.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+
+class LocalZooKeeperEnsemble:
+    """``size`` ZooKeeper servers on 127.0.0.1 forming one quorum, for failover tests.
+
+    Every port (client, quorum, election) is a free loopback port; each server has its own
+    temporary work and data directory with its ``myid``, and its own ``zoo.cfg`` listing
+    ``server.N=127.0.0.1:<quorum port>:<election port>`` for all. Servers are numbered 1..size
+    (their ``myid``). Processes are stopped or killed through the handles this object created.
+
+    A short ``tick_time_ms`` makes failover quick: followers give up on a silent leader after
+    ``sync_limit`` ticks. The servers grant session timeouts between two ticks and
+    ``max_session_timeout_ms``.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        startup_timeout_s: float = 60.0,
+        *,
+        heap: str = "192m",
+        tick_time_ms: int = 500,
+        init_limit: int = 20,
+        sync_limit: int = 4,
+        max_session_timeout_ms: int = 60000,
+    ) -> None:
+        if int(size) < 2:
+            raise ZooKeeperStartError(f"an ensemble needs at least 2 servers, not {size}; use LocalZooKeeper for one")
+        self.size = int(size)
+        ports = free_ports(2 * self.size)
+        self.servers = [f"server.{n}=127.0.0.1:{ports[2 * n - 2]}:{ports[2 * n - 1]}" for n in range(1, self.size + 1)]
+        self.members: dict[int, _QuorumMember] = {
+            n: _QuorumMember(n, self.servers, init_limit=init_limit, sync_limit=sync_limit,
+                             startup_timeout_s=startup_timeout_s, heap=heap, tick_time_ms=tick_time_ms,
+                             max_session_timeout_ms=max_session_timeout_ms)
+            for n in range(1, self.size + 1)
+        }
+
+    # -- addresses and state -----------------------------------------------------------------
+    @property
+    def connect(self) -> str:
+        """The connect string naming every server: ``"127.0.0.1:<p1>,127.0.0.1:<p2>,..."``."""
+        return ",".join(m.connect for m in self.members.values())
+
+    def member(self, n: int) -> LocalZooKeeper:
+        """Server ``n`` (1..size): its ``port``, ``pid``, ``log_path``, ``log_tail()``."""
+        if n not in self.members:
+            raise KeyError(f"no server {n} in this ensemble (servers are 1..{self.size})")
+        return self.members[n]
+
+    @property
+    def pids(self) -> dict[int, int | None]:
+        return {n: m.pid for n, m in self.members.items()}
+
+    def modes(self) -> dict[int, str | None]:
+        """Each server's role now ("leader", "follower"; None when down or electing), by ``srvr``."""
+        return {n: m.mode() for n, m in self.members.items()}
+
+    def leader(self, timeout_s: float = 0.0) -> int | None:
+        """The number of the server that leads, asked with ``srvr``; polls up to ``timeout_s``
+        for one (an election in progress); None if no server leads by then."""
+        deadline = time.monotonic() + float(timeout_s)
+        while True:
+            for n, mode in self.modes().items():
+                if mode == "leader":
+                    return n
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def __repr__(self) -> str:
+        return f"LocalZooKeeperEnsemble(connect={self.connect!r}, pids={self.pids})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, n: int | None = None) -> Self:
+        """Start server ``n`` (a restart after :meth:`kill` or :meth:`stop`), or with no ``n``
+        every server not running, together (none serves before a quorum is up). Returns once
+        the started servers serve clients, i.e. have joined a quorum."""
+        if n is not None:
+            self.member(n).start()
+            return self
+        todo = [m for m in self.members.values() if not m.running]
+        errors: list[str] = []
+
+        def run(m: _QuorumMember) -> None:
+            try:
+                m.start()
+            except ZooKeeperStartError as e:
+                errors.append(f"server {m.myid}: {e}")
+
+        threads = [threading.Thread(target=run, args=(m,), daemon=True, name=f"mw-zk-start-{m.myid}") for m in todo]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop()
+            raise ZooKeeperStartError("the ZooKeeper ensemble did not come up:\n" + "\n".join(errors))
+        log.info("ZooKeeper ensemble serving at %s (leader: server %s)", self.connect, self.leader(timeout_s=5.0))
+        return self
+
+    def kill(self, n: int) -> None:
+        """SIGKILL server ``n`` (its own process handle): a crash, its data directory kept."""
+        self.member(n).kill()
+
+    def stop(self, n: int | None = None) -> None:
+        """Stop server ``n``, or every server this object started; idempotent. Data is kept."""
+        for m in [self.member(n)] if n is not None else list(self.members.values()):
+            m.stop()
+
+    def close(self) -> None:
+        """Stop every server and remove their temporary directories."""
+        for m in self.members.values():
+            m.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- command line: `multiwriter zookeeper --port N` ------------------------------------------
@@ -351,7 +553,10 @@ def main(argv: Sequence[str] | None = None, *, port: int | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["LocalZooKeeper", "ZooKeeperStartError", "find_java", "four_letter_word", "free_port", "main", "pyspark_jars"]
+__all__ = [
+    "LocalZooKeeper", "LocalZooKeeperEnsemble", "ZooKeeperStartError", "find_java", "four_letter_word", "free_port",
+    "free_ports", "main", "pyspark_jars",
+]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main(sys.argv[1:]))

@@ -137,6 +137,55 @@ def upserts(a: dict) -> dict:
     return {"commits": out}
 
 
+def acked_upserts(a: dict) -> dict:
+    """Numbered batches by one writer, as a streaming query sends them, until the file ``stop``
+    exists (or ``max_batches``): batch ``b`` sets ``value_base + b`` on a random subset of
+    ``keys`` (ts 1 for all, so the later commit wins). A batch that raised is sent again with
+    the same batch id until acknowledged (a replay of one that landed is skipped, and counts as
+    acknowledged). Each acknowledgement is appended to ``ledger`` when it happens, with its
+    wall-clock time, so the test can follow the run; errors are recorded, not raised."""
+    import dataclasses
+    import random
+
+    import multiwriter as mw
+    from multiwriter.errors import MultiWriterError
+    from multiwriter.write.writer import Writer
+
+    rng = random.Random(f"{a['writer']}:{a.get('seed', 0)}")
+    # a capped backoff: a writer that lost several conflicts in a row must not sit out for seconds
+    cfg = dataclasses.replace(_config(a), retry_backoff_max_s=a.get("backoff_max_s", 5.0))
+    w = Writer(mw.Table.open(a["path"]), cfg)
+    acks: list[dict] = []
+    errors: list[dict] = []
+    b = 0
+    try:
+        while b < a.get("max_batches", 10_000) and not os.path.exists(a["stop"]):
+            keys = sorted(rng.sample(a["keys"], a.get("per_batch", len(a["keys"]))))
+            rows = [[k, 1, float(a.get("value_base", 0) + b)] for k in keys]
+            t = pa.table({"id": [str(k) for k in keys], "date": [a.get("date", "2024-01-01")] * len(keys),
+                          "ts": pa.array([1] * len(keys), pa.int64()), "value": [r[2] for r in rows]})
+            while True:
+                try:
+                    r = w.write(t, batch_id=b)
+                    break
+                except MultiWriterError as e:  # not acknowledged: send the same batch again
+                    errors.append({"batch": b, "at": time.time(), "error": type(e).__name__, "message": str(e)[:300]})
+                    time.sleep(a.get("error_pause_s", 0.1))
+            ack = {"batch": b, "acked_at": time.time(), "skipped": r.skipped, "attempts": r.attempts,
+                   "conflicts": r.conflicts, "rows": rows,
+                   "instant": r.instant.requested_time if r.instant else None,
+                   "completion": r.instant.completion_time if r.instant else None}
+            acks.append(ack)
+            with open(a["ledger"], "a") as f:
+                f.write(json.dumps({k: v for k, v in ack.items() if k != "rows"}) + "\n")
+            b += 1
+            if a.get("pause_s"):
+                time.sleep(a["pause_s"])
+    finally:
+        w.close()
+    return {"acks": acks, "errors": errors}
+
+
 def clean(a: dict) -> dict:
     """One cleaner run (a separate process, so a fault point can crash it)."""
     import multiwriter as mw
