@@ -298,7 +298,7 @@ _MOR_NBCC = {
     "mor_read_table_rows": {"small": 200_000, "full": 2_000_000},
     "mor_read_delta_commits": {"small": 7, "full": 7},
     "mor_read_reps": {"small": 3, "full": 5},
-    "mor_long_run_table_rows": {"small": 200_000, "full": 2_000_000},
+    "mor_long_run_table_rows": {"small": 100_000, "full": 2_000_000},
     "mor_long_run_batches": {"small": 150, "full": 3000},
     "mor_compact_every": {"small": 5, "full": 5},
     "mor_delta_commits": {"small": 5, "full": 5},
@@ -313,7 +313,7 @@ _MOR_NBCC = {
     "nbcc_backfill_hold_s": {"small": 0.0, "full": 0.0},
     "nbcc_cow_retries": {"small": 3, "full": 3},
     "nbcc_scaling_writers": {"small": [2, 4, 8], "full": [2, 4, 8]},
-    "nbcc_scaling_seconds": {"small": 8, "full": 60},
+    "nbcc_scaling_seconds": {"small": 6, "full": 60},
     "nbcc_scaling_table_rows": {"small": 100_000, "full": 1_000_000},
     "nbcc_scaling_batch_rows": {"small": 1000, "full": 1000},
 }
