@@ -19,7 +19,7 @@ from .merge_rule import Versions, merge
 def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema) -> pa.Table:
     """The base file's rows in ``schema`` (columns added since it was written read as null)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        t = pq.read_table(f)
+        t = pq.ParquetFile(f).read()
     return _aligned(t, schema)
 
 

@@ -235,6 +235,24 @@ def test_data_block_round_trips_types_and_nulls():
     assert block.records.column("_hoodie_file_name").to_pylist() == ["fg-0"] * 3
 
 
+@pytest.mark.parametrize("data_format, block_type", [("parquet", lf.BlockType.PARQUET_DATA), ("avro", lf.BlockType.AVRO_DATA)])
+def test_log_files_write_parquet_or_avro_data_blocks(data_format, block_type):
+    """Parquet data blocks (the writer's default: encoded and decoded column at a time) carry the
+    same records and headers as Avro ones; pyarrow reads the block's content as a Parquet file."""
+    import pyarrow.parquet as pq
+
+    data = _typed_table()
+    records = _meta(data)
+    raw = lf.encode_log_file(instant_time=T1, schema=arrow_to_avro(data.schema, "t"), records=records,
+                             data_format=data_format)
+    (block,) = lf.read_log_blocks(raw)
+    assert block.block_type == block_type and block.header["INSTANT_TIME"] == T1 and "SCHEMA" in block.header
+    assert block.records.to_pylist() == records.to_pylist()
+    if data_format == "parquet":
+        start = raw.index(b"PAR1")
+        assert pq.read_table(pa.BufferReader(raw[start:raw.rindex(b"PAR1") + 4])).to_pylist() == records.to_pylist()
+
+
 def test_data_block_records_are_plain_avro_of_the_header_schema():
     """fastavro, reading one record with the SCHEMA header, sees the values we meant (an oracle
     for the Avro encoding independent of our decoder's Arrow conversion)."""
