@@ -66,6 +66,8 @@ def _plain_zero(deletes: pa.Table) -> pa.Table:
 
 def _aligned(t: pa.Table, schema: pa.Schema) -> pa.Table:
     """``t`` in ``schema``'s column order and types; missing columns as nulls."""
+    if t.schema.equals(schema, check_metadata=False):
+        return t
     cols = []
     for f in schema:
         i = t.schema.get_field_index(f.name)

@@ -58,7 +58,7 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     schema = _avro_schema(ctx)
     data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
     check_alive(storage, ctx, rel)
-    storage.put_if_absent(rel, data)
+    write_log(storage, rel, data)
     faults.point("mid-log-append")
     n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
     return WriteStat(
@@ -95,11 +95,18 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> Write
     markers.create(storage, instant_time, partition, name)
     schema = json.loads(arrow_to_avro_json(data_schema(rows.schema), "record"))
     data = encode_log_file(instant_time=instant_time, schema=schema, records=rows)
-    storage.put_if_absent(rel, data)
+    write_log(storage, rel, data)
     storage.delete(stat.path)
     return dataclasses.replace(stat, path=rel, prev_commit=instant_time, num_update_writes=stat.num_writes, num_inserts=0,
                                total_write_bytes=len(data), file_size=len(data), log_version=LOG_VERSION,
                                log_files=(name,))
+
+
+def write_log(storage: Storage, rel: str, data: bytes) -> None:
+    """Write a log file as base files are written: one stream, no temporary file or fsync (the
+    name is this attempt's own, and no reader looks at it before its commit completes)."""
+    with storage.fs.open_output_stream(storage.abs(rel)) as f:
+        f.write(data)
 
 
 def _records(ctx: MergeContext, task: FileGroupTask, upserts: pa.Table) -> pa.Table:
