@@ -111,29 +111,43 @@ def _timeline(args: argparse.Namespace) -> int:
 
 
 def _heartbeats(args: argparse.Namespace) -> int:
-    import json
-
-    from .heartbeat.client import heartbeat_age_s, is_lapsed
+    from .heartbeat.client import heartbeat_age_s
+    from .heartbeat.judge import HeartbeatJudge, skew_beyond
     from .table import layout
     from .table.table import Table
 
     t = Table.open(args.path)
     entries = t.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True)
-    if not entries:
+    times = [e.path.rsplit("/", 1)[-1] for e in entries]
+    times = [i for i in times if len(i) == 17 and i.isdigit()]  # not temporary files of interrupted writes
+    if not times:
         print("no heartbeats (no writer in flight)")
-    for e in entries:
-        inst = e.path.rsplit("/", 1)[-1]
-        if not (len(inst) == 17 and inst.isdigit()):
-            continue  # a temporary file of an interrupted write
-        try:
-            body = json.loads(t.storage.read_bytes(e.path))
-        except (ValueError, OSError):
-            body = {}
+        return 0
+    judge = HeartbeatJudge(t.storage, interval_s=args.interval, tolerable_misses=args.misses,
+                           max_observe_s=args.observe, skew_warn_s=args.skew_warn, name="multiwriter heartbeats")
+    obs = judge.decide(times)
+    for inst in times:
+        o = obs[inst]
+        body = _heartbeat_body(t.storage, layout.heartbeat_path(inst))
         age = heartbeat_age_s(t.storage, inst)
-        lapsed = is_lapsed(t.storage, inst, args.interval, args.misses)
+        age_text = "gone" if age is None else f"{age:.1f}s"
+        skew = "" if o.skew_s is None else f" skew={o.skew_s:+.1f}s"
         print(f"{inst}  writer={body.get('writer_id', '?')} host={body.get('host', '?')} pid={body.get('pid', '?')} "
-              f"age={age:.1f}s {'LAPSED' if lapsed else 'alive'}")
+              f"age={age_text} unchanged={o.unchanged_s:.1f}s bound={o.bound_s:g}s ({o.bound_from}){skew} "
+              f"{'LAPSED' if o.lapsed else o.verdict}")
+        if skew_beyond(o.skew_s, args.skew_warn, judge.poll_s):
+            print(f"WARNING: clock skew {o.skew_s:+.1f}s between writer {body.get('writer_id', '?')} and this host")
     return 0
+
+
+def _heartbeat_body(storage, rel: str) -> dict:
+    import json
+
+    try:
+        body = json.loads(storage.read_bytes(rel))
+    except (ValueError, OSError):
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -153,7 +167,8 @@ def _status(args: argparse.Namespace) -> int:
         finally:
             lock.close()
     s = collect(t, live_writers=live, heartbeat_interval_s=args.heartbeat_interval,
-                heartbeat_tolerable_misses=args.heartbeat_misses, small_file_bytes=args.small_file_bytes)
+                heartbeat_tolerable_misses=args.heartbeat_misses, small_file_bytes=args.small_file_bytes,
+                observe_s=args.observe, skew_warn_s=args.skew_warn)
     print(s.to_json() if args.json else render(s))
     return 0
 
@@ -198,8 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=_timeline)
     h = sub.add_parser("heartbeats", help="print the heartbeats of in-flight writers")
     h.add_argument("path")
-    h.add_argument("--interval", type=float, default=10.0)
-    h.add_argument("--misses", type=int, default=2)
+    h.add_argument("--interval", type=float, default=10.0,
+                   help="judges heartbeats that record no interval of their own (Hudi's JVM writers), seconds")
+    h.add_argument("--misses", type=int, default=2, help="tolerable misses for such heartbeats")
+    h.add_argument("--observe", type=float, default=10.0, help="seconds to watch the heartbeats at most "
+                   "(alive once a new beat appears, lapsed once none did for the writer's bound)")
+    h.add_argument("--skew-warn", type=float, default=5.0, help="warn when a writer's clock is further than this "
+                   "from this host's (seconds)")
     h.set_defaults(fn=_heartbeats)
     from .cleaner.job import (
         add_arguments,
@@ -228,8 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     add_lock_arguments(s)  # --zk lists the live (registered) writers
-    s.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
-    s.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    s.add_argument("--heartbeat-interval", type=float, default=10.0,
+                   help="judges heartbeats that record no interval of their own (Hudi's JVM writers), seconds")
+    s.add_argument("--heartbeat-misses", type=int, default=2, help="tolerable misses for such heartbeats")
+    s.add_argument("--observe", type=float, default=10.0, help="seconds to watch in-flight heartbeats at most "
+                   "(alive once a new beat appears, lapsed once none did for the writer's bound)")
+    s.add_argument("--skew-warn", type=float, default=5.0, help="warn when a writer's clock is further than this "
+                   "from this host's (seconds)")
     s.add_argument("--small-file-bytes", type=int, default=None, help="what counts as a small file (default: clustering's)")
     add_hudi_arguments(s)
     s.set_defaults(fn=_with_hudi_options(_status))

@@ -21,8 +21,12 @@ class InFlight:
     action: str
     state: str
     writer: str | None
-    heartbeat_age_s: float | None
-    verdict: str  # alive | lapsed
+    heartbeat_age_s: float | None  # by this host's wall clock (informational: skew distorts it)
+    verdict: str  # alive | lapsed | undecided (see multiwriter.heartbeat.judge)
+    bound_s: float | None = None  # the bound it was judged by
+    bound_from: str | None = None  # "writer" (recorded in its beats) or "judge" (the status defaults)
+    unchanged_s: float | None = None  # how long status watched the current beat without a new one
+    skew_s: float | None = None  # writer's clock minus this host's, when a new beat was seen
 
 
 @dataclass
@@ -56,6 +60,7 @@ class TableStatus:
     pending_compactions: list[str] = field(default_factory=list)
     #: Merge-on-Read: per partition, log files and deltacommits since the last compaction
     uncompacted: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. clock skew between writers and this host
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -68,8 +73,15 @@ def collect(
     heartbeat_interval_s: float = 10.0,
     heartbeat_tolerable_misses: int = 2,
     small_file_bytes: int | None = None,
+    observe_s: float = 10.0,
+    skew_warn_s: float | None = None,
 ) -> TableStatus:
-    """Gather the status from one timeline load and one listing of the table."""
+    """Gather the status from one timeline load and one listing of the table.
+
+    Whether the owner of an in-flight instant is alive is judged by watching its heartbeat for
+    up to ``observe_s`` seconds (:mod:`multiwriter.heartbeat.judge`): alive once a new beat
+    appears, lapsed once none appeared for the writer's bound (the ``heartbeat_*`` settings
+    judge beats that record none), undecided when the observation ended first."""
     from .cleaner.archive import load_history
     from .cleaner.clustering import ClusteringConfig, health
     from .table.snapshot import Snapshot, log_health
@@ -79,6 +91,8 @@ def collect(
     snap = Snapshot.build(table.storage, tl)
     parts = health(snap, small)
     pending = tl.pending()
+    in_flight, warnings = _judge_in_flight(table, pending, heartbeat_interval_s, heartbeat_tolerable_misses,
+                                           observe_s, skew_warn_s)
     return TableStatus(
         table=table.name,
         path=table.path,
@@ -86,7 +100,7 @@ def collect(
         live_writers=sorted(live_writers) if live_writers is not None else None,
         writers=_writers(tl, live_writers),
         retired_writers=ckpt.retired(table.storage),
-        in_flight=[_in_flight(table, i, heartbeat_interval_s, heartbeat_tolerable_misses) for i in pending],
+        in_flight=in_flight,
         pending_rollbacks=[i.requested_time for i in pending if i.action == inst.ROLLBACK],
         pending_clusterings=[i.requested_time for i in pending if i.action == inst.CLUSTERING],
         partitions=[asdict(h) for _, h in sorted(parts.items())],
@@ -98,6 +112,7 @@ def collect(
         table_type=table.config.table_type,
         pending_compactions=[i.requested_time for i in pending if i.action == inst.COMPACTION],
         uncompacted=[asdict(h) for _, h in sorted(log_health(snap).items())],
+        warnings=warnings,
     )
 
 
@@ -111,20 +126,31 @@ def _writers(tl: Timeline, live: list[str] | None) -> list[WriterStatus]:
     return out
 
 
-def _in_flight(table: Table, i: Instant, interval: float, misses: int) -> InFlight:
-    from .heartbeat.client import heartbeat_age_s, is_lapsed
-    from .table import layout
+def _judge_in_flight(
+    table: Table, pending: list[Instant], interval: float, misses: int, observe_s: float, skew_warn_s: float | None
+) -> tuple[list[InFlight], list[str]]:
+    from .heartbeat.client import heartbeat_age_s
+    from .heartbeat.judge import DEFAULT_SKEW_WARN_S, HeartbeatJudge, skew_beyond
 
-    writer = None
-    try:
-        body = json.loads(table.storage.read_bytes(layout.heartbeat_path(i.requested_time)))
-        writer = body.get("writer_id") if isinstance(body, dict) else None
-    except (FileNotFoundError, ValueError):
-        pass
-    age = heartbeat_age_s(table.storage, i.requested_time)
-    lapsed = is_lapsed(table.storage, i.requested_time, interval, misses)
-    return InFlight(i.requested_time, i.action, i.state, writer, None if age is None else round(age, 1),
-                    "lapsed" if lapsed else "alive")
+    threshold = DEFAULT_SKEW_WARN_S if skew_warn_s is None else skew_warn_s
+    judge = HeartbeatJudge(table.storage, interval_s=interval, tolerable_misses=misses, max_observe_s=observe_s,
+                           skew_warn_s=threshold, name="multiwriter status")
+    obs = judge.decide(i.requested_time for i in pending)
+    out = []
+    warnings = []
+    for i in pending:
+        o = obs[i.requested_time]
+        age = heartbeat_age_s(table.storage, i.requested_time)
+        writer = o.beat.writer_id
+        out.append(InFlight(i.requested_time, i.action, i.state, writer, None if age is None else round(age, 1),
+                            o.verdict, round(o.bound_s, 3), o.bound_from, round(o.unchanged_s, 1),
+                            None if o.skew_s is None else round(o.skew_s, 1)))
+        # the estimate is taken up to one poll after the beat was written
+        if skew_beyond(o.skew_s, threshold, judge.poll_s):
+            warnings.append(f"clock skew: writer {writer or '?'} (instant {i.requested_time}) beats with a clock "
+                            f"{o.skew_s:+.1f}s from this host's (warning above {threshold:g}s); liveness is judged "
+                            "by observed beats, but instant times from these hosts disagree")
+    return out, warnings
 
 
 def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
@@ -166,7 +192,8 @@ def render(s: TableStatus) -> str:
     lines.append(f"in flight: {len(s.in_flight)}" if s.in_flight else "in flight: none")
     for f in s.in_flight:
         age = "no heartbeat" if f.heartbeat_age_s is None else f"heartbeat {f.heartbeat_age_s:.1f}s ago"
-        lines.append(f"  {f.instant} {f.action:<13} {f.state:<9} {f.writer or '?':<20} {age}: {f.verdict}")
+        how = "" if f.bound_s is None else f" (unchanged {f.unchanged_s:.1f}s of {f.bound_from}'s bound {f.bound_s:g}s)"
+        lines.append(f"  {f.instant} {f.action:<13} {f.state:<9} {f.writer or '?':<20} {age}: {f.verdict}{how}")
     lines.append(f"pending rollbacks: {', '.join(s.pending_rollbacks) or 'none'}; "
                  f"pending clusterings: {', '.join(s.pending_clusterings) or 'none'}")
     lines.append(f"files: {s.live_files} live file groups, {s.small_files} small")
@@ -185,4 +212,5 @@ def render(s: TableStatus) -> str:
         lines.append(f"cleaner last: {done}")
     else:
         lines.append("cleaner last: nothing yet")
+    lines.extend(f"WARNING: {w}" for w in s.warnings)
     return "\n".join(lines)

@@ -66,7 +66,9 @@ def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_b
     registered = _zk(zk_server, zk_base)
     reg = registered.register_writer(table.table_id, "ingest-b")
     try:
-        out = cli("status", table_path, "--json", "--zk", zk_server.connect, "--zk-base-path", zk_base)
+        # the ghost's beat records no settings: judged by these, watched until it is decided
+        out = cli("status", table_path, "--json", "--zk", zk_server.connect, "--zk-base-path", zk_base,
+                  "--heartbeat-interval", "1", "--heartbeat-misses", "1")
     finally:
         reg.close()
         registered.close()
@@ -80,11 +82,12 @@ def test_status_shows_writers_in_flight_instants_and_file_health(zk_server, zk_b
     assert writers["ingest-b"]["query_id"] == "query-b" and writers["ingest-a"]["query_id"] is None
     (ghost,) = s["in_flight"]
     assert ghost["instant"] == t and ghost["writer"] == "ghost" and ghost["verdict"] == "lapsed"
+    assert ghost["bound_s"] == 2.0 and ghost["bound_from"] == "judge" and ghost["unchanged_s"] >= 2.0
     parts = {p["partition"]: p for p in s["partitions"]}
     assert {p: v["file_groups"] for p, v in parts.items()} == _groups_per_partition_by_hudi_rs(table_path)
     assert all(v["small_files"] == v["file_groups"] for v in parts.values())
     assert s["active_instants"] == 5 and s["archived_instants"] == 0
-    text = cli("status", table_path)
+    text = cli("status", table_path, "--heartbeat-interval", "1", "--heartbeat-misses", "1")
     assert text.returncode == 0 and "ingest-a" in text.stdout and "lapsed" in text.stdout and "unknown (pass --zk)" in text.stdout
     assert "query query-b" in text.stdout
 

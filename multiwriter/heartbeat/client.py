@@ -12,16 +12,21 @@ garbage and unblock readers within ~30 s, and a lower bound makes the writer's o
 in-flight instant per interval. ``tolerable_misses=0`` leaves no slack at all: a beat a few
 milliseconds late already crosses the bound, so keep at least 1.
 
-Two views of the same rule:
+Two views of liveness:
 
-* everyone else (cleaner, CLI) judges a writer with :func:`is_lapsed`, from storage alone;
+* everyone else (cleaner, failed-write sweep, status, CLI) judges a writer with
+  :mod:`multiwriter.heartbeat.judge`: dead once no new beat appeared for the writer's own bound
+  (each beat records ``interval_ms``, ``tolerable_misses`` and a growing ``seq``) on the judge's
+  monotonic clock, so wall-clock skew between hosts does not matter;
 * the writer judges itself with :meth:`HeartbeatClient.check` right before committing, from the
-  times of its own successful beats. A beat's recorded time is taken *before* its write starts,
-  and that same time goes into the file, so the writer is never more optimistic than a judge
-  whose clock agrees with its own.
+  times of its own successful beats on its own clock: it refuses to commit once they lapsed, so
+  a writer frozen past its bound never commits after a judge could have declared it dead.
 
-Both views assume roughly synchronized clocks (as Hudi does): a judge whose clock runs ahead of
-the writer's by ``d`` sees every beat ``d`` seconds older than the writer believes it is.
+:func:`is_lapsed` is the older wall-clock rule (the newest of mtime and ``ts_ms`` against the
+judge's wall clock), the rule Hudi's JVM cleaners apply; no judge of ours uses it any more. It
+stays for the comparison with Hudi in ``tests/interop/test_heartbeat_checkpoint_interop.py``.
+:func:`heartbeat_age_s` stays for the writer-side file check of Spark executors (``write.guard``)
+and for display.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,7 +97,7 @@ def is_lapsed(
     tolerable_misses: int,
     now: float | None = None,
 ) -> bool:
-    """True when the writer of ``instant_time`` must be considered dead.
+    """The wall-clock rule (see the module docstring: no judge uses it; skew distorts it).
 
     A heartbeat older than the bound is lapsed. A *missing* heartbeat is lapsed only when the
     instant itself (its requested time) is older than the bound: a young instant's writer may
@@ -179,6 +185,8 @@ class HeartbeatClient:
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
         self._host = socket.gethostname()
+        self._seq = 0  # grows with every beat written by this client (any instant)
+        self._beater = uuid.uuid4().hex[:12]
 
     @property
     def bound_s(self) -> float:
@@ -403,12 +411,22 @@ class HeartbeatClient:
         return total
 
     def _write(self, instant_time: str, now: float) -> None:
+        with self._mu:
+            self._seq += 1
+            seq = self._seq
         body = {
             "ts_ms": int(now * 1000),
             "writer_id": self.writer_id,
             "host": self._host,
             "pid": os.getpid(),
             "instant": instant_time,
+            # how to judge this beat (see heartbeat.judge): the writer's own settings, and a
+            # number that changes with every beat of this client (with ``beater``, which tells
+            # two processes beating the same instant apart)
+            "interval_ms": int(round(self.interval_s * 1000)),
+            "tolerable_misses": self.tolerable_misses,
+            "seq": seq,
+            "beater": self._beater,
         }
         self.storage.write_bytes(heartbeat_path(instant_time), json.dumps(body).encode())
 
