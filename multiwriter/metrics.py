@@ -65,6 +65,10 @@ class Metrics:
         self.lock_hold_h = Histogram("multiwriter_lock_hold_seconds", "Time the table lock was held", tw, buckets=LOCK_HOLD_BUCKETS, registry=reg)
         self.records_c = Counter("multiwriter_records_written_total", "Records written by operation", tw + ["op"], registry=reg)
         self.hb_age = Gauge("multiwriter_heartbeat_age_seconds", "Age of the previous beat when a new one is written", tw, registry=reg)
+        self.hb_skew = Gauge(
+            "multiwriter_heartbeat_clock_skew_seconds",
+            "A beat's recorded time minus the judge's wall clock when it first saw that beat (writer clock ahead: > 0)",
+            tw, registry=reg)
         self.hb_fail = Counter("multiwriter_heartbeat_failures_total", "Failed heartbeat writes", tw, registry=reg)
         self.rollbacks = Counter("multiwriter_rollbacks_total", "Failed writes rolled back by the cleaner", ["table"], registry=reg)
         self.deleted = Counter("multiwriter_cleaner_files_deleted_total", "Files the cleaner deleted", ["table", "kind"], registry=reg)
@@ -121,6 +125,9 @@ class Metrics:
 
     def heartbeat_age(self, table: str, writer: str, seconds: float) -> None:
         self.hb_age.labels(table, writer).set(seconds)
+
+    def heartbeat_skew(self, table: str, writer: str, seconds: float) -> None:
+        self.hb_skew.labels(table, writer).set(seconds)
 
     def heartbeat_failure(self, table: str, writer: str) -> None:
         self.hb_fail.labels(table, writer).inc()

@@ -31,6 +31,7 @@ from ..table.timeline import Timeline
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..heartbeat.client import HeartbeatClient
+    from ..heartbeat.judge import HeartbeatJudge
     from ..lock.base import TableLock
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,12 @@ class CleanerContext:
     ``heartbeat`` beats for the cleaner's own rollback and clean instants while it executes
     them, so that a second cleaner can tell a plan being executed right now (leave it) from one
     whose cleaner died (finish it) with the same rule it applies to writers.
+
+    ``judge`` decides who is dead (:mod:`multiwriter.heartbeat.judge`): a writer whose beats
+    stopped changing for its own bound on the judge's monotonic clock. The
+    :class:`~multiwriter.cleaner.job.Cleaner` hands the same judge to every run, so its memory
+    of the beats it saw carries over; ``heartbeat_interval_s`` / ``heartbeat_tolerable_misses``
+    judge only beats that record no settings of their own.
     """
 
     table: Table
@@ -55,9 +62,10 @@ class CleanerContext:
     lock_timeout_s: float = 60.0
     clock: InstantClock = PROCESS_CLOCK
     heartbeat: HeartbeatClient | None = None
-    now: float | None = None  # frozen wall clock for tests; None = time.time()
+    now: float | None = None  # frozen wall clock for the age-based sweeps in tests (liveness never uses it)
     lock_holds: list[float] = field(default_factory=list)
     spark: Any = None  # a SparkSession: large clustering groups run on its executors
+    judge: HeartbeatJudge | None = None  # made on first use when not given
 
     @property
     def storage(self) -> Storage:
@@ -72,18 +80,19 @@ class CleanerContext:
         return self.table.name
 
     def is_lapsed(self, instant_time: str) -> bool:
-        """Has the owner of ``instant_time`` stopped beating (writers and cleaners alike)?"""
-        from ..heartbeat.client import is_lapsed
+        """Has the owner of ``instant_time`` stopped beating (writers and cleaners alike)? True
+        only when this context's judge has seen no new beat for the owner's bound; an instant
+        the judge sees for the first time is not lapsed (a later observation decides)."""
+        return self.get_judge().is_lapsed(instant_time)
 
-        return bool(
-            is_lapsed(
-                self.storage,
-                instant_time,
-                self.heartbeat_interval_s,
-                self.heartbeat_tolerable_misses,
-                now=self.now,
+    def get_judge(self) -> HeartbeatJudge:
+        if self.judge is None:
+            from ..heartbeat.judge import HeartbeatJudge
+
+            self.judge = HeartbeatJudge(
+                self.storage, interval_s=self.heartbeat_interval_s, tolerable_misses=self.heartbeat_tolerable_misses
             )
-        )
+        return self.judge
 
     @contextmanager
     def locked(self, instant: str | None = None) -> Iterator[Timeline]:

@@ -39,6 +39,7 @@ from . import retention as retention_mod
 from . import rollback as rollback_mod
 from .clustering import ClusteringConfig
 from .compaction import CompactionConfig
+from ..heartbeat.judge import DEFAULT_MAX_OBSERVE_S, DEFAULT_SKEW_WARN_S, HeartbeatJudge
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -117,8 +118,15 @@ class Cleaner:
     file slices, archival of old instants, orphan report. Safe to run several at once (they
     coordinate through the table lock and their own heartbeats) and to kill at any point.
 
-    ``heartbeat_interval_s`` and ``heartbeat_tolerable_misses`` must be the writers' settings:
-    a writer is judged dead once its heartbeat is older than ``interval * (misses + 1)``.
+    A writer is judged dead once no new beat of its instant appeared for its own bound
+    ``interval * (misses + 1)`` (recorded in each beat) on this cleaner's monotonic clock
+    (:mod:`multiwriter.heartbeat.judge`); the cleaner keeps one judge for its life, so a long
+    running cleaner remembers what it saw, and its first run observes the pending instants until
+    each is decided or ``observe_max_s`` passed (undecided ones are left to a later run).
+    ``heartbeat_interval_s`` and ``heartbeat_tolerable_misses`` are the cleaner's own beats and
+    judge only heartbeats that record no settings (Hudi's JVM writers, files of earlier
+    releases). ``skew_warn_s``: a writer whose heartbeat clock is further than this from the
+    cleaner's is logged and shown by ``multiwriter_heartbeat_clock_skew_seconds``.
     ``sweep_failed_writes`` deletes data files whose instant is neither completed (active
     timeline or archive) nor pending, once the instant is ``failed_write_min_age_bounds``
     heartbeat bounds old (see :mod:`.orphans`). ``clustering`` (on by default) stitches small
@@ -151,6 +159,8 @@ class Cleaner:
         clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
         spark: SparkSession | None = None,
         compaction: CompactionConfig | None = DEFAULT_COMPACTION,
+        observe_max_s: float = DEFAULT_MAX_OBSERVE_S,
+        skew_warn_s: float = DEFAULT_SKEW_WARN_S,
     ) -> None:
         _validate(
             heartbeat_interval_s,
@@ -210,6 +220,18 @@ class Cleaner:
         self._metrics = metrics
         self._lock: TableLock | None = None
         self._heartbeat: HeartbeatClient | None = None
+        if not observe_max_s >= 0 or not skew_warn_s >= 0:
+            raise ConfigError(f"Cleaner observe_max_s={observe_max_s!r}, skew_warn_s={skew_warn_s!r}: must be >= 0")
+        self.judge = HeartbeatJudge(
+            self.table.storage,
+            interval_s=self.heartbeat_interval_s,
+            tolerable_misses=self.heartbeat_tolerable_misses,
+            max_observe_s=observe_max_s,
+            skew_warn_s=skew_warn_s,
+            on_skew=self._on_skew,
+            name=f"cleaner of {self.table.name}",
+        )
+        self._observed = False  # the first run observed the pending instants until decided
         self._mu = threading.Lock()
 
     # -- public ------------------------------------------------------------------------------
@@ -227,6 +249,7 @@ class Cleaner:
             started = time.monotonic()
             report = CleanerReport()
             ctx = self._context()
+            self._step(report, "heartbeats", lambda: self._observe_first(ctx))
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
             if self.clustering is not None:
                 self._step(report, "clustering", lambda: self._cluster(ctx, report))
@@ -271,6 +294,7 @@ class Cleaner:
             started = time.monotonic()
             report = CleanerReport()
             ctx = self._context()
+            self._step(report, "heartbeats", lambda: self._observe_first(ctx))
             self._step(report, name, lambda: step(ctx, report))
             self._step(report, "health", lambda: self._health(report))
             report.duration_s = time.monotonic() - started
@@ -383,10 +407,31 @@ class Cleaner:
         if r.swept:
             self.metrics.files_deleted(self.table.name, "orphan", len(r.swept))
 
-    def _sweep(self, ctx: CleanerContext, report: CleanerReport) -> None:
-        from ..heartbeat.client import expiry_bound_s
+    def _observe_first(self, ctx: CleanerContext) -> None:
+        """A fresh cleaner knows no beat yet: observe every pending instant until each is
+        decided (alive or lapsed) or ``observe_max_s`` passed, so one run can roll back. Later
+        runs rely on the judge's memory and never wait."""
+        if self._observed:
+            return
+        pending = [i.requested_time for i in self.table.timeline().pending()]
+        if pending:
+            obs = self.judge.decide(pending)
+            undecided = sorted(t for t, o in obs.items() if o.verdict == "undecided")
+            if undecided:
+                log.info("%d pending instants not decided within %.0fs (first %s): left to a later run",
+                         len(undecided), self.judge.max_observe_s, undecided[0])
+        self._observed = True
 
-        bound = expiry_bound_s(self.heartbeat_interval_s, self.heartbeat_tolerable_misses)
+    def _on_skew(self, writer: str, skew_s: float) -> None:
+        try:
+            self.metrics.heartbeat_skew(self.table.name, writer, skew_s)
+        except Exception as e:  # noqa: BLE001 -- metrics must never break cleaning
+            log.debug("could not record heartbeat skew: %s", e)
+
+    def _sweep(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        # the largest bound in use (the cleaner's default and every writer's recorded one): a
+        # failed write's files go only once even the slowest writer's bound passed many times
+        bound = self.judge.max_bound_s()
         swept = orphans_mod.sweep_failed_writes(ctx, min_age_s=self.failed_write_min_age_bounds * bound, now=ctx.now)
         report.failed_writes_swept.extend(swept)
         if swept:
@@ -445,6 +490,7 @@ class Cleaner:
             lock_timeout_s=self.lock_timeout_s,
             heartbeat=self._heartbeat,
             spark=self.spark,
+            judge=self.judge,
         )
 
     def _on_trigger(self, batch_id: int) -> None:
@@ -471,9 +517,9 @@ def _validate(
         return ConfigError(f"Cleaner {name}={value!r}: {rule}")
 
     if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
-        raise bad("heartbeat_interval_s", interval, "must be > 0 and equal the writers' heartbeat interval")
+        raise bad("heartbeat_interval_s", interval, "must be > 0 (the cleaner's own beats; judges only heartbeats that record no interval)")
     if not isinstance(misses, int) or isinstance(misses, bool) or misses < 0:
-        raise bad("heartbeat_tolerable_misses", misses, "must be an int >= 0 and equal the writers' setting")
+        raise bad("heartbeat_tolerable_misses", misses, "must be an int >= 0 (as heartbeat_interval_s)")
     if not isinstance(retain, int) or isinstance(retain, bool) or retain < 1:
         raise bad("retain_commits", retain, "must be an int >= 1 (the newest commits whose snapshots stay readable)")
     if not isinstance(keep_min, int) or not isinstance(keep_max, int) or not 1 <= keep_min <= keep_max:
@@ -498,8 +544,11 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
-    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the writers' heartbeat interval (s)")
-    p.add_argument("--heartbeat-misses", type=int, default=2, help="the writers' tolerable heartbeat misses")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the cleaner's heartbeat interval (s); "
+                   "also judges heartbeats that record no settings (Hudi's JVM writers)")
+    p.add_argument("--heartbeat-misses", type=int, default=2, help="the cleaner's tolerable heartbeat misses (as above)")
+    p.add_argument("--observe-max", type=float, default=DEFAULT_MAX_OBSERVE_S, help="seconds the first run observes "
+                   "pending instants' heartbeats at most to tell dead writers from live ones")
     p.add_argument("--retain-commits", type=int, default=10)
     p.add_argument("--archive-keep-min", type=int, default=20)
     p.add_argument("--archive-keep-max", type=int, default=30)
@@ -663,6 +712,7 @@ def clean_command(args: argparse.Namespace) -> int:
         pushgateway=args.pushgateway,
         clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
         compaction=None if getattr(args, "no_compaction", False) else DEFAULT_COMPACTION,
+        observe_max_s=getattr(args, "observe_max", DEFAULT_MAX_OBSERVE_S),
     )
     return _loop(lambda: cleaner.run_once(raise_errors=False), args, [cleaner.close, lock.close])
 

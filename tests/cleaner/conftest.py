@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -113,13 +112,16 @@ def fake_failed_write(table: mw.Table, lock_provider, n_files: int = 2) -> tuple
     return t, files
 
 
-def wait_lapsed(table: mw.Table, *times: str, timeout: float = 15.0) -> None:
-    from multiwriter.heartbeat.client import is_lapsed
+def wait_lapsed(table: mw.Table, *times: str, cleaner=None, timeout: float = 15.0) -> None:
+    """Watch the heartbeats of ``times`` until each is judged dead: no new beat for its bound on
+    the judge's clock. With ``cleaner``, its own judge watches, so its next run acts on what it
+    saw (a fresh cleaner's first run would otherwise watch for a bound again)."""
+    from multiwriter.heartbeat.judge import HeartbeatJudge
 
-    deadline = time.time() + timeout
-    while not all(is_lapsed(table.storage, t, HB, MISSES) for t in times):
-        assert time.time() < deadline, f"heartbeats of {times} did not lapse within {timeout}s"
-        time.sleep(0.1)
+    judge = cleaner.judge if cleaner is not None else HeartbeatJudge(table.storage, interval_s=HB, tolerable_misses=MISSES)
+    seen = judge.decide(times, max_wait_s=timeout)
+    alive = {t: o.verdict for t, o in seen.items() if not o.lapsed}
+    assert not alive, f"heartbeats of {alive} did not lapse within {timeout}s"
 
 
 def data_files_of(table: mw.Table, t: str) -> list[str]:

@@ -19,7 +19,7 @@ import multiwriter as mw
 from multiwriter.cleaner import clustering
 from multiwriter.metrics import Metrics
 from multiwriter.table import instant as inst
-from tests.cleaner.conftest import HB, MISSES, ROOT, data_files_of, wait_lapsed, writer_config
+from tests.cleaner.conftest import HB, MISSES, ROOT, data_files_of, writer_config
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 
@@ -96,7 +96,6 @@ def test_completed_clustering_is_not_pending_for_later_cleaner_runs(trips_table,
     with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=SMALL, heartbeat_interval_s=HB,
                     heartbeat_tolerable_misses=MISSES) as cleaner:
         (t,) = cleaner.run_once().clustering_instants
-    wait_lapsed(mw.Table.open(table_path), t)
     with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=HB,
                     heartbeat_tolerable_misses=MISSES, archive_keep_min=1, archive_keep_max=2, retain_commits=1) as c:
         report = c.run_once()
@@ -176,7 +175,6 @@ def test_killed_clustering_is_rolled_back_by_the_next_cleaner_run(trips_table, t
     t = pending.requested_time
     assert data_files_of(table, t), "the killed clustering wrote no file before the fault point"
     assert rows(hudi_read(table_path), COLS) == expected
-    wait_lapsed(table, t)
     with mw.Cleaner(table_path, lock=lock, heartbeat_interval_s=HB, heartbeat_tolerable_misses=MISSES, clustering=None) as c:
         report = c.run_once()
     assert t in report.rolled_back

@@ -15,7 +15,7 @@ from multiwriter.cleaner import archive, orphans
 from multiwriter.instant_time import format_time, next_after, parse_time
 from multiwriter.metrics import Metrics
 from multiwriter.table import layout
-from tests.cleaner.conftest import BOUND, fake_failed_write, wait_lapsed, writer_config
+from tests.cleaner.conftest import BOUND, fake_failed_write, writer_config
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 
@@ -80,7 +80,6 @@ def test_late_file_of_a_rolled_back_instant_is_swept_and_pending_instants_are_no
 ):
     mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
     dead, _ = fake_failed_write(trips_table, zk_lock(), n_files=1)
-    wait_lapsed(trips_table, dead)
     cleaner = cleaners(table_path, zk_lock(), failed_write_min_age_bounds=1)  # dead is older than one bound
     assert cleaner.run_once().rolled_back == [dead]
     late = _plant(trips_table, dead, value=999.0)  # the zombie woke up after its rollback

@@ -151,11 +151,11 @@ def test_deltacommit_killed_after_its_files_is_rolled_back_with_its_logs_and_new
     assert bases and logs, "the failed deltacommit appended a log to the seeded group and created new groups"
     assert _same(table_path) == expected, "nothing of a pending deltacommit is visible"
 
-    cleaner = mor_cleaners(table_path, zk_lock())
+    cleaner = mor_cleaners(table_path, zk_lock(), observe_max_s=0)  # its first run does not wait to decide
     early = cleaner.run_once()
-    assert early.rolled_back == [] and _paths(mor_table, t) == (bases, logs), "a live writer's files are left alone"
+    assert early.rolled_back == [] and _paths(mor_table, t) == (bases, logs), "a writer not yet watched is left alone"
 
-    wait_lapsed(mor_table, t)
+    wait_lapsed(mor_table, t, cleaner=cleaner)
     report = cleaner.run_once()
     assert report.rolled_back == [t] and report.files_deleted == len(bases) + len(logs)
     assert _paths(mor_table, t) == ([], [])
@@ -192,7 +192,6 @@ def test_a_rollback_without_markers_finds_the_log_files_by_listing(
     logs = _paths(mor_table, t)[1]
     assert logs and _paths(mor_table, t)[0] == []
     shutil.rmtree(mor_table.storage.abs(layout.marker_dir(t)))  # lost: only a listing finds the files
-    wait_lapsed(mor_table, t)
     report = mor_cleaners(table_path, zk_lock()).run_once()
     assert report.rolled_back == [t]
     assert _paths(mor_table, t) == ([], [])
@@ -447,7 +446,7 @@ def test_deltacommit_crash_at_each_point_is_recovered(point, zk_server, zk_base,
     p = spawn("write", args, {"MULTIWRITER_FAULTS": f"{point}=crash"})
     p.communicate(timeout=120)
     assert p.returncode == 137
-    time.sleep(3.5)
+    # the one-shot cleaner watches the crashed writer's heartbeat for its bound before deciding
     assert result(spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path)))["ok"]
     mor_invariants(table_path)
     landed = point == "after-complete"

@@ -17,7 +17,7 @@ import multiwriter as mw
 from multiwriter.cleaner import rollback
 from multiwriter.cleaner.job import Cleaner, CleanerReport, main
 from multiwriter.table import layout
-from tests.cleaner.conftest import NO_GARBAGE, fake_failed_write, garbage_of, rollbacks, wait_lapsed, writer_config
+from tests.cleaner.conftest import NO_GARBAGE, fake_failed_write, garbage_of, rollbacks, writer_config
 from tests.conftest import trips
 from tests.oracle import SHARED, hudi_read, rows
 
@@ -98,7 +98,6 @@ def test_rollback_and_clean_files_read_with_hudis_own_schemas(trips_table, table
     for k in range(3):
         mw.write(trips([1], ts=k, value=k), table_path, cfg)
     t, _ = fake_failed_write(trips_table, zk_lock())
-    wait_lapsed(trips_table, t)
     report = cleaners(table_path, zk_lock(), retain_commits=1).run_once()
     assert report.rolled_back == [t] and report.old_versions_deleted == 2
     kinds = {
@@ -173,7 +172,6 @@ def test_report_is_a_readable_summary():
 def test_command_line_once(trips_table, table_path, zk_server, zk_base, zk_lock, capsys):
     mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
     t, _ = fake_failed_write(trips_table, zk_lock())
-    wait_lapsed(trips_table, t)
     code = main(
         [
             table_path,
@@ -196,7 +194,6 @@ def test_command_line_once(trips_table, table_path, zk_server, zk_base, zk_lock,
 def test_companion_streaming_query_rolls_back_then_stops(spark, trips_table, table_path, zk_lock, cleaners, tmp_path):
     mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
     t, _ = fake_failed_write(trips_table, zk_lock())
-    wait_lapsed(trips_table, t)
     cleaner = cleaners(table_path, zk_lock())
     query = cleaner.start(spark, interval="1 second", checkpoint_location=str(tmp_path / "ck"))
     try:
@@ -251,7 +248,6 @@ def test_metrics_are_recorded_and_pushed_after_each_run(trips_table, table_path,
     try:
         mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
         t, files = fake_failed_write(trips_table, zk_lock(), n_files=3)
-        wait_lapsed(trips_table, t)
         reg = CollectorRegistry()
         cleaner = cleaners(
             table_path, zk_lock(), metrics=mw.metrics.Metrics(reg), pushgateway=f"127.0.0.1:{server.server_port}"
