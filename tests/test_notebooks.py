@@ -77,6 +77,35 @@ def _bronze_to_silver(text: str) -> None:
     assert rows_a == rows_b == str(after) and commits_a == commits_b
 
 
+def _non_blocking_writers(text: str) -> None:
+    conflicts, retried = map(int, _one(r"^copy-on-write: backfill conflicts (\d+), retried batches (\d+)$", text))
+    assert conflicts >= 1 and retried >= 1
+    _one(r"^instant (\d{17}) of writer 'backfill' conflicts with instant (\d{17}) .* by writer 'ingest'", text)
+    assert _one(r"^merge-on-read: conflicts (\d+), retried batches (\d+)$", text) == ("0", "0")
+    (overtaken,) = _one(r"^merge-on-read: ingest commits that began after the held backfill batch and completed before it: (\d+)$", text)
+    assert int(overtaken) >= 3  # the backfill is released only after three of them
+    for table in ("copy-on-write", "merge-on-read"):
+        ingest, backfill = map(int, _one(rf"^{table}: ingest commits (\d+) \| backfill commits (\d+)$", text))
+        assert (ingest, backfill) == (20, 8)  # the same input, every batch landed once
+        assert _one(rf"^{table} equals the event-time model: (\w+)$", text) == ("True",)
+    ours, hudi_rs, model = map(int, _one(r"^rows: ours (\d+) \| hudi-rs (\d+) \| model (\d+)$", text))
+    assert ours == hudi_rs == model == 400  # 200 of today's keys + 200 of history
+    assert _one(r"^hudi-rs reads the merge-on-read table identically to our reader: (\w+)$", text) == ("True",)
+
+
+def _merge_on_read_cdc(text: str) -> None:
+    batches, first, last = map(int, _one(r"^batches: (\d+) \| rows (\d+) -> (\d+)", text))
+    assert batches == 30 and first == 50_000 and last == 306_000
+    (compactions,) = _one(r"^compactions run: (\d+)", text)
+    assert int(compactions) >= 1
+    mor, cow, hudi_rs = map(int, _one(r"^rows: mor (\d+) \| cow (\d+) \| hudi-rs (\d+)$", text))
+    assert mor == cow == hudi_rs == last
+    assert _one(r"^both tables equal the source's latest versions: (\w+)$", text) == ("True",)
+    assert _one(r"^hudi-rs reads the merge-on-read table identically to our reader: (\w+)$", text) == ("True",)
+    mor_s, cow_s = map(float, _one(r"^median latency of the last 10 batches: mor ([\d.]+) s \| cow ([\d.]+) s$", text))
+    assert 0 < mor_s < cow_s  # a 2,000-row upsert rewrites the whole Copy-on-Write table, not the Merge-on-Read one
+
+
 @dataclass(frozen=True)
 class Story:
     images: int
@@ -88,6 +117,8 @@ STORIES = {
     "02_failed_writer_and_cleaner": Story(images=1, facts=_failed_writer),
     "03_metrics": Story(images=2, facts=_metrics),
     "04_bronze_to_silver": Story(images=1, facts=_bronze_to_silver),
+    "05_non_blocking_writers": Story(images=1, facts=_non_blocking_writers),
+    "06_merge_on_read_cdc": Story(images=1, facts=_merge_on_read_cdc),
 }
 
 
