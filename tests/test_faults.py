@@ -52,7 +52,6 @@ def test_writer_crash_at_each_point_is_recovered(point, zk_server, zk_base, trip
     p = spawn("write", args, {"MULTIWRITER_FAULTS": f"{point}=crash"})
     p.communicate(timeout=120)
     assert p.returncode == 137, "the writer died at the fault point"
-    time.sleep(BOUND_S)
     assert run_clean(zk_server, zk_base, table_path)["ok"]
     invariants(table_path)
     values = dict(rows(mw.Table.open(table_path).read(), ["id", "value"]))
@@ -97,7 +96,6 @@ def test_cleaner_crash_mid_rollback_is_finished_by_the_next(zk_server, zk_base, 
                                 ids=[f"{i}-{k}" for k in many["ids"]], date=f"2024-02-0{i + 1}"),
                   {"MULTIWRITER_FAULTS": "after-data-files=crash"})
         p.communicate(timeout=120)
-    time.sleep(BOUND_S)
     crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path), {"MULTIWRITER_FAULTS": "mid-rollback=crash"})
     crashed.communicate(timeout=120)
     assert crashed.returncode == 137
