@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install lint
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=25
 
 lint: install
 	$(PY) -m ruff check multiwriter tests tools benchmarks
