@@ -163,6 +163,32 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
         return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, data)
 
 
+def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, action: str, meta: Any) -> Instant:
+    """Complete a table service that rewrote files (clustering, compaction), under the lock the
+    caller holds (``tl`` loaded under it, its fence passed): the table schema as of now goes into
+    the metadata, so a rewrite never records an older one, then ``<T>_<C>.<action>``."""
+    from ..schema_resolution import SCHEMA_KEY
+    from ..table.schema import arrow_to_avro_json
+
+    schema = ctx.table.schema(tl)
+    if len(schema):
+        meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
+    completion = ctx.issue_time(tl, instant_time)
+    return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, meta.to_bytes())
+
+
+def release_completed(ctx: CleanerContext, instant_time: str, what: str) -> None:
+    """After a service's instant completed: stop beating it and drop its markers (garbage now;
+    a failure to delete them is only logged)."""
+    from .. import markers
+
+    ctx.stop_heartbeat(instant_time)
+    try:
+        markers.delete_dir(ctx.storage, instant_time)
+    except OSError as e:
+        log.warning("could not delete markers of %s %s: %s", what, instant_time, e)
+
+
 def delete_each(
     storage: Storage, files: list[str] | tuple[str, ...], deleted: list[str], missing: list[str], failed: list[str],
     *, fault_point: str | None = None, what: str,

@@ -45,11 +45,11 @@ from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
 from ..table.instant import Instant
 from ..table.metadata import ReplaceCommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode
-from ..table.schema import arrow_to_avro_json, with_meta
+from ..table.schema import with_meta
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
-from . import CleanerContext
+from . import CleanerContext, complete_rewrite, release_completed
 
 log = logging.getLogger(__name__)
 
@@ -463,16 +463,8 @@ def commit(ctx: CleanerContext, plan: ClusteringPlan, stats: list[WriteStat]) ->
                 f"touched its input file group {g[1]} in partition {g[0]!r} ({len(hit)} groups in all); ingestion "
                 "goes first: the clustering is aborted and planned again"
             )
-        schema = ctx.table.schema(tl)
-        if len(schema):
-            meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
-        completion = ctx.issue_time(tl, t)
-        done = tlmod.create_completed(ctx.storage, ctx.config, t, completion, inst.REPLACE_COMMIT, meta.to_bytes())
-    ctx.stop_heartbeat(t)
-    try:
-        markers.delete_dir(ctx.storage, t)
-    except OSError as e:  # markers of a completed instant are garbage
-        log.warning("could not delete markers of clustering %s: %s", t, e)
+        done = complete_rewrite(ctx, tl, t, inst.REPLACE_COMMIT, meta)
+    release_completed(ctx, t, "clustering")
     return done
 
 

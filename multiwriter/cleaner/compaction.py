@@ -59,12 +59,11 @@ from ..table.instant import Instant
 from ..table.log_file import parse_log_file
 from ..table.merged_slice import read_slice
 from ..table.metadata import CommitMetadata, WriteStat
-from ..table.schema import arrow_to_avro_json
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
 from ..transaction import rollback_targets
-from . import CleanerContext, claim, mark_inflight
+from . import CleanerContext, claim, complete_rewrite, mark_inflight, release_completed
 
 log = logging.getLogger(__name__)
 
@@ -450,17 +449,9 @@ def commit(ctx: CleanerContext, sched: Scheduled, stats: list[WriteStat]) -> Ins
         # under the lock: a cleaner that took this compaction over cannot commit meanwhile
         markers.reconcile(ctx.storage, t, [s.path for s in stats])
         mark_inflight(ctx, t, inst.COMPACTION)
-        schema = ctx.table.schema(tl)
-        if len(schema):
-            meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
-        completion = ctx.issue_time(tl, t)
-        done = tlmod.create_completed(ctx.storage, ctx.config, t, completion, inst.COMMIT, meta.to_bytes())
-    ctx.stop_heartbeat(t)
-    try:
-        markers.delete_dir(ctx.storage, t)
-    except OSError as e:  # markers of a completed instant are garbage
-        log.warning("could not delete markers of compaction %s: %s", t, e)
-    log.info("compaction %s completed at %s: %d file groups", t, completion, len(stats))
+        done = complete_rewrite(ctx, tl, t, inst.COMMIT, meta)
+    release_completed(ctx, t, "compaction")
+    log.info("compaction %s completed at %s: %d file groups", t, done.completion_time, len(stats))
     return done
 
 
