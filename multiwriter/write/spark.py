@@ -477,7 +477,7 @@ def _stable_new_ids(plan: Plan, instant_time: str) -> Plan:
     for t in plan.tasks:
         p, f = t.partition, t.file_id
         lo, hi = plan.bounds.get((p, f), (0, 0))
-        if t.is_new and hi > lo and bucket.bucket_of_file_id(f) is None:  # a bucket's id is stable already
+        if t.is_new and hi > lo and not _bucket_id(f):  # a bucket's fixed id is stable already
             first = keys[int(plan.order[lo])].as_py()
             rename[(p, f)] = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{instant_time}/{p}/{first}')}-0"
     if not rename:
@@ -485,6 +485,13 @@ def _stable_new_ids(plan: Plan, instant_time: str) -> Plan:
     tasks = [dataclasses.replace(t, file_id=rename.get((t.partition, t.file_id), t.file_id)) for t in plan.tasks]
     bounds = {(p, rename.get((p, f), f)): v for (p, f), v in plan.bounds.items()}
     return dataclasses.replace(plan, tasks=tasks, bounds=bounds)
+
+
+def _bucket_id(file_id: str) -> bool:
+    """Is this a bucket's fixed file id (the bucket index names new groups so)? A random id
+    whose first eight characters happen to be digits is not."""
+    b = bucket.bucket_of_file_id(file_id)
+    return b is not None and file_id == bucket.new_file_id(b, fixed=True)
 
 
 def _marker(kind: str, error: str | None = None, message: str | None = None) -> pa.RecordBatch:
