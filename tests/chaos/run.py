@@ -21,12 +21,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tests import faketime
+
 ROOT = Path(__file__).resolve().parents[2]
 WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
 CLEANER_POINTS = ["mid-rollback", "mid-clean", "mid-clustering"]
 #: Merge-on-Read rounds: compaction races the (non-blocking) writers instead of clustering
 MOR_CLEANER_POINTS = ["mid-rollback", "mid-clean", "compaction-after-files", "compaction-before-complete"]
 TABLE_TYPES = ("COPY_ON_WRITE", "MERGE_ON_READ")
+ZOOKEEPERS = ("single", "ensemble")
+#: wall-clock offsets a skewed round gives its processes (the store keeps the real clock)
+SKEWS_S = (-60.0, -30.0, 0.0, 30.0, 60.0)
 SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("tag", pa.string())])
 WRITERS = {"hot-a": "hot", "hot-b": "hot", "own-c": "own", "own-d": "own"}
 
@@ -41,20 +46,26 @@ class Summary:
     rollbacks: int = 0
     clusterings: int = 0
     compactions: int = 0
+    leader_kills: int = 0
+    quorum_losses: int = 0
     table_type: str = "COPY_ON_WRITE"
+    zookeeper: str = "single"
+    skews: dict[str, float] = field(default_factory=dict)
+    rounds_by: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def line(self) -> str:
-        return (f"seed={self.seed} {self.table_type} batches={self.batches} crashes={self.crashes} pauses={self.pauses} "
-                f"zk_restarts={self.zk_restarts} rollbacks={self.rollbacks} clusterings={self.clusterings} "
+        skews = ",".join(f"{k}{v:+.0f}" for k, v in self.skews.items() if v) or "none"
+        return (f"seed={self.seed} {self.table_type} zk={self.zookeeper} skew={skews} batches={self.batches} "
+                f"crashes={self.crashes} pauses={self.pauses} zk_restarts={self.zk_restarts} "
+                f"leader_kills={self.leader_kills} quorum_losses={self.quorum_losses} rollbacks={self.rollbacks} clusterings={self.clusterings} "
                 f"compactions={self.compactions} violations={len(self.violations)} "
                 f"({self.seconds:.0f}s)")
 
 
-def _spawn(module: str, args: dict, faults: str | None, log) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("MULTIWRITER_FAULTS", None)
+def _spawn(module: str, args: dict, faults: str | None, log, skew_s: float = 0.0) -> subprocess.Popen:
+    env = faketime.env(skew_s or None)
     if faults:
         env["MULTIWRITER_FAULTS"] = faults
         env["MULTIWRITER_FAULT_HANG_S"] = "5"
@@ -78,23 +89,48 @@ def _pause_s(rng: random.Random) -> float:
     return 3.5 if rng.random() < 0.67 else rng.uniform(8.0, 14.0)
 
 
+def _fail_over(ensemble, rng: random.Random, s: Summary) -> None:
+    """Kill the leader (one time in four a follower too: the quorum is lost), wait, restart."""
+    leader = ensemble.leader(timeout_s=10.0)
+    if leader is None:
+        return
+    down = [leader]
+    if rng.random() < 0.25:
+        down.append(rng.choice([n for n in range(1, ensemble.size + 1) if n != leader]))
+        s.quorum_losses += 1
+    for n in down:
+        ensemble.kill(n)
+    s.leader_kills += 1
+    time.sleep(rng.uniform(0.5, 4.0))
+    for n in down:
+        ensemble.start(n)
+
+
 def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0,
-              table_type: str | None = None) -> Summary:
+              table_type: str | None = None, zookeeper: str | None = None, skew: bool | None = None) -> Summary:
     """One round; ``table_type`` None picks Copy-on-Write or Merge-on-Read (4 buckets,
-    non-blocking writers, compaction in the cleaner) from the seed."""
+    non-blocking writers, compaction in the cleaner) from the seed; ``zookeeper`` None picks one
+    server (restarted) or, one round in three, a three-server ensemble (its leader killed, at
+    times with a follower so the quorum is lost); ``skew`` (default: where libfaketime works)
+    shifts each process's wall clock by up to 60 s either way."""
     import multiwriter as mw
 
     rng = random.Random(seed)
     table_type = table_type or rng.choice(TABLE_TYPES)
     mor = table_type == "MERGE_ON_READ"
-    s = Summary(seed, table_type=table_type)
+    setup = random.Random(seed ^ 0x5EED)  # its own stream: the seeded rounds above stay as they were
+    zookeeper = zookeeper or ("ensemble" if setup.random() < 1 / 3 else "single")
+    if skew is None:
+        skew = faketime.works() is None
+    skews = {name: setup.choice(SKEWS_S) if skew else 0.0 for name in [*WRITERS, "cleaner"]}
+    s = Summary(seed, table_type=table_type, zookeeper=zookeeper, skews=skews)
     t0 = time.monotonic()
     path = str(workdir / "table")
     mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
                     table_type=table_type, num_buckets=4 if mor else None)
     cleaner_points = MOR_CLEANER_POINTS if mor else CLEANER_POINTS
     log = open(workdir / "processes.log", "a")
-    with mw.LocalZooKeeper(port=0) as zk:
+    with (mw.LocalZooKeeperEnsemble(3) if zookeeper == "ensemble" else mw.LocalZooKeeper(port=0)) as zk:
         base = "/chaos"
         procs: dict[str, subprocess.Popen] = {}
         args = {w: dict(writer=w, mode=m, zk=zk.connect, base=base, path=path, batches=batches,
@@ -102,8 +138,8 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
         stop = workdir / "stop-cleaner"
         cl_args = dict(zk=zk.connect, base=base, path=path, stop=str(stop), compaction=mor)
         for w in WRITERS:
-            procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log)
-        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log)
+            procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log, skews[w])
+        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log, skews["cleaner"])
         while time.monotonic() - t0 < max_seconds:
             time.sleep(0.5)
             done = True
@@ -113,7 +149,8 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
                 if name == "cleaner":
                     if rc is not None:
                         s.crashes += 1
-                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.3), log)
+                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.3), log,
+                                             skews[name])
                     continue
                 if rc is None:
                     done = False
@@ -123,13 +160,17 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
                 if acked(args[name]["ledger"]) + 1 < batches:  # died before finishing: restart it
                     s.crashes += 1
                     done = False
-                    procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log)
+                    procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log,
+                                         skews[name])
             if done:
                 break
             r = rng.random()
             if r < 0.02:
-                zk.restart()
-                s.zk_restarts += 1
+                if zookeeper == "ensemble":
+                    _fail_over(zk, setup, s)
+                else:
+                    zk.restart()
+                    s.zk_restarts += 1
             elif r < 0.04:
                 victim = procs[rng.choice(list(WRITERS))]
                 if victim.poll() is None:  # a GC pause longer than the heartbeat bound
@@ -254,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--batches", type=int, default=25)
     p.add_argument("--table-type", choices=TABLE_TYPES, default=None, help="default: chosen per round from its seed")
+    p.add_argument("--zookeeper", choices=ZOOKEEPERS, default=None,
+                   help="default: chosen per round from its seed (a three-server ensemble one round in three)")
+    p.add_argument("--no-skew", action="store_true", help="leave every process on the real clock")
     a = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     deadline = time.monotonic() + a.minutes * 60
@@ -262,19 +306,26 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 0
     while True:
         with tempfile.TemporaryDirectory(prefix="mw-chaos-") as d:
-            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type)
+            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
+                          zookeeper=a.zookeeper, skew=False if a.no_skew else None)
         rounds += 1
         print(s.line(), flush=True)
         for v in s.violations:
             print(f"  VIOLATION (seed {seed}): {v}", flush=True)
-        for f in ("batches", "crashes", "pauses", "zk_restarts", "rollbacks", "clusterings", "compactions"):
+        totals.rounds_by[s.zookeeper] = totals.rounds_by.get(s.zookeeper, 0) + 1
+        if any(s.skews.values()):
+            totals.rounds_by["skewed"] = totals.rounds_by.get("skewed", 0) + 1
+        for f in ("batches", "crashes", "pauses", "zk_restarts", "leader_kills", "quorum_losses", "rollbacks",
+                  "clusterings", "compactions"):
             setattr(totals, f, getattr(totals, f) + getattr(s, f))
         totals.violations += s.violations
         if a.seed is not None or time.monotonic() > deadline:
             break
         seed = random.randrange(1 << 30)
-    print(f"chaos: {rounds} rounds, batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
-          f"zk_restarts={totals.zk_restarts} rollbacks={totals.rollbacks} clusterings={totals.clusterings} "
+    kinds = ", ".join(f"{k}={v}" for k, v in sorted(totals.rounds_by.items()))
+    print(f"chaos: {rounds} rounds ({kinds}), batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
+          f"zk_restarts={totals.zk_restarts} leader_kills={totals.leader_kills} quorum_losses={totals.quorum_losses} "
+          f"rollbacks={totals.rollbacks} clusterings={totals.clusterings} "
           f"compactions={totals.compactions} violations={len(totals.violations)}")
     return 1 if totals.violations else 0
 
