@@ -72,9 +72,9 @@ def _per_batch(res: dict, title: str, ours: str) -> list[str]:
     return lines + [""]
 
 
-def _long_run(lr: dict, plots_dir: Path) -> list[str]:
+def _long_run(lr: dict, plots_dir: Path, title: str = "Long run", plot_prefix: str = "long_run") -> list[str]:
     lat = lr["latency_s"]
-    out = [f"## Long run ({lr['batches']} micro-batches of {lr['rows_per_batch']} new rows into {lr['partitions']} "
+    out = [f"## {title} ({lr['batches']} micro-batches of {lr['rows_per_batch']} new rows into {lr['partitions']} "
            f"partitions, companion cleaner every {lr['clean_every']})", "",
            f"One long-lived `MultiWriterSink` in the foreachBatch of one streaming query; the cleaner "
            f"(`mw.Cleaner`, clustering on by default) and deltalake's `optimize.compact()` run from the same function "
@@ -98,14 +98,29 @@ def _long_run(lr: dict, plots_dir: Path) -> list[str]:
     out += ["| snapshot read (id, ts, amount) | median s |", "| --- | ---: |"]
     out += [f"| {k} | {v['median_s']:.3f} |" for k, v in lr["reads"].items()] + [""]
     xs = list(range(1, lr["batches"] + 1))
-    out += _plot(plots_dir, "long_run_latency.png", {k: (xs, v) for k, v in lat.items()}, "micro-batch",
+    out += _plot(plots_dir, f"{plot_prefix}_latency.png", {k: (xs, v) for k, v in lat.items()}, "micro-batch",
                  "seconds per micro-batch", log=True, smooth=25)
     f = lr["files"]
-    out += _plot(plots_dir, "long_run_files.png",
+    out += _plot(plots_dir, f"{plot_prefix}_files.png",
                  {"multiwriter": ([x["batch"] for x in f], [x["multiwriter_max"] for x in f]),
                   "deltalake": ([x["batch"] for x in f], [x["deltalake_max"] for x in f])},
                  "micro-batch", "live data files per partition (max)")
     return out
+
+
+def _goal_upserts(r: dict, sizes: dict) -> list[str]:
+    """The goal upsert sections side by side: string keys and the event workload."""
+    shapes = {k: r[k] for k in ("goal_upsert", "goal_upsert_event") if k in r}
+    names = list(dict.fromkeys(n for res in shapes.values() for n in res))
+    heads = {"goal_upsert": "string keys, new keys over 30 days", "goal_upsert_event": "event: int64 keys, 5 newest days"}
+    out = [f"## Upsert goal ({sizes['batch_rows']:,}-row batches into {sizes['table_rows']:,} rows, 10 % updates; "
+           "median s per batch)", "",
+           "| system | " + " | ".join(heads[k] for k in shapes) + " |", "| --- |" + " ---: |" * len(shapes)]
+    for n in names:
+        cells = [f"{res[n]['median_s']:.3f}" if n in res else "" for res in shapes.values()]
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return out + ["", "The event workload's deltalake merge runs with `streamed_exec=False` (predicate on the date "
+                  "and the key in both); the string-key one with deltalake's default, as it always ran.", ""]
 
 
 def _median(xs: list[float]) -> float:
@@ -126,7 +141,8 @@ def render(run: dict, plots_dir: Path) -> str:
 
     if r:
         out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
-                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source); MOR n: the "
+                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source, 35: the event "
+                "workload and the insert limit); MOR n: the "
                 "Merge-on-Read goals, NBCC n: the non-blocking writer goals (the small size runs them on smaller tables, "
                 "see each section).", "",
                 ratio_table(r), ""]
@@ -136,8 +152,19 @@ def render(run: dict, plots_dir: Path) -> str:
     if "stream" in r:
         out += _per_batch(r["stream"], "## foreachBatch streaming upsert (parquet source, availableNow, one file per "
                                        "micro-batch, both queries take turns on each file)", "multiwriter sink")
+    if "stream_event" in r:
+        out += _per_batch(r["stream_event"], "## foreachBatch streaming upsert, event workload (int64 keys, the 5 "
+                                             "newest days; deltalake merge with `streamed_exec=False`)", "multiwriter sink")
+    if "goal_upsert" in r or "goal_upsert_event" in r:
+        out += _goal_upserts(r, run["sizes"])
+    if "goal_insert" in r:
+        out += [f"## Insert goal ({run['sizes']['batch_rows']:,} new rows per batch over 30 days)", ""]
+        out += _ratio_table(r["goal_insert"], ["multiwriter insert"]) + [""]
     if "long_run" in r:
         out += _long_run(r["long_run"], plots_dir)
+    if "long_run_event" in r:
+        out += _long_run(r["long_run_event"], plots_dir, "Long run on the event workload, increasing int64 keys",
+                         "long_run_event")
     if "memory_stream" in r:
         m = r["memory_stream"]
         s = m["samples"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import multiwriter as mw
 
@@ -48,12 +49,28 @@ def foreach_batch(size: dict, work: Path, spark) -> dict:
     deltalake's merge in foreachBatch. Both queries take turns on each new source file."""
     n, rows, k = size["stream_table_rows"], size["stream_batch_rows"], size["stream_batches"]
     reset(work)
-    init = data.initial(n)
-    batches = [data.upsert_batch(n, rows, b) for b in range(k)]
     ours, delta = Multiwriter(work, "driver"), DeltaLake(work)
+    return _foreach_batch(spark, work, ours, delta, data.initial(n), [data.upsert_batch(n, rows, b) for b in range(k)],
+                          data.SCHEMA, "bench")
+
+
+def foreach_batch_event(size: dict, work: Path, spark) -> dict:
+    """:func:`foreach_batch` on the event workload (int64 keys, the 5 newest days); deltalake
+    merges with ``streamed_exec=False``."""
+    n, rows, k = size["stream_table_rows"], size["stream_batch_rows"], size["stream_batches"]
+    reset(work)
+    ours, delta = Multiwriter(work, "driver", schema=data.EVENT_SCHEMA), DeltaLake(work, streamed_exec=False)
+    return _foreach_batch(spark, work, ours, delta, data.event_initial(n),
+                          [data.event_upsert_batch(n, rows, b) for b in range(k)], data.EVENT_SCHEMA, "bench_event")
+
+
+def _foreach_batch(spark, work: Path, ours: Multiwriter, delta: DeltaLake, init: pa.Table, batches: list[pa.Table],
+                   schema: pa.Schema, prefix: str) -> dict:
+    """The two queries over one source, each batch timed inside its foreachBatch function."""
+    k = len(batches)
     ours.load(init)
     delta.load(init)
-    sink = mw.MultiWriterSink(ours.path, mw.WriterConfig(writer_id="bench-stream", lock=mw.InProcessLock()))
+    sink = mw.MultiWriterSink(ours.path, mw.WriterConfig(writer_id=f"{prefix}-stream", lock=mw.InProcessLock()))
     times: dict[str, list[float]] = {"multiwriter sink": [], "deltalake merge": [], "toArrow": []}
 
     def ours_fn(df, bid: int) -> None:
@@ -71,8 +88,8 @@ def foreach_batch(size: dict, work: Path, spark) -> dict:
 
     files = stage(batches, work / "staging")
     src = work / "source"
-    queries = {"multiwriter sink": Query(spark, src, data.SCHEMA, work / "ck-mw", ours_fn, "bench_mw_sink"),
-               "deltalake merge": Query(spark, src, data.SCHEMA, work / "ck-delta", delta_fn, "bench_delta_merge")}
+    queries = {"multiwriter sink": Query(spark, src, schema, work / "ck-mw", ours_fn, f"{prefix}_mw_sink"),
+               "deltalake merge": Query(spark, src, schema, work / "ck-delta", delta_fn, f"{prefix}_delta_merge")}
     try:
         _take_turns(queries, files, src)
     finally:
@@ -113,13 +130,28 @@ def long_run(size: dict, work: Path, spark) -> dict:
     long-lived ``MultiWriterSink``; ``mw.Cleaner`` (clustering on) runs every 50 batches from
     the same foreachBatch function, outside the timed sink call. deltalake beside it as a
     reference: append per batch, ``optimize.compact()`` every 50."""
-    from deltalake import DeltaTable
-
-    n, rows, parts, every = size["long_run_batches"], 500, 5, size["long_run_clean_every"]
-    sample_every = size["long_run_sample_every"]
+    n, rows, parts = size["long_run_batches"], 500, 5
     reset(work)
     batches = [_long_batch(b, rows, parts) for b in range(n)]
-    ours, delta = Multiwriter(work, "driver"), DeltaLake(work)
+    return _long_run(size, work, spark, batches, data.SCHEMA, "bench_long_run")
+
+
+def long_run_event(size: dict, work: Path, spark) -> dict:
+    """:func:`long_run` on the event workload: 500 new increasing int64 ids per micro-batch,
+    interleaved over the 5 newest days (every batch's keys above every key in the table)."""
+    n = size["long_run_batches"]
+    reset(work)
+    batches = [data.event_stream_batch(b, 500) for b in range(n)]
+    return _long_run(size, work, spark, batches, data.EVENT_SCHEMA, "bench_long_run_event")
+
+
+def _long_run(size: dict, work: Path, spark, batches: list[pa.Table], schema: pa.Schema, query_name: str) -> dict:
+    """One long-lived sink and cleaner over ``batches``, deltalake appending beside it."""
+    from deltalake import DeltaTable
+
+    n, every, sample_every = len(batches), size["long_run_clean_every"], size["long_run_sample_every"]
+    rows, parts = batches[0].num_rows, len(pc.unique(pa.concat_tables(batches)["date"]))
+    ours, delta = Multiwriter(work, "driver", schema=schema), DeltaLake(work)
     lock = mw.InProcessLock()
     sink = mw.MultiWriterSink(ours.path, mw.WriterConfig(writer_id="bench-long-run", lock=lock))
     cleaner = mw.Cleaner(ours.path, lock=lock)
@@ -161,7 +193,7 @@ def long_run(size: dict, work: Path, spark) -> dict:
 
     src = work / "source"
     publish(stage(batches, work / "staging"), src)
-    q = Query(spark, src, data.SCHEMA, work / "ck", fn, "bench_long_run")
+    q = Query(spark, src, schema, work / "ck", fn, query_name)
     try:
         wall = q.drain()
     finally:
@@ -172,7 +204,7 @@ def long_run(size: dict, work: Path, spark) -> dict:
             raise AssertionError(f"{name}: {len(v)} micro-batches, expected {n}")
     everything = pa.concat_tables(batches)
     want = checksum(everything)
-    once = Multiwriter(work / "once", "driver")
+    once = Multiwriter(work / "once", "driver", schema=schema)
     once.load(everything)
     readers = {"multiwriter (after the run)": ours.read, "multiwriter (same rows written at once)": once.read,
                "deltalake (after the run)": delta.read}
