@@ -2,7 +2,10 @@
 
 Per partition the batch touches, the candidate files of a key are the latest slices whose key
 range (``hoodie_min/max_record_key`` in the footer) covers it and whose footer bloom filter says
-it may be there; only candidates' key columns are read, to confirm. Base files are immutable
+it may be there; only candidates' key columns are read, to confirm. When the record key is one
+integral field, the range is the key column's own typed statistics instead: as strings "10" <
+"9", so the footer's string range of auto-increment ids spans almost every key and prunes
+nothing, while the typed range of a block of ids is that block. Base files are immutable
 (a name carries its instant, and an instant is never reused), so what a footer says is cached
 per table and path in one process-wide :class:`FooterCache`: a long-lived writer (a streaming
 sink) and one-off ``mw.write`` calls alike read the footers of the files that are new since the
@@ -10,6 +13,7 @@ last batch, not of every file in the partition.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,6 +36,10 @@ MIN_KEY = b"hoodie_min_record_key"
 MAX_KEY = b"hoodie_max_record_key"
 
 
+#: an integral key column's values (aligned with the keys) with their min and max
+TypedKeys = tuple[np.ndarray, int, int]
+
+
 @dataclass(frozen=True)
 class FooterKeys:
     """What one base file's footer says about its keys."""
@@ -40,20 +48,28 @@ class FooterKeys:
     max_key: str | None
     bloom: bloom.DynamicBloomFilter | None
     num_rows: int
+    #: (min, max) of an integral record-key column by value (its Parquet statistics), if known
+    typed: tuple[int, int] | None = None
 
     @property
     def nbytes(self) -> int:
         return 256 + (sum(r.nbytes for r in self.bloom.rows) if self.bloom else 0)
 
     def may_hold(self, keys: pa.Array, lo: str, hi: str, hashes: np.ndarray | None = None,
-                 rows: np.ndarray | None = None) -> np.ndarray | bool:
+                 rows: np.ndarray | None = None, typed: TypedKeys | None = None) -> np.ndarray | bool:
         """Per key (or False for all): might this file hold it? ``hashes``: the bloom hashes of
         the batch's keys when it has them (then no key is hashed again per file); ``rows``: the
         rows of ``hashes`` that ``keys`` are (all when None), so only keys in this file's key
-        range have their hashes gathered."""
+        range have their hashes gathered; ``typed``: the keys as integers with their min and
+        max, compared with the file's typed range when it has one."""
         if self.num_rows == 0:
             return False
-        if self.min_key is not None and self.max_key is not None:
+        if typed is not None and self.typed is not None:
+            tlo, thi = self.typed
+            if thi < typed[1] or tlo > typed[2]:
+                return False
+            mask = (typed[0] >= tlo) & (typed[0] <= thi)
+        elif self.min_key is not None and self.max_key is not None:
             if self.max_key < lo or self.min_key > hi:
                 return False
             in_range = pc.and_(pc.greater_equal(keys, self.min_key), pc.less_equal(keys, self.max_key))
@@ -69,13 +85,57 @@ class FooterKeys:
         return mask
 
 
-def read_footer(storage: Storage, path: str) -> FooterKeys:
+def read_footer(storage: Storage, path: str, key_column: str | None = None) -> FooterKeys:
+    """``key_column``: a one-field integral record key whose typed range to take from the
+    column's statistics."""
     with storage.fs.open_input_file(storage.abs(path)) as f:
         meta = pq.read_metadata(f)
     md = meta.metadata or {}
     lo, hi = md.get(MIN_KEY), md.get(MAX_KEY)
     return FooterKeys(lo.decode() if lo is not None else None, hi.decode() if hi is not None else None,
-                      bloom.from_footer(md), meta.num_rows)
+                      bloom.from_footer(md), meta.num_rows, typed_range(meta, key_column) if key_column else None)
+
+
+def typed_range(meta: pq.FileMetaData, column: str) -> tuple[int, int] | None:
+    """(min, max) of an integral top-level column over every row group, from its statistics;
+    None when a row group has none (a file that cannot be pruned this way is probed instead)."""
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    if column not in names:
+        return None
+    j = names.index(column)
+    lo = hi = None
+    for g in range(meta.num_row_groups):
+        col = meta.row_group(g).column(j)
+        st = col.statistics
+        if col.num_values == 0:
+            continue
+        if st is None or not st.has_min_max or not isinstance(st.min, int) or not isinstance(st.max, int):
+            return None
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    return (lo, hi) if lo is not None else None
+
+
+def with_typed_range(f: FooterKeys, rows: pa.Table, column: str) -> FooterKeys:
+    """``f`` with the typed range of ``column`` in ``rows`` (a file just written, whose footer is
+    cached without reading it back) when that column is integral."""
+    i = rows.schema.get_field_index(column)
+    if i < 0 or not pa.types.is_integer(rows.schema.field(i).type) or rows.num_rows == 0:
+        return f
+    mm = pc.min_max(rows.column(i))
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    return f if lo is None else dataclasses.replace(f, typed=(lo, hi))
+
+
+def integral_key(prepared: pa.Table, record_key: tuple[str, ...] | list[str]) -> str | None:
+    """The record key's one field when it is an integral column of the batch, else None."""
+    if len(record_key) != 1 or prepared.schema.get_field_index(record_key[0]) < 0:
+        return None
+    return record_key[0] if pa.types.is_integer(prepared.schema.field(record_key[0]).type) else None
+
+
+def typed_keys(values: np.ndarray) -> TypedKeys:
+    return (values, int(values.min()), int(values.max())) if len(values) else (values, 0, -1)
 
 
 def key_range(storage: Storage, fs: FileSlice) -> tuple[str, str] | None:
@@ -182,12 +242,12 @@ class KeyIndex:
         existing = [p for p in sorted(parts) if p == "" or self.storage.is_dir(p)]
         return Snapshot.build(self.storage, timeline, partitions=existing)
 
-    def footer(self, fs: FileSlice) -> FooterKeys:
+    def footer(self, fs: FileSlice, key_column: str | None = None) -> FooterKeys:
         key = (self.storage.uri, fs.path)
         f = self.cache.get(key)
         if f is not None:
             return f
-        f = read_footer(self.storage, fs.path)
+        f = read_footer(self.storage, fs.path, key_column)
         self.footer_reads += 1
         self.cache.put(key, f)
         return f
@@ -200,8 +260,10 @@ class KeyIndex:
         """Drop cached footers of files in ``partitions`` that are no longer latest slices."""
         self.cache.forget(self.storage.uri, partitions, live)
 
-    def tag(self, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
-        """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys."""
+    def tag(self, snapshot: Snapshot, prepared: pa.Table, key_column: str | None = None) -> pa.Table:
+        """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys.
+        ``key_column``: the batch's column that is the whole record key, when it is integral
+        (:func:`integral_key`): files are then pruned by its typed range."""
         n = prepared.num_rows
         out = np.full(n, -1, dtype=np.int64)
         names: list[str] = []
@@ -211,6 +273,10 @@ class KeyIndex:
         for fs in snapshot.slices.values():
             by_part.setdefault(fs.partition, []).append(fs)
         hashes = bloom.hashes_of(prepared)
+        ints = None
+        if key_column is not None:
+            col = prepared.column(key_column)
+            ints = (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).to_numpy(zero_copy_only=False)
         encoded = parts.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
         names_p = encoded.dictionary.to_pylist()
@@ -223,7 +289,8 @@ class KeyIndex:
                 continue
             rows = order[(ends[code - 1] if code else 0):ends[code]]
             pk = keys.take(pa.array(rows))
-            for fid_no, found in self._lookup(files, pk, hashes, rows):
+            typed = typed_keys(ints[rows].astype(np.int64, copy=False)) if ints is not None else None
+            for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column):
                 names.append(fid_no)
                 out[rows[found]] = len(names) - 1
         self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
@@ -231,14 +298,15 @@ class KeyIndex:
         return prepared.append_column(FILE_ID, fids)
 
     def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None,
-                rows: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+                rows: np.ndarray | None = None, typed: TypedKeys | None = None,
+                key_column: str | None = None) -> list[tuple[str, np.ndarray]]:
         """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds);
-        ``hashes[rows]`` are the keys' bloom hashes."""
+        ``hashes[rows]`` are the keys' bloom hashes; ``typed``: the keys as integers."""
         mm = pc.min_max(keys)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         out = []
         for fs in sorted(files, key=lambda f: f.file_id):
-            maybe = self.footer(fs).may_hold(keys, lo, hi, hashes, rows)
+            maybe = self.footer(fs, key_column).may_hold(keys, lo, hi, hashes, rows, typed)
             if maybe is False or not np.any(maybe):
                 continue
             cand = np.flatnonzero(maybe)
@@ -258,9 +326,9 @@ def _held(candidates: pa.Array, stored: pa.Array) -> np.ndarray:
     return pc.is_in(candidates, value_set=stored).to_numpy(zero_copy_only=False)
 
 
-def tag(storage: Storage, snapshot: Snapshot, prepared: pa.Table) -> pa.Table:
+def tag(storage: Storage, snapshot: Snapshot, prepared: pa.Table, key_column: str | None = None) -> pa.Table:
     """One-off lookup (no cache kept): see :meth:`KeyIndex.tag`."""
-    return KeyIndex(storage).tag(snapshot, prepared)
+    return KeyIndex(storage).tag(snapshot, prepared, key_column)
 
 
 def tag_buckets(snapshot: Snapshot, prepared: pa.Table, config: TableConfig) -> pa.Table:

@@ -29,7 +29,7 @@ from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, data_schema, with_meta
 from . import bloom, guard
 from .columns import Prefixes, constant, constant_value
-from .index import FooterKeys
+from .index import FooterKeys, with_typed_range
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
 
@@ -162,8 +162,8 @@ def merge_file_group(
     check_alive(storage, ctx, rel)
     size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
                                   constants=constants)
-    if on_footer is not None:
-        on_footer(rel, footer)
+    if on_footer is not None:  # cached for the index: with the key's typed range when it is integral
+        on_footer(rel, with_typed_range(footer, out, ctx.unique_columns[0]) if len(ctx.unique_columns) == 1 else footer)
     return WriteStat(
         file_id=task.file_id,
         path=rel,

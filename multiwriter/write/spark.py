@@ -36,7 +36,7 @@ from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from . import records
-from .index import FILE_ID, KeyIndex, tag_buckets, untagged
+from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
 from .plan import FileGroupTask, Plan, insert_buckets, planned_metadata
 from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
 
@@ -196,7 +196,7 @@ def _plan(
         snap, tagged = Snapshot({}, timeline, None), untagged(keys)
     else:
         snap = index.snapshot(timeline, keys)
-        tagged = index.tag(snap, keys)
+        tagged = index.tag(snap, keys, integral_key(keys, timeline.config.record_key))
     fids = tagged.column(FILE_ID)
     found = tagged.filter(pc.is_valid(fids))
     new = tagged.filter(pc.and_(pc.is_null(fids), pc.not_equal(tagged.column(OP), OP_DELETE)))

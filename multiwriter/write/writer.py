@@ -43,7 +43,7 @@ from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import run_on_driver, start_gather
-from .index import KeyIndex, tag_buckets, untagged
+from .index import KeyIndex, integral_key, tag_buckets, untagged
 from .log_append import rebase_as_log
 from .merge import context
 from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
@@ -416,7 +416,8 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
         return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
     prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
     snap = index.snapshot(base, prepared)
-    return make_plan(index.tag(snap, prepared), snap, target_file_size=target_file_size)
+    return make_plan(index.tag(snap, prepared, integral_key(prepared, config.record_key)), snap,
+                     target_file_size=target_file_size)
 
 
 def evolve_schema(table: Table, config: WriterConfig, table_schema: pa.Schema, batch_schema: pa.Schema) -> pa.Schema:

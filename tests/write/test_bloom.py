@@ -126,7 +126,7 @@ def test_one_off_writes_in_one_process_share_the_footers_they_saw(trips_table, m
     mw.write(trips(range(0, 100)), path, cfg)
     reads: list[str] = []
     real = index_mod.read_footer
-    monkeypatch.setattr(index_mod, "read_footer", lambda storage, p: reads.append(p) or real(storage, p))
+    monkeypatch.setattr(index_mod, "read_footer", lambda storage, p, *rest: reads.append(p) or real(storage, p, *rest))
     mw.write(trips(range(50, 150), ts=2), path, cfg)  # its files were written by this process
     assert reads == []
     index_mod.SHARED_FOOTERS.clear()
