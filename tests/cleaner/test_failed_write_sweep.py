@@ -4,10 +4,12 @@ even when readers already take them for an archived commit's files. Checked with
 
 from __future__ import annotations
 
+import os
 import time
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from prometheus_client import CollectorRegistry
 
 import multiwriter as mw
@@ -57,6 +59,7 @@ def test_files_older_than_the_timeline_that_no_archived_commit_wrote_are_swept(
     between_t = next_after(history[0].requested_time)
     between = _plant(trips_table, between_t, value=998.0)  # between two archived commits
     young = _plant(trips_table, format_time(time.time() + 3600), value=555.0)  # too young to judge
+    os.utime(trips_table.storage.abs(young), (time.time() + 3600, time.time() + 3600))  # by either clock
     assert 999.0 in hudi_read(table_path).column("value").to_pylist(), "the hazard: hudi-rs shows the ghost's rows"
     assert 999.0 in trips_table.read().column("value").to_pylist()
 
@@ -94,6 +97,25 @@ def test_late_file_of_a_rolled_back_instant_is_swept_and_pending_instants_are_no
     assert rows(hudi_read(table_path), COLS) == rows(trips_table.read(), COLS) == [("1", 1.0), ("2", 1.0)]
 
 
+@pytest.mark.xfail(strict=True, reason="the sweep judges a file's age by its instant time alone")
+def test_a_failed_write_of_a_writer_whose_clock_runs_ahead_is_swept_once_its_file_is_old(
+    trips_table, table_path, zk_lock, cleaners
+):
+    """A writer 60 s ahead names its instant 60 s in the future; after its rollback a late file
+    of it must not wait for the cleaner's clock to catch up: the store's clock (the file's
+    modification time) says it is old."""
+    mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
+    dead, _ = fake_failed_write(trips_table, zk_lock(), n_files=1)
+    cleaner = cleaners(table_path, zk_lock(), failed_write_min_age_bounds=1)
+    assert cleaner.run_once().rolled_back == [dead]
+    late = _plant(trips_table, format_time(time.time() + 60), value=999.0)  # the zombie's instant, 60 s ahead
+    old = time.time() - 10 * BOUND
+    os.utime(trips_table.storage.abs(late), (old, old))
+    report = cleaner.run_once()
+    assert report.failed_writes_swept == [late] and not trips_table.storage.exists(late)
+    assert rows(hudi_read(table_path), COLS) == rows(trips_table.read(), COLS) == [("1", 1.0), ("2", 1.0)]
+
+
 def test_a_foreign_archive_keeps_files_older_than_the_timeline(trips_table, table_path, zk_lock, cleaners):
     _archived_table(table_path, zk_lock, cleaners)
     history = archive.load_history(trips_table)
@@ -105,8 +127,6 @@ def test_a_foreign_archive_keeps_files_older_than_the_timeline(trips_table, tabl
 
 
 def test_the_sweep_can_be_turned_off_and_its_age_is_validated(trips_table, table_path, zk_lock, cleaners):
-    import pytest
-
     _archived_table(table_path, zk_lock, cleaners)
     ghost = _plant(trips_table, format_time(parse_time(archive.load_history(trips_table)[0].requested_time) - 60), 999.0)
     report = cleaners(table_path, zk_lock(), sweep_failed_writes=False).run_once()
