@@ -10,8 +10,10 @@ one more file (the pre-write check leaves only a pause between check and write),
 and rollbacks that failed half-way. Decided in this order: list the data files, then load the
 timeline, then the archive. A data file is written only after its instant's requested file
 exists, so a live instant seen in the listing is pending or completed on the timeline loaded
-after it, or archived in the history read after that. Files whose instant is younger than a
-safe age (some heartbeat bounds) are left alone anyway. When the history holds files that are
+after it, or archived in the history read after that. Files younger than a safe age (some
+heartbeat bounds) are left alone anyway, their age being the older of what the writer's clock
+(the instant time) and the store's clock (the modification time) say, so one skewed clock does
+not hold a failed write's files back. When the history holds files that are
 not readable here (a version 6 archive), archived commits cannot be told from failed ones and files
 older than the earliest active instant are kept.
 
@@ -116,6 +118,14 @@ def _age_of_instant(t: str, now: float) -> float:
         return 0.0
 
 
+def _age_of_file(f: FileSlice | LogFile, now: float) -> float:
+    """A data file's age by its instant time (the writer's clock) or by its modification time
+    (the store's clock), whichever is older: a writer whose clock runs ahead names its instants
+    in the future, and its files must not wait for the cleaner's clock to catch up."""
+    by_instant = _age_of_instant(f.instant_time, now)
+    return by_instant if f.mtime_s is None else max(by_instant, now - f.mtime_s)
+
+
 def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, now: float | None = None) -> int:
     """Delete stale marker directories and heartbeat files; returns how many were removed."""
     now = time.time() if now is None else now
@@ -149,8 +159,8 @@ def failed_write_files(
     ctx: CleanerContext, *, min_age_s: float, now: float | None = None
 ) -> list[FileSlice | LogFile]:
     """Base and log files of instants that are neither completed (active timeline or archive)
-    nor pending, or of completed ones that do not name them, whose instant time is at least
-    ``min_age_s`` old; by path."""
+    nor pending, or of completed ones that do not name them, old enough by the
+    writer's or the store's clock (:func:`_age_of_file`); by path."""
     now = time.time() if now is None else now
     bases, logs = list_files(ctx.storage)  # first the files, then what accounts for them
     files: list[FileSlice | LogFile] = [*bases, *logs]
@@ -168,14 +178,14 @@ def failed_write_files(
         if t in done and f.name not in (names.get(t) or names.setdefault(t, _named_files(tl, done[t]))):
             # a completed commit that does not name this file: the losing attempt of a retried or
             # speculative task that was still writing after the commit's reconciliation
-            if _age_of_instant(t, now) >= min_age_s:
+            if _age_of_file(f, now) >= min_age_s:
                 out.append(f)
             continue
         if t in known or t in archived:
             continue
         if t < earliest and not complete:
             continue  # may be a commit archived by another tool
-        if _age_of_instant(t, now) >= min_age_s:
+        if _age_of_file(f, now) >= min_age_s:
             out.append(f)
     return sorted(out, key=lambda f: f.path)
 

@@ -3,7 +3,7 @@ committed, and which log files belong to which base file's slice, is decided by 
 never here."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..storage import Storage
 from .layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
@@ -40,6 +40,7 @@ class LogFile(_GroupFile):
     version: int
     name: str
     size: int = 0
+    mtime_s: float | None = field(default=None, compare=False)  # the store's clock, as listed
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class FileSlice(_GroupFile):
     name: str
     size: int = 0
     logs: tuple[LogFile, ...] = ()
+    mtime_s: float | None = field(default=None, compare=False)  # the store's clock, as listed
 
 
 def list_partitions(storage: Storage) -> list[str]:
@@ -90,9 +92,10 @@ def list_files(storage: Storage, partitions: list[str] | None = None, *, logs: b
         if name.startswith("."):
             parsed_log = parse_log_file(name) if logs else None
             if parsed_log:
-                found.append(LogFile(part, parsed_log.file_id, parsed_log.instant_time, parsed_log.version, name, e.size))
+                found.append(LogFile(part, parsed_log.file_id, parsed_log.instant_time, parsed_log.version, name, e.size,
+                                     mtime_s=e.mtime_s))
             continue
         parsed = parse_data_file(name)
         if parsed:
-            bases.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, e.size))
+            bases.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, e.size, mtime_s=e.mtime_s))
     return bases, found

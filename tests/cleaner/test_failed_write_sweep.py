@@ -97,7 +97,6 @@ def test_late_file_of_a_rolled_back_instant_is_swept_and_pending_instants_are_no
     assert rows(hudi_read(table_path), COLS) == rows(trips_table.read(), COLS) == [("1", 1.0), ("2", 1.0)]
 
 
-@pytest.mark.xfail(strict=True, reason="the sweep judges a file's age by its instant time alone")
 def test_a_failed_write_of_a_writer_whose_clock_runs_ahead_is_swept_once_its_file_is_old(
     trips_table, table_path, zk_lock, cleaners
 ):
