@@ -19,6 +19,9 @@ from tests.test_concurrency import result, spawn
 
 WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
 BOUND_S = 3.5  # heartbeat 1 s x (2 misses + 1), plus a margin
+#: the ZooKeeper session timeout of the processes a test crashes: the least the local server grants
+#: (two ticks of 2 s), so a lock node left by a crash inside the critical section goes in 4 s, not 10
+CRASHED_SESSION = {"session_timeout_s": 4.0}
 
 
 def invariants(path: str) -> None:
@@ -49,7 +52,7 @@ def run_clean(zk_server, zk_base, path, env=None) -> dict:
 def test_writer_crash_at_each_point_is_recovered(point, zk_server, zk_base, trips_table, table_path):
     mw.write(trips(range(10), value=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     args = dict(zk=zk_server.connect, base=zk_base, path=table_path, writer="w", ids=list(range(5, 15)), value=2, batch_id=0)
-    p = spawn("write", args, {"MULTIWRITER_FAULTS": f"{point}=crash"})
+    p = spawn("write", {**args, **CRASHED_SESSION}, {"MULTIWRITER_FAULTS": f"{point}=crash"})
     p.communicate(timeout=120)
     assert p.returncode == 137, "the writer died at the fault point"
     assert run_clean(zk_server, zk_base, table_path)["ok"]
@@ -96,7 +99,8 @@ def test_cleaner_crash_mid_rollback_is_finished_by_the_next(zk_server, zk_base, 
                                 ids=[f"{i}-{k}" for k in many["ids"]], date=f"2024-02-0{i + 1}"),
                   {"MULTIWRITER_FAULTS": "after-data-files=crash"})
         p.communicate(timeout=120)
-    crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path), {"MULTIWRITER_FAULTS": "mid-rollback=crash"})
+    crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path, **CRASHED_SESSION),
+                    {"MULTIWRITER_FAULTS": "mid-rollback=crash"})
     crashed.communicate(timeout=120)
     assert crashed.returncode == 137
     assert mw.Table.open(table_path).timeline().pending(), "the dead cleaner left work behind"
@@ -111,7 +115,7 @@ def test_cleaner_crash_mid_clean_is_finished_by_the_next(zk_server, zk_base, tri
     for v in range(14):  # 14 versions of one file group; retention keeps 10 commits
         mw.write(trips(range(5), ts=v, value=v), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
     before = len(list(Path(table_path, "2024-01-01").glob("*.parquet")))
-    crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path),
+    crashed = spawn("clean", dict(zk=zk_server.connect, base=zk_base, path=table_path, **CRASHED_SESSION),
                     {"MULTIWRITER_FAULTS": "mid-clean=crash"})
     crashed.communicate(timeout=120)
     assert crashed.returncode == 137

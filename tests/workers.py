@@ -190,7 +190,8 @@ def clean(a: dict) -> dict:
     """One cleaner run (a separate process, so a fault point can crash it)."""
     import multiwriter as mw
 
-    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"))
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"),
+                            session_timeout_s=a.get("session_timeout_s", 10.0))
     c = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
                    retain_commits=a.get("retain", 10))
     r = c.run_once()
