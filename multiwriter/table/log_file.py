@@ -28,7 +28,7 @@ import io
 import json
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -618,8 +618,11 @@ class _Cursor:
         return _LONG.unpack(self.take(8))[0]
 
 
-def read_log_blocks(data: bytes, *, source: str = "log file") -> list[LogBlock]:
+def read_log_blocks(data: bytes, *, source: str = "log file", columns: Collection[str] | None = None) -> list[LogBlock]:
     """Every block of a log file's bytes, in file order.
+
+    ``columns``: when given, Parquet data blocks decode only these of their columns (those a
+    block lacks are left out); other blocks decode whole.
 
     A block whose framing does not hold (its size runs past the end of the file or is not
     followed by the next magic, as after a writer died mid-append) becomes a ``corrupt`` block
@@ -633,7 +636,7 @@ def read_log_blocks(data: bytes, *, source: str = "log file") -> list[LogBlock]:
     pos = 0
     while pos < len(data):
         end = _framed_end(data, pos)
-        block = _read_block(data, pos, end, source) if end is not None else None
+        block = _read_block(data, pos, end, source, columns) if end is not None else None
         if block is None:
             end = _next_magic(data, pos + len(MAGIC))
             block = LogBlock(CORRUPT, offset=pos, length=end - pos)
@@ -663,7 +666,7 @@ def _next_magic(data: bytes, start: int) -> int:
     return len(data) if i < 0 else i
 
 
-def _read_block(data: bytes, pos: int, end: int, source: str) -> LogBlock | None:
+def _read_block(data: bytes, pos: int, end: int, source: str, columns: Collection[str] | None = None) -> LogBlock | None:
     cur = _Cursor(data, pos + len(MAGIC) + _LONG.size, end - _LONG.size)
     try:
         version = cur.read_int()
@@ -682,7 +685,7 @@ def _read_block(data: bytes, pos: int, end: int, source: str) -> LogBlock | None
     if code not in BlockType._value2member_map_:
         raise TableFormatError(f"{where} has unknown block type {code}")
     kind = _KIND[BlockType(code)]
-    records = _decode_content(code, content, header, where)
+    records = _decode_content(code, content, header, where, columns)
     return LogBlock(kind, header, records, BlockType(code), pos, end - pos)
 
 
@@ -702,13 +705,14 @@ def _read_metadata(cur: _Cursor) -> dict[str, str]:
     return out
 
 
-def _decode_content(code: int, content: bytes, header: Mapping[str, str], where: str) -> pa.Table | None:
+def _decode_content(code: int, content: bytes, header: Mapping[str, str], where: str,
+                    columns: Collection[str] | None = None) -> pa.Table | None:
     if code in (BlockType.AVRO_DATA, BlockType.CDC_DATA):
         return _decode_avro_records(content, header, where)
     if code == BlockType.DELETE:
         return _decode_deletes(content, where)
     if code == BlockType.PARQUET_DATA:
-        return _decode_parquet(content, where)
+        return _decode_parquet(content, where, columns)
     return None
 
 
@@ -833,8 +837,12 @@ def _ordering_column(wrapped: list[Any]) -> pa.Array:
     return pa.array(values, target)
 
 
-def _decode_parquet(content: bytes, where: str) -> pa.Table:
+def _decode_parquet(content: bytes, where: str, columns: Collection[str] | None = None) -> pa.Table:
     try:  # ParquetFile: a log block is small, and read_table's dataset layer costs more than the read
-        return pq.ParquetFile(pa.BufferReader(content)).read(use_threads=False)
+        f = pq.ParquetFile(pa.BufferReader(content))
+        if columns is None:
+            return f.read(use_threads=False)
+        wanted = set(columns)
+        return f.read(columns=[n for n in f.schema_arrow.names if n in wanted], use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise TableFormatError(f"{where}: Parquet data block does not decode ({e})") from e

@@ -253,6 +253,21 @@ def test_log_files_write_parquet_or_avro_data_blocks(data_format, block_type):
         assert pq.read_table(pa.BufferReader(raw[start:raw.rindex(b"PAR1") + 4])).to_pylist() == records.to_pylist()
 
 
+def test_parquet_data_blocks_decode_only_the_asked_columns():
+    """``columns``: a Parquet block decodes those of its columns (in its own order; one it lacks is
+    left out); an Avro block decodes whole."""
+    data = _typed_table()
+    records = _meta(data)
+    schema = arrow_to_avro(data.schema, "t")
+    raw = lf.encode_log_file(instant_time=T1, schema=schema, records=records, data_format="parquet")
+    (block,) = lf.read_log_blocks(raw, columns=["f64", "_hoodie_record_key", "not_there"])
+    assert block.records.schema.names == ["_hoodie_record_key", "f64"]
+    assert block.records.to_pylist() == records.select(["_hoodie_record_key", "f64"]).to_pylist()
+    raw = lf.encode_log_file(instant_time=T1, schema=schema, records=records, data_format="avro")
+    (block,) = lf.read_log_blocks(raw, columns=["f64"])
+    assert block.records.to_pylist() == records.to_pylist()
+
+
 def test_data_block_records_are_plain_avro_of_the_header_schema():
     """fastavro, reading one record with the SCHEMA header, sees the values we meant (an oracle
     for the Avro encoding independent of our decoder's Arrow conversion)."""
