@@ -79,6 +79,21 @@ def spark():
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory):
+    """One standalone Spark master and single-core worker on 127.0.0.1 for the session (started
+    on first use: two JVMs, ~10 s), shared by the tests of the multi-process executor path; jobs
+    run one at a time on its one core. Yields ``(master_url, env, work_dir)``: ``env`` is the
+    environment of the cluster and of a job's driver, ``work_dir`` the worker's, where each
+    application gets a directory named by its id."""
+    from tests.write.test_standalone_cluster import cluster_env, start_standalone_cluster
+
+    root = tmp_path_factory.mktemp("standalone")
+    env = cluster_env(root)
+    with start_standalone_cluster(root, env) as master_url:
+        yield master_url, env, root / "work"
+
+
 @pytest.fixture()
 def table_path(tmp_path) -> str:
     return str(tmp_path / "trips")

@@ -30,7 +30,7 @@ def main() -> None:
             shutil.move(os.path.join(incoming, k, name), os.path.join(src, name))
         runs.append(run(spark, src, path, ck, zk_connect, zk_base))
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    print(json.dumps({"runs": runs, "executors": executors}), flush=True)
+    print(json.dumps({"runs": runs, "executors": executors, "app_id": spark.sparkContext.applicationId}), flush=True)
     spark.stop()
 
 

@@ -10,7 +10,7 @@ import multiwriter as mw
 from multiwriter import checkpoint
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
-from tests.write.test_standalone_cluster import cluster_env, run_job, standalone_cluster
+from tests.write.test_standalone_cluster import run_job
 
 COLS = ["id", "date", "ts", "value"]
 
@@ -34,8 +34,8 @@ def _expect(ids, date="2024-01-01", ts=1, value=1.0) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_a_streaming_write_through_a_standalone_cluster(tmp_path, zk_server, zk_base):
-    env = cluster_env(tmp_path)
+def test_a_streaming_write_through_a_standalone_cluster(standalone_cluster, tmp_path, zk_server, zk_base):
+    master_url, env, work = standalone_cluster
     src, path, ck, incoming = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck"), tmp_path / "incoming"
     for d in (src, incoming / "0", incoming / "1"):
         d.mkdir(parents=True)
@@ -43,11 +43,10 @@ def test_a_streaming_write_through_a_standalone_cluster(tmp_path, zk_server, zk_
     pq.write_table(trips(range(20, 30), date="2024-01-02", ts=2, value=2.0), incoming / "0" / "b.parquet")
     # the second run, a new query on the same checkpoint, finds one new file: an update and a new key
     pq.write_table(trips([5, 40], ts=3, value=3.0), incoming / "1" / "c.parquet")
-    with standalone_cluster(tmp_path, env) as master_url:
-        res = _run_job(master_url, env, str(src), path, ck, zk_server.connect, zk_base, str(incoming))
+    res = _run_job(master_url, env, str(src), path, ck, zk_server.connect, zk_base, str(incoming))
     assert res["executors"] >= 1, "the tasks ran on the worker's executor process"
     assert [r["batches"] for r in res["runs"]] == [[0], [1]]
-    assert list((tmp_path / "work").glob("app-*")), "the worker ran the application"
+    assert (work / res["app_id"]).is_dir(), "the worker ran the application"
     tl = mw.Table.open(path).timeline()
     (c1, _) = tl.completed_writes()
     assert checkpoint.last(tl, "cluster-stream") == 1

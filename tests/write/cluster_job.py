@@ -25,7 +25,7 @@ def main() -> None:
     results = [mw.write(spark.createDataFrame(t), path, cfg) for t in (first, second)]
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
     print(json.dumps({"inserts": [r.num_inserts for r in results], "updates": [r.num_updates for r in results],
-                      "executors": executors}), flush=True)
+                      "executors": executors, "app_id": spark.sparkContext.applicationId}), flush=True)
     spark.stop()
 
 

@@ -48,8 +48,9 @@ def cluster_env(tmp_path: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def standalone_cluster(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
-    """A master and one single-core worker; yields the master URL, stops both on exit."""
+def start_standalone_cluster(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    """A master and one single-core worker; yields the master URL, stops both on exit (the
+    session fixture ``standalone_cluster`` in tests/conftest.py)."""
     port, ui, wui = free_port(), free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
@@ -84,14 +85,13 @@ def run_job(module: str, env: dict[str, str], *args: str) -> dict:
 
 
 @pytest.mark.slow
-def test_upsert_through_a_standalone_cluster(tmp_path, trips_table, table_path):
-    env = cluster_env(tmp_path)
-    with standalone_cluster(tmp_path, env) as master_url:
-        res = run_job("tests.write.cluster_job", env, master_url, table_path)
+def test_upsert_through_a_standalone_cluster(standalone_cluster, trips_table, table_path):
+    master_url, env, work = standalone_cluster
+    res = run_job("tests.write.cluster_job", env, master_url, table_path)
     assert res["executors"] >= 1, "the job ran on the worker's executor process"
     assert res["inserts"] == [100, 50] and res["updates"] == [0, 50]
     t = mw.Table.open(table_path)
     got = rows(t.read(), ["id", "value"])
     assert len(got) == 150 and dict(got)["50"] == 2.0 and dict(got)["49"] == 1.0
     assert rows(hudi_read(table_path), ["id", "value"]) == got
-    assert list((tmp_path / "work").glob("app-*")), "the worker ran an application"
+    assert (work / res["app_id"]).is_dir(), "the worker ran the application"
