@@ -50,12 +50,15 @@ class Versions:
     deletes: pa.Table | None = None  # columns record_key (string), partition_path (string), ordering_value (nullable)
 
 
-def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema) -> pa.Table:
+def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema,
+          key: str = RECORD_KEY) -> pa.Table:
     """Surviving rows, one per record key, in ``schema`` (the file schema: meta columns + data
-    columns). Columns a source lacks (added later by schema evolution) are null; columns stored
-    in another order or a narrower type are reordered and cast. ``ordering_field`` None is
-    commit-time merging, else event-time merging on that column (rules: the module docstring;
-    a null ordering value of a record ranks below every value).
+    columns, or some of them). Columns a source lacks (added later by schema evolution) are
+    null; columns stored in another order or a narrower type are reordered and cast.
+    ``ordering_field`` None is commit-time merging, else event-time merging on that column
+    (rules: the module docstring; a null ordering value of a record ranks below every value).
+    ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
+    a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
 
     Each surviving row is returned exactly as stored. Row order: each key at its first
     appearance in the slice, i.e. the base file's rows in base order (an updated row stays at
@@ -75,13 +78,15 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     logs = [s for s in ordered if _rows(s.records) or _rows(s.deletes)]
     if not logs:
         return base_rows if base_rows is not None else schema.empty_table()
-    return _merge_logs(base_rows, logs, ordering, schema)
+    if schema.get_field_index(key) < 0:
+        raise TableFormatError(f"record key column {key!r} is not a column of the file schema")
+    return _merge_logs(base_rows, logs, ordering, schema, key)
 
 
 def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
     """``t`` with the columns of ``schema``, in its order and types; missing columns are null."""
-    if t.schema.names == schema.names and all(a.type == b.type for a, b in zip(t.schema, schema, strict=True)):
-        return t.replace_schema_metadata(schema.metadata) if t.schema.metadata != schema.metadata else t
+    if t.schema.equals(schema, check_metadata=False):
+        return t if t.schema.equals(schema, check_metadata=True) else t.replace_schema_metadata(schema.metadata)
     cols = []
     for f in schema:
         if t.schema.get_field_index(f.name) < 0:
@@ -112,12 +117,13 @@ class _Candidates:
         self.plain.append(plain)
 
 
-def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema) -> pa.Table:
+def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
+                key: str) -> pa.Table:
     """:func:`merge` when some log holds rows: the candidates are every log version plus the
     base rows of the keys the logs touch; ``stored`` (base, then each log's records) holds the
     rows the output is taken from."""
     n_base = base.num_rows if base is not None else 0
-    key_type = schema.field(RECORD_KEY).type
+    key_type = schema.field(key).type
     stored = [base] if base is not None else []
     cands = _Candidates([], [], [], [], [])
     seq0 = row0 = n_base
@@ -126,7 +132,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
             t = align(s.records, schema)
             stored.append(t)
             n = t.num_rows
-            cands.add(t.column(RECORD_KEY), _ordering_of(t, ordering), np.arange(seq0, seq0 + n),
+            cands.add(t.column(key), _ordering_of(t, ordering), np.arange(seq0, seq0 + n),
                       np.arange(row0, row0 + n), np.zeros(n, bool))
             seq0, row0 = seq0 + n, row0 + n
         if _rows(s.deletes):
@@ -140,18 +146,17 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     # logs touch and every candidate's key as a small integer (its index in the logs' keys)
     encoded = pc.dictionary_encode(_concat(cands.keys, key_type))
     codes = [_numpy(encoded.indices)]
-    touched = None
+    at = np.zeros(0, np.int64)  # the base positions the logs touch
     if n_base:
-        base_codes = _numpy(pc.fill_null(pc.index_in(base.column(RECORD_KEY), value_set=encoded.dictionary), -1))
-        touched = base_codes >= 0
-        at = np.flatnonzero(touched)
+        base_codes = _numpy(pc.fill_null(pc.index_in(base.column(key), value_set=encoded.dictionary), -1))
+        at = np.flatnonzero(base_codes >= 0)
         codes.insert(0, base_codes[at])
         cands.ordering.insert(0, base.column(ordering.name).take(pa.array(at)) if ordering is not None else None)
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
     winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering)
-    return _assemble(stored, schema, n_base, touched, winners, first_seq)
+    return _assemble(stored, schema, key, n_base, at, winners, first_seq)
 
 
 def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None
@@ -206,20 +211,36 @@ def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, plain: np.ndarray, 
     return seq >= cut[codes]
 
 
-def _assemble(stored: list[pa.Table], schema: pa.Schema, n_base: int, touched: np.ndarray | None,
+def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
               win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
-    """The output rows: untouched base rows and the winners, each at its key's first place."""
-    if touched is not None:
-        untouched = np.flatnonzero(~touched)
-        at = np.searchsorted(untouched, win_places)  # both ascend; places are distinct
-        take = np.insert(untouched, at, win_rows)
-    else:
-        take = win_rows
-    if len(take) == n_base and n_base and np.array_equal(take, np.arange(n_base)):
-        return stored[0]  # the logs changed nothing
+    """The output rows: untouched base rows and the winners, each at its key's first place.
+
+    A key in the base file has its base position as first place, so the base rows keep their
+    positions (a touched one replaced by its key's winner, or dropped when a delete won) and the
+    keys new to the slice follow, by first place. ``touched``: the base positions the logs touch."""
+    in_base = int(np.searchsorted(win_places, n_base))  # win_places ascend
+    replaced, replacing = win_places[:in_base], win_rows[:in_base]
+    if in_base == len(touched) == len(win_rows) and np.array_equal(replaced, replacing):
+        return stored[0] if n_base else schema.empty_table()  # the logs changed nothing
+    take = np.arange(n_base)
+    take[replaced] = replacing
+    if len(touched) > in_base:  # a delete won over some base rows: drop them
+        keep = np.ones(n_base, bool)
+        keep[touched] = False
+        keep[replaced] = True
+        take = take[keep]
+    take = np.concatenate([take, win_rows[in_base:]])
     if not len(take):
         return schema.empty_table()
-    return pa.concat_tables(stored).take(pa.array(take))
+    rows = pa.concat_tables(stored)
+    if not n_base or len(touched) > in_base:
+        return rows.take(pa.array(take))
+    # every base row stays, so the key column is the base's as stored (a replacing row has the
+    # key of the row it replaces) followed by the new keys: no copy of the (string) keys
+    new_keys = rows.column(key).take(pa.array(win_rows[in_base:]))
+    out = rows.select([n for n in schema.names if n != key]).take(pa.array(take))
+    return out.add_column(schema.get_field_index(key), schema.field(key),
+                          pa.chunked_array(stored[0].column(key).chunks + new_keys.chunks, schema.field(key).type))
 
 
 def _ordering_field(schema: pa.Schema, name: str | None) -> pa.Field | None:

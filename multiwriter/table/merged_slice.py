@@ -4,7 +4,7 @@ read slices through here, so they cannot disagree on which version of a record i
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,21 +13,54 @@ import pyarrow.parquet as pq
 from ..storage import Storage
 from .files import FileSlice, LogFile
 from .log_file import read_log_blocks
-from .merge_rule import Versions, merge
+from .merge_rule import RECORD_KEY, Versions, merge
+from .properties import TableConfig
+
+
+def key_column(config: TableConfig, schema: pa.Schema) -> str:
+    """The column a merge takes each record's key from: the record key field itself when the
+    table's key generator makes Hudi's record key that field's value unchanged (one string key
+    field, Hudi's simple key generator), so a read that returns that field does not read the key
+    twice; else Hudi's ``_hoodie_record_key`` meta column."""
+    if len(config.record_key) != 1 or not _simple_key_generator(config):
+        return RECORD_KEY
+    (name,) = config.record_key
+    i = schema.get_field_index(name)
+    if i < 0 or not (pa.types.is_string(schema.field(i).type) or pa.types.is_large_string(schema.field(i).type)):
+        return RECORD_KEY
+    return name
+
+
+def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_field: str | None,
+                 key: str = RECORD_KEY) -> pa.Schema:
+    """The columns a merge of a slice reads to return ``columns`` of ``schema`` (all by default):
+    those plus the key column and the ordering field, which decide the winners; in ``schema``'s
+    order. Every other column is neither read nor merged."""
+    if columns is None:
+        return schema
+    keep = {*columns, key}
+    if ordering_field is not None:
+        keep.add(ordering_field)
+    return pa.schema([f for f in schema if f.name in keep], metadata=schema.metadata)
 
 
 def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema) -> pa.Table:
-    """The base file's rows in ``schema`` (columns added since it was written read as null)."""
+    """The base file's rows in ``schema`` (columns added since it was written read as null);
+    only the columns of ``schema`` are read."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        t = pq.ParquetFile(f).read()
+        pf = pq.ParquetFile(f)
+        wanted = set(schema.names)
+        stored = pf.schema_arrow.names
+        t = pf.read() if wanted.issuperset(stored) else pf.read(columns=[n for n in stored if n in wanted])
     return _aligned(t, schema)
 
 
 def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> Versions:
-    """One log file's record and delete blocks as one source of versions. Corrupt blocks (a torn
-    append) are skipped, as Hudi's reader does; command blocks are not written by table
-    version 8 writers (a failed deltacommit's log files are deleted instead)."""
-    blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path)
+    """One log file's record and delete blocks as one source of versions (Parquet data blocks
+    decode only the columns of ``schema``). Corrupt blocks (a torn append) are skipped, as
+    Hudi's reader does; command blocks are not written by table version 8 writers (a failed
+    deltacommit's log files are deleted instead)."""
+    blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
     records = [_aligned(b.records, schema) for b in blocks if b.kind == "data" and b.records is not None]
     deletes = [_plain_zero(b.records) for b in blocks if b.kind == "delete" and b.records is not None and b.records.num_rows]
     return Versions(
@@ -38,17 +71,21 @@ def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> Ver
 
 
 def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_field: str | None,
-               logs: Sequence[LogFile] | None = None) -> pa.Table:
+               logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
+               key: str = RECORD_KEY) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
     else base and logs merged (``logs``: a subset of the slice's, in completion order; all of
-    them by default)."""
+    them by default). ``columns``: read and merge only these (plus ``key`` and the ordering
+    field: the rows come in :func:`merge_schema`); ``key``: the column holding the record key
+    (:func:`key_column`). The same rows win either way."""
+    schema = merge_schema(schema, columns, ordering_field, key)
     use = fs.logs if logs is None else tuple(logs)
     base = read_base(storage, fs, schema)
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)]
     sources += [read_log(storage, lf, rank, schema) for rank, lf in enumerate(use)]
-    return merge(sources, ordering_field=ordering_field, schema=schema)
+    return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
 
 
 def _plain_zero(deletes: pa.Table) -> pa.Table:
@@ -62,6 +99,17 @@ def _plain_zero(deletes: pa.Table) -> pa.Table:
         return deletes
     zero = pc.equal(col, pa.scalar(0, col.type))
     return deletes.set_column(i, "ordering_value", pc.if_else(zero, pa.scalar(None, col.type), col))
+
+
+def _simple_key_generator(config: TableConfig) -> bool:
+    raw = config.raw
+    kind = raw.get("hoodie.table.keygenerator.type")
+    cls = raw.get("hoodie.table.keygenerator.class") or raw.get("hoodie.datasource.write.keygenerator.class")
+    if kind is not None and kind.upper() != "SIMPLE":
+        return False
+    if cls is not None and cls.rsplit(".", 1)[-1] not in ("SimpleKeyGenerator", "SimpleAvroKeyGenerator"):
+        return False
+    return kind is not None or cls is not None
 
 
 def _aligned(t: pa.Table, schema: pa.Schema) -> pa.Table:

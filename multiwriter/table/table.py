@@ -21,7 +21,8 @@ from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
 from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
 from .files import FileSlice, list_data_files, list_files
-from .merged_slice import read_slice
+from .merge_rule import RECORD_KEY
+from .merged_slice import key_column, read_slice
 from .snapshot import Snapshot
 from .timeline import Timeline
 from .view import IncrementalPlan, TimelineView
@@ -203,13 +204,19 @@ class Table:
         if not merged:
             return plain
         ordering = self.config.ordering_field
-        if len(merged) == 1:
-            parts = [read_slice(self.storage, merged[0], schema, ordering)]
-        else:  # reading and merging release the GIL: slices side by side on every core
-            pool = SLICE_READERS.get()
-            parts = list(pool.map(lambda f: read_slice(self.storage, f, schema, ordering), merged))
-        t = pa.concat_tables(parts)
         expr = _filters_expr(filters)
+        # only the asked columns, those the filter reads and those that decide the merge
+        need = None if columns is None else _filter_columns(filters, schema, columns)
+        key = key_column(self.config, schema) if need is not None else RECORD_KEY
+
+        def one(f: FileSlice) -> pa.Table:
+            return read_slice(self.storage, f, schema, ordering, columns=need, key=key)
+
+        if len(merged) == 1:
+            parts = [one(merged[0])]
+        else:  # reading and merging release the GIL: slices side by side on every core
+            parts = list(SLICE_READERS.get().map(one, merged))
+        t = pa.concat_tables(parts)
         if expr is not None:
             t = t.filter(expr)
         if columns is not None:
@@ -300,6 +307,20 @@ def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: l
     ds = pads.dataset([storage.abs(r) for r in rels], schema=schema, format="parquet", filesystem=storage.fs)
     expr = _filters_expr(filters)
     return ds.to_table(columns=cols, filter=expr)
+
+
+def _filter_columns(filters: Any, schema: pa.Schema, columns: list[str]) -> list[str] | None:
+    """``columns`` and the columns ``filters`` reads; None (every column) when that cannot be
+    told (a compute expression: pyarrow does not list the fields one references)."""
+    if filters is None:
+        return list(columns)
+    if isinstance(filters, pads.Expression):
+        return None
+    disjunction = filters if filters and isinstance(filters[0], list) else [filters]
+    names = {term[0] for conj in disjunction for term in conj}
+    if not all(isinstance(n, str) for n in names):
+        return None
+    return [*columns, *(n for n in schema.names if n in names and n not in columns)]
 
 
 def _filters_expr(filters: Any) -> Any:
