@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from .errors import TableFormatError
 from .table import instant as inst
 from .table.instant import Instant
+from .table.metadata import CommitMetadata, decode_commit_metadata
 from .table.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -70,12 +71,27 @@ class FileGroupOverlapStrategy(ConflictResolutionStrategy):
         for cand in self.candidates(timeline, base_completion, own_time):
             if is_compaction(timeline, cand):
                 continue
-            theirs = touched_file_groups(timeline, cand)
+            theirs = self.groups_of(timeline, cand)
             overlap = ours & theirs
             if overlap:
                 writer = writer_of(timeline, cand)
                 return Conflict(cand, frozenset(overlap), writer)
         return None
+
+
+    def groups_of(self, timeline: Timeline, cand: Instant) -> set[FileGroup]:
+        return touched_file_groups(timeline, cand)
+
+
+class CreatedGroupOverlapStrategy(FileGroupOverlapStrategy):
+    """Non-blocking writers (``ours`` are the groups we create): only two creations of one
+    bucket's group conflict, since two base files of one group would hide each other's rows.
+    Log appends never do, a delete block in a group no base file has started yet included: the
+    base file created meanwhile takes it into its slice."""
+
+    def groups_of(self, timeline: Timeline, cand: Instant) -> set[FileGroup]:
+        meta = _written_or_planned(timeline, cand)
+        return set() if meta is None else {(s.partition_path, s.file_id) for s in meta.all_stats() if s.creates_file_group}
 
 
 def find_insert_conflict(
@@ -133,21 +149,26 @@ def is_compaction(timeline: Timeline, i: Instant) -> bool:
 def touched_file_groups(timeline: Timeline, i: Instant) -> set[FileGroup]:
     """The file groups a completed commit wrote or retired, or a pending one plans to (from its
     inflight plan; an unreadable plan counts as touching nothing)."""
+    meta = _written_or_planned(timeline, i)
+    return set() if meta is None else meta.file_groups()
+
+
+def _written_or_planned(timeline: Timeline, i: Instant) -> CommitMetadata | None:
+    """A completed commit's metadata, or a pending one's inflight plan (None when it has none
+    or it is unreadable)."""
     if i.is_completed:
-        return timeline.commit_metadata(i).file_groups()
+        return timeline.commit_metadata(i)
     try:
         data = timeline.read_bytes(i)
     except FileNotFoundError:
-        return set()
+        return None
     if not data:
-        return set()
-    from .table.metadata import decode_commit_metadata
-
+        return None
     try:
-        return decode_commit_metadata(i.action, data, source=timeline.path_of(i)).file_groups()
+        return decode_commit_metadata(i.action, data, source=timeline.path_of(i))
     except TableFormatError:
         log.warning("pending plan %s is unreadable; treating it as touching nothing", i)
-        return set()
+        return None
 
 
 def writer_of(timeline: Timeline, i: Instant) -> str | None:

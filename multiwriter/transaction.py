@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import checkpoint as ckpt
 from . import faults, markers
-from .conflict import ConflictResolutionStrategy, FileGroupOverlapStrategy, find_insert_conflict
+from .conflict import (ConflictResolutionStrategy, CreatedGroupOverlapStrategy, FileGroupOverlapStrategy,
+                       find_insert_conflict)
 from .errors import (
     CheckpointResetError,
     CommitStateUnknownError,
@@ -81,7 +82,7 @@ class Transaction:
         self.heartbeat = heartbeat
         self.lock_timeout_s = lock_timeout_s
         self.clock = clock
-        self.strategy = strategy or FileGroupOverlapStrategy()
+        self.strategy = strategy or (CreatedGroupOverlapStrategy() if non_blocking else FileGroupOverlapStrategy())
         self.instant: Instant | None = None
         self.base: Instant | None = None
         self.base_timeline: Timeline | None = None

@@ -18,8 +18,8 @@ from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
 from .index import FooterKeys
-from .log_append import append_log, is_log_append, log_file_name
-from .merge import MergeContext, armed, check_alive, merge_file_group, with_encodings
+from .log_append import is_log_append, log_file_name, write_group
+from .merge import MergeContext, armed, check_alive, with_encodings
 from .plan import FileGroupTask, Plan
 
 #: merges of one plan running at once on the driver (None: one per core)
@@ -51,7 +51,7 @@ def run_on_driver(
     workers = _workers(plan)
     if workers <= 1:
         plan.gather()
-        return [_merge_one(storage, ctx, plan, t, on_footer, token) for t in tasks]
+        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token)]
     pool = _merge_pool()
     start_gather(plan)  # a no-op when the writer started it before its inflight file
     by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
@@ -63,7 +63,7 @@ def run_on_driver(
             f.cancel()
         wait(pending)
         raise _first_error(failed)
-    return [f.result() for f in futures]
+    return [st for f in futures for st in f.result()]
 
 
 def start_gather(plan: Plan) -> None:
@@ -107,11 +107,9 @@ def _file_name(ctx: MergeContext, task: FileGroupTask, token: Callable[[FileGrou
 def _merge_one(
     storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
-) -> WriteStat:
-    if is_log_append(ctx, task):
-        return append_log(storage, ctx, task, plan.rows_for(task), _token(task, token), may_delete=plan.has_deletes)
-    return merge_file_group(storage, ctx, task, plan.rows_for(task), _token(task, token), deduped=True, on_footer=on_footer,
-                            may_delete=plan.has_deletes)
+) -> list[WriteStat]:
+    return write_group(storage, ctx, task, plan.rows_for(task), _token(task, token), may_delete=plan.has_deletes,
+                       on_footer=on_footer)
 
 
 def _first_error(failed: list[Future]) -> BaseException:

@@ -5,13 +5,16 @@ base. What the batch costs is then what the batch holds, not what the group hold
 Which version of a record wins is not decided here: readers and compaction merge the slice by
 the table's merge rule (:mod:`multiwriter.table.merge_rule`). A group without a base file (its
 bucket's first data) gets a base file from :func:`~.merge.merge_file_group` instead, so every
-Hudi reader (hudi-rs too, which reads no log-only group) sees it.
+Hudi reader (hudi-rs too, which reads no log-only group) sees it; its deletes (a bucket index
+routes a delete to its bucket's group whether or not a base file has started it) go to a log
+file of the group beside it, see :func:`write_group`.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,12 +25,16 @@ from ..table import layout
 from ..table.log_file import LogFileName, encode_log_file
 from ..table.metadata import WriteStat
 from ..table.schema import arrow_to_avro_json, data_schema
-from .merge import MergeContext, check_alive, ensure_partition_metadata, new_rows, split_deletes
+from .index import FooterKeys
+from .merge import MergeContext, check_alive, ensure_partition_metadata, merge_file_group, new_rows, split_deletes
 from .plan import FileGroupTask
 from .records import KEY
 
 #: a deltacommit writes one log file per file group: its version within (group, instant)
 LOG_VERSION = 1
+#: the version of the delete block a group's first write leaves beside its base file (version 1
+#: is what that base file becomes when another writer created the group first)
+FIRST_DELETES_VERSION = 2
 
 
 def is_log_append(ctx: MergeContext, task: FileGroupTask) -> bool:
@@ -35,18 +42,40 @@ def is_log_append(ctx: MergeContext, task: FileGroupTask) -> bool:
     return ctx.log_append and not task.is_new
 
 
-def log_file_name(ctx: MergeContext, task: FileGroupTask, write_token: str) -> str:
-    return LogFileName(task.file_id, ctx.instant_time, LOG_VERSION, write_token).name
+def log_file_name(ctx: MergeContext, task: FileGroupTask, write_token: str, version: int = LOG_VERSION) -> str:
+    return LogFileName(task.file_id, ctx.instant_time, version, write_token).name
+
+
+def write_group(storage: Storage, ctx: MergeContext, task: FileGroupTask, rows: pa.Table, write_token: str,
+                *, may_delete: bool = True, on_footer: Callable[[str, FooterKeys], None] | None = None) -> list[WriteStat]:
+    """Write one task's file group, the one dispatch of both executors: a log append
+    (Merge-on-Read, the group has a base), else a new base file (Copy-on-Write merge, or a
+    group's first data). On Merge-on-Read a new group's deletes go to a delete block beside its
+    base (no base file when it has only deletes): with non-blocking writers another writer may
+    be creating the same bucket's group with older versions of those keys, and its base file's
+    slice then takes the delete block in, so the newer delete wins as the merge rule says."""
+    if is_log_append(ctx, task):
+        return [append_log(storage, ctx, task, rows, write_token, may_delete=may_delete)]
+    upserts, deletes = split_deletes(rows) if may_delete and ctx.log_append else (rows, None)
+    out = []
+    if deletes is None or upserts.num_rows:
+        out.append(merge_file_group(storage, ctx, task, upserts, write_token, deduped=True, on_footer=on_footer,
+                                    may_delete=may_delete and not ctx.log_append))
+    if deletes is not None and deletes.num_rows:
+        # its own marker: the instant's marker list names the base file only
+        out.append(append_log(storage, dataclasses.replace(ctx, markers_listed=False), task, deletes, write_token,
+                              version=FIRST_DELETES_VERSION))
+    return out
 
 
 def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
-               *, may_delete: bool = True) -> WriteStat:
+               *, may_delete: bool = True, version: int = LOG_VERSION) -> WriteStat:
     """Write one log file holding ``incoming`` (deduplicated rows of one group): a data block of
     its upserts and a delete block of its deletes, whose ordering values let a delete lose to a
     newer version written by a writer that completed earlier."""
     started = time.monotonic()
     t = ctx.instant_time
-    name = log_file_name(ctx, task, write_token)
+    name = log_file_name(ctx, task, write_token, version)
     rel = layout.data_file_path(task.partition, name)
     if not ctx.markers_listed:
         check_alive(storage, ctx, f"the marker of {rel}")
@@ -72,7 +101,7 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
         total_write_bytes=len(data),
         file_size=len(data),
         create_time_ms=int((time.monotonic() - started) * 1000),
-        log_version=LOG_VERSION,
+        log_version=version,
         log_files=(name,),
     )
 

@@ -521,7 +521,7 @@ def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any) -> list[W
 
     tc = TaskContext.get()
     stage, attempt = (tc.stageId(), tc.attemptNumber()) if tc else (0, 0)
-    return [_merge_one(g, t, ctx, stage, attempt) for t, g in groups]
+    return [st for t, g in groups for st in _merge_one(g, t, ctx, stage, attempt)]
 
 
 def _groups(t: pa.Table, operation: str):
@@ -543,14 +543,10 @@ def _groups(t: pa.Table, operation: str):
         yield t.slice(lo, hi - lo)
 
 
-def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> WriteStat:
-    from .log_append import append_log, is_log_append
-    from .merge import merge_file_group
+def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> list[WriteStat]:
+    from .log_append import write_group
 
-    token = layout.write_token(task.task_index, stage, attempt)
-    if is_log_append(ctx, task):
-        return append_log(Storage(ctx.table_uri), ctx, task, prepared, token)
-    return merge_file_group(Storage(ctx.table_uri), ctx, task, prepared, token, deduped=True)
+    return write_group(Storage(ctx.table_uri), ctx, task, prepared, layout.write_token(task.task_index, stage, attempt))
 
 
 class InsertedKeys(Mapping[str, pa.Array]):

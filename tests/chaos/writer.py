@@ -47,11 +47,11 @@ def simulate_task_retries(rate: float, seed: int) -> None:
     import random
 
     from multiwriter.table import layout
-    from multiwriter.write import executor
+    from multiwriter.write import log_append
 
     rng = random.Random(seed)
-    real = executor.merge_file_group
-    real_log = executor.append_log
+    real = log_append.merge_file_group  # what the write path's one dispatch (write_group) calls
+    real_log = log_append.append_log
 
     def merge(storage, ctx, task, rows, token, **kw):
         if rng.random() < rate:
@@ -65,8 +65,8 @@ def simulate_task_retries(rate: float, seed: int) -> None:
             token = layout.write_token(task.task_index, 0, 1)
         return real_log(storage, ctx, task, rows, token, **kw)
 
-    executor.merge_file_group = merge
-    executor.append_log = append
+    log_append.merge_file_group = merge
+    log_append.append_log = append
 
 
 def main() -> None:
