@@ -24,6 +24,7 @@ HUDI_KEYS = {
     "hoodie.client.heartbeat.interval_in_ms": "heartbeat_interval_s",
     "hoodie.client.heartbeat.tolerable.misses": "heartbeat_tolerable_misses",
     "hoodie.parquet.max.file.size": "target_file_size_bytes",
+    "hoodie.parquet.small.file.limit": "small_file_limit_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
     "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
 }
@@ -78,6 +79,11 @@ class WriterConfig:
     retry_backoff_max_s: float = 5.0
     lock_timeout_s: float = 60.0
     target_file_size_bytes: int = 128 * 1024 * 1024
+    #: Copy-on-Write upserts: a file group the batch rewrites anyway (it updates keys there)
+    #: and smaller than this takes the batch's new keys of its partition, up to the target
+    #: size, instead of a new small file beside it (Hudi's small-file handling, limited to
+    #: groups already rewritten so inserts add no file group to conflict on); 0: never
+    small_file_limit_bytes: int = 100 * 1024 * 1024
     executor: str = "auto"
     driver_max_rows: int = 200_000
     register_writer: bool = True
@@ -125,6 +131,7 @@ class WriterConfig:
         _range("retry_backoff_max_s", self.retry_backoff_max_s, self.retry_backoff_s, 3600.0)
         _range("lock_timeout_s", self.lock_timeout_s, 0.01, 3600.0)
         _range("target_file_size_bytes", self.target_file_size_bytes, 1024, 1 << 40)
+        _range("small_file_limit_bytes", self.small_file_limit_bytes, 0, 1 << 40)
         _range("driver_max_rows", self.driver_max_rows, 0, 1 << 40)
 
     @property

@@ -104,10 +104,12 @@ def find_insert_conflict(
 ) -> Conflict | None:
     """Two writers inserting the same NEW key: the second to commit loses.
 
-    Each insert lands in a new file group, so the file-group rule cannot see this; without it
-    both commits would land and the key would exist twice. Only file groups created by
-    commits that completed after our base, in partitions we insert into, are read (key column
-    only, pruned by the footer key range). ``skip`` names instants already checked (outside the
+    An insert lands in a new file group or in a group its batch rewrites anyway (small-file
+    handling), so the file-group rule cannot see this; without it both commits would land and
+    the key would exist twice. Only files with inserts (new groups, or rewrites that inserted)
+    of commits that completed after our base, in partitions we insert into, are read (key
+    column only, pruned by the footer key range): a key we took for new that such a file holds
+    was inserted by that commit. ``skip`` names instants already checked (outside the
     lock), so the check under the lock reads only what completed since.
     """
     if not inserted:
@@ -117,7 +119,7 @@ def find_insert_conflict(
             continue
         for st in timeline.commit_metadata(cand).all_stats():
             ours = inserted.get(st.partition_path)
-            if ours is None or len(ours) == 0 or not st.creates_file_group or not st.path:
+            if ours is None or len(ours) == 0 or not st.path or not (st.creates_file_group or st.num_inserts):
                 continue
             if _new_keys_overlap(timeline, st.path, ours):
                 return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), writer_of(timeline, cand))

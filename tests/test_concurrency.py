@@ -142,6 +142,26 @@ def test_session_loss_between_lock_and_commit_raises_lock_lost(tmp_path, trips_t
     assert not list((Path(table_path)).glob("2024-01-01/*.parquet")), "the aborted attempt's files are gone"
 
 
+def test_same_new_key_filled_into_two_rewritten_groups_conflicts(zk_server, zk_base, trips_table, table_path):
+    """Small-file handling puts an upsert's new keys into a group it rewrites anyway: two
+    writers, each updating its own group, share no file group, yet one new key in both must
+    not land twice."""
+    lock = mw.InProcessLock()
+    for k in range(2):  # two file groups of one partition
+        mw.write(trips([f"old-{k}"]), table_path, mw.WriterConfig(writer_id="seed", lock=lock))
+    start = time.time() + 2.0
+    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
+    procs = [spawn("write", base_args(zk_server, zk_base, table_path, writer=f"n{i}", ids=["same", f"old-{i}"],
+                                      value=i + 2, ts=2, start_at=start), hang) for i in range(2)]
+    res = [result(p) for p in procs]
+    assert sorted(r["ok"] for r in res) == [False, True], res
+    assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
+    table = mw.Table.open(table_path)
+    assert len(table.snapshot().files()) == 2, "the new key joined a rewritten group: no third file"
+    got = hudi_read(table_path).column("id").to_pylist()
+    assert sorted(got) == sorted(table.read().column("id").to_pylist()) and got.count("same") == 1, got
+
+
 def test_same_new_key_inserted_by_two_writers_conflicts(zk_server, zk_base, trips_table, table_path):
     """Inserts create new file groups, yet two writers inserting one new key must not both land."""
     start = time.time() + 2.0

@@ -59,6 +59,8 @@ class Plan:
     has_deletes: bool = True  # False: no row deletes (each merge then skips looking for deletes)
     twins: dict[str, str] = field(default_factory=dict)  # column -> a column of ``rows`` with the very same values
     partition_column: str | None = None  # a column of ``rows`` whose value is each row's partition path
+    #: per partition, rows of new keys routed into a group the batch rewrites anyway (:func:`make_plan`)
+    filled: dict[str, np.ndarray] = field(default_factory=dict)
     _pieces: list[Future] | None = field(default=None, repr=False)  # a gather under way (:meth:`gather` with ``submit``)
     _hashing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _grouping: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -75,7 +77,7 @@ class Plan:
 
     def inserted_keys(self) -> dict[str, pa.Array]:
         """Per partition, the keys this plan inserts as new (for the same-new-key conflict check)."""
-        idx: dict[str, list[np.ndarray]] = {}
+        idx: dict[str, list[np.ndarray]] = {p: [rows] for p, rows in self.filled.items()}
         for t in self.tasks:
             if t.is_new:
                 idx.setdefault(t.partition, []).append(self._indices(t))
@@ -165,10 +167,14 @@ def bucket_of(key: str, buckets: int) -> int:
 
 
 def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
-              hashes: Callable[[], np.ndarray] | None = None) -> Plan:
+              hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0) -> Plan:
     """Route every row to a file group: its key's group when tagged, else a new group of its
     partition (several when the partition's new rows exceed the target file size, chosen by a
     stable hash of the key). Deletes of keys that do not exist have nothing to do.
+    ``small_file_limit`` (Copy-on-Write upserts): a partition's new keys go instead into the
+    smallest group of that partition the batch rewrites anyway, when it is below the limit and
+    they fit under the target size: an upsert stream into recent partitions then keeps a file
+    per partition rather than adding one per batch until clustering.
 
     Groups are found on integer codes (partition x slot), sorted by a stable radix sort when
     the codes are small, not on strings. ``hashes``: the rows' bloom hashes, still being
@@ -193,6 +199,10 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
         if dropped.any():
             keep = ~dropped
             is_new &= keep
+    filled: dict[str, np.ndarray] = {}
+    if small_file_limit and is_new.any() and not is_new.all():
+        is_new, fcodes, filled = _fill_rewritten(tagged, snapshot, pcodes, pnames, fcodes, fnames, is_new,
+                                                 keep, small_file_limit, target_file_size)
     new_ids, slot = _new_groups(tagged, pcodes, is_new, len(pnames), target_file_size)
     slot[~is_new] = fcodes[~is_new]
     width = len(fnames) + max((len(ids) for ids in new_ids.values()), default=0)
@@ -226,7 +236,41 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
     return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes,
-                twins={KEY: key_twin} if key_twin else {}, partition_column=partition_twin)
+                twins={KEY: key_twin} if key_twin else {}, partition_column=partition_twin, filled=filled)
+
+
+def _fill_rewritten(tagged: pa.Table, snapshot: Snapshot, pcodes: np.ndarray, pnames: list[str], fcodes: np.ndarray,
+                    fnames: list[str], is_new: np.ndarray, keep: np.ndarray | None, small_file_limit: int,
+                    target_file_size: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Route each partition's new keys into the smallest group there that the batch rewrites
+    (it holds keys the batch updates), if that group is below ``small_file_limit`` and the new
+    rows fit under ``target_file_size``. Returns ``is_new`` and ``fcodes`` updated, and per
+    partition the rows so routed (still inserts, for the same-new-key check)."""
+    live = keep if keep is not None else np.ones(len(pcodes), bool)
+    touched = np.flatnonzero(~is_new & live)
+    if len(touched) == 0:
+        return is_new, fcodes, {}
+    sizes = [snapshot.slices[(pnames[p], fnames[f])].size if (pnames[p], fnames[f]) in snapshot.slices else None
+             for p, f in zip(pcodes[touched].tolist(), fcodes[touched].tolist(), strict=True)]
+    host: dict[int, tuple[int, int]] = {}  # partition code -> (size, file code) of its smallest rewritten group
+    for p, f, size in zip(pcodes[touched].tolist(), fcodes[touched].tolist(), sizes, strict=True):
+        if size is not None and size < small_file_limit and (p not in host or (size, f) < host[p]):
+            host[p] = (size, f)
+    if not host:
+        return is_new, fcodes, {}
+    sized = tagged.drop_columns([bloom.HASHES]) if tagged.schema.get_field_index(bloom.HASHES) >= 0 else tagged
+    row_bytes = sized.nbytes / max(tagged.num_rows, 1)
+    counts = np.bincount(pcodes[is_new], minlength=len(pnames))
+    is_new, fcodes = is_new.copy(), fcodes.copy()
+    filled: dict[str, np.ndarray] = {}
+    for p, (size, f) in host.items():
+        if counts[p] == 0 or size + counts[p] * row_bytes > target_file_size:
+            continue
+        rows = np.flatnonzero(is_new & (pcodes == p))
+        fcodes[rows] = f
+        is_new[rows] = False
+        filled[pnames[p]] = rows
+    return is_new, fcodes, filled
 
 
 _INTERNAL = frozenset({KEY, OP, PARTITION, FILE_ID, bloom.HASHES})

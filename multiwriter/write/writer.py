@@ -218,7 +218,7 @@ class Writer:
                 plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
-                                  hashes=hashes)
+                                  hashes=hashes, small_file_limit=self.config.small_file_limit_bytes)
             phases["index"] = time.monotonic() - t0
             start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)
@@ -403,11 +403,12 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
 
 
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
-               hashes: Callable[[], np.ndarray] | None = None) -> Plan:
+               hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
     (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
     record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
-    computed). Also what a streaming write's tasks run."""
+    computed; ``small_file_limit``: a Copy-on-Write upsert's new keys may join the groups it
+    rewrites, see :func:`make_plan`). Also what a streaming write's tasks run."""
     config = base.config
     if config.bucket_index:
         snap = index.snapshot(base, prepared)
@@ -417,7 +418,7 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
     snap = index.snapshot(base, prepared)
     return make_plan(index.tag(snap, prepared, integral_key(prepared, config.record_key)), snap,
-                     target_file_size=target_file_size)
+                     target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)
 
 
 def evolve_schema(table: Table, config: WriterConfig, table_schema: pa.Schema, batch_schema: pa.Schema) -> pa.Schema:

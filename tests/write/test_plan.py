@@ -75,3 +75,40 @@ def test_written_files_hold_each_rows_partition_value(tmp_path, hive, dates):
         chunk = pf.metadata.row_group(0).column(pf.schema_arrow.get_field_index("date"))
         if None not in values:
             assert (chunk.statistics.min, chunk.statistics.max) == (min(values), max(values))
+
+
+def _tagged(keys: list[str], parts: list[str], fids: list[str | None]) -> pa.Table:
+    return pa.table({"v": [1.0] * len(keys), records.KEY: keys, records.PARTITION: parts,
+                     records.OP: pa.array([records.OP_UPSERT] * len(keys), pa.int8()),
+                     index.FILE_ID: pa.array(fids, pa.string())})
+
+
+def _slices(sizes: dict[tuple[str, str], int]) -> Snapshot:
+    from multiwriter.table.files import FileSlice
+
+    return Snapshot({g: FileSlice(g[0], g[1], "20240101000000000", f"{g[1]}_0-0-0_20240101000000000.parquet", size)
+                     for g, size in sizes.items()}, None, None, view=object())
+
+
+@pytest.mark.parametrize("limit,target,joins", [(100 << 20, 128 << 20, True), (0, 128 << 20, False),
+                                                 (1 << 10, 128 << 20, False), (100 << 20, 4 << 10, False)],
+                         ids=["fills", "turned-off", "group-not-small", "no-room-under-target"])
+def test_new_keys_join_the_smallest_group_the_upsert_rewrites_anyway(limit, target, joins):
+    """Small-file handling: the new keys of a partition where the batch updates keys go into
+    the smallest group it rewrites there (not into one it leaves alone), and still count as
+    inserts for the same-new-key check; a partition without updates gets a new group."""
+    snap = _slices({("p1", "big"): 50 << 20, ("p1", "small"): 2 << 20, ("p1", "untouched"): 1 << 10,
+                    ("p2", "other"): 1 << 10})
+    tagged = _tagged(["u1", "u2", "n1", "n2", "n3"], ["p1", "p1", "p1", "p1", "p2"], ["big", "small", None, None, None])
+    got = plan.make_plan(tagged, snap, target_file_size=target, small_file_limit=limit)
+    groups = {(t.partition, t.file_id): sorted(got.rows_for(t).column(records.KEY).to_pylist()) for t in got.tasks}
+    assert groups[("p1", "big")] == ["u1"]
+    if joins:
+        assert groups[("p1", "small")] == ["n1", "n2", "u2"]
+        assert len(groups) == 3, "p1 gets no new group; p2 (no update there) gets one"
+    else:
+        assert groups[("p1", "small")] == ["u2"]
+        assert sorted(len(v) for g, v in groups.items() if g[1] not in ("big", "small")) == [1, 2]
+    new_p2 = [k for (p, f), k in groups.items() if p == "p2"]
+    assert new_p2 == [["n3"]] and ("p2", "other") not in groups
+    assert {p: sorted(k.to_pylist()) for p, k in got.inserted_keys().items()} == {"p1": ["n1", "n2"], "p2": ["n3"]}

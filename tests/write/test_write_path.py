@@ -202,7 +202,8 @@ def test_schema_evolution_adds_nullable_columns(trips_table, table_path):
 
 def test_commit_metadata_carries_full_write_stats(trips_table, table_path):
     mw.write(trips(range(10)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
-    r = mw.write(trips(range(5, 12), ts=2), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    r = mw.write(trips(range(5, 12), ts=2), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w",
+                                                                       small_file_limit_bytes=0))  # new keys: a new group
     meta = mw.Table.open(table_path).commit_metadata(r.instant.requested_time)
     stats = {s.prev_commit != "null": s for s in meta.all_stats()}
     upd, ins = stats[True], stats[False]
@@ -212,6 +213,10 @@ def test_commit_metadata_carries_full_write_stats(trips_table, table_path):
     for s in (upd, ins):  # the sizes are the files' sizes on disk
         assert s.file_size == os.path.getsize(f"{table_path}/{s.path}")
     assert meta.operation_type == "UPSERT" and '"name":"id"' in meta.extra_metadata["schema"]
+    # small-file handling: the new keys join the group the upsert rewrites anyway
+    r = mw.write(trips(range(10, 14), ts=3), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w"))
+    [both] = mw.Table.open(table_path).commit_metadata(r.instant.requested_time).all_stats()
+    assert (both.num_writes, both.num_update_writes, both.num_inserts, both.prev_base_file is not None) == (4, 2, 2, True)
 
 
 def test_spark_null_key_and_unsafe_partition_write_nothing(spark, trips_table, table_path):
