@@ -63,6 +63,8 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
             setattr(args, dest, next(v for v in (flag, key, default) if v is not None))
     _check_table_name(args, options)
     args.lock = _hudi_lock(args, options, zookeeper_lock_from_options)
+    if settings.get("lock_timeout_s") is not None:  # hoodie.write.lock.wait_time_ms: how long a service waits for the lock
+        args.lock_timeout_s = settings["lock_timeout_s"]
 
 
 def _check_table_name(args: argparse.Namespace, options: dict[str, str]) -> None:

@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTERING = ClusteringConfig()
 DEFAULT_COMPACTION = CompactionConfig()
+#: how long a run waits for the table lock unless ``hoodie.write.lock.wait_time_ms`` says otherwise
+DEFAULT_LOCK_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -153,7 +155,7 @@ class Cleaner:
         delete_orphans: bool = False,
         sweep_failed_writes: bool = True,
         failed_write_min_age_bounds: float = 5.0,
-        lock_timeout_s: float = 60.0,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         metrics: Metrics | None = None,
         pushgateway: str | None = None,
         clustering: ClusteringConfig | None = DEFAULT_CLUSTERING,
@@ -667,6 +669,7 @@ def _service_cleaner(args: argparse.Namespace, lock: LockProvider, **services: A
         heartbeat_interval_s=args.heartbeat_interval,
         heartbeat_tolerable_misses=args.heartbeat_misses,
         pushgateway=args.pushgateway,
+        lock_timeout_s=getattr(args, "lock_timeout_s", None) or DEFAULT_LOCK_TIMEOUT_S,
         **services,
     )
 
@@ -713,6 +716,7 @@ def clean_command(args: argparse.Namespace) -> int:
         clustering=None if getattr(args, "no_clustering", False) else DEFAULT_CLUSTERING,
         compaction=None if getattr(args, "no_compaction", False) else DEFAULT_COMPACTION,
         observe_max_s=getattr(args, "observe_max", DEFAULT_MAX_OBSERVE_S),
+        lock_timeout_s=getattr(args, "lock_timeout_s", None) or DEFAULT_LOCK_TIMEOUT_S,
     )
     return _loop(lambda: cleaner.run_once(raise_errors=False), args, [cleaner.close, lock.close])
 

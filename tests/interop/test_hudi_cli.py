@@ -5,6 +5,7 @@ contradict a flag or the table."""
 from __future__ import annotations
 
 import json
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +51,11 @@ def test_commands_take_the_jvm_writers_lock_keys(curator, zk_server, zk_base, tr
 
     jvm = curator(f"{zk_base}/trips")  # what Hudi's ZookeeperBasedLockProvider locks for this table
     jvm.expect("ACQUIRED")
+    started = time.monotonic()
     held = cli("cluster", table_path, "--once", "--props", props, "--hoodie-conf", "hoodie.write.lock.wait_time_ms=1000",
                "--min-file-groups", "2")
     assert held.returncode == 1, held.stderr
+    assert time.monotonic() - started < 30, "the key's 1 s wait for the lock, not the default 60 s"
     assert "Curator" in held.stdout + held.stderr and f"{zk_base}/trips" in held.stdout + held.stderr
     jvm.release()
     done = cli("cluster", table_path, "--once", "--props", props, "--min-file-groups", "2")
