@@ -243,7 +243,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
         if tag not in committed:
             s.violations.append(f"rows of uncommitted batch {tag} are visible")
     if ours.num_rows != len(set(ours.column("_hoodie_record_key").to_pylist())):
-        s.violations.append("duplicate record keys in the snapshot")
+        s.violations.append(f"duplicate record keys in the snapshot: {duplicates(ours)}")
     # after the final clean (heartbeats lapsed, failed writes swept) every data file on storage
     # belongs to a completed commit, active or archived: zombies and retried attempts left nothing
     listed = {st.path for meta in metas for st in meta.all_stats()}
@@ -258,6 +258,19 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
         s.violations.append(f"pending instant {p} left behind by a dead writer")
     if rows(ours, ["id", "tag"]) != rows(hudi_read(path), ["id", "tag"]):
         s.violations.append("hudi-rs and our reader disagree")
+
+
+def duplicates(t: pa.Table, most: int = 5) -> list[dict]:
+    """Rows of keys the snapshot shows more than once: which commit and file wrote each, and
+    which batch (its tag), for the record of a violation."""
+    import collections
+
+    import pyarrow.compute as pc
+
+    counts = collections.Counter(t.column("_hoodie_record_key").to_pylist())
+    keys = [k for k, n in counts.items() if n > 1][:most]
+    dup = t.filter(pc.is_in(t.column("_hoodie_record_key"), value_set=pa.array(keys, pa.string())))
+    return dup.select(["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_file_name", "tag"]).to_pylist()
 
 
 def event_time_violations(ours: pa.Table, metas: list, tl, history: list) -> list[str]:
