@@ -143,9 +143,20 @@ def data_paths(storage: Storage, instant_time: str) -> list[str]:
     return sorted(out)
 
 
+def instant_files(storage: Storage, instant_time: str) -> list[str]:
+    """The data files of ``instant_time``: those its markers name, and any other file named with
+    that instant in the partitions they name. Every attempt marks its file before writing it, but
+    a file that was not (a writer's bug) must not outlive an abort or a rollback: once archival
+    passes its instant, readers would take it for an archived commit's file."""
+    named = data_paths(storage, instant_time)
+    parts = sorted({rel.rpartition("/")[0] for rel in named})
+    listed = {e.path for p in parts for e in storage.list_dir(p, files_only=True) if _is_data_file_of(e.path, instant_time)}
+    return sorted(set(named) | listed)
+
+
 def delete_files(storage: Storage, instant_time: str) -> list[str]:
-    """Delete every data file the markers name; returns those that existed."""
-    return [rel for rel in data_paths(storage, instant_time) if storage.delete(rel)]
+    """Delete every data file of the instant (:func:`instant_files`); returns those that existed."""
+    return [rel for rel in instant_files(storage, instant_time) if storage.delete(rel)]
 
 
 def delete_dir(storage: Storage, instant_time: str) -> None:

@@ -92,3 +92,33 @@ def test_started_writing_sees_either_layout(tmp_path):
     assert markers.data_paths(storage, listed) == [f"2024/a1-0_0-0-0_{listed}.parquet"]
     assert markers.data_paths(storage, direct) == [f"2024/b1-0_1-2-3_{direct}.parquet"]
     assert markers.instants_with_markers(storage) == [listed, direct]
+
+
+def test_an_aborted_write_deletes_a_file_of_its_instant_that_has_no_marker(trips_table, table_path, monkeypatch):
+    """A file of the instant written without its marker (a second attempt of a merge that
+    skipped marking) still goes with the abort: left behind, readers would take it for an
+    archived commit's file once archival passed its instant."""
+    import dataclasses
+
+    from multiwriter.write import log_append
+
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
+    before = sorted(p for p in Path(table_path).rglob("*.parquet") if ".hoodie" not in p.parts)
+    real = log_append.merge_file_group
+
+    def twice(storage, ctx, task, rows, token, **kw):
+        real(storage, dataclasses.replace(ctx, markers_listed=True), task, rows, layout.write_token(task.task_index, 0, 9),
+             **{**kw, "on_footer": None})  # written unmarked
+        return real(storage, ctx, task, rows, token, **kw)
+
+    monkeypatch.setattr(log_append, "merge_file_group", twice)
+    faults.configure("after-data-files=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mw.write(trips(range(100, 140)), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w",
+                                                                         executor="driver"))
+    finally:
+        faults.configure(None)
+    after = sorted(p for p in Path(table_path).rglob("*.parquet") if ".hoodie" not in p.parts)
+    assert after == before
+    assert sorted(hudi_read(table_path).column("id").to_pylist()) == sorted(trips(range(5)).column("id").to_pylist())

@@ -177,8 +177,9 @@ def pending_rollbacks(tl: Timeline) -> list[Instant]:
 
 def files_of(ctx: CleanerContext, t: str) -> list[str]:
     """Base and log files instant ``t`` may have written: from its markers (written before each
-    file), or, when the markers are gone, by listing every partition for files named with ``t``."""
-    from_markers = markers.data_paths(ctx.storage, t)
+    file) and the partitions they name, or, when the markers are gone, by listing every
+    partition for files named with ``t``."""
+    from_markers = markers.instant_files(ctx.storage, t)
     if from_markers:
         return from_markers
     # no markers (gone, or a kind not read here): list; a v8 log file is named with its deltacommit
@@ -233,7 +234,7 @@ def execute(ctx: CleanerContext, plan: RollbackPlan) -> RollbackOutcome:
         _delete_all(ctx, plan.files, out, fault_point="mid-rollback")
         # a writer that was only paused may have written more files since the plan was made
         planned = set(plan.files)
-        late = [p for p in markers.data_paths(ctx.storage, t) if p not in planned]
+        late = [p for p in markers.instant_files(ctx.storage, t) if p not in planned]
         if late:
             log.warning(
                 "rollback %s: instant %s wrote %d more files after the plan; deleting them too", r, t, len(late)

@@ -190,3 +190,25 @@ def test_a_cleaner_killed_half_way_through_deleting_is_finished_by_another(
     [rec] = rollbacks(trips_table)[t]
     assert deleted_paths(trips_table, rec) == set(files), "files the dead cleaner deleted count as deleted"
     assert rows(trips_table.read(), COLS) == rows(hudi_read(table_path), COLS) == [("1", 1.0), ("2", 1.0)]
+
+
+def test_a_rollback_deletes_a_file_of_its_instant_that_has_no_marker(trips_table, table_path, zk_lock, cleaners):
+    """Besides the files its markers name, a rollback deletes the files named with the failed
+    instant in the partitions they name: an unmarked one left behind would be read as an
+    archived commit's file once archival passed the instant."""
+    import shutil
+
+    from multiwriter.table import layout
+
+    mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
+    t, files = fake_failed_write(trips_table, zk_lock(), n_files=1)
+    part = files[0].rpartition("/")[0]
+    unmarked = layout.data_file_path(part, layout.DataFileName(layout.new_file_id(), layout.write_token(5), t).name)
+    shutil.copyfile(trips_table.storage.abs(files[0]), trips_table.storage.abs(unmarked))
+    c = cleaners(table_path, zk_lock())
+    wait_lapsed(trips_table, t, cleaner=c)
+    assert c.run_once().rolled_back == [t]
+    assert not trips_table.storage.exists(unmarked) and garbage_of(trips_table, t) == NO_GARBAGE
+    [rec] = rollbacks(trips_table)[t]
+    assert deleted_paths(trips_table, rec) == {files[0], unmarked}
+    assert rows(hudi_read(table_path), COLS) == rows(trips_table.read(), COLS) == [("1", 1.0), ("2", 1.0)]
