@@ -43,7 +43,10 @@ def acked(ledger: str) -> int:
 def simulate_task_retries(rate: float, seed: int) -> None:
     """Make some file-group merges behave like a Spark task that failed after writing its file
     and was retried: the first attempt's file stays on storage (with its marker) and the second
-    attempt's stat is the one committed. Marker reconciliation must delete the first."""
+    attempt's stat is the one committed. Marker reconciliation must delete the first. The
+    second attempt marks its own file, as a retried Spark task does (the driver path lists the
+    markers of the first attempts' names before any file is written)."""
+    import dataclasses
     import random
 
     from multiwriter.table import layout
@@ -56,13 +59,13 @@ def simulate_task_retries(rate: float, seed: int) -> None:
     def merge(storage, ctx, task, rows, token, **kw):
         if rng.random() < rate:
             real(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0), **{**kw, "on_footer": None})
-            token = layout.write_token(task.task_index, 0, 1)
+            token, ctx = layout.write_token(task.task_index, 0, 1), dataclasses.replace(ctx, markers_listed=False)
         return real(storage, ctx, task, rows, token, **kw)
 
     def append(storage, ctx, task, rows, token, **kw):  # Merge-on-Read: a retried log append
         if rng.random() < rate:
             real_log(storage, ctx, task, rows, layout.write_token(task.task_index, 0, 0), **kw)
-            token = layout.write_token(task.task_index, 0, 1)
+            token, ctx = layout.write_token(task.task_index, 0, 1), dataclasses.replace(ctx, markers_listed=False)
         return real_log(storage, ctx, task, rows, token, **kw)
 
     log_append.merge_file_group = merge
