@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# Two pytest workers, each test file on one of them (its module fixtures start once): most
+# tests wait on real processes (ZooKeeper sessions, heartbeats, Spark jobs), so two at a time
+# keep both cores busy.
 test: install lint
-	$(PY) -m pytest tests -q --durations=25
+	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
 lint: install
 	$(PY) -m ruff check multiwriter tests tools benchmarks
