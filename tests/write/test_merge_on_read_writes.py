@@ -168,26 +168,9 @@ def test_incremental_follows_completion_order_across_out_of_order_commits(mor_ta
 def test_two_writers_creating_one_bucket_both_land_without_a_retry(mor_table, table_path, tmp_path, monkeypatch):
     """Both insert the same new keys into empty buckets: the later committer finds the bucket's
     base file made meanwhile and turns its own into a log file of that group (same instant)."""
-    import threading
-
-    from multiwriter import faults
-    from tests.conftest import wait_hanging
-
-    monkeypatch.setenv("MULTIWRITER_FAULT_DIR", str(tmp_path))
-    faults.configure("after-data-files=hang")
-    box = {}
-    slow = threading.Thread(target=lambda: box.setdefault(
-        "r", mw.write(trips(range(6), ts=9, value=9.0), table_path, _cfg("a", heartbeat_interval_s=5.0))))
-    try:
-        slow.start()
-        assert wait_hanging(tmp_path, slow)
-        fast = mw.write(trips(range(6), ts=3, value=3.0), table_path, _cfg("b"))
-    finally:
-        (tmp_path / "after-data-files.release").touch()
-        slow.join(30)
-        faults.configure(None)
-    assert "error" not in box, box
-    assert fast.attempts == 1 and box["r"].attempts == 1 and box["r"].conflicts == 0
+    _racing(tmp_path, monkeypatch,
+            lambda: mw.write(trips(range(6), ts=9, value=9.0), table_path, _cfg("a", heartbeat_interval_s=5.0)),
+            lambda: mw.write(trips(range(6), ts=3, value=3.0), table_path, _cfg("b")))
     bases, logs = list_files(mw.Table.open(table_path).storage)
     assert len({b.file_id for b in bases}) == len(bases), "one base file per bucket"
     assert logs, "the later committer's rows are a log file"
