@@ -134,18 +134,19 @@ def merge_file_group(
     n_update = n_delete = 0
     keys_filter = None
     if old is not None and old.num_rows:
-        old_keys = old.column("_hoodie_record_key").combine_chunks()
-        # each incoming key's row in the old file (null: new to the group), one hash of the old keys
-        pos = pc.index_in(upserts.column(KEY), value_set=old_keys)
+        old_col, new_col = _match_columns(ctx, old, upserts)
+        pos = _positions_in_old(old.column(old_col), upserts.column(new_col))
         upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering_field)
-        drop = replaced = pc.is_in(old_keys, value_set=upserts.column(KEY).combine_chunks())
-        n_update = _count(replaced)
+        drop = np.zeros(old.num_rows, dtype=bool)
+        drop[pos[pos >= 0]] = True
+        n_update = int(np.count_nonzero(pos >= 0))
         if deletes is not None:
-            removed = pc.is_in(old_keys, value_set=deletes.column(KEY).combine_chunks())
-            n_delete = _count(pc.and_(removed, pc.invert(replaced)))
-            drop = pc.or_(replaced, removed)
-        kept = old.filter(pc.invert(drop)) if n_update or n_delete else old
-        keys_filter = _grown_filter(old_md, upserts.filter(pc.is_null(pos)))
+            old_keys = old.column("_hoodie_record_key").combine_chunks()
+            removed = pc.is_in(old_keys, value_set=deletes.column(KEY).combine_chunks()).to_numpy(zero_copy_only=False)
+            n_delete = int(np.count_nonzero(removed & ~drop))
+            drop |= removed
+        kept = old.filter(pa.array(~drop)) if n_update or n_delete else old
+        keys_filter = _grown_filter(old_md, upserts.filter(pa.array(pos < 0)) if n_update else upserts)
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
     has_kept = kept is not None and kept.num_rows > 0
@@ -193,15 +194,41 @@ def _count(mask: pa.Array) -> int:
 
 
 def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[pa.Table | None, dict]:
-    """The old base file's rows (aligned to ``full``) and its footer metadata."""
+    """The old base file's rows (aligned to ``full``) and its footer metadata. The path meta
+    columns are not read: the new file writes its own path into them as constants."""
     if task.old_file is None:
         return None, {}
     rel = layout.data_file_path(task.partition, task.old_file)
     with storage.fs.open_input_file(storage.abs(rel)) as f:
         pf = pq.ParquetFile(f)
-        t = pf.read()
+        t = pf.read(columns=[n for n in pf.schema_arrow.names if n not in _PATH_META])
         md = dict(pf.metadata.metadata or {})
     return align(t, full), md
+
+
+def _match_columns(ctx: MergeContext, old: pa.Table, upserts: pa.Table) -> tuple[str, str]:
+    """The columns (of ``old``, of ``upserts``) rows are matched by: a one-field integral record key
+    itself when both sides have it (a key generator maps one field's values to keys one to one,
+    so equal values are equal keys, and integers hash faster than their strings), else the
+    record key strings."""
+    if len(ctx.unique_columns) == 1:
+        (name,) = ctx.unique_columns
+        i, j = old.schema.get_field_index(name), upserts.schema.get_field_index(name)
+        if (i >= 0 and j >= 0 and pa.types.is_integer(old.schema.field(i).type)
+                and old.schema.field(i).type == upserts.schema.field(j).type and old.column(i).null_count == 0):
+            return name, name
+    return "_hoodie_record_key", KEY
+
+
+def _positions_in_old(old_values: pa.ChunkedArray, incoming: pa.ChunkedArray) -> np.ndarray:
+    """Each incoming row's row in the old file, -1 when its key is new to the group. One hash
+    table, over the incoming side (a batch holds fewer of a group's keys than the file does),
+    probed with the old values; incoming keys are unique (deduplicated)."""
+    hit = pc.index_in(old_values, value_set=incoming.combine_chunks()).to_numpy(zero_copy_only=False)
+    pos = np.full(len(incoming), -1, dtype=np.int64)
+    found = np.flatnonzero(~np.isnan(hit)) if hit.dtype.kind == "f" else np.flatnonzero(hit >= 0)
+    pos[hit[found].astype(np.int64)] = found
+    return pos
 
 
 def _grown_filter(old_md: dict, new_keys: pa.Table) -> bloom.DynamicBloomFilter | None:
@@ -216,14 +243,16 @@ def _grown_filter(old_md: dict, new_keys: pa.Table) -> bloom.DynamicBloomFilter 
     return f
 
 
-def _drop_stale(upserts: pa.Table, pos: pa.Array, old: pa.Table, ordering: str | None) -> tuple[pa.Table, pa.Array]:
+def _drop_stale(upserts: pa.Table, pos: np.ndarray, old: pa.Table, ordering: str | None) -> tuple[pa.Table, np.ndarray]:
     """Event-time ordering: an incoming row older than the stored one does not replace it.
-    ``pos``: each incoming row's row in ``old`` (null when new); filtered alike."""
-    if not ordering or upserts.num_rows == 0 or pos.null_count == len(pos):
+    ``pos``: each incoming row's row in ``old`` (-1 when new); filtered alike."""
+    if not ordering or upserts.num_rows == 0 or not (pos >= 0).any():
         return upserts, pos
-    stored = old.column(ordering).combine_chunks().take(pos)
-    newer = pc.fill_null(pc.greater_equal(upserts.column(ordering), stored), True)
-    return upserts.filter(newer), pos.filter(newer)
+    stored = old.column(ordering).combine_chunks().take(pa.array(pos, mask=pos < 0))
+    newer = pc.fill_null(pc.greater_equal(upserts.column(ordering).combine_chunks(), stored), True)
+    if newer.false_count == 0:
+        return upserts, pos
+    return upserts.filter(newer), pos[newer.to_numpy(zero_copy_only=False)]
 
 
 #: "0".."n-1" as strings (for sequence numbers): casting integers to strings per file costs
