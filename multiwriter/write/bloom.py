@@ -216,6 +216,12 @@ class DynamicBloomFilter:
     def deserialize(cls, text: bytes | str) -> DynamicBloomFilter:
         return cls.from_bytes(base64.b64decode(text))
 
+    def copy(self) -> DynamicBloomFilter:
+        """An independent filter equal to this one as read back from its footer (a cached
+        filter is grown into a new file's without decoding the old file's Base64 again)."""
+        return DynamicBloomFilter(self.bits, self.hashes, self.per_row, self.max_entries, [r.copy() for r in self.rows],
+                                  self.in_last_row)
+
 
 #: a column of precomputed key hashes (fixed-size list of uint32: the chained murmur values),
 #: computed in one pass over a whole batch so that each file's filter, whatever its size, only

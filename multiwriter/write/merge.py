@@ -29,7 +29,7 @@ from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, data_schema, with_meta
 from . import bloom, guard
 from .columns import Prefixes, constant, constant_value
-from .index import FooterKeys, with_typed_range
+from .index import SHARED_FOOTERS, FooterKeys, with_typed_range
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
 
@@ -146,7 +146,8 @@ def merge_file_group(
             n_delete = int(np.count_nonzero(removed & ~drop))
             drop |= removed
         kept = old.filter(pa.array(~drop)) if n_update or n_delete else old
-        keys_filter = _grown_filter(old_md, upserts.filter(pa.array(pos < 0)) if n_update else upserts)
+        keys_filter = _grown_filter(old_md, upserts.filter(pa.array(pos < 0)) if n_update else upserts,
+                                    _cached_filter(storage, task))
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
     has_kept = kept is not None and kept.num_rows > 0
@@ -231,11 +232,22 @@ def _positions_in_old(old_values: pa.ChunkedArray, incoming: pa.ChunkedArray) ->
     return pos
 
 
-def _grown_filter(old_md: dict, new_keys: pa.Table) -> bloom.DynamicBloomFilter | None:
+def _cached_filter(storage: Storage, task: FileGroupTask) -> bloom.DynamicBloomFilter | None:
+    """The old base file's bloom filter from the process's footer cache, if there."""
+    if task.old_file is None:
+        return None
+    f = SHARED_FOOTERS.get((storage.uri, layout.data_file_path(task.partition, task.old_file)))
+    return f.bloom if f is not None else None
+
+
+def _grown_filter(old_md: dict, new_keys: pa.Table, cached: bloom.DynamicBloomFilter | None = None,
+                  ) -> bloom.DynamicBloomFilter | None:
     """The old file's bloom filter plus the rows' keys (those new to the file group), or None
     (no usable old filter: the caller builds one over every key). Keys deleted since stay in it:
-    a bloom filter may answer "maybe" for an absent key, never "no" for a present one."""
-    f = bloom.from_footer(old_md)
+    a bloom filter may answer "maybe" for an absent key, never "no" for a present one.
+    ``cached``: the old file's filter as this process already holds it (the index's footer
+    cache), copied instead of decoded from ``old_md``."""
+    f = cached.copy() if cached is not None else bloom.from_footer(old_md)
     if f is None:
         return None
     if new_keys.num_rows:

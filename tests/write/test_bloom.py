@@ -301,3 +301,40 @@ def test_filters_of_successive_files_in_one_thread_are_each_exact():
         f.add_rows(part, "k")
         assert (f.rows[0] == _reference_row(keys[start:start + n], f.hashes, f.bits)).all(), n
         start += n
+
+
+def _bloom_footer(root: str) -> dict[str, bytes]:
+    """Per file group, the bloom filter in its newest base file's footer."""
+    newest: dict[str, str] = {}
+    for f in _base_files(root):
+        name = f.rsplit("/", 1)[1]
+        group, instant = name.split("_", 1)[0], name.rsplit("_", 1)[1]
+        if group not in newest or instant > newest[group].rsplit("_", 1)[1]:
+            newest[group] = f
+    return {g: pq.read_metadata(f).metadata[bloom.FOOTER_KEY] for g, f in newest.items()}
+
+
+def test_a_filter_grown_from_the_footer_cache_is_the_one_grown_from_the_footer(tmp_path, monkeypatch):
+    """A rewrite grows the old file's filter by the new keys: taken from the process's footer
+    cache (the old file written or read here) or decoded from the old file's footer, the new
+    file's filter is the same, byte for byte."""
+    schema = pa.schema([("id", pa.string()), ("day", pa.string()), ("ts", pa.int64())])
+
+    def batch(ids: range) -> pa.Table:
+        return pa.table({"id": [f"k{i:05d}" for i in ids], "day": ["d"] * len(ids), "ts": [1] * len(ids)}, schema=schema)
+
+    merge = importlib.import_module("multiwriter.write.merge")
+    footers = []
+    for cached in (True, False):
+        if not cached:
+            monkeypatch.setattr(merge, "_cached_filter", lambda storage, task: None)
+        path = str(tmp_path / f"t{cached}")
+        mw.Table.create(path, name="t", schema=schema, record_key="id", partition_by=["day"], ordering_field="ts")
+        cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+        mw.write(batch(range(0, 3000)), path, cfg)
+        for step in range(3):  # updates of stored keys and new keys, into the one group
+            mw.write(batch(range(2000 + step * 700, 3500 + step * 700)), path, cfg)
+        footers.append(_bloom_footer(path))
+    assert len(footers[0]) == 1 and list(footers[0].values()) == list(footers[1].values())
+    got = hudi_read(str(tmp_path / "tTrue"))
+    assert got.num_rows == 4900
