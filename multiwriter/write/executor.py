@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+
+import pyarrow as pa
 
 from .. import markers
 from ..storage import Storage
@@ -30,13 +33,15 @@ def run_on_driver(
     storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
     *, on_footer: Callable[[str, FooterKeys], None] | None = None,
     token: Callable[[FileGroupTask], str] | None = None, list_markers: bool = False,
+    on_inserted: Callable[[str, pa.Array], None] | None = None,
 ) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
     read from the table when not given; ``token``: each file's write token, by default the
     task's index). ``list_markers``: this call writes every file of its instant, so their
     markers go into one list first (:func:`markers.create_all`) instead of one file each.
     Stats come back in task order; the first failure is raised once every started merge has
-    finished (so markers name all files left behind)."""
+    finished (so markers name all files left behind). ``on_inserted``: see
+    :func:`~.merge.merge_file_group` (called from the merge threads)."""
     if config is None:
         from ..table.table import Table
 
@@ -51,10 +56,11 @@ def run_on_driver(
     workers = _workers(plan)
     if workers <= 1:
         plan.gather()
-        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token)]
+        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted)]
     pool = _merge_pool()
     start_gather(plan)  # a no-op when the writer started it before its inflight file
-    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token) for t in _longest_first(plan)}
+    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token, on_inserted)
+               for t in _longest_first(plan)}
     futures = [by_task[t.task_index] for t in tasks]
     done, pending = wait(futures, return_when=FIRST_EXCEPTION)
     failed = [f for f in futures if f in done and f.exception() is not None]
@@ -107,9 +113,27 @@ def _file_name(ctx: MergeContext, task: FileGroupTask, token: Callable[[FileGrou
 def _merge_one(
     storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
+    on_inserted: Callable[[str, pa.Array], None] | None = None,
 ) -> list[WriteStat]:
     return write_group(storage, ctx, task, plan.rows_for(task), _token(task, token), may_delete=plan.has_deletes,
-                       on_footer=on_footer)
+                       on_footer=on_footer, on_inserted=on_inserted)
+
+
+class InsertedKeys:
+    """The keys the merges of one attempt inserted as new, per partition (collected from the
+    merge threads): what the same-new-key conflict check compares, as each merge saw it."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[pa.Array]] = {}
+        self._mu = threading.Lock()
+
+    def __call__(self, partition: str, keys: pa.Array) -> None:
+        with self._mu:
+            self._parts.setdefault(partition, []).append(keys)
+
+    def by_partition(self) -> dict[str, pa.Array]:
+        with self._mu:
+            return {p: ks[0] if len(ks) == 1 else pa.concat_arrays(ks) for p, ks in self._parts.items()}
 
 
 def _first_error(failed: list[Future]) -> BaseException:

@@ -260,10 +260,16 @@ class KeyIndex:
         """Drop cached footers of files in ``partitions`` that are no longer latest slices."""
         self.cache.forget(self.storage.uri, partitions, live)
 
-    def tag(self, snapshot: Snapshot, prepared: pa.Table, key_column: str | None = None) -> pa.Table:
+    def tag(self, snapshot: Snapshot, prepared: pa.Table, key_column: str | None = None, *,
+            confirm: bool = True) -> pa.Table:
         """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys.
         ``key_column``: the batch's column that is the whole record key, when it is integral
-        (:func:`integral_key`): files are then pruned by its typed range."""
+        (:func:`integral_key`): files are then pruned by its typed range. ``confirm=False``: a
+        key that only one file of its partition may hold (by key range and bloom filter) is
+        tagged with that file's group without reading the file's keys; only keys that several
+        files may hold are confirmed. A key so tagged may be new (a bloom false positive): it
+        then joins that group as an insert, which the caller must learn from the merge (a
+        Copy-on-Write merge matches every key against the old file anyway)."""
         n = prepared.num_rows
         out = np.full(n, -1, dtype=np.int64)
         names: list[str] = []
@@ -290,7 +296,7 @@ class KeyIndex:
             rows = order[(ends[code - 1] if code else 0):ends[code]]
             pk = keys.take(pa.array(rows))
             typed = typed_keys(ints[rows].astype(np.int64, copy=False)) if ints is not None else None
-            for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column):
+            for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column, confirm=confirm):
                 names.append(fid_no)
                 out[rows[found]] = len(names) - 1
         self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
@@ -299,22 +305,34 @@ class KeyIndex:
 
     def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None,
                 rows: np.ndarray | None = None, typed: TypedKeys | None = None,
-                key_column: str | None = None) -> list[tuple[str, np.ndarray]]:
+                key_column: str | None = None, *, confirm: bool = True) -> list[tuple[str, np.ndarray]]:
         """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds);
-        ``hashes[rows]`` are the keys' bloom hashes; ``typed``: the keys as integers."""
+        ``hashes[rows]`` are the keys' bloom hashes; ``typed``: the keys as integers.
+        ``confirm=False``: see :meth:`tag`."""
         mm = pc.min_max(keys)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        out = []
+        maybes: list[tuple[FileSlice, np.ndarray]] = []
         for fs in sorted(files, key=lambda f: f.file_id):
             maybe = self.footer(fs, key_column).may_hold(keys, lo, hi, hashes, rows, typed)
             if maybe is False or not np.any(maybe):
                 continue
-            cand = np.flatnonzero(maybe)
+            maybes.append((fs, maybe))
+        shared = None
+        if not confirm and len(maybes) > 1:  # keys that more than one file may hold
+            shared = np.sum([m for _, m in maybes], axis=0) > 1
+        out = []
+        for fs, maybe in maybes:
+            if not confirm and (shared is None or not (maybe & shared).any()):
+                out.append((fs.file_id, np.flatnonzero(maybe)))
+                continue
+            cand = np.flatnonzero(maybe if confirm else maybe & shared)
             stored = read_keys(self.storage, fs)
             self.key_reads += 1
-            held = _held(keys.take(pa.array(cand)), stored)
-            if held.any():
-                out.append((fs.file_id, cand[held]))
+            held = cand[_held(keys.take(pa.array(cand)), stored)]
+            if not confirm:
+                held = np.union1d(held, np.flatnonzero(maybe & ~shared))
+            if len(held):
+                out.append((fs.file_id, held))
         return out
 
 

@@ -112,11 +112,13 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def merge_file_group(
     storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
     *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None, may_delete: bool = True,
+    on_inserted: Callable[[str, pa.Array], None] | None = None,
 ) -> WriteStat:
     """Write the new base file of one file group: its old rows, minus deleted and replaced keys,
     plus the incoming rows. ``deduped``: the caller already kept one row per key. ``on_footer``
     hears what the new file's footer says (a long-lived index then need not read it back).
-    ``may_delete``: False when the caller knows ``incoming`` deletes nothing."""
+    ``may_delete``: False when the caller knows ``incoming`` deletes nothing. ``on_inserted``
+    hears (partition, keys) of the keys new to the group (the same-new-key conflict check)."""
     started = time.monotonic()
     t = ctx.instant_time
     full = ctx.file_schema
@@ -146,10 +148,13 @@ def merge_file_group(
             n_delete = int(np.count_nonzero(removed & ~drop))
             drop |= removed
         kept = old.filter(pa.array(~drop)) if n_update or n_delete else old
-        keys_filter = _grown_filter(old_md, upserts.filter(pa.array(pos < 0)) if n_update else upserts,
-                                    _cached_filter(storage, task))
+        inserted = upserts.filter(pa.array(pos < 0)) if n_update else upserts
+        keys_filter = _grown_filter(old_md, inserted, _cached_filter(storage, task))
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
+        inserted = upserts
+    if on_inserted is not None and inserted.num_rows:
+        on_inserted(task.partition, inserted.column(KEY).combine_chunks())
     has_kept = kept is not None and kept.num_rows > 0
     fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
     n_insert = fresh.num_rows - n_update

@@ -42,7 +42,7 @@ from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
-from .executor import run_on_driver, start_gather
+from .executor import InsertedKeys, run_on_driver, start_gather
 from .index import KeyIndex, integral_key, tag_buckets, untagged
 from .log_append import rebase_as_log
 from .merge import context
@@ -218,14 +218,17 @@ class Writer:
                 plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
-                                  hashes=hashes, small_file_limit=self.config.small_file_limit_bytes)
+                                  hashes=hashes, small_file_limit=self.config.small_file_limit_bytes,
+                                  confirm_keys=False)
             phases["index"] = time.monotonic() - t0
             start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
+            merged_inserts = InsertedKeys()
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written,
-                                  list_markers=True)
-            inserted = None if replacing else plan.inserted_keys()
+                                  list_markers=True, on_inserted=None if self.table.config.merge_on_read else merged_inserts)
+            inserted = None if replacing else (plan.inserted_keys() if self.table.config.merge_on_read
+                                               else merged_inserts.by_partition())
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
@@ -403,12 +406,16 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
 
 
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
-               hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0) -> Plan:
+               hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0,
+               confirm_keys: bool = True) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
     (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
     record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
     computed; ``small_file_limit``: a Copy-on-Write upsert's new keys may join the groups it
-    rewrites, see :func:`make_plan`). Also what a streaming write's tasks run."""
+    rewrites, see :func:`make_plan`). Also what a streaming write's tasks run.
+    ``confirm_keys=False`` (Copy-on-Write, whose merges report the keys they insert): a key
+    only one file may hold goes to that file's group unread, see :meth:`KeyIndex.tag`; the
+    plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all."""
     config = base.config
     if config.bucket_index:
         snap = index.snapshot(base, prepared)
@@ -417,7 +424,8 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
         return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
     prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
     snap = index.snapshot(base, prepared)
-    return make_plan(index.tag(snap, prepared, integral_key(prepared, config.record_key)), snap,
+    confirm = confirm_keys or config.merge_on_read  # a log append does not match keys against the base
+    return make_plan(index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm), snap,
                      target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)
 
 

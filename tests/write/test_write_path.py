@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -93,6 +94,44 @@ def test_a_new_key_the_executor_path_inserted_conflicts_with_a_rival_inserting_i
     with pytest.raises(errors.WriteConflictError):
         mw.write(df, path, mw.WriterConfig(lock=lock, writer_id="w", executor="spark", max_conflict_retries=0))
     assert rows(hudi_read(path), ["id", "value"]) == [("same", 7.0)]
+
+
+def test_a_new_key_routed_by_a_bloom_false_positive_still_conflicts_with_a_rival_inserting_it(tmp_path, monkeypatch):
+    """The driver path sends a key that only one file may hold (by its bloom filter) to that
+    file's group without reading the file's keys. When the key is new after all (a false
+    positive, forced here), the merge inserts it and reports it, so a rival that inserted the
+    same key meanwhile still makes this write lose."""
+    import importlib
+
+    index_mod = importlib.import_module("multiwriter.write.index")
+    writer_mod = importlib.import_module("multiwriter.write.writer")
+    path = str(tmp_path / "t")
+    new_table(path)
+    lock = mw.InProcessLock()
+    mw.write(trips(range(10), ts=1, value=1), path, mw.WriterConfig(lock=lock, writer_id="w"))
+    may_hold = index_mod.FooterKeys.may_hold
+    rivals: list[str] = []  # the rival's own index sees no false positive
+
+    def false_positive_for_same(self, keys, *args, **kwargs):
+        mask = may_hold(self, keys, *args, **kwargs)
+        same = np.array([k == "same" and not rivals for k in keys.to_pylist()])
+        return (np.zeros(len(keys), bool) if mask is False else mask) | same
+
+    original = writer_mod.run_on_driver
+
+    def rival_commits_meanwhile(*args, **kwargs):
+        out = original(*args, **kwargs)
+        if not rivals:
+            rivals.append("rival")
+            mw.write(trips(["same"], ts=1, value=7), path, mw.WriterConfig(lock=lock, writer_id="rival"))
+        return out
+
+    monkeypatch.setattr(index_mod.FooterKeys, "may_hold", false_positive_for_same)
+    monkeypatch.setattr(writer_mod, "run_on_driver", rival_commits_meanwhile)
+    with pytest.raises(errors.WriteConflictError):
+        mw.write(trips(["same", "3"], ts=2, value=2), path, mw.WriterConfig(lock=lock, writer_id="w", max_conflict_retries=0))
+    got = rows(hudi_read(path), ["id", "value"])
+    assert [r for r in got if r[0] == "same"] == [("same", 7.0)] and ("3", 1.0) in got
 
 
 def test_the_one_task_refuses_to_write_for_an_instant_rolled_back_meanwhile(spark, tmp_path, monkeypatch):
