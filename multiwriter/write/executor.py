@@ -20,9 +20,10 @@ from ..threads import ProcessPool
 from ..table import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
+from ..table.snapshot import FileSlice
 from .index import FooterKeys
 from .log_append import is_log_append, log_file_name, write_group
-from .merge import MergeContext, armed, check_alive, with_encodings
+from .merge import MergeContext, armed, check_alive, read_old_file, with_encodings
 from .plan import FileGroupTask, Plan
 
 #: merges of one plan running at once on the driver (None: one per core)
@@ -33,7 +34,7 @@ def run_on_driver(
     storage: Storage, ctx: MergeContext, plan: Plan, config: TableConfig | None = None,
     *, on_footer: Callable[[str, FooterKeys], None] | None = None,
     token: Callable[[FileGroupTask], str] | None = None, list_markers: bool = False,
-    on_inserted: Callable[[str, pa.Array], None] | None = None,
+    on_inserted: Callable[[str, pa.Array], None] | None = None, old_reads: OldReads | None = None,
 ) -> list[WriteStat]:
     """Merge every file group of ``plan`` in this process (pre-write checks armed: ``config`` is
     read from the table when not given; ``token``: each file's write token, by default the
@@ -41,7 +42,8 @@ def run_on_driver(
     markers go into one list first (:func:`markers.create_all`) instead of one file each.
     Stats come back in task order; the first failure is raised once every started merge has
     finished (so markers name all files left behind). ``on_inserted``: see
-    :func:`~.merge.merge_file_group` (called from the merge threads)."""
+    :func:`~.merge.merge_file_group` (called from the merge threads). ``old_reads``: reads of
+    old base files started while the batch was tagged."""
     if config is None:
         from ..table.table import Table
 
@@ -56,10 +58,10 @@ def run_on_driver(
     workers = _workers(plan)
     if workers <= 1:
         plan.gather()
-        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted)]
+        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted, old_reads)]
     pool = _merge_pool()
     start_gather(plan)  # a no-op when the writer started it before its inflight file
-    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token, on_inserted)
+    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token, on_inserted, old_reads)
                for t in _longest_first(plan)}
     futures = [by_task[t.task_index] for t in tasks]
     done, pending = wait(futures, return_when=FIRST_EXCEPTION)
@@ -113,10 +115,32 @@ def _file_name(ctx: MergeContext, task: FileGroupTask, token: Callable[[FileGrou
 def _merge_one(
     storage: Storage, ctx: MergeContext, plan: Plan, task: FileGroupTask,
     on_footer: Callable[[str, FooterKeys], None] | None, token: Callable[[FileGroupTask], str] | None = None,
-    on_inserted: Callable[[str, pa.Array], None] | None = None,
+    on_inserted: Callable[[str, pa.Array], None] | None = None, old_reads: OldReads | None = None,
 ) -> list[WriteStat]:
     return write_group(storage, ctx, task, plan.rows_for(task), _token(task, token), may_delete=plan.has_deletes,
-                       on_footer=on_footer, on_inserted=on_inserted)
+                       on_footer=on_footer, on_inserted=on_inserted,
+                       old_read=old_reads.of(task) if old_reads is not None else None)
+
+
+class OldReads:
+    """Reads of the old base files a Copy-on-Write batch will rewrite, started on the merge
+    threads as the index finds each file holding batch keys: the files are read while the
+    main thread goes on tagging, planning and writing the inflight file, which would otherwise
+    leave the other cores idle. A read the plan does not use is dropped unread (files are
+    immutable, so an early read is the same read)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._reads: dict[str, Future] = {}
+
+    def start(self, fs: FileSlice) -> None:
+        if fs.path not in self._reads:
+            self._reads[fs.path] = _merge_pool().submit(read_old_file, self.storage, fs.path)
+
+    def of(self, task: FileGroupTask) -> Future | None:
+        if task.old_file is None:
+            return None
+        return self._reads.get(layout.data_file_path(task.partition, task.old_file))
 
 
 class InsertedKeys:

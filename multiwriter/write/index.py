@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -261,7 +262,7 @@ class KeyIndex:
         self.cache.forget(self.storage.uri, partitions, live)
 
     def tag(self, snapshot: Snapshot, prepared: pa.Table, key_column: str | None = None, *,
-            confirm: bool = True) -> pa.Table:
+            confirm: bool = True, on_found: Callable[[FileSlice], None] | None = None) -> pa.Table:
         """Add ``_mw_file_id``: the existing file group of each record's key, null for new keys.
         ``key_column``: the batch's column that is the whole record key, when it is integral
         (:func:`integral_key`): files are then pruned by its typed range. ``confirm=False``: a
@@ -269,7 +270,9 @@ class KeyIndex:
         tagged with that file's group without reading the file's keys; only keys that several
         files may hold are confirmed. A key so tagged may be new (a bloom false positive): it
         then joins that group as an insert, which the caller must learn from the merge (a
-        Copy-on-Write merge matches every key against the old file anyway)."""
+        Copy-on-Write merge matches every key against the old file anyway). ``on_found`` hears
+        each slice found to hold batch keys, as soon as it is found (its merge may start reading
+        the file while the rest of the batch is tagged)."""
         n = prepared.num_rows
         out = np.full(n, -1, dtype=np.int64)
         names: list[str] = []
@@ -296,7 +299,8 @@ class KeyIndex:
             rows = order[(ends[code - 1] if code else 0):ends[code]]
             pk = keys.take(pa.array(rows))
             typed = typed_keys(ints[rows].astype(np.int64, copy=False)) if ints is not None else None
-            for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column, confirm=confirm):
+            for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column, confirm=confirm,
+                                              on_found=on_found):
                 names.append(fid_no)
                 out[rows[found]] = len(names) - 1
         self.forget_except({fs.path for fs in snapshot.slices.values()}, set(by_part))
@@ -305,7 +309,8 @@ class KeyIndex:
 
     def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None,
                 rows: np.ndarray | None = None, typed: TypedKeys | None = None,
-                key_column: str | None = None, *, confirm: bool = True) -> list[tuple[str, np.ndarray]]:
+                key_column: str | None = None, *, confirm: bool = True,
+                on_found: Callable[[FileSlice], None] | None = None) -> list[tuple[str, np.ndarray]]:
         """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds);
         ``hashes[rows]`` are the keys' bloom hashes; ``typed``: the keys as integers.
         ``confirm=False``: see :meth:`tag`."""
@@ -324,6 +329,8 @@ class KeyIndex:
         for fs, maybe in maybes:
             if not confirm and (shared is None or not (maybe & shared).any()):
                 out.append((fs.file_id, np.flatnonzero(maybe)))
+                if on_found is not None:
+                    on_found(fs)
                 continue
             cand = np.flatnonzero(maybe if confirm else maybe & shared)
             stored = read_keys(self.storage, fs)
@@ -333,6 +340,8 @@ class KeyIndex:
                 held = np.union1d(held, np.flatnonzero(maybe & ~shared))
             if len(held):
                 out.append((fs.file_id, held))
+                if on_found is not None:
+                    on_found(fs)
         return out
 
 

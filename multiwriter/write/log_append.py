@@ -15,6 +15,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,7 +49,8 @@ def log_file_name(ctx: MergeContext, task: FileGroupTask, write_token: str, vers
 
 def write_group(storage: Storage, ctx: MergeContext, task: FileGroupTask, rows: pa.Table, write_token: str,
                 *, may_delete: bool = True, on_footer: Callable[[str, FooterKeys], None] | None = None,
-                on_inserted: Callable[[str, pa.Array], None] | None = None) -> list[WriteStat]:
+                on_inserted: Callable[[str, pa.Array], None] | None = None,
+                old_read: Future | None = None) -> list[WriteStat]:
     """Write one task's file group, the one dispatch of both executors: a log append
     (Merge-on-Read, the group has a base), else a new base file (Copy-on-Write merge, or a
     group's first data). On Merge-on-Read a new group's deletes go to a delete block beside its
@@ -61,7 +63,8 @@ def write_group(storage: Storage, ctx: MergeContext, task: FileGroupTask, rows: 
     out = []
     if deletes is None or upserts.num_rows:
         out.append(merge_file_group(storage, ctx, task, upserts, write_token, deduped=True, on_footer=on_footer,
-                                    may_delete=may_delete and not ctx.log_append, on_inserted=on_inserted))
+                                    may_delete=may_delete and not ctx.log_append, on_inserted=on_inserted,
+                                    old_read=old_read))
     if deletes is not None and deletes.num_rows:
         # its own marker: the instant's marker list names the base file only
         out.append(append_log(storage, dataclasses.replace(ctx, markers_listed=False), task, deletes, write_token,

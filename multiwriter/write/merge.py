@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,13 +113,14 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def merge_file_group(
     storage: Storage, ctx: MergeContext, task: FileGroupTask, incoming: pa.Table, write_token: str,
     *, deduped: bool = False, on_footer: Callable[[str, FooterKeys], None] | None = None, may_delete: bool = True,
-    on_inserted: Callable[[str, pa.Array], None] | None = None,
+    on_inserted: Callable[[str, pa.Array], None] | None = None, old_read: Future | None = None,
 ) -> WriteStat:
     """Write the new base file of one file group: its old rows, minus deleted and replaced keys,
     plus the incoming rows. ``deduped``: the caller already kept one row per key. ``on_footer``
     hears what the new file's footer says (a long-lived index then need not read it back).
     ``may_delete``: False when the caller knows ``incoming`` deletes nothing. ``on_inserted``
-    hears (partition, keys) of the keys new to the group (the same-new-key conflict check)."""
+    hears (partition, keys) of the keys new to the group (the same-new-key conflict check).
+    ``old_read``: :func:`read_old_file` of the old base file, already started."""
     started = time.monotonic()
     t = ctx.instant_time
     full = ctx.file_schema
@@ -132,7 +134,7 @@ def merge_file_group(
     if not deduped and incoming.num_rows > 1:
         incoming = dedupe(incoming, ctx.ordering_field)
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
-    old, old_md = _read_old(storage, task, full)
+    old, old_md = _read_old(storage, task, full, old_read)
     n_update = n_delete = 0
     keys_filter = None
     if old is not None and old.num_rows:
@@ -199,17 +201,25 @@ def _count(mask: pa.Array) -> int:
     return pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
 
 
-def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema) -> tuple[pa.Table | None, dict]:
-    """The old base file's rows (aligned to ``full``) and its footer metadata. The path meta
-    columns are not read: the new file writes its own path into them as constants."""
+def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema, started: Future | None = None,
+              ) -> tuple[pa.Table | None, dict]:
+    """The old base file's rows (aligned to ``full``) and its footer metadata; ``started``: that
+    read, already under way."""
     if task.old_file is None:
         return None, {}
-    rel = layout.data_file_path(task.partition, task.old_file)
+    t, md = started.result() if started is not None else read_old_file(
+        storage, layout.data_file_path(task.partition, task.old_file))
+    return align(t, full), md
+
+
+def read_old_file(storage: Storage, rel: str) -> tuple[pa.Table, dict]:
+    """A base file's rows as stored and its footer metadata, for a merge that rewrites it. The
+    path meta columns are not read: the new file writes its own path into them as constants."""
     with storage.fs.open_input_file(storage.abs(rel)) as f:
         pf = pq.ParquetFile(f)
         t = pf.read(columns=[n for n in pf.schema_arrow.names if n not in _PATH_META])
         md = dict(pf.metadata.metadata or {})
-    return align(t, full), md
+    return t, md
 
 
 def _match_columns(ctx: MergeContext, old: pa.Table, upserts: pa.Table) -> tuple[str, str]:

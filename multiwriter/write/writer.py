@@ -34,7 +34,7 @@ from ..result import CommitResult
 from ..table.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
-from ..table.snapshot import Snapshot
+from ..table.snapshot import FileSlice, Snapshot
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..errors import ConfigError, DuplicateBatchError
@@ -42,7 +42,7 @@ from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
-from .executor import InsertedKeys, run_on_driver, start_gather
+from .executor import InsertedKeys, OldReads, run_on_driver, start_gather
 from .index import KeyIndex, integral_key, tag_buckets, untagged
 from .log_append import rebase_as_log
 from .merge import context
@@ -213,20 +213,22 @@ class Writer:
             phases["index"] = 0.0
         else:
             prepared, hashes = batch.prepare_for(schema, self.table.config)
+            old_reads = OldReads(self.table.storage)
             if replacing:  # every record goes to a new group; every live group is retired
                 replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
                 plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
                                   hashes=hashes, small_file_limit=self.config.small_file_limit_bytes,
-                                  confirm_keys=False)
+                                  confirm_keys=False, on_found=None if self.table.config.merge_on_read else old_reads.start)
             phases["index"] = time.monotonic() - t0
             start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
             merged_inserts = InsertedKeys()
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written,
-                                  list_markers=True, on_inserted=None if self.table.config.merge_on_read else merged_inserts)
+                                  list_markers=True, on_inserted=None if self.table.config.merge_on_read else merged_inserts,
+                                  old_reads=old_reads)
             inserted = None if replacing else (plan.inserted_keys() if self.table.config.merge_on_read
                                                else merged_inserts.by_partition())
         phases["write"] = time.monotonic() - t0 - phases["index"]
@@ -407,7 +409,7 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
 
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
                hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0,
-               confirm_keys: bool = True) -> Plan:
+               confirm_keys: bool = True, on_found: Callable[[FileSlice], None] | None = None) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
     (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
     record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
@@ -415,7 +417,8 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     rewrites, see :func:`make_plan`). Also what a streaming write's tasks run.
     ``confirm_keys=False`` (Copy-on-Write, whose merges report the keys they insert): a key
     only one file may hold goes to that file's group unread, see :meth:`KeyIndex.tag`; the
-    plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all."""
+    plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all.
+    ``on_found``: see :meth:`KeyIndex.tag`."""
     config = base.config
     if config.bucket_index:
         snap = index.snapshot(base, prepared)
@@ -425,7 +428,8 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
     snap = index.snapshot(base, prepared)
     confirm = confirm_keys or config.merge_on_read  # a log append does not match keys against the base
-    return make_plan(index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm), snap,
+    tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm, on_found=on_found)
+    return make_plan(tagged, snap,
                      target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)
 
 

@@ -155,3 +155,26 @@ def test_integer_keys_match_by_value_newer_rows_win_and_older_ones_are_dropped(t
     got = hudi_read(path)
     assert rows(got, ["id", "ts", "x"]) == sorted(want, key=repr)
     assert got.column("_hoodie_record_key").to_pylist() == [str(i) for i in got.column("id").to_pylist()]
+
+
+def test_each_rewritten_file_is_read_once_started_while_the_batch_is_tagged(tmp_path, monkeypatch):
+    """The old base files a batch rewrites are read on the merge threads as soon as the index
+    finds them holding batch keys, and each merge takes that read instead of reading again."""
+    import importlib
+
+    executor = importlib.import_module("multiwriter.write.executor")
+    merge = importlib.import_module("multiwriter.write.merge")
+    early, late = [], []
+    read = merge.read_old_file
+    monkeypatch.setattr(executor, "read_old_file", lambda storage, rel: early.append(rel) or read(storage, rel))
+    monkeypatch.setattr(merge, "read_old_file", lambda storage, rel: late.append(rel) or read(storage, rel))
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="t", schema=SCHEMA, record_key="id", partition_by=["day"], ordering_field="ts")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(_batch(range(0, 400), 1, 1), path, cfg)
+    assert early == late == []
+    res = mw.write(_batch(range(300, 500), 2, 2), path, cfg)  # updates in both days' groups, and new keys
+    assert len(set(early)) == len(early) == 2  # one read per day's group
+    assert late == [] and res.num_updates == 100 and res.num_inserts == 100
+    got = hudi_read(path)
+    assert got.num_rows == 500 and sorted(set(got.column("ts").to_pylist())) == [1, 2]
