@@ -250,12 +250,13 @@ def _fill_rewritten(tagged: pa.Table, snapshot: Snapshot, pcodes: np.ndarray, pn
     touched = np.flatnonzero(~is_new & live)
     if len(touched) == 0:
         return is_new, fcodes, {}
-    sizes = [snapshot.slices[(pnames[p], fnames[f])].size if (pnames[p], fnames[f]) in snapshot.slices else None
-             for p, f in zip(pcodes[touched].tolist(), fcodes[touched].tolist(), strict=True)]
+    width = max(len(fnames), 1)
+    pairs = np.unique(pcodes[touched] * width + fcodes[touched])  # the rewritten groups, once each
     host: dict[int, tuple[int, int]] = {}  # partition code -> (size, file code) of its smallest rewritten group
-    for p, f, size in zip(pcodes[touched].tolist(), fcodes[touched].tolist(), sizes, strict=True):
-        if size is not None and size < small_file_limit and (p not in host or (size, f) < host[p]):
-            host[p] = (size, f)
+    for p, f in (divmod(int(c), width) for c in pairs.tolist()):
+        fs = snapshot.slices.get((pnames[p], fnames[f]))
+        if fs is not None and fs.size < small_file_limit and (p not in host or (fs.size, f) < host[p]):
+            host[p] = (fs.size, f)
     if not host:
         return is_new, fcodes, {}
     sized = tagged.drop_columns([bloom.HASHES]) if tagged.schema.get_field_index(bloom.HASHES) >= 0 else tagged
