@@ -2,7 +2,9 @@
 
 Per partition the batch touches, the candidate files of a key are the latest slices whose key
 range (``hoodie_min/max_record_key`` in the footer) covers it and whose footer bloom filter says
-it may be there; only candidates' key columns are read, to confirm. When the record key is one
+it may be there; only candidates' key columns are read, to confirm (a Copy-on-Write writer
+skips that for a key only one file may hold: its merge matches the key against that file's rows
+anyway, and reports it as inserted when it was new after all). When the record key is one
 integral field, the range is the key column's own typed statistics instead: as strings "10" <
 "9", so the footer's string range of auto-increment ids spans almost every key and prunes
 nothing, while the typed range of a block of ids is that block. Base files are immutable
