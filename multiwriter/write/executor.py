@@ -88,7 +88,10 @@ def _workers(plan: Plan) -> int:
 
 #: the merge threads, started once per process rather than once per batch (merges never wait
 #: on each other, so the writers of one process can share them)
-MERGE_POOL = ProcessPool("mw-merge", max(os.cpu_count() or 1, 2))
+MERGE_POOL_WORKERS = max(os.cpu_count() or 1, 2)
+MERGE_POOL = ProcessPool("mw-merge", MERGE_POOL_WORKERS)
+#: the most bytes of old base files (as stored) read ahead of their merges, see :class:`OldReads`
+EARLY_READ_BYTES = 64 << 20
 
 
 def _merge_pool() -> ThreadPoolExecutor:
@@ -127,15 +130,22 @@ class OldReads:
     threads as the index finds each file holding batch keys: the files are read while the
     main thread goes on tagging, planning and writing the inflight file, which would otherwise
     leave the other cores idle. A read the plan does not use is dropped unread (files are
-    immutable, so an early read is the same read)."""
+    immutable, so an early read is the same read). Bounded, since a read waits in memory for
+    its merge: at most ``max_files`` files and ``max_bytes`` of them (their size on storage);
+    the merges read the others themselves, as many at once as there are merge threads."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, max_files: int | None = None, max_bytes: int = EARLY_READ_BYTES) -> None:
         self.storage = storage
+        self.max_files = max_files if max_files is not None else 2 * MERGE_POOL_WORKERS
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._reads: dict[str, Future] = {}
 
     def start(self, fs: FileSlice) -> None:
-        if fs.path not in self._reads:
-            self._reads[fs.path] = _merge_pool().submit(read_old_file, self.storage, fs.path)
+        if fs.path in self._reads or len(self._reads) >= self.max_files or self._bytes + fs.size > self.max_bytes:
+            return
+        self._bytes += fs.size
+        self._reads[fs.path] = _merge_pool().submit(read_old_file, self.storage, fs.path)
 
     def of(self, task: FileGroupTask) -> Future | None:
         if task.old_file is None:

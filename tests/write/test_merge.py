@@ -178,3 +178,33 @@ def test_each_rewritten_file_is_read_once_started_while_the_batch_is_tagged(tmp_
     assert late == [] and res.num_updates == 100 and res.num_inserts == 100
     got = hudi_read(path)
     assert got.num_rows == 500 and sorted(set(got.column("ts").to_pylist())) == [1, 2]
+
+
+def test_reads_ahead_of_their_merges_are_bounded_by_files_and_bytes(tmp_path):
+    """Reads started ahead wait in memory for their merges, so only a few files (and bytes) are
+    read ahead; the merges of the other files read them as before."""
+    import importlib
+
+    executor = importlib.import_module("multiwriter.write.executor")
+    plan = importlib.import_module("multiwriter.write.plan")
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="t", schema=SCHEMA, record_key="id", partition_by=["day"], ordering_field="ts")
+    mw.write(pa.concat_tables([_batch(range(i, 400, 4), 1, i) for i in range(4)]), path,
+             mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    table = mw.Table.open(path)
+    slices = sorted(table.snapshot().files(), key=lambda fs: fs.path)
+    assert len(slices) == 2
+    tasks = [plan.FileGroupTask(fs.partition, fs.file_id, i, fs.name, fs.instant_time) for i, fs in enumerate(slices)]
+
+    def started(reads) -> int:
+        for fs in slices:
+            reads.start(fs)
+        return sum(reads.of(t) is not None for t in tasks)
+
+    assert started(executor.OldReads(table.storage, max_files=1)) == 1
+    assert started(executor.OldReads(table.storage, max_bytes=slices[0].size)) == 1
+    assert started(executor.OldReads(table.storage, max_bytes=0)) == 0
+    reads = executor.OldReads(table.storage)
+    assert started(reads) == 2
+    rows_read, _md = reads.of(tasks[0]).result()
+    assert rows_read.num_rows == 200
