@@ -153,7 +153,7 @@ class OldReads:
         return self._reads.get(layout.data_file_path(task.partition, task.old_file))
 
 
-class InsertedKeys:
+class MergedInserts:
     """The keys the merges of one attempt inserted as new, per partition (collected from the
     merge threads): what the same-new-key conflict check compares, as each merge saw it."""
 

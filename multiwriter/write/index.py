@@ -324,22 +324,19 @@ class KeyIndex:
             if maybe is False or not np.any(maybe):
                 continue
             maybes.append((fs, maybe))
-        shared = None
-        if not confirm and len(maybes) > 1:  # keys that more than one file may hold
-            shared = np.sum([m for _, m in maybes], axis=0) > 1
+        # keys more than one file may hold are confirmed by reading keys (all keys, with confirm)
+        several = np.sum([m for _, m in maybes], axis=0) > 1 if len(maybes) > 1 else None
         out = []
         for fs, maybe in maybes:
-            if not confirm and (shared is None or not (maybe & shared).any()):
-                out.append((fs.file_id, np.flatnonzero(maybe)))
-                if on_found is not None:
-                    on_found(fs)
-                continue
-            cand = np.flatnonzero(maybe if confirm else maybe & shared)
-            stored = read_keys(self.storage, fs)
-            self.key_reads += 1
-            held = cand[_held(keys.take(pa.array(cand)), stored)]
-            if not confirm:
-                held = np.union1d(held, np.flatnonzero(maybe & ~shared))
+            if confirm:
+                check = maybe
+            else:
+                check = maybe & several if several is not None else np.zeros_like(maybe)
+            held = np.flatnonzero(maybe & ~check)  # sole candidates, not read
+            if check.any():
+                cand = np.flatnonzero(check)
+                self.key_reads += 1
+                held = np.union1d(held, cand[_held(keys.take(pa.array(cand)), read_keys(self.storage, fs))])
             if len(held):
                 out.append((fs.file_id, held))
                 if on_found is not None:

@@ -197,10 +197,6 @@ def split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     return incoming.filter(pc.invert(is_delete)), incoming.filter(is_delete)
 
 
-def _count(mask: pa.Array) -> int:
-    return pc.sum(pc.cast(mask, pa.int64())).as_py() or 0
-
-
 def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema, started: Future | None = None,
               ) -> tuple[pa.Table | None, dict]:
     """The old base file's rows (aligned to ``full``) and its footer metadata; ``started``: that

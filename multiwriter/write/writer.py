@@ -42,7 +42,7 @@ from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
-from .executor import InsertedKeys, OldReads, run_on_driver, start_gather
+from .executor import MergedInserts, OldReads, run_on_driver, start_gather
 from .index import KeyIndex, integral_key, tag_buckets, untagged
 from .log_append import rebase_as_log
 from .merge import context
@@ -213,24 +213,27 @@ class Writer:
             phases["index"] = 0.0
         else:
             prepared, hashes = batch.prepare_for(schema, self.table.config)
-            old_reads = OldReads(self.table.storage)
+            # Copy-on-Write: old files read while tagging, inserted keys as the merges found them
+            cow_upsert = not (replacing or self.table.config.merge_on_read)
+            old_reads = OldReads(self.table.storage) if cow_upsert else None
+            merged_inserts = MergedInserts() if cow_upsert else None
             if replacing:  # every record goes to a new group; every live group is retired
                 replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
                 plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
                                   hashes=hashes, small_file_limit=self.config.small_file_limit_bytes,
-                                  confirm_keys=False, on_found=None if self.table.config.merge_on_read else old_reads.start)
+                                  confirm_keys=False, on_found=old_reads.start if old_reads is not None else None)
             phases["index"] = time.monotonic() - t0
             start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)
             txn.write_inflight(overwrite.replace_metadata(planned, replaced) if replacing else planned)
-            merged_inserts = InsertedKeys()
             stats = run_on_driver(self.table.storage, ctx, plan, self.table.config, on_footer=self.index.remember_written,
-                                  list_markers=True, on_inserted=None if self.table.config.merge_on_read else merged_inserts,
-                                  old_reads=old_reads)
-            inserted = None if replacing else (plan.inserted_keys() if self.table.config.merge_on_read
-                                               else merged_inserts.by_partition())
+                                  list_markers=True, on_inserted=merged_inserts, old_reads=old_reads)
+            if replacing:
+                inserted = None
+            else:
+                inserted = merged_inserts.by_partition() if merged_inserts is not None else plan.inserted_keys()
         phases["write"] = time.monotonic() - t0 - phases["index"]
         faults.point("after-data-files")
         meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
