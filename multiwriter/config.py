@@ -16,6 +16,8 @@ ON_CHECKPOINT_RESET = ("fail", "continue")
 #: conflict (Merge-on-Read with a bucket index; the merge rule orders versions)
 CONCURRENCY = ("optimistic", "non_blocking")
 WRITER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}\Z")
+#: ids the pattern admits but paths and ZooKeeper nodes read as relative steps
+RESERVED_WRITER_IDS = frozenset({".", ".."})
 
 #: Hudi option keys accepted by :meth:`WriterConfig.from_options` that set a WriterConfig field
 HUDI_KEYS = {
@@ -103,6 +105,11 @@ class WriterConfig:
             raise ConfigError(
                 f"writer_id {self.writer_id!r} must match {WRITER_ID_RE.pattern} "
                 "(it names ZooKeeper nodes and checkpoint keys)"
+            )
+        if self.writer_id in RESERVED_WRITER_IDS:
+            raise ConfigError(
+                f"writer_id {self.writer_id!r} is reserved ({', '.join(sorted(RESERVED_WRITER_IDS))}): it names a "
+                "directory under .hoodie/.temp/streaming/ and ZooKeeper nodes, where it would mean another one"
             )
         if self.lock is None:
             raise ConfigError(

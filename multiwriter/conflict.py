@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import TableFormatError
+from .errors import TableFormatError, UnsafePathError
 from .table import instant as inst
+from .table import paths
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_commit_metadata
 from .table.timeline import Timeline
@@ -121,9 +122,22 @@ def find_insert_conflict(
             ours = inserted.get(st.partition_path)
             if ours is None or len(ours) == 0 or not st.path or not (st.creates_file_group or st.num_inserts):
                 continue
+            if not _inside_table(timeline, cand, st.path):
+                continue
             if _new_keys_overlap(timeline, st.path, ours):
                 return Conflict(cand, frozenset({(st.partition_path, st.file_id)}), writer_of(timeline, cand))
     return None
+
+
+def _inside_table(timeline: Timeline, cand: Instant, path: str) -> bool:
+    """Whether a write statistic's path names a data file inside the table (the path rule); a
+    file outside it is never opened, and holds none of the table's keys."""
+    try:
+        paths.data_file(path, source=timeline.path_of(cand))
+    except UnsafePathError as e:
+        log.warning("skipping a write statistic of %s: %s", cand, e)
+        return False
+    return True
 
 
 def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:

@@ -24,6 +24,19 @@ class TableFormatError(MultiWriterError):
     """A table file is unreadable, corrupt or of an unsupported version."""
 
 
+class UnsafePathError(TableFormatError):
+    """A path named by a table's own files (a plan, a manifest, ``hoodie.properties``, write
+    statistics, a listing) would leave the table: ``..``, an absolute path, a name that is not
+    an instant time or a data file's, or a symbolic link pointing outside. Nothing was read,
+    written or deleted through it. ``path`` is the offending value, ``source`` the file it came
+    from (None when it came from the caller)."""
+
+    def __init__(self, message: str, *, path: str = "", source: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.source = source
+
+
 class InstantExistsError(TableFormatError):
     """An instant file that must be new already exists (instant times must be unique)."""
 

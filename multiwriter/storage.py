@@ -12,6 +12,12 @@ partial file and two creators never both succeed.
 credentials through the AWS SDK's default chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, profiles, instance roles). With an endpoint or a region set, nothing asks
 AWS where the bucket lives.
+
+Every relative path passes :func:`safe_relative` on its way to a file system (``..`` segments and
+NUL are refused with :class:`~multiwriter.errors.UnsafePathError`), so no value read from a
+table's files can point a read, write or delete outside the table root. On local disks listings
+skip symbolic links that lead out of the root (or to directories), and deletes never go through
+a link out of it: each is skipped with a warning.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from .errors import ConfigError, FileExists
+from .errors import ConfigError, FileExists, UnsafePathError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,8 @@ class Storage:
     # -- paths ---------------------------------------------------------------
     def abs(self, rel: str) -> str:
         rel = rel.lstrip("/")
+        if ".." in rel or "\x00" in rel:  # the cheap test first: abs() is on every file access
+            safe_relative(rel)
         return posixpath.join(self.root, rel) if rel else self.root
 
     def uri_of(self, rel: str) -> str:
@@ -112,6 +120,8 @@ class Storage:
         out = []
         with it:
             for e in it:
+                if e.is_symlink() and not self._link_stays_inside(e.path):
+                    continue
                 try:
                     st = e.stat()
                 except FileNotFoundError:
@@ -122,16 +132,80 @@ class Storage:
         return out
 
     def list_subdirs(self, rel: str) -> list[str]:
+        if self.is_local:
+            return [e.path for e in self._list_local(rel, False) if os.path.isdir(self.abs(e.path))]
         sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)
         return [self._rel(fi.path) for fi in self.fs.get_file_info(sel) if fi.type == pafs.FileType.Directory]
 
     def walk_files(self, rel: str) -> list[FileEntry]:
+        if self.is_local:
+            return self._walk_local(rel)
         sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=True)
         return [
             FileEntry(self._rel(fi.path), fi.size or 0, _mtime(fi))
             for fi in self.fs.get_file_info(sel)
             if fi.type == pafs.FileType.File
         ]
+
+    def _walk_local(self, rel: str) -> list[FileEntry]:
+        """``walk_files`` on a local disk: ``os.scandir`` down the tree, never into a symbolic
+        link (pyarrow's recursive listing follows them, so a link in the table would list, and
+        hand to deleters, another directory's files)."""
+        out: list[FileEntry] = []
+        todo = [rel.strip("/")]
+        while todo:
+            d = todo.pop()
+            try:
+                it = os.scandir(self.abs(d))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with it:
+                for e in it:
+                    child = f"{d}/{e.name}" if d else e.name
+                    if e.is_symlink() and not self._link_stays_inside(e.path):
+                        continue
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        todo.append(child)
+                    elif stat.S_ISREG(st.st_mode):
+                        out.append(FileEntry(child, st.st_size, st.st_mtime_ns / 1e9))
+        return out
+
+    # -- symbolic links (local disks) ----------------------------------------------
+    def _real_root(self) -> str:
+        real = getattr(self, "_real_root_path", None)
+        if real is None:
+            real = self._real_root_path = os.path.realpath(self.root)
+        return real
+
+    def _inside(self, real: str) -> bool:
+        root = self._real_root()
+        return real == root or real.startswith(root.rstrip("/") + "/")
+
+    def _link_stays_inside(self, link: str) -> bool:
+        """Whether a listed symbolic link may be followed: only to a file inside the table root.
+        A link out of the root, or to a directory (which would list files twice or loop), is
+        skipped with a warning."""
+        real = os.path.realpath(link)
+        if self._inside(real) and not os.path.isdir(real):
+            return True
+        log.warning("%s: skipping the symbolic link %s -> %s: links out of the table or to directories are not "
+                    "followed; replace it with the files themselves", self.uri, self._rel(link), real)
+        return False
+
+    def _through_link(self, target: str) -> bool:
+        """Whether deleting ``target`` (local) would go through a symbolic link out of the root:
+        its directory resolves outside it. Unlinking a link itself is harmless and allowed."""
+        if not self.is_local:
+            return False
+        if self._inside(os.path.realpath(posixpath.dirname(target))):
+            return False
+        log.warning("%s: not deleting %s: its directory is a symbolic link out of the table (to %s)",
+                    self.uri, self._rel(target), os.path.realpath(posixpath.dirname(target)))
+        return True
 
     # -- writing -------------------------------------------------------------
     def makedirs(self, rel: str) -> None:
@@ -212,7 +286,10 @@ class Storage:
             f.write(data)
 
     def delete(self, rel: str) -> bool:
-        """Delete a file; False when it was already gone (deletes are idempotent)."""
+        """Delete a file; False when it was already gone (deletes are idempotent) or lies behind
+        a symbolic link out of the table (skipped with a warning)."""
+        if self._through_link(self.abs(rel)):
+            return False
         try:
             self.fs.delete_file(self.abs(rel))
             return True
@@ -224,6 +301,8 @@ class Storage:
             raise e
 
     def delete_dir(self, rel: str) -> None:
+        if self._through_link(self.abs(rel)):
+            return
         try:
             self.fs.delete_dir(self.abs(rel))
         except FileNotFoundError:
@@ -239,6 +318,25 @@ class Storage:
     def _rel(self, absolute: str) -> str:
         root = self.root.rstrip("/") + "/"
         return absolute.removeprefix(root)
+
+
+def safe_relative(rel: str, *, source: str | None = None) -> str:
+    """The storage half of the path rule: ``rel`` (relative to a table root) unchanged, or
+    :class:`UnsafePathError` when it is absolute, carries a URI scheme or NUL, or has a ``..``
+    segment (which would leave the root once normalised; on S3 too, where keys are taken
+    literally only by some clients). ``source`` names the file the path came from."""
+    problem = None
+    if "\x00" in rel:
+        problem = "contains NUL"
+    elif rel.startswith("/") or "://" in rel:
+        problem = "is absolute"
+    elif ".." in rel.split("/"):
+        problem = "has a '..' segment"
+    if problem:
+        where = f"{source}: " if source else ""
+        raise UnsafePathError(f"{where}path {rel[:200]!r} {problem}; it would leave the table, so nothing was read, "
+                              "written or deleted through it", path=rel, source=source)
+    return rel
 
 
 def _in_dir(path: str, mode: str | int) -> Any:

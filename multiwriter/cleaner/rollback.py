@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import markers
-from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
+from ..errors import InvalidRecordError, MultiWriterError, TableFormatError, UnsafePathError
 from ..table import instant as inst
-from ..table import layout
+from ..table import layout, paths
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import decode_records, encode, rollback_target
@@ -102,7 +102,12 @@ class RollbackPlan:
             )
         rec = recs[0]
         target = rec["instantToRollback"]
-        t = rollback_target(rec) or ""
+        # the target names directories this rollback deletes (markers, heartbeat): the path rule first
+        t = paths.instant_time(rollback_target(rec), source=source)
+        action = target.get("action") or inst.COMMIT
+        if action not in inst.KNOWN_ACTIONS:
+            raise UnsafePathError(f"{source}: instantToRollback.action {str(action)[:80]!r} is not a Hudi action; "
+                                  "nothing was deleted. Inspect the plan", path=str(action), source=source)
         files: list[str] = []
         for req in rec.get("RollbackRequests") or []:
             part = req.get("partitionPath") or ""
@@ -110,7 +115,7 @@ class RollbackPlan:
                 rel = _safe_data_path(part, path, t, source)
                 if rel is not None:
                     files.append(rel)
-        return cls(rollback_time, t, target.get("action") or inst.COMMIT, tuple(sorted(set(files))))
+        return cls(rollback_time, t, action, tuple(sorted(set(files))))
 
 
 def _safe_data_path(partition: str, path: str, target_time: str, source: str) -> str | None:

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRecordError
+from ..errors import InvalidRecordError, UnsafePathError
 
 HOODIE = ".hoodie"
 TEMP_DIR = f"{HOODIE}/.temp"
@@ -19,6 +19,9 @@ DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 MAX_SEGMENT_BYTES = 255
 
 _FILE_RE = re.compile(r"^(?P<fid>[^_/]+)_(?P<token>[^_/]+)_(?P<t>\d{14}|\d{17})\.parquet\Z")
+#: Hudi's instant times: 17 digits (``yyyyMMddHHmmssSSS``), 14 in tables of older releases;
+#: digits only, so a directory named by one cannot be another directory
+INSTANT_TIME_RE = re.compile(r"^(?:[0-9]{17}|[0-9]{14})\Z")
 _FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
@@ -93,8 +96,17 @@ def data_file_path(partition: str, file_name: str) -> str:
     return f"{partition}/{file_name}" if partition else file_name
 
 
+def checked_time(instant_time: str) -> str:
+    """``instant_time`` when it is one (see :mod:`.paths`), else :class:`UnsafePathError`: the
+    marker and heartbeat paths below delete whole directories named by it."""
+    if not isinstance(instant_time, str) or not INSTANT_TIME_RE.match(instant_time):
+        raise UnsafePathError(f"{str(instant_time)[:200]!r} is not an instant time; no marker or heartbeat path is "
+                              "built from it", path=str(instant_time))
+    return instant_time
+
+
 def marker_dir(instant_time: str) -> str:
-    return f"{TEMP_DIR}/{instant_time}"
+    return f"{TEMP_DIR}/{checked_time(instant_time)}"
 
 
 def marker_path(instant_time: str, partition: str, file_name: str) -> str:
@@ -110,7 +122,7 @@ def marker_to_data_path(instant_time: str, marker_rel: str) -> str | None:
 
 
 def heartbeat_path(instant_time: str) -> str:
-    return f"{HEARTBEAT_DIR}/{instant_time}"
+    return f"{HEARTBEAT_DIR}/{checked_time(instant_time)}"
 
 
 def partition_metadata_bytes(commit_time: str, depth: int) -> bytes:

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import TableFormatError
 from ..storage import Storage
+from . import paths
 
 VERSION_FILE = "_version_"
 MANIFEST_PREFIX = "manifest_"
@@ -130,12 +131,14 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
     rel = f"{history}/{MANIFEST_PREFIX}{v}"
     try:
         doc = json.loads(storage.read_bytes(rel))
-        return [(str(f["fileName"]), int(f["fileLen"])) for f in doc.get("files") or []]
+        listed = [(f["fileName"], int(f["fileLen"])) for f in doc.get("files") or []]
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise TableFormatError(
             f"{rel}: not a readable LSM timeline manifest ({e}); the archived timeline cannot be read: restore "
             f"it, or remove {history}/{VERSION_FILE} so that readers fall back to the previous manifest"
         ) from e
+    # a listed name is read, and kept or deleted by the history's cleaning: one plain name in ``history``
+    return [(paths.plain_name(name, source=rel, what="history file"), size) for name, size in listed]
 
 
 def read_file(storage: Storage, rel: str) -> list[LsmInstant]:

@@ -6,6 +6,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from ..errors import TableFormatError
+from . import names, paths
 
 PROPERTIES_FILE = ".hoodie/hoodie.properties"
 SUPPORTED_READ_VERSIONS = (6, 8)
@@ -192,6 +193,7 @@ class TableConfig:
             raise TableFormatError(f"{source}: hoodie.table.name is missing")
         keys = tuple(k for k in props.get("hoodie.table.recordkey.fields", "").split(",") if k)
         parts = tuple(k for k in props.get("hoodie.table.partition.fields", "").split(",") if k)
+        _check_names_and_folders(props, name, keys, parts, source)
         return cls(
             name=name,
             record_key=keys,
@@ -218,6 +220,15 @@ class TableConfig:
             and self.num_buckets == other.num_buckets
             and (self.bucket_hash_fields or self.record_key) == (other.bucket_hash_fields or other.record_key)
         )
+
+
+def _check_names_and_folders(props: dict[str, str], name: str, keys: tuple[str, ...], parts: tuple[str, ...],
+                             source: str) -> None:
+    """The table's names (:mod:`.names`) and the timeline folders it names (:mod:`.paths`)."""
+    names.check(error=TableFormatError, where=source, table_name=name, columns=keys, partition_columns=parts)
+    for key in ("hoodie.timeline.path", "hoodie.timeline.history.path"):
+        if key in props:
+            paths.hoodie_subdir(key, props[key], source=source)
 
 
 def _buckets(props: dict[str, str], source: str) -> int | None:

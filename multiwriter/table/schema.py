@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import SchemaMismatchError, TableFormatError
+from . import names
 
 META_COLUMNS = (
     "_hoodie_commit_time",
@@ -187,6 +188,7 @@ def check_compatible(
             "losslessly (e.g. int32 -> int64, float -> double)"
         )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
+    names.check(error=SchemaMismatchError, where=f"batch{where}", columns=[f.name for f in added])
     return pa.schema(fields + added)
 
 

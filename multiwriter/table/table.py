@@ -15,7 +15,7 @@ import pyarrow.dataset as pads
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket
+from . import bucket, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
@@ -352,6 +352,7 @@ def _validate_settings(name: str, schema: pa.Schema, keys: tuple[str, ...], part
         raise ConfigError(f"table name {name!r} must match {_NAME_RE.pattern}")
     if not isinstance(schema, pa.Schema):
         raise ConfigError("schema must be a pyarrow.Schema")
+    names.check(error=ConfigError, where="Table.create", table_name=name, columns=schema.names, partition_columns=parts)
     if not keys:
         raise ConfigError("record_key is required")
     cols = set(schema.names)
