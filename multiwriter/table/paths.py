@@ -71,7 +71,10 @@ def data_file(rel: object, *, source: str) -> str:
     part, _, name = rel.rpartition("/")
     if not is_data_file_name(name):
         raise _refuse("data file path", rel, "does not name a base or log file", source)
-    partition(part, source=source)
+    try:
+        partition(part, source=source)
+    except UnsafePathError:
+        raise _refuse("data file path", rel, "is not in a partition of plain directory names", source) from None
     return rel
 
 
