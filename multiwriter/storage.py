@@ -108,8 +108,9 @@ class Storage:
     def _list_local(self, rel: str, files_only: bool) -> list[FileEntry]:
         """``list_dir`` on a local disk by ``os.scandir``: a writer lists the timeline several
         times per commit, and building pyarrow's file infos (and their datetimes) for the same
-        entries takes about twice as long. Entries are stat'ed like pyarrow does (symlinks followed); one that
-        vanishes between the listing and its stat is left out, as if listed a moment later."""
+        entries takes about twice as long. Entries are stat'ed like pyarrow does, but a symbolic
+        link is followed only to a file inside the root (:meth:`_link_stays_inside`); an entry
+        that vanishes between the listing and its stat is left out, as if listed a moment later."""
         base = self.abs(rel)
         try:
             it = os.scandir(base)
