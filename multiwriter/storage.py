@@ -324,8 +324,8 @@ class Storage:
 def safe_relative(rel: str, *, source: str | None = None) -> str:
     """The storage half of the path rule: ``rel`` (relative to a table root) unchanged, or
     :class:`UnsafePathError` when it is absolute, carries a URI scheme or NUL, or has a ``..``
-    segment (which would leave the root once normalised; on S3 too, where keys are taken
-    literally only by some clients). ``source`` names the file the path came from."""
+    segment (which would leave the root once normalised: pyarrow normalises object-store keys
+    too). ``source`` names the file the path came from."""
     problem = None
     if "\x00" in rel:
         problem = "contains NUL"
