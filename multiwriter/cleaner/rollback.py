@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import markers
-from ..errors import InvalidRecordError, MultiWriterError, TableFormatError, UnsafePathError
+from ..errors import MultiWriterError, TableFormatError, UnsafePathError
 from ..table import instant as inst
 from ..table import layout, paths
 from ..table import timeline as tlmod
@@ -124,8 +124,8 @@ def _safe_data_path(partition: str, path: str, target_time: str, source: str) ->
     name = posixpath.basename(path)
     parsed = layout.parse_data_file(name) or parse_log_file(name)
     try:
-        part = layout.check_relative(partition)
-    except InvalidRecordError:
+        part: str | None = paths.partition(partition, source=source)
+    except UnsafePathError:
         part = None
     if parsed is None or parsed.instant_time != target_time or part is None:
         log.warning("%s: ignoring %r: not a data file of instant %s inside the table", source, path, target_time)
