@@ -15,7 +15,7 @@ import pyarrow.dataset as pads
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket
+from . import bucket, metadata_files
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
@@ -59,6 +59,7 @@ class Table:
         table_type: str = "COPY_ON_WRITE",
         num_buckets: int | None = None,
         bucket_hash_fields: list[str] | tuple[str, ...] | None = None,
+        metadata: bool = False,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -70,6 +71,9 @@ class Table:
         companion job compacts them; ``num_buckets`` gives it Hudi's simple bucket index (a
         key's file group is a hash of ``bucket_hash_fields``, by default the record key), which
         non-blocking writers need.
+
+        ``metadata=True`` (Hudi's ``hoodie.metadata.enable``): the table keeps Hudi's metadata
+        table (its ``files`` partition), from which Hudi 1.x readers and hudi-rs list its files.
         """
         keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
         parts = tuple(partition_by or ())
@@ -90,6 +94,11 @@ class Table:
         recorded = cfg.to_properties()
         if lock is not None:
             recorded.update(lock.table_properties())
+        if metadata and not storage.exists(PROPERTIES_FILE):
+            # the metadata table first: readers trust it as soon as the properties name it
+            mdt = metadata_files.MetadataTable(storage, cfg)
+            mdt.bootstrap({}, metadata_files.BOOTSTRAP_COMPLETION)
+            recorded[metadata_files.PARTITIONS_KEY] = metadata_files.PARTITION
         data = props.render(recorded).encode()
         try:
             storage.put_if_absent(PROPERTIES_FILE, data)

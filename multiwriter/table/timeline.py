@@ -17,6 +17,7 @@ from functools import cached_property
 from ..errors import InstantExistsError, TableFormatError
 from ..storage import FileEntry, FileExists, Storage
 from . import instant as inst
+from . import metadata_files
 from .instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
 from .properties import TableConfig
@@ -261,6 +262,7 @@ def create_completed(
     if completion_time <= t:
         raise ValueError(f"completion time {completion_time} must be greater than requested time {t}")
     i = Instant(t, action, inst.COMPLETED, completion_time)
+    metadata_files.on_completed(storage, config, t, completion_time, action, data)
     _create(storage, config, i, data)
     return i
 
