@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import fastavro
 
@@ -131,6 +132,22 @@ class MetadataTable:
     def __post_init__(self) -> None:
         raw = mdt_properties(self.data_config)
         self.config = props.TableConfig.from_properties(raw, source=f"{MDT_DIR}/{props.PROPERTIES_FILE}")
+        self._schema: str | None = None
+
+    @property
+    def schema_json(self) -> str:
+        """The record schema to write: the one of the group's newest base file when there is one
+        (a metadata table Hudi started carries Hudi's whole ``HoodieMetadataRecord``, and readers
+        reconcile log blocks with the base), else ours."""
+        if self._schema is None:
+            self._schema = _SCHEMA_JSON
+            base, _, _ = self.latest_slice()
+            if base is not None:
+                rel = self._rel(f"{PARTITION}/{base}")
+                found = hfile.read(self.storage.read_bytes(rel), source=rel).file_info.get(b"schema")
+                if found:
+                    self._schema = found.decode()
+        return self._schema
 
     # paths
     def _rel(self, rel: str) -> str:
@@ -195,14 +212,16 @@ class MetadataTable:
         if not recs:
             return
         name = f".{GROUP}_{t}.log.1_{_WRITE_TOKEN}"
-        block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: _SCHEMA_JSON}, _hfile(recs))
+        schema = self.schema_json
+        block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
+                             _hfile(recs, schema))
         for state in (inst.REQUESTED, inst.INFLIGHT):
             _put_quietly(self, t, inst.DELTA_COMMIT, state)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                          num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
                          file_size=len(block), log_version=1, log_files=(name,))
-        meta = CommitMetadata({PARTITION: [stat]}, {"schema": _SCHEMA_JSON}, "UPSERT_PREPPED")
+        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
 
     # -- reading ----------------------------------------------------------------------------
@@ -266,12 +285,13 @@ class MetadataTable:
                                            [(n, sizes[n]) for n in logs])
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
-        data = _hfile(recs)
+        schema = self.schema_json
+        data = _hfile(recs, schema)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
                          num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
                          compacted_log_files=len(logs), compacted_log_bytes=sum(sizes.values()))
-        meta = CommitMetadata({PARTITION: [stat]}, {"schema": _SCHEMA_JSON}, "COMPACT", compacted=True)
+        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "COMPACT", compacted=True)
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
         self._delete_before(base_t)
         return True
@@ -332,17 +352,33 @@ def _merge(into: Records, recs: Records) -> None:
                 cur[n] = (max(size, old[0]) if old and not old[1] else size, False)
 
 
-def _hfile(recs: Records) -> bytes:
+_PARSED_BY_JSON: dict[str, Any] = {_SCHEMA_JSON: _PARSED}
+
+
+def _parsed(schema_json: str) -> Any:
+    parsed = _PARSED_BY_JSON.get(schema_json)
+    if parsed is None:
+        try:
+            parsed = _PARSED_BY_JSON[schema_json] = fastavro.parse_schema(json.loads(schema_json))
+        except (ValueError, TypeError, KeyError) as e:
+            raise TableFormatError(f"{MDT_DIR}: the files partition's record schema does not parse ({e})") from e
+    return parsed
+
+
+def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
+    parsed = _parsed(schema_json)
+    names = [f["name"] for f in json.loads(schema_json)["fields"]]
     cells = []
     for key, files in recs.items():
         rtype = TYPE_ALL_PARTITIONS if key == ALL_PARTITIONS else TYPE_FILES
-        value = {"key": "", "type": rtype,
-                 "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in files.items()}}
+        value: dict[str, Any] = dict.fromkeys(names)
+        value.update({"key": "", "type": rtype,
+                      "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in files.items()}})
         buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, _PARSED, value)
+        fastavro.schemaless_writer(buf, parsed, value)
         cells.append((key, buf.getvalue()))
     keys = sorted(recs)
-    info = {b"schema": _SCHEMA_JSON.encode()}
+    info = {b"schema": schema_json.encode()}
     if keys:
         info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
     now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
