@@ -20,6 +20,8 @@ import datetime as _dt
 import io
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +135,7 @@ class MetadataTable:
         raw = mdt_properties(self.data_config)
         self.config = props.TableConfig.from_properties(raw, source=f"{MDT_DIR}/{props.PROPERTIES_FILE}")
         self._schema: str | None = None
+        self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
 
     @property
     def schema_json(self) -> str:
@@ -171,8 +174,11 @@ class MetadataTable:
         return out
 
     def _put_instant(self, t: str, action: str, state: str, data: bytes = b"", completion: str | None = None) -> None:
+        """Pending files are not synced (a crash loses only an instant that never completed,
+        whose data instant did not either); a completed one is, before the data instant's."""
         i = inst.Instant(t, action, state, completion)
-        self.storage.put_if_absent(f"{self.timeline_dir}/{i.file_name(self.config.version)}", data)
+        self.storage.put_if_absent(f"{self.timeline_dir}/{i.file_name(self.config.version)}", data,
+                                   durable=state == inst.COMPLETED)
 
     # -- writing ----------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -226,6 +232,11 @@ class MetadataTable:
 
     # -- reading ----------------------------------------------------------------------------
     def latest_slice(self) -> tuple[str | None, str, list[str]]:
+        if self._slice is None:
+            self._slice = self._latest_slice()
+        return self._slice
+
+    def _latest_slice(self) -> tuple[str | None, str, list[str]]:
         """(base file name or None, its instant, log file names in completion order) of the
         group's latest slice: logs whose deltacommit completed at or after the base's instant
         (Hudi's slicing rule, as hudi-rs applies it)."""
@@ -250,15 +261,32 @@ class MetadataTable:
         larger value, as Hudi's payload merges them)."""
         base, _, logs = self.latest_slice()
         merged: Records = {}
-        if base is not None:
-            rel = self._rel(f"{PARTITION}/{base}")
-            _merge(merged, _decode_hfile(self.storage.read_bytes(rel), rel))
-        for n in logs:
-            rel = self._rel(f"{PARTITION}/{n}")
-            for b in read_log_blocks(self.storage.read_bytes(rel), source=rel):
-                if b.block_type == BlockType.HFILE_DATA and b.content is not None:
-                    _merge(merged, _decode_hfile(b.content, rel))
+        for n in ([base] if base is not None else []) + logs:
+            for recs in self._decoded(n):
+                _merge(merged, recs)
         return merged
+
+    def _decoded(self, name: str) -> list[Records]:
+        """The records of one file of the group (a base HFile, or the HFile blocks of a log
+        file). Files never change once written: decoded once per process."""
+        rel = self._rel(f"{PARTITION}/{name}")
+        key = (self.storage.uri, rel)
+        with _CACHE_LOCK:
+            hit = _DECODED.get(key)
+            if hit is not None:
+                _DECODED.move_to_end(key)
+                return hit
+        data = self.storage.read_bytes(rel)
+        if name.endswith(".hfile"):
+            out = [_decode_hfile(data, rel)]
+        else:
+            out = [_decode_hfile(b.content, rel) for b in read_log_blocks(data, source=rel)
+                   if b.block_type == BlockType.HFILE_DATA and b.content is not None]
+        with _CACHE_LOCK:
+            _DECODED[key] = out
+            while len(_DECODED) > _CACHE_FILES:
+                _DECODED.popitem(last=False)
+        return out
 
     def listing(self) -> dict[str, dict[str, int]]:
         """Partition -> live file name -> size, as a reader trusting the metadata table sees it."""
@@ -288,6 +316,7 @@ class MetadataTable:
         schema = self.schema_json
         data = _hfile(recs, schema)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        self._slice = (name, t, [])
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
                          num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
                          compacted_log_files=len(logs), compacted_log_bytes=sum(sizes.values()))
@@ -311,6 +340,13 @@ class MetadataTable:
             i = _parse(name)
             if i is not None and i.requested_time in old:
                 self.storage.delete(f"{self.timeline_dir}/{name}")
+
+
+#: decoded files of files partitions, by (table URI, path); a slice is at most one base and
+#: MAX_DELTA_COMMITS logs, so a few tables' worth fit
+_CACHE_FILES = 256
+_DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
 def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:

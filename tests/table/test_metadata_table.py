@@ -131,3 +131,29 @@ def test_records_merge_as_hudis_payload_does():
     assert into["p"] == {"a": (10, False), "b": (0, True), "c": (3, False)}
     mf._merge(into, {"p": {"b": (4, False)}})
     assert into["p"]["b"] == (4, False), "a file written again after its tombstone is live"
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize(("kind", "name"), [("mor", "v8_trips_8i3u1d"), ("mor", "v9_txns_simple_meta"),
+                                            ("cow", "v9_txns_simple_meta"), ("mor", "v9_nonpartitioned_rollback")])
+def test_continues_the_files_partition_hudi_started(kind, name, tmp_path):
+    """Tables Hudi wrote with its metadata table: our commits go into Hudi's own files partition
+    (with Hudi's record schema), so hudi-rs, listing from it, sees them; before, it returned the
+    old rows."""
+    from tests.oracle import unzip_fixture
+
+    path = str(unzip_fixture(name, tmp_path, kind))
+    t = mw.Table.open(path)
+    assert mf.enabled(t.config)
+    before = t.read()
+    cols = [c for c in before.column_names if not c.startswith("_hoodie")]
+    key, order = t.config.record_key[0], t.config.ordering_field
+    first = before.select(cols).slice(0, 1).to_pylist()[0]
+    changed = {**first, order: first[order] + 1000} if order else dict(first)
+    new = {**first, key: "NEW-KEY-1"}
+    mw.write(pa.Table.from_pylist([changed, new], schema=before.select(cols).schema), path,
+             mw.WriterConfig(writer_id="c", lock=mw.InProcessLock()))
+    ours, theirs = mw.Table.open(path).read(), hudi_read(path)
+    assert rows(ours, cols) == rows(theirs, cols)
+    assert "NEW-KEY-1" in theirs.column(key).to_pylist()
+    assert ours.num_rows == before.num_rows + 1
