@@ -24,6 +24,7 @@ POINTS = (
     "after-data-files",
     "after-lock-acquired",
     "before-complete",
+    "after-metadata-table",
     "after-complete",
     "mid-rollback",
     "mid-clean",

@@ -123,6 +123,7 @@ class Transaction:
         action = action or (inst.DELTA_COMMIT if self.table.config.merge_on_read else inst.COMMIT)
         if self._state != "new":
             raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
+        self.table.config.check_writable()
         since = self._acquire()
         try:
             t0 = time.monotonic()
@@ -217,6 +218,7 @@ class Transaction:
             if conflict is not None:
                 raise self._conflict_error(conflict)
             self._reconcile_schema(tl, base_ct, metadata)
+            self._check_table_settings()
             self._fence(tl)
             faults.point("before-complete")
             completion = self.clock.issue([tl.max_time(), t])
@@ -263,6 +265,20 @@ class Transaction:
         if schema is not None:
             metadata.extra_metadata[SCHEMA_KEY] = schema
         self.timings.conflict_check_s += time.monotonic() - t0
+
+    def _check_table_settings(self) -> None:
+        """Under the lock: the table's settings as written now. A Hudi 1.1 writer sharing the
+        table upgrades it from version 8 to 9 on its first write; what we wrote stays valid (the
+        record-key format is fixed when a table is created), so we go on with the new settings,
+        unless they are ones we do not write (refused by name, the commit does not land)."""
+        ours, now = self.table.config, self.table.read_config()
+        if now.raw == ours.raw:
+            return
+        now.check_writable()
+        self.table.config = now
+        if now.version != ours.version:
+            log.info("table %s is now version %d (was %d): going on with its settings", self.table.path,
+                     now.version, ours.version)
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""

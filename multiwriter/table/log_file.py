@@ -577,6 +577,8 @@ class LogBlock:
     block_type: int | None = None
     offset: int = 0
     length: int = 0
+    #: an HFile data block's bytes (a whole HFile: metadata-table records), None for other blocks
+    content: bytes | None = field(default=None, repr=False)
 
     @property
     def instant_time(self) -> str | None:
@@ -686,7 +688,8 @@ def _read_block(data: bytes, pos: int, end: int, source: str, columns: Collectio
         raise TableFormatError(f"{where} has unknown block type {code}")
     kind = _KIND[BlockType(code)]
     records = _decode_content(code, content, header, where, columns)
-    return LogBlock(kind, header, records, BlockType(code), pos, end - pos)
+    raw = content if code == BlockType.HFILE_DATA else None
+    return LogBlock(kind, header, records, BlockType(code), pos, end - pos, raw)
 
 
 def _read_metadata(cur: _Cursor) -> dict[str, str]:

@@ -9,8 +9,15 @@ from ..errors import TableFormatError
 from . import names, paths
 
 PROPERTIES_FILE = ".hoodie/hoodie.properties"
-SUPPORTED_READ_VERSIONS = (6, 8)
+SUPPORTED_READ_VERSIONS = (6, 8, 9)
+#: versions we write into; a new table gets WRITE_VERSION unless asked for another
+WRITE_VERSIONS = (8, 9)
 WRITE_VERSION = 8
+ORDERING_FIELDS_KEY = "hoodie.table.ordering.fields"  # version 9; version 8 names one precombine field
+PRECOMBINE_KEY = "hoodie.table.precombine.field"
+MERGE_MODE_KEY = "hoodie.record.merge.mode"
+PARTIAL_UPDATE_MODE_KEY = "hoodie.table.partial.update.mode"
+MERGE_MODES = ("EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING")
 
 
 COPY_ON_WRITE = "COPY_ON_WRITE"
@@ -131,25 +138,64 @@ class TableConfig:
         return self.timeline_dir + "/" + self.raw.get("hoodie.timeline.history.path", "history")
 
     def key_generator(self) -> str:
+        recorded = self.raw.get("hoodie.table.keygenerator.type")
+        if recorded:
+            return recorded.upper()
         if not self.partition_by:
             return "NON_PARTITION"
         if len(self.record_key) > 1 or len(self.partition_by) > 1:
             return "COMPLEX"
         return "SIMPLE"
 
+    @property
+    def field_named_keys(self) -> bool:
+        """Record keys written as ``field:value`` even for one key field: what Hudi 1.1's complex
+        key generator writes on tables created at version 9. Tables created at version 8 keep the
+        bare value they were written with (Hudi 1.1 refuses to upgrade such a table by default,
+        since its keys would change)."""
+        initial = self.raw.get("hoodie.table.initial.version", str(self.version))
+        born_9 = initial.isdigit() and int(initial) >= 9
+        return len(self.record_key) > 1 or (born_9 and self.key_generator() == "COMPLEX")
+
+    def check_writable(self, source: str = PROPERTIES_FILE) -> None:
+        """Refuse, by name, a table whose settings our writers would not honour: an unwritten
+        version, a custom merger, several ordering fields, a partial-update mode."""
+        if self.version not in WRITE_VERSIONS:
+            raise TableFormatError(
+                f"{source}: table version {self.version}: multiwriter writes versions 8 and 9; upgrade it with Hudi first"
+            )
+        mode = self.raw.get(MERGE_MODE_KEY, "").upper()
+        if mode and mode not in MERGE_MODES:
+            raise TableFormatError(
+                f"{source}: {MERGE_MODE_KEY}={mode}: multiwriter merges by event time or commit time only; "
+                "write this table with the Hudi writer that knows its merger"
+            )
+        fields = [f for f in self.raw.get(ORDERING_FIELDS_KEY, "").split(",") if f]
+        if len(fields) > 1:
+            raise TableFormatError(
+                f"{source}: {ORDERING_FIELDS_KEY}={','.join(fields)}: multiwriter orders records by one field only"
+            )
+        partial = self.raw.get(PARTIAL_UPDATE_MODE_KEY, "").upper()
+        if partial and partial != "NONE":
+            raise TableFormatError(
+                f"{source}: {PARTIAL_UPDATE_MODE_KEY}={partial} is not supported by multiwriter's writers"
+            )
+
     def to_properties(self) -> dict[str, str]:
-        p: dict[str, str] = {
+        p: dict[str, str] = {} if self.version >= 9 else {  # version 9 names a merge mode instead
             "hoodie.compaction.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+        }
+        p.update({
             "hoodie.table.initial.version": str(self.version),
             "hoodie.table.keygenerator.type": self.key_generator(),
             "hoodie.table.type": self.table_type,
-        }
+        })
         if self.num_buckets is not None:  # write settings in Hudi; recorded so every writer agrees
             p[INDEX_TYPE_KEY] = "BUCKET"
             p[NUM_BUCKETS_KEY] = str(self.num_buckets)
             p[HASH_FIELD_KEY] = ",".join(self.bucket_hash_fields or self.record_key)
         if self.ordering_field:
-            p["hoodie.table.precombine.field"] = self.ordering_field
+            p[ORDERING_FIELDS_KEY if self.version >= 9 else PRECOMBINE_KEY] = self.ordering_field
         if self.partition_by:
             p["hoodie.table.partition.fields"] = ",".join(self.partition_by)
         p["hoodie.archivelog.folder"] = "archived"
@@ -173,6 +219,8 @@ class TableConfig:
                 "hoodie.table.version": str(self.version),
             }
         )
+        if self.version >= 9:
+            p["hoodie.table.format"] = "native"
         return p
 
     @classmethod
@@ -183,7 +231,7 @@ class TableConfig:
             raise TableFormatError(f"{source}: hoodie.table.version is not a number") from e
         if version not in SUPPORTED_READ_VERSIONS:
             raise TableFormatError(
-                f"{source}: table version {version} is not supported (multiwriter reads 6 and 8, writes 8)"
+                f"{source}: table version {version} is not supported (multiwriter reads 6, 8 and 9, writes 8 and 9)"
             )
         table_type = props.get("hoodie.table.type", COPY_ON_WRITE)
         if table_type not in TABLE_TYPES:
@@ -198,7 +246,7 @@ class TableConfig:
             name=name,
             record_key=keys,
             partition_by=parts,
-            ordering_field=props.get("hoodie.table.precombine.field") or props.get("hoodie.table.ordering.fields") or None,
+            ordering_field=_ordering_field(props, version),
             hive_style_partitioning=props.get("hoodie.datasource.write.hive_style_partitioning", "false").lower() == "true",
             version=version,
             database=props.get("hoodie.database.name", "default"),
@@ -229,6 +277,15 @@ def _check_names_and_folders(props: dict[str, str], name: str, keys: tuple[str, 
     for key in ("hoodie.timeline.path", "hoodie.timeline.history.path"):
         if key in props:
             paths.hoodie_subdir(key, props[key], source=source)
+
+
+def _ordering_field(props: dict[str, str], version: int) -> str | None:
+    """Version 9 names ordering fields (the old precombine key is only a fallback there); version
+    8 the precombine field. Several fields are kept whole and refused when written
+    (:meth:`TableConfig.check_writable`); readers order by the first."""
+    first, second = (ORDERING_FIELDS_KEY, PRECOMBINE_KEY) if version >= 9 else (PRECOMBINE_KEY, ORDERING_FIELDS_KEY)
+    named = props.get(first) or props.get(second) or ""
+    return next((f.strip() for f in named.split(",") if f.strip()), None)
 
 
 def _buckets(props: dict[str, str], source: str) -> int | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..storage import Storage
+from . import metadata_files
 from .files import FileGroup, FileSlice, list_data_files, list_files, list_partitions
 from .timeline import Timeline
 from .view import TimelineView
@@ -40,7 +41,8 @@ class Snapshot:
         partitions: list[str] | None = None,
     ) -> Snapshot:
         view = TimelineView(timeline)
-        bases, logs = list_files(storage, partitions, logs=timeline.config.merge_on_read)
+        listed = metadata_files.list_files(storage, timeline.config, partitions, logs=timeline.config.merge_on_read)
+        bases, logs = listed if listed is not None else list_files(storage, partitions, logs=timeline.config.merge_on_read)
         slices = view.latest_slices(bases, as_of)
         if logs:
             slices = view.with_logs(slices, bases, logs, as_of)

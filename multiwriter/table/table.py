@@ -15,7 +15,7 @@ import pyarrow.dataset as pads
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, names
+from . import bucket, metadata_files, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
@@ -37,7 +37,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
 
 class Table:
-    """A Hudi Copy-on-Write or Merge-on-Read table (reads versions 6 and 8, writes version 8)."""
+    """A Hudi Copy-on-Write or Merge-on-Read table (reads versions 6, 8 and 9, writes 8 and 9)."""
 
     def __init__(self, storage: Storage, config: TableConfig) -> None:
         self.storage = storage
@@ -59,6 +59,8 @@ class Table:
         table_type: str = "COPY_ON_WRITE",
         num_buckets: int | None = None,
         bucket_hash_fields: list[str] | tuple[str, ...] | None = None,
+        table_version: int = props.WRITE_VERSION,
+        metadata: bool = False,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -70,7 +72,16 @@ class Table:
         companion job compacts them; ``num_buckets`` gives it Hudi's simple bucket index (a
         key's file group is a hash of ``bucket_hash_fields``, by default the record key), which
         non-blocking writers need.
+
+        ``table_version``: 8 (Hudi 1.0; Hudi 1.1 upgrades it on its first write) or 9 (Hudi 1.1:
+        ordering fields and merge mode in the properties, ``field:value`` keys under the complex
+        key generator).
+
+        ``metadata=True`` (Hudi's ``hoodie.metadata.enable``): the table keeps Hudi's metadata
+        table (its ``files`` partition), from which Hudi 1.x readers and hudi-rs list its files.
         """
+        if table_version not in props.WRITE_VERSIONS:
+            raise ConfigError(f"table_version={table_version!r}: multiwriter writes table versions 8 and 9")
         keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
@@ -85,11 +96,17 @@ class Table:
             table_type=table_type,
             num_buckets=num_buckets,
             bucket_hash_fields=hash_fields,
+            version=table_version,
         )
         storage = Storage(path)
         recorded = cfg.to_properties()
         if lock is not None:
             recorded.update(lock.table_properties())
+        if metadata and not storage.exists(PROPERTIES_FILE):
+            # the metadata table first: readers trust it as soon as the properties name it
+            mdt = metadata_files.MetadataTable(storage, cfg)
+            mdt.bootstrap({}, metadata_files.BOOTSTRAP_COMPLETION)
+            recorded[metadata_files.PARTITIONS_KEY] = metadata_files.PARTITION
         data = props.render(recorded).encode()
         try:
             storage.put_if_absent(PROPERTIES_FILE, data)
@@ -109,16 +126,12 @@ class Table:
     @classmethod
     def open(cls, path: str) -> Table:
         storage = Storage(path)
-        try:
-            text = storage.read_bytes(PROPERTIES_FILE).decode("utf-8")
-        except FileNotFoundError:
-            raise TableNotFoundError(
-                f"no Hudi table at {path} ({PROPERTIES_FILE} not found); create it with mw.Table.create"
-            ) from None
-        except UnicodeDecodeError as e:
-            raise TableFormatError(f"{path}/{PROPERTIES_FILE} is not text: {e}") from e
-        cfg = TableConfig.from_properties(props.parse(text, source=f"{path}/{PROPERTIES_FILE}"), source=f"{path}/{PROPERTIES_FILE}")
-        return cls(storage, cfg)
+        return cls(storage, _read_config(storage, path))
+
+    def read_config(self) -> TableConfig:
+        """``hoodie.properties`` as it is now (another writer, Hudi's JVM among them, may have
+        upgraded the table or changed its settings since this object was opened)."""
+        return _read_config(self.storage, self.path)
 
     # -- identity ----------------------------------------------------------------
     @property
@@ -373,3 +386,16 @@ def _describe(c: TableConfig) -> str:
 
 
 __all__ = ["META_SCHEMA", "Table"]
+
+
+def _read_config(storage: Storage, path: str) -> TableConfig:
+    try:
+        text = storage.read_bytes(PROPERTIES_FILE).decode("utf-8")
+    except FileNotFoundError:
+        raise TableNotFoundError(
+            f"no Hudi table at {path} ({PROPERTIES_FILE} not found); create it with mw.Table.create"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise TableFormatError(f"{path}/{PROPERTIES_FILE} is not text: {e}") from e
+    source = f"{path}/{PROPERTIES_FILE}"
+    return TableConfig.from_properties(props.parse(text, source=source), source=source)

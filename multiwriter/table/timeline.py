@@ -17,9 +17,10 @@ from functools import cached_property
 from ..errors import InstantExistsError, TableFormatError
 from ..storage import FileEntry, FileExists, Storage
 from . import instant as inst
+from . import metadata_files
 from .instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
-from .properties import TableConfig
+from .properties import WRITE_VERSIONS, TableConfig
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +228,10 @@ _CACHE = _MetadataCache(_CACHE_SIZE)
 
 
 def _create(storage: Storage, config: TableConfig, i: Instant, data: bytes, *, durable: bool = True) -> str:
-    if config.version < 8:
-        raise TableFormatError("multiwriter writes version 8 tables only; upgrade this version 6 table with Hudi first")
+    if config.version not in WRITE_VERSIONS:
+        raise TableFormatError(
+            f"multiwriter writes table versions 8 and 9, not {config.version}; upgrade this table with Hudi first"
+        )
     rel = f"{config.timeline_dir}/{i.file_name(config.version)}"
     try:
         storage.put_if_absent(rel, data, durable=durable)
@@ -261,6 +264,7 @@ def create_completed(
     if completion_time <= t:
         raise ValueError(f"completion time {completion_time} must be greater than requested time {t}")
     i = Instant(t, action, inst.COMPLETED, completion_time)
+    metadata_files.on_completed(storage, config, t, completion_time, action, data)
     _create(storage, config, i, data)
     return i
 

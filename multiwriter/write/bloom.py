@@ -30,6 +30,7 @@ handful of array operations.
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import os
 import struct
@@ -53,6 +54,8 @@ MURMUR_HASH = 1
 _VERSION = -1
 _M = np.uint32(0x5BD1E995)
 _HEADER = struct.Struct(">iibi")
+
+_log = logging.getLogger(__name__)
 
 
 def bit_size(entries: int, fpp: float) -> int:
@@ -276,9 +279,25 @@ def from_footer(md: dict[bytes, bytes] | None) -> DynamicBloomFilter | None:
     if code is None:
         return None
     try:
-        return DynamicBloomFilter.deserialize(md[FOOTER_KEY])
+        f = DynamicBloomFilter.deserialize(md[FOOTER_KEY])
     except (ValueError, struct.error):
         return None
+    return f if _holds_own_range(f, md) else None
+
+
+def _holds_own_range(f: DynamicBloomFilter, md: dict[bytes, bytes]) -> bool:
+    """Does ``f`` admit the file's own smallest and largest key? Hudi 1.1's Spark writer fills
+    its footer filters with hashes we do not reproduce: such a filter denies keys the file holds.
+    Trusted, the index would call every stored key new (a second copy on update), and a rewrite
+    grown from it would deny the carried-over keys; untrusted, the index falls back to the key
+    range and the key column, and a rewrite builds its filter anew over every key."""
+    lo, hi = md.get(b"hoodie_min_record_key"), md.get(b"hoodie_max_record_key")
+    if lo is None or hi is None:
+        return True
+    ok = bool(f.might_contain([lo.decode("utf-8", "replace"), hi.decode("utf-8", "replace")]).all())
+    if not ok:
+        _log.info("a footer bloom filter denies its file's own keys (%s..%s): not used", lo[:40], hi[:40])
+    return ok
 
 
 def footer_entries(f: DynamicBloomFilter) -> dict[bytes, bytes]:

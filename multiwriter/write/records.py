@@ -26,7 +26,8 @@ OP_DELETE = 1
 
 
 def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
-    """Hudi's record key: the value for one field; ``f1:v1,f2:v2`` for several (complex keygen)."""
+    """Hudi's record key: the value for one field; ``f1:v1,f2:v2`` for several (complex keygen),
+    and ``f1:v1`` for one field under the complex key generator of a version 9 table (Hudi 1.1)."""
     fields = config.record_key
     cols = []
     for f in fields:
@@ -40,7 +41,7 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
                 "(nothing was written)"
             )
         cols.append(col)
-    if len(fields) == 1:  # the column itself (no copy): the plan then gathers it once for both
+    if len(fields) == 1 and not config.field_named_keys:  # the column itself (no copy): the plan then gathers it once
         return pc.cast(_one_array(cols[0]), pa.string())
     parts = []
     for f, c in zip(fields, cols, strict=True):

@@ -1,0 +1,316 @@
+"""HFile (version 3), the base-file format of Hudi's metadata table: read and write.
+
+Only what Hudi uses: sorted UTF-8 keys with byte values in data blocks (GZ or no compression),
+one root data index level, meta blocks (Hudi's bloom filter goes there), a file info map and
+the fixed 4 KB Protobuf trailer. The layout follows ``hudi-io/hfile_format.md`` of Apache Hudi;
+hudi-rs reads the files with a reader of its own, which is how the tests check ours.
+
+A cell's key is the KeyValue key HBase readers expect: a 2-byte key length, the key, a
+0-length column family, the ``Long.MAX_VALUE`` timestamp and the ``Put`` type; values carry a
+zero MVCC byte. Blocks carry no checksum (type NULL) but reserve one 4-byte slot per 16 KB
+chunk, as Hudi's writer does.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from ..errors import TableFormatError
+
+DATA = b"DATABLK*"
+META = b"METABLKc"
+ROOT_INDEX = b"IDXROOT2"
+LEAF_INDEX = b"IDXLEAF2"
+INTERMEDIATE_INDEX = b"IDXINTE2"
+FILE_INFO = b"FILEINF2"
+TRAILER = b'TRABLK"$'
+
+HEADER = struct.Struct(">8siiqBii")  # magic, on-disk size, uncompressed size, previous offset, checksum type, ...
+TRAILER_SIZE = 4096
+BYTES_PER_CHECKSUM = 16384
+CODEC_GZ, CODEC_NONE = 1, 2
+COMPARATOR = "org.apache.hudi.io.storage.HoodieHBaseKVComparator"
+_KEY_TAIL = b"\x00" + struct.pack(">q", 2**63 - 1) + b"\x04"  # family length 0, LATEST timestamp, Put
+#: a data block is closed once it holds this many bytes (Hudi's default block size)
+BLOCK_SIZE = 64 * 1024
+_MAX_CELLS = 50_000_000
+
+
+# -- Protobuf (only the wire types the trailer and file info use) ------------------------------
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise TableFormatError("HFile: truncated Protobuf varint")
+        b = buf[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return n, i
+        shift += 7
+
+
+def _pb_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    i = 0
+    while i < len(buf):
+        tag, i = _read_varint(buf, i)
+        num, wire = tag >> 3, tag & 7
+        if wire == 0:
+            v, i = _read_varint(buf, i)
+            yield num, v
+        elif wire == 2:
+            n, i = _read_varint(buf, i)
+            if i + n > len(buf):
+                raise TableFormatError("HFile: truncated Protobuf field")
+            yield num, buf[i:i + n]
+            i += n
+        else:
+            raise TableFormatError(f"HFile: unexpected Protobuf wire type {wire}")
+
+
+def _pb_int(num: int, v: int) -> bytes:
+    return _varint(num << 3) + _varint(v)
+
+
+def _pb_bytes(num: int, v: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(v)) + v
+
+
+# -- Hadoop WritableUtils VInt (block index key lengths) -----------------------------------------
+def _write_vint(n: int) -> bytes:
+    if -112 <= n <= 127:
+        return struct.pack(">b", n)
+    length, m = -112, n
+    if n < 0:
+        m, length = ~n, -120
+    raw = m.to_bytes((m.bit_length() + 7) // 8, "big")
+    return struct.pack(">b", length - len(raw)) + raw
+
+
+def _read_vint(buf: bytes, i: int) -> tuple[int, int]:
+    first = struct.unpack_from(">b", buf, i)[0]
+    i += 1
+    if first >= -112:
+        return first, i
+    negative = first < -120
+    size = (-120 - first) if negative else (-112 - first)  # bytes after this one
+    if i + size > len(buf):
+        raise TableFormatError("HFile: truncated block index")
+    v = int.from_bytes(buf[i:i + size], "big")
+    return (~v if negative else v), i + size
+
+
+# -- cells -------------------------------------------------------------------------------------
+def _cell_key(key: bytes) -> bytes:
+    return struct.pack(">h", len(key)) + key + _KEY_TAIL
+
+
+def _user_key(cell_key: bytes) -> bytes:
+    (n,) = struct.unpack_from(">h", cell_key, 0)
+    return cell_key[2:2 + n]
+
+
+@dataclass
+class HFile:
+    """The cells (key -> value, keys sorted) and meta blocks of one HFile."""
+
+    cells: list[tuple[bytes, bytes]] = field(default_factory=list)
+    meta: dict[str, bytes] = field(default_factory=dict)
+    file_info: dict[bytes, bytes] = field(default_factory=dict)
+
+    def get(self, key: str | bytes) -> bytes | None:
+        k = key.encode() if isinstance(key, str) else key
+        for ck, v in self.cells:
+            if ck == k:
+                return v
+        return None
+
+
+# -- writing -----------------------------------------------------------------------------------
+def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] | None = None,
+          file_info: dict[bytes, bytes] | None = None, compress: bool = True, created_ms: int = 0) -> bytes:
+    """The bytes of an HFile holding ``cells`` (unique keys, sorted here), ``meta`` blocks and
+    ``file_info`` entries beside HFile's own (Hudi keeps the values' Avro schema there)."""
+    items = sorted(((k.encode() if isinstance(k, str) else k), v) for k, v in cells)
+    for a, b in zip(items, items[1:], strict=False):
+        if a[0] == b[0]:
+            raise ValueError(f"HFile: key {a[0]!r} given twice")
+    codec = CODEC_GZ if compress else CODEC_NONE
+    out = bytearray()
+    prev = {DATA: -1, META: -1}
+    data_index: list[tuple[int, int, bytes]] = []
+    uncompressed_total = 0
+
+    def block(magic: bytes, payload: bytes, *, compressed: bool) -> int:
+        nonlocal uncompressed_total
+        body = _gzip(payload) if compressed else payload
+        at = len(out)
+        n_checksums = -(-(HEADER.size + len(body) + 4) // BYTES_PER_CHECKSUM)
+        on_disk = len(body) + 4 * n_checksums
+        out.extend(HEADER.pack(magic, on_disk, len(payload), prev.get(magic, -1), 0, BYTES_PER_CHECKSUM,
+                               HEADER.size + len(body)))
+        out.extend(body)
+        out.extend(b"\x00" * (4 * n_checksums))
+        if magic in prev:
+            prev[magic] = at
+        uncompressed_total += HEADER.size + len(payload)
+        return at
+
+    first_data = len(out)
+    buf, first_key, key_bytes, value_bytes = bytearray(), None, 0, 0
+    for k, v in items:
+        if first_key is None:
+            first_key = k
+        ck = _cell_key(k)
+        buf += struct.pack(">ii", len(ck), len(v)) + ck + v + b"\x00"
+        key_bytes += len(ck)
+        value_bytes += len(v)
+        if len(buf) >= BLOCK_SIZE:
+            at = block(DATA, bytes(buf), compressed=compress)
+            data_index.append((at, len(out) - at, _cell_key(first_key)))
+            buf, first_key = bytearray(), None
+    if buf:
+        at = block(DATA, bytes(buf), compressed=compress)
+        data_index.append((at, len(out) - at, _cell_key(first_key)))
+    last_data = len(out)
+    meta_index: list[tuple[int, int, bytes]] = []
+    for name in sorted(meta or {}):
+        at = block(META, (meta or {})[name], compressed=compress)
+        meta_index.append((at, len(out) - at, name.encode()))
+    load_on_open = len(out)
+    root = b"".join(struct.pack(">qi", off, size) + _write_vint(len(key)) + key for off, size, key in data_index)
+    block(ROOT_INDEX, root, compressed=compress)
+    metas = b"".join(struct.pack(">qi", off, size) + _write_vint(len(key)) + key for off, size, key in meta_index)
+    block(ROOT_INDEX, metas, compressed=compress)
+    n = len(items)
+    info = {
+        b"hfile.LASTKEY": _cell_key(items[-1][0]) if items else b"",
+        b"hfile.AVG_KEY_LEN": struct.pack(">i", key_bytes // n if n else 0),
+        b"hfile.AVG_VALUE_LEN": struct.pack(">i", value_bytes // n if n else 0),
+        b"hfile.CREATE_TIME_TS": struct.pack(">q", created_ms),
+        b"KEY_VALUE_VERSION": struct.pack(">i", 1),
+        b"MAX_MEMSTORE_TS_KEY": struct.pack(">q", 0),
+    }
+    if not items:
+        del info[b"hfile.LASTKEY"]
+    info = {**(file_info or {}), **info}
+    proto = b"".join(_pb_bytes(1, _pb_bytes(1, k) + _pb_bytes(2, v)) for k, v in info.items())
+    file_info_at = block(FILE_INFO, b"PBUF" + _varint(len(proto)) + proto, compressed=compress)
+    trailer = b"".join([
+        _pb_int(1, file_info_at), _pb_int(2, load_on_open), _pb_int(3, len(root)),
+        _pb_int(4, uncompressed_total), _pb_int(5, len(data_index)), _pb_int(6, len(meta_index)),
+        _pb_int(7, n), _pb_int(8, 1), _pb_int(9, first_data), _pb_int(10, last_data),
+        _pb_bytes(11, COMPARATOR.encode()), _pb_int(12, codec),
+    ])
+    body = TRAILER + _varint(len(trailer)) + trailer
+    out.extend(body + b"\x00" * (TRAILER_SIZE - len(body) - 4) + struct.pack(">I", 3))
+    return bytes(out)
+
+
+def _gzip(data: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+# -- reading -----------------------------------------------------------------------------------
+def read(data: bytes, *, source: str = "HFile") -> HFile:
+    """Every cell and meta block of an HFile Hudi or we wrote; TableFormatError when damaged."""
+    try:
+        return _read(data, source)
+    except TableFormatError:
+        raise
+    except (struct.error, zlib.error, ValueError, IndexError, OverflowError) as e:
+        raise TableFormatError(f"{source}: not a readable HFile ({e})") from e
+
+
+def _read(data: bytes, source: str) -> HFile:
+    if len(data) < TRAILER_SIZE or data[-TRAILER_SIZE:-TRAILER_SIZE + 8] != TRAILER:
+        raise TableFormatError(f"{source}: no HFile trailer")
+    if data[-1] != 3:
+        raise TableFormatError(f"{source}: HFile major version {data[-1]}, only 3 is read")
+    t = data[-TRAILER_SIZE + 8:]
+    n, i = _read_varint(t, 0)
+    trailer = {k: v for k, v in _pb_fields(t[i:i + n])}
+    codec = int(trailer.get(12, CODEC_NONE))
+    if codec not in (CODEC_GZ, CODEC_NONE):
+        raise TableFormatError(f"{source}: HFile compression codec {codec} is not supported (GZ or none)")
+    if int(trailer.get(8, 1)) != 1:
+        raise TableFormatError(f"{source}: a multi-level HFile block index is not supported")
+    if int(trailer.get(7, 0)) > _MAX_CELLS:
+        raise TableFormatError(f"{source}: HFile declares {trailer.get(7)} cells")
+    out = HFile()
+    pos = int(trailer.get(2, 0))
+    root, pos = _block(data, pos, codec, source)
+    metas, pos = _block(data, pos, codec, source)
+    info, _ = _block(data, int(trailer.get(1, pos)), codec, source)
+    out.file_info = _file_info(info[1], source)
+    for off, _size, _key in _index(root[1], int(trailer.get(5, 0))):
+        (magic, payload), _ = _block(data, off, codec, source)
+        if magic != DATA:
+            raise TableFormatError(f"{source}: index points at a {magic!r} block, not data")
+        out.cells.extend(_cells(payload, source))
+    for off, _size, key in _index(metas[1], int(trailer.get(6, 0))):
+        (_magic, payload), _ = _block(data, off, codec, source)
+        out.meta[key.decode("utf-8", "replace")] = payload
+    return out
+
+
+def _block(data: bytes, at: int, codec: int, source: str) -> tuple[tuple[bytes, bytes], int]:
+    magic, on_disk, raw_size, _prev, _ctype, per_checksum, with_header = HEADER.unpack_from(data, at)
+    if on_disk < 0 or raw_size < 0 or at + HEADER.size + on_disk > len(data) or with_header < HEADER.size:
+        raise TableFormatError(f"{source}: HFile block at {at} runs past the file")
+    body = data[at + HEADER.size:at + with_header]
+    if codec == CODEC_GZ:  # every block, index and file info included, as hudi-rs reads them
+        payload = zlib.decompressobj(31).decompress(body, raw_size + 1)
+    else:
+        payload = body[:raw_size]
+    if len(payload) != raw_size:
+        raise TableFormatError(f"{source}: HFile block at {at} is {len(payload)} bytes, its header says {raw_size}")
+    return (magic, payload), at + HEADER.size + on_disk
+
+
+def _index(payload: bytes, count: int) -> list[tuple[int, int, bytes]]:
+    out, i = [], 0
+    for _ in range(count):
+        off, size = struct.unpack_from(">qi", payload, i)
+        n, i = _read_vint(payload, i + 12)
+        out.append((off, size, payload[i:i + n]))
+        i += n
+    return out
+
+
+def _cells(payload: bytes, source: str) -> Iterator[tuple[bytes, bytes]]:
+    i = 0
+    while i < len(payload):
+        klen, vlen = struct.unpack_from(">ii", payload, i)
+        if klen < 0 or vlen < 0 or i + 8 + klen + vlen > len(payload):
+            raise TableFormatError(f"{source}: damaged HFile cell at {i}")
+        key = payload[i + 8:i + 8 + klen]
+        yield _user_key(key), payload[i + 8 + klen:i + 8 + klen + vlen]
+        _mvcc, i = _read_vint(payload, i + 8 + klen + vlen)  # always zero in Hudi's files
+
+
+def _file_info(payload: bytes, source: str) -> dict[bytes, bytes]:
+    if payload[:4] != b"PBUF":
+        raise TableFormatError(f"{source}: HFile file info is not Protobuf")
+    n, i = _read_varint(payload, 4)
+    out = {}
+    for num, entry in _pb_fields(payload[i:i + n]):
+        if num == 1 and isinstance(entry, bytes):
+            pair = dict(_pb_fields(entry))
+            out[bytes(pair.get(1, b""))] = bytes(pair.get(2, b""))
+    return out

@@ -1,0 +1,536 @@
+"""Hudi's metadata table, its ``files`` partition: the list of a table's files that Hudi 1.x
+readers (hudi-rs among them) trust instead of listing storage.
+
+The metadata table is a Merge-on-Read table under ``.hoodie/metadata`` whose one file group
+``files-0000-0`` holds HFile records keyed by partition (``.`` for a non-partitioned table):
+file name -> size, or a tombstone. ``__all_partitions__`` lists the partitions. Every completed
+action of the data table is first written there as a deltacommit of the same instant time (a log
+file with an HFile data block), then completed on the data timeline: a reader trusting the
+metadata table never misses a committed file, and ignores entries of data instants that did not
+complete. Every ``MAX_DELTA_COMMITS`` deltacommits the group is compacted into a new base HFile and
+the slices before the previous one are deleted, so the table's size and its read time stay flat.
+
+What goes in: the files of every write stat (commits, deltacommits, replace commits,
+compactions), tombstones for what a clean or a rollback deleted. Replaced file groups are not
+tombstoned (readers drop them through the replace commit), as in Hudi.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from .. import faults
+from ..errors import TableFormatError
+from ..storage import FileExists, Storage
+from . import hfile
+from . import instant as inst
+from . import properties as props
+from .files import FileSlice, LogFile
+from .layout import parse_data_file
+from .compaction_plan import CompactionOperation, CompactionPlan, encode_plan
+from .log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
+from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records
+
+log = logging.getLogger(__name__)
+
+MDT_DIR = ".hoodie/metadata"
+PARTITION = "files"
+GROUP = "files-0000-0"
+ALL_PARTITIONS = "__all_partitions__"
+NON_PARTITIONED = "."
+PARTITIONS_KEY = "hoodie.table.metadata.partitions"
+INFLIGHT_PARTITIONS_KEY = "hoodie.table.metadata.partitions.inflight"
+ENABLE_KEY = "hoodie.metadata.enable"
+#: the time of the deltacommit that writes a bootstrap listing (Hudi's first initialization time)
+BOOTSTRAP_TIME = "00000000000000000"
+#: its completion time on the metadata timeline when the table is new (any time after it will do)
+BOOTSTRAP_COMPLETION = "00000000000000001"
+#: compact the files partition after this many deltacommits (Hudi's
+#: ``hoodie.metadata.compact.max.delta.commits``)
+MAX_DELTA_COMMITS = 10
+TYPE_ALL_PARTITIONS, TYPE_FILES = 1, 2
+_WRITE_TOKEN = "0-0-0"
+
+_FILE_INFO = {
+    "type": "record", "name": "HoodieMetadataFileInfo", "fields": [
+        {"name": "size", "type": "long", "doc": "Size of the file"},
+        {"name": "isDeleted", "type": "boolean", "doc": "True if this file has been deleted"},
+    ],
+}
+#: ``HoodieMetadataRecord`` as far as the files partition fills it; the other indexes' fields keep
+#: their place (always null), so the bytes are those of Hudi's full schema
+RECORD_SCHEMA = {
+    "type": "record", "name": "HoodieMetadataRecord", "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        *({"name": n, "type": ["null", "string"], "default": None} for n in (
+            "_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
+            "_hoodie_file_name")),
+        {"name": "key", "type": "string"},
+        {"name": "type", "type": "int"},
+        {"name": "filesystemMetadata", "type": ["null", {"type": "map", "values": _FILE_INFO}], "default": None},
+        *({"name": n, "type": ["null"], "default": None} for n in (
+            "BloomFilterMetadata", "ColumnStatsMetadata", "recordIndexMetadata", "SecondaryIndexMetadata")),
+    ],
+}
+_SCHEMA_JSON = json.dumps(RECORD_SCHEMA, separators=(",", ":"))
+_PARSED = fastavro.parse_schema(RECORD_SCHEMA)
+
+#: per record key: file (or partition) name -> (size, deleted)
+Records = dict[str, dict[str, tuple[int, bool]]]
+
+
+# -- the data table's side ----------------------------------------------------------------------
+def enabled(config: props.TableConfig) -> bool:
+    """Do readers of this table list its files from the ``files`` partition?"""
+    return PARTITION in _listed(config.raw.get(PARTITIONS_KEY, ""))
+
+
+def _listed(value: str) -> list[str]:
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def mdt_properties(data: props.TableConfig) -> dict[str, str]:
+    """The metadata table's ``hoodie.properties``, as Hudi writes them for its table version."""
+    name = f"{data.name}_metadata"
+    return {
+        "hoodie.compaction.payload.class": "org.apache.hudi.metadata.HoodieMetadataPayload",
+        "hoodie.table.initial.version": str(data.version),
+        "hoodie.table.keygenerator.type": "HOODIE_TABLE_METADATA",
+        "hoodie.table.type": props.MERGE_ON_READ,
+        "hoodie.archivelog.folder": "history",
+        "hoodie.timeline.layout.version": "2",
+        "hoodie.timeline.history.path": "history",
+        "hoodie.table.checksum": str(props.checksum(data.database, name)),
+        "hoodie.datasource.write.drop.partition.columns": "false",
+        "hoodie.record.merge.strategy.id": "00000000-0000-0000-0000-000000000000",
+        "hoodie.table.recordkey.fields": "key",
+        "hoodie.table.name": name,
+        "hoodie.timeline.path": "timeline",
+        "hoodie.populate.meta.fields": "false",
+        "hoodie.table.base.file.format": "HFILE",
+        "hoodie.record.merge.mode": "CUSTOM",
+        "hoodie.database.name": data.database,
+        "hoodie.table.version": str(data.version),
+    }
+
+
+@dataclass
+class MetadataTable:
+    """The ``files`` partition of one data table's metadata table, on the data table's storage."""
+
+    storage: Storage
+    data_config: props.TableConfig
+    config: props.TableConfig = field(init=False)
+
+    def __post_init__(self) -> None:
+        raw = mdt_properties(self.data_config)
+        self.config = props.TableConfig.from_properties(raw, source=f"{MDT_DIR}/{props.PROPERTIES_FILE}")
+        self._schema: str | None = None
+        self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
+
+    @property
+    def schema_json(self) -> str:
+        """The record schema to write: the one of the group's newest base file when there is one
+        (a metadata table Hudi started carries Hudi's whole ``HoodieMetadataRecord``, and readers
+        reconcile log blocks with the base), else ours."""
+        if self._schema is None:
+            self._schema = _SCHEMA_JSON
+            base, _, _ = self.latest_slice()
+            if base is not None:
+                rel = self._rel(f"{PARTITION}/{base}")
+                found = hfile.read(self.storage.read_bytes(rel), source=rel).file_info.get(b"schema")
+                if found:
+                    self._schema = found.decode()
+        return self._schema
+
+    # paths
+    def _rel(self, rel: str) -> str:
+        return f"{MDT_DIR}/{rel}"
+
+    @property
+    def timeline_dir(self) -> str:
+        return self._rel(self.config.timeline_dir)
+
+    # -- timeline ---------------------------------------------------------------------------
+    def _instant_files(self) -> list[str]:
+        return [e.path.rsplit("/", 1)[-1] for e in self.storage.list_dir(self.timeline_dir, files_only=True)]
+
+    def _completed(self) -> dict[str, tuple[str, str]]:
+        """requested time -> (action, completion time) of completed instants."""
+        out = {}
+        for name in self._instant_files():
+            i = _parse(name)
+            if i is not None and i.is_completed:
+                out[i.requested_time] = (i.action, i.completion_time or i.requested_time)
+        return out
+
+    def _put_instant(self, t: str, action: str, state: str, data: bytes = b"", completion: str | None = None) -> None:
+        """Pending files are not synced (a crash loses only an instant that never completed,
+        whose data instant did not either); a completed one is, before the data instant's."""
+        i = inst.Instant(t, action, state, completion)
+        self.storage.put_if_absent(f"{self.timeline_dir}/{i.file_name(self.config.version)}", data,
+                                   durable=state == inst.COMPLETED)
+
+    # -- writing ----------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.storage.exists(self._rel(props.PROPERTIES_FILE))
+
+    def bootstrap(self, listing: Mapping[str, Mapping[str, int]], completion: str) -> None:
+        """Create the metadata table from a listing of the committed files (partition -> file
+        name -> size), as one base HFile at :data:`BOOTSTRAP_TIME`."""
+        if not self.exists():
+            self.storage.put_if_absent(self._rel(props.PROPERTIES_FILE), props.render(mdt_properties(self.data_config)).encode())
+        self.storage.makedirs(self.timeline_dir)
+        self.storage.makedirs(self.timeline_dir + "/history")
+        self._partition_metadata()
+        recs: Records = {ALL_PARTITIONS: {_key(p): (0, False) for p in listing}}
+        for p, files in listing.items():
+            recs[_key(p)] = {n: (s, False) for n, s in files.items()}
+        name = f"{GROUP}_{_WRITE_TOKEN}_{BOOTSTRAP_TIME}.hfile"
+        data = _hfile(recs)
+        self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, num_writes=len(recs),
+                         num_inserts=len(recs), total_write_bytes=len(data), file_size=len(data))
+        meta = CommitMetadata({PARTITION: [stat]}, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
+        done = self._completed()
+        if BOOTSTRAP_TIME not in done:
+            for state in (inst.REQUESTED, inst.INFLIGHT):
+                _put_quietly(self, BOOTSTRAP_TIME, inst.DELTA_COMMIT, state)
+            self._put_instant(BOOTSTRAP_TIME, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+
+    def _partition_metadata(self) -> None:
+        rel = self._rel(f"{PARTITION}/.hoodie_partition_metadata")
+        if not self.storage.exists(rel):
+            text = f"#partition metadata\ncommitTime={BOOTSTRAP_TIME}\npartitionDepth=1\n"
+            self.storage.put_if_absent(rel, text.encode())
+
+    def append(self, t: str, completion: str, recs: Records) -> None:
+        """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block."""
+        if not recs:
+            return
+        name = f".{GROUP}_{t}.log.1_{_WRITE_TOKEN}"
+        schema = self.schema_json
+        block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
+                             _hfile(recs, schema))
+        for state in (inst.REQUESTED, inst.INFLIGHT):
+            _put_quietly(self, t, inst.DELTA_COMMIT, state)
+        self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+        stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
+                         num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
+                         file_size=len(block), log_version=1, log_files=(name,))
+        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
+        self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+
+    # -- reading ----------------------------------------------------------------------------
+    def latest_slice(self) -> tuple[str | None, str, list[str]]:
+        if self._slice is None:
+            self._slice = self._latest_slice()
+        return self._slice
+
+    def _latest_slice(self) -> tuple[str | None, str, list[str]]:
+        """(base file name or None, its instant, log file names in completion order) of the
+        group's latest slice: logs whose deltacommit completed at or after the base's instant
+        (Hudi's slicing rule, as hudi-rs applies it)."""
+        done = self._completed()
+        bases, logs = [], []
+        for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
+            n = e.path.rsplit("/", 1)[-1]
+            if n.endswith(".hfile") and n.startswith(GROUP + "_"):
+                t = n[:-len(".hfile")].rsplit("_", 1)[-1]
+                if t in done:
+                    bases.append((t, n))
+            else:
+                parsed = parse_log_file(n)
+                if parsed is not None and parsed.file_id == GROUP and parsed.instant_time in done:
+                    logs.append((done[parsed.instant_time][1], parsed.instant_time, parsed.version, n))
+        base_t, base = max(bases) if bases else (BOOTSTRAP_TIME, None)
+        mine = sorted(x for x in logs if x[0] >= base_t or base is None)
+        return base, base_t, [x[3] for x in mine]
+
+    def read(self) -> Records:
+        """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
+        larger value, as Hudi's payload merges them)."""
+        base, _, logs = self.latest_slice()
+        merged: Records = {}
+        for n in ([base] if base is not None else []) + logs:
+            for recs in self._decoded(n):
+                _merge(merged, recs)
+        return merged
+
+    def _decoded(self, name: str) -> list[Records]:
+        """The records of one file of the group (a base HFile, or the HFile blocks of a log
+        file). Files never change once written: decoded once per process."""
+        rel = self._rel(f"{PARTITION}/{name}")
+        key = (self.storage.uri, rel)
+        with _CACHE_LOCK:
+            hit = _DECODED.get(key)
+            if hit is not None:
+                _DECODED.move_to_end(key)
+                return hit
+        data = self.storage.read_bytes(rel)
+        if name.endswith(".hfile"):
+            out = [_decode_hfile(data, rel)]
+        else:
+            out = [_decode_hfile(b.content, rel) for b in read_log_blocks(data, source=rel)
+                   if b.block_type == BlockType.HFILE_DATA and b.content is not None]
+        with _CACHE_LOCK:
+            _DECODED[key] = out
+            while len(_DECODED) > _CACHE_FILES:
+                _DECODED.popitem(last=False)
+        return out
+
+    def listing(self) -> dict[str, dict[str, int]]:
+        """Partition -> live file name -> size, as a reader trusting the metadata table sees it."""
+        recs = self.read()
+        parts = [p for p, (_, deleted) in recs.get(ALL_PARTITIONS, {}).items() if not deleted]
+        return {_partition(p): {n: s for n, (s, d) in recs.get(p, {}).items() if not d} for p in parts}
+
+    # -- compaction -------------------------------------------------------------------------
+    def maybe_compact(self, t: str, completion: str) -> bool:
+        """Merge the latest slice into a new base HFile at ``t`` once it holds
+        :data:`MAX_DELTA_COMMITS` log files; then delete the slices before the previous one.
+        ``t`` must be later than every log's completion (no log may be both in the base and,
+        by the slicing rule, in the new slice: hudi-rs would apply it again after later
+        tombstones)."""
+        base, base_t, logs = self.latest_slice()
+        if len(logs) < MAX_DELTA_COMMITS:
+            return False
+        recs = self.read()
+        for p in list(recs):
+            recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
+        name = f"{GROUP}_{_WRITE_TOKEN}_{t}.hfile"
+        sizes = {n: _size(self.storage, self._rel(f"{PARTITION}/{n}")) for n in logs}
+        op = CompactionOperation.for_slice(PARTITION, GROUP, base_t, (base, 0) if base else None,
+                                           [(n, sizes[n]) for n in logs])
+        self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
+        self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
+        schema = self.schema_json
+        data = _hfile(recs, schema)
+        self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        self._slice = (name, t, [])
+        stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
+                         num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
+                         compacted_log_files=len(logs), compacted_log_bytes=sum(sizes.values()))
+        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "COMPACT", compacted=True)
+        self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+        self._delete_before(base_t)
+        return True
+
+    def _delete_before(self, keep_from: str) -> None:
+        """Delete the slices (and their instant files) older than the slice based at
+        ``keep_from``, which a reader that listed a moment ago may still be reading."""
+        done = self._completed()
+        old = {t for t, (_, c) in done.items() if c <= keep_from and t < keep_from}
+        for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
+            n = e.path.rsplit("/", 1)[-1]
+            t = n[:-len(".hfile")].rsplit("_", 1)[-1] if n.endswith(".hfile") else (
+                p.instant_time if (p := parse_log_file(n)) else None)
+            if t is not None and t in old:
+                self.storage.delete(e.path)
+        for name in self._instant_files():
+            i = _parse(name)
+            if i is not None and i.requested_time in old:
+                self.storage.delete(f"{self.timeline_dir}/{name}")
+
+
+#: decoded files of files partitions, by (table URI, path); a slice is at most one base and
+#: MAX_DELTA_COMMITS logs, so a few tables' worth fit
+_CACHE_FILES = 256
+_DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:
+    try:
+        mt._put_instant(t, action, state)
+    except FileExists:
+        pass
+
+
+def _size(storage: Storage, rel: str) -> int:
+    e = storage.info(rel)
+    return e.size if e is not None else 0
+
+
+def _parse(name: str) -> inst.Instant | None:
+    try:
+        return inst.decode_file_name(name)
+    except (ValueError, TableFormatError):
+        return None
+
+
+def _key(partition: str) -> str:
+    return partition if partition else NON_PARTITIONED
+
+
+def _partition(key: str) -> str:
+    return "" if key == NON_PARTITIONED else key
+
+
+def _merge(into: Records, recs: Records) -> None:
+    for key, files in recs.items():
+        cur = into.setdefault(key, {})
+        for n, (size, deleted) in files.items():
+            if deleted:
+                cur.pop(n, None)
+                cur[n] = (0, True)
+            else:
+                old = cur.get(n)
+                cur[n] = (max(size, old[0]) if old and not old[1] else size, False)
+
+
+_PARSED_BY_JSON: dict[str, Any] = {_SCHEMA_JSON: _PARSED}
+
+
+def _parsed(schema_json: str) -> Any:
+    parsed = _PARSED_BY_JSON.get(schema_json)
+    if parsed is None:
+        try:
+            parsed = _PARSED_BY_JSON[schema_json] = fastavro.parse_schema(json.loads(schema_json))
+        except (ValueError, TypeError, KeyError) as e:
+            raise TableFormatError(f"{MDT_DIR}: the files partition's record schema does not parse ({e})") from e
+    return parsed
+
+
+def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
+    parsed = _parsed(schema_json)
+    names = [f["name"] for f in json.loads(schema_json)["fields"]]
+    cells = []
+    for key, files in recs.items():
+        rtype = TYPE_ALL_PARTITIONS if key == ALL_PARTITIONS else TYPE_FILES
+        value: dict[str, Any] = dict.fromkeys(names)
+        value.update({"key": "", "type": rtype,
+                      "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in files.items()}})
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, value)
+        cells.append((key, buf.getvalue()))
+    keys = sorted(recs)
+    info = {b"schema": schema_json.encode()}
+    if keys:
+        info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
+    now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+    return hfile.write(cells, file_info=info, created_ms=now)
+
+
+def _decode_hfile(data: bytes, source: str) -> Records:
+    h = hfile.read(data, source=source)
+    try:
+        schema = fastavro.parse_schema(json.loads(h.file_info[b"schema"]))
+    except (KeyError, ValueError) as e:
+        raise TableFormatError(f"{source}: metadata HFile without a readable Avro schema ({e})") from e
+    out: Records = {}
+    for k, v in h.cells:
+        try:
+            rec = fastavro.schemaless_reader(io.BytesIO(v), schema) if v else {}
+        except Exception as e:  # fastavro raises many types for bytes that do not fit the schema
+            raise TableFormatError(f"{source}: metadata record {k!r} does not decode ({e})") from e
+        fsm = rec.get("filesystemMetadata") or {}
+        out[k.decode("utf-8", "replace")] = {
+            n: (int(i.get("size") or 0), bool(i.get("isDeleted"))) for n, i in fsm.items()
+        }
+    return out
+
+
+# -- what each action adds ----------------------------------------------------------------------
+def records_of(action: str, data: bytes, *, source: str) -> Records:
+    """The metadata records of one completed data action (its instant file's content)."""
+    if inst.instant_action(action) in (inst.CLEAN, inst.ROLLBACK):
+        return _deletions(data, source)
+    if not data:
+        return {}
+    meta = decode_commit_metadata(action, data, source=source)
+    recs: Records = {}
+    for s in meta.all_stats():
+        if not s.path:
+            continue
+        part, _, name = s.path.rpartition("/")
+        part = s.partition_path if s.partition_path is not None else part
+        recs.setdefault(_key(part), {})[name] = (int(s.file_size or 0), False)
+    if recs:
+        recs[ALL_PARTITIONS] = {p: (0, False) for p in recs}
+    return recs
+
+
+def _deletions(data: bytes, source: str) -> Records:
+    if not data:
+        return {}
+    recs: Records = {}
+    for rec in decode_records(data, source=source):
+        for part, pm in (rec.get("partitionMetadata") or {}).items():
+            for f in pm.get("successDeleteFiles") or ():
+                recs.setdefault(_key(part), {})[str(f).rsplit("/", 1)[-1]] = (0, True)
+    return recs
+
+
+def on_completed(storage: Storage, config: props.TableConfig, t: str, completion: str, action: str,
+                 data: bytes) -> None:
+    """Before ``<t>_<completion>.<action>`` is written on the data timeline: its files go into
+    the metadata table (when the table keeps one), and the files partition is compacted when due."""
+    if not enabled(config):
+        return
+    recs = records_of(action, data, source=f"{t}.{action}")
+    mt = MetadataTable(storage, config)
+    # compaction first, at this action's completion time: every log so far completed before it
+    # (the base holds them), and this action's log, completing at that very time, is the first
+    # of the new slice (a log belongs to the newest base at or before its completion)
+    mt.maybe_compact(completion, _after(completion))
+    mt.append(t, completion, recs)
+    faults.point("after-metadata-table")
+
+
+def _after(t: str) -> str:
+    """The next millisecond after instant time ``t`` (a completion time on the metadata timeline)."""
+    d = _dt.datetime.strptime(t, "%Y%m%d%H%M%S%f")
+    return (d + _dt.timedelta(milliseconds=1)).strftime("%Y%m%d%H%M%S%f")[:-3]
+
+
+def listing_of(partitions: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """(partition, name, size) triples as a bootstrap listing."""
+    out: dict[str, dict[str, int]] = {}
+    for p, n, s in partitions:
+        out.setdefault(p, {})[n] = s
+    return out
+
+
+def list_files(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None, *,
+               logs: bool = True) -> tuple[list[FileSlice], list[LogFile]] | None:
+    """The data files the metadata table lists, as :func:`.files.list_files` gives storage's;
+    None when the table keeps no metadata table (then storage is listed). A compaction of the
+    files partition may delete the slice being read: the listing is then read again."""
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    for attempt in range(3):
+        try:
+            listing = mt.listing()
+            break
+        except FileNotFoundError:
+            if not mt.exists():
+                return None
+            if attempt == 2:
+                raise
+    wanted = None if partitions is None else set(partitions)
+    bases: list[FileSlice] = []
+    found: list[LogFile] = []
+    for part, files in listing.items():
+        if wanted is not None and part not in wanted:
+            continue
+        for name, size in files.items():
+            if name.startswith("."):
+                parsed_log = parse_log_file(name) if logs else None
+                if parsed_log:
+                    found.append(LogFile(part, parsed_log.file_id, parsed_log.instant_time, parsed_log.version, name, size))
+                continue
+            parsed = parse_data_file(name)
+            if parsed:
+                bases.append(FileSlice(part, parsed.file_id, parsed.instant_time, name, size))
+    return bases, found

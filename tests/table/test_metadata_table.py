@@ -1,0 +1,159 @@
+"""Hudi's metadata table (``files`` partition): hudi-rs, which lists a table's files from it when
+the properties name it, reads every table we write with it on exactly as we do, through commits,
+clustering, compaction, cleaning, rollbacks, archival and crashes at the new points."""
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+import pytest
+
+import multiwriter as mw
+from multiwriter import faults
+from multiwriter.table import metadata_files as mf
+from multiwriter.table.files import list_files
+from multiwriter.table.view import TimelineView
+from tests.oracle import hudi_read, rows
+
+SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.float64()), ("d", pa.string())])
+COLS = ["_hoodie_record_key", "_hoodie_commit_time", "id", "ts", "v", "d"]
+
+
+def _batch(ids, ts: int, v: float) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": [f"k{i:03d}" for i in ids], "ts": [ts] * len(ids), "v": [v] * len(ids),
+                     "d": [f"p{i % 3}" for i in ids]}, schema=SCHEMA)
+
+
+def _create(path: str, kind: str) -> mw.Table:
+    kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
+    return mw.Table.create(path, name="mdt", schema=SCHEMA, record_key="id", partition_by=["d"],
+                           ordering_field="ts", metadata=True, **kw)
+
+
+def _agreed(path: str) -> list[tuple]:
+    ours = rows(mw.Table.open(path).read(), COLS)
+    assert ours == rows(hudi_read(path), COLS)
+    return ours
+
+
+def _listing_is_storage(path: str) -> None:
+    """The metadata table lists exactly the committed files on storage."""
+    t = mw.Table.open(path)
+    view = TimelineView(t.timeline())
+    bases, logs = list_files(t.storage)
+    on_storage = {(f.partition, f.name) for f in [*bases, *logs] if view.committed(f.instant_time)}
+    listed = {(p, n) for p, files in mf.MetadataTable(t.storage, t.config).listing().items() for n in files}
+    assert listed == on_storage
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_hudi_rs_reads_as_we_do_through_every_table_service(kind, tmp_path):
+    path = str(tmp_path / "t")
+    _create(path, kind)
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, small_file_limit_bytes=0)  # small groups for clustering
+    clean = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1, retain_commits=2,
+                       archive_keep_min=3, archive_keep_max=5,
+                       clustering=mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, min_file_groups=2)
+                       if kind == "cow" else None,
+                       compaction=mw.CompactionConfig(delta_commits=2) if kind == "mor" else None)
+    expect: dict[str, float] = {}
+    services = {"rewrites": 0, "cleans": 0, "archived": 0}
+    with clean:
+        for i in range(14):
+            mw.write(_batch(range(i, i + 6), ts=i, v=float(i)), path, cfg)
+            expect.update({f"k{j:03d}": float(i) for j in range(i, i + 6)})
+            if i % 4 == 3:
+                report = clean.run_once()
+                assert not report.errors, report.errors
+                services["rewrites"] += len(report.clustering_instants) + len(report.compaction_instants)
+                services["cleans"] += len(report.clean_instants)
+                services["archived"] += report.archived
+            got = _agreed(path)
+        assert {r[2]: r[4] for r in got} == expect
+    t = mw.Table.open(path)
+    assert t.config.raw[mf.PARTITIONS_KEY] == "files"
+    _listing_is_storage(path)
+    assert all(services.values()), services
+    names = os.listdir(os.path.join(path, ".hoodie", "metadata", "files"))
+    assert sum(n.endswith(".hfile") for n in names) >= 2, "the files partition was compacted"
+    assert sum(n.startswith(".files") for n in names) <= 2 * mf.MAX_DELTA_COMMITS, "old slices deleted"
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_a_crash_after_the_metadata_deltacommit_shows_nothing_and_is_rolled_back(kind, tmp_path):
+    """The metadata table names the files of a data instant that never completed: no reader shows
+    them; the rollback tombstones them, and both readers still agree."""
+    path = str(tmp_path / "t")
+    _create(path, kind)
+    lock = mw.InProcessLock()
+    mw.write(_batch(range(6), ts=1, v=1.0), path, mw.WriterConfig(writer_id="w", lock=lock))
+    before = _agreed(path)
+    faults.configure("after-metadata-table=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mw.write(_batch(range(3, 9), ts=2, v=2.0), path, mw.WriterConfig(
+                writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0))
+    finally:
+        faults.configure(None)
+    t = mw.Table.open(path)
+    pending = [i.requested_time for i in t.timeline().pending()]
+    assert pending, "the data instant did not complete"
+    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    assert any(pending[0] in n for n in listed), "the metadata table named its files"
+    assert _agreed(path) == before
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
+                    compaction=None) as clean:
+        for _ in range(40):
+            if clean.run_once().rolled_back:
+                break
+            time.sleep(0.25)
+    assert not mw.Table.open(path).timeline().pending()
+    assert _agreed(path) == before
+    _listing_is_storage(path)
+
+
+def test_a_table_without_it_stays_without_it(tmp_path):
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="plain", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts")
+    mw.write(_batch(range(3), ts=1, v=1.0), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    assert not os.path.exists(os.path.join(path, ".hoodie", "metadata"))
+    assert mf.PARTITIONS_KEY not in mw.Table.open(path).config.raw
+    _agreed(path)
+
+
+def test_records_merge_as_hudis_payload_does():
+    into: mf.Records = {}
+    mf._merge(into, {"p": {"a": (10, False), "b": (5, False)}})
+    mf._merge(into, {"p": {"a": (7, False), "b": (0, True), "c": (3, False)}})
+    assert into["p"] == {"a": (10, False), "b": (0, True), "c": (3, False)}
+    mf._merge(into, {"p": {"b": (4, False)}})
+    assert into["p"]["b"] == (4, False), "a file written again after its tombstone is live"
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize(("kind", "name"), [("mor", "v8_trips_8i3u1d"), ("mor", "v9_txns_simple_meta"),
+                                            ("cow", "v9_txns_simple_meta"), ("mor", "v9_nonpartitioned_rollback")])
+def test_continues_the_files_partition_hudi_started(kind, name, tmp_path):
+    """Tables Hudi wrote with its metadata table: our commits go into Hudi's own files partition
+    (with Hudi's record schema), so hudi-rs, listing from it, sees them; before, it returned the
+    old rows."""
+    from tests.oracle import unzip_fixture
+
+    path = str(unzip_fixture(name, tmp_path, kind))
+    t = mw.Table.open(path)
+    assert mf.enabled(t.config)
+    before = t.read()
+    cols = [c for c in before.column_names if not c.startswith("_hoodie")]
+    key, order = t.config.record_key[0], t.config.ordering_field
+    first = before.select(cols).slice(0, 1).to_pylist()[0]
+    changed = {**first, order: first[order] + 1000} if order else dict(first)
+    new = {**first, key: "NEW-KEY-1"}
+    mw.write(pa.Table.from_pylist([changed, new], schema=before.select(cols).schema), path,
+             mw.WriterConfig(writer_id="c", lock=mw.InProcessLock()))
+    ours, theirs = mw.Table.open(path).read(), hudi_read(path)
+    assert rows(ours, cols) == rows(theirs, cols)
+    assert "NEW-KEY-1" in theirs.column(key).to_pylist()
+    assert ours.num_rows == before.num_rows + 1
