@@ -29,9 +29,9 @@ from typing import Any
 import fastavro
 
 from .. import faults
-from ..errors import TableFormatError
+from ..errors import TableFormatError, UnsafePathError
 from ..storage import FileExists, Storage
-from . import hfile
+from . import hfile, paths
 from . import instant as inst
 from . import properties as props
 from .files import FileSlice, LogFile
@@ -452,8 +452,11 @@ def records_of(action: str, data: bytes, *, source: str) -> Records:
     for s in meta.all_stats():
         if not s.path:
             continue
-        part, _, name = s.path.rpartition("/")
-        part = s.partition_path if s.partition_path is not None else part
+        try:
+            part, _, name = paths.data_file(s.path, source=source).rpartition("/")
+        except UnsafePathError as e:
+            log.warning("%s; not recorded in the metadata table", e)
+            continue
         recs.setdefault(_key(part), {})[name] = (int(s.file_size or 0), False)
     if recs:
         recs[ALL_PARTITIONS] = {p: (0, False) for p in recs}
@@ -467,8 +470,19 @@ def _deletions(data: bytes, source: str) -> Records:
     for rec in decode_records(data, source=source):
         for part, pm in (rec.get("partitionMetadata") or {}).items():
             for f in pm.get("successDeleteFiles") or ():
-                recs.setdefault(_key(part), {})[str(f).rsplit("/", 1)[-1]] = (0, True)
+                name = str(f).rsplit("/", 1)[-1]
+                if paths.is_data_file_name(name) and _safe_partition(part, source):
+                    recs.setdefault(_key(part), {})[name] = (0, True)
     return recs
+
+
+def _safe_partition(part: object, source: str) -> bool:
+    try:
+        paths.partition(part, source=source)
+        return True
+    except UnsafePathError as e:
+        log.warning("%s; not recorded in the metadata table", e)
+        return False
 
 
 def on_completed(storage: Storage, config: props.TableConfig, t: str, completion: str, action: str,
@@ -524,7 +538,11 @@ def list_files(storage: Storage, config: props.TableConfig, partitions: list[str
     for part, files in listing.items():
         if wanted is not None and part not in wanted:
             continue
+        paths.partition(part, source=f"{MDT_DIR}/{PARTITION}")  # a record naming a path out of the table
         for name, size in files.items():
+            if not paths.is_data_file_name(name):
+                log.warning("%s/%s: %r in partition %r is no data file name; ignored", MDT_DIR, PARTITION, name, part)
+                continue
             if name.startswith("."):
                 parsed_log = parse_log_file(name) if logs else None
                 if parsed_log:
