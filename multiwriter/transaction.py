@@ -32,6 +32,7 @@ from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
 from .storage import FileExists
 from .table import instant as inst
+from .table import metadata_table
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
@@ -217,6 +218,7 @@ class Transaction:
             if conflict is not None:
                 raise self._conflict_error(conflict)
             self._reconcile_schema(tl, base_ct, metadata)
+            metadata_table.drop_unmaintained(self.table.storage)
             self._fence(tl)
             faults.point("before-complete")
             completion = self.clock.issue([tl.max_time(), t])

@@ -110,7 +110,7 @@ class Table:
     def open(cls, path: str) -> Table:
         storage = Storage(path)
         try:
-            text = storage.read_bytes(PROPERTIES_FILE).decode("utf-8")
+            text = props.read_text(storage)
         except FileNotFoundError:
             raise TableNotFoundError(
                 f"no Hudi table at {path} ({PROPERTIES_FILE} not found); create it with mw.Table.create"
