@@ -207,11 +207,3 @@ def delete_each(
         except OSError as e:
             log.error("%s: could not delete %s (%s); the next cleaner run retries", what, rel, e)
             failed.append(rel)
-
-
-def __getattr__(name: str):  # lazy: importing a step module must not import Spark-facing job code
-    if name in ("Cleaner", "CleanerReport"):
-        from . import job
-
-        return getattr(job, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
