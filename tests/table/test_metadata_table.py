@@ -111,7 +111,7 @@ def test_properties_rewrite_recovers_from_a_crash_between_backup_and_rewrite(tmp
     storage = _table_with_metadata(tmp_path, "files")
     original = storage.read_bytes(props.PROPERTIES_FILE)
     storage.write_bytes(props.BACKUP_FILE, original)
-    storage.delete(props.PROPERTIES_FILE)  # a writer died after the backup, before the rewrite
+    storage.delete(props.PROPERTIES_FILE)  # a Hudi writer died between deleting the properties and rewriting them
     assert mw.Table.open(str(tmp_path)).config.raw["hoodie.table.metadata.partitions"] == "files"
     assert mdt.drop_unmaintained(storage) == ["files"]
     assert not storage.exists(props.BACKUP_FILE)
