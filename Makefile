@@ -25,8 +25,11 @@ $(STAMP): pyproject.toml
 test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
+# ruff, then the import contracts in pyproject.toml (layers one way, pyspark only in the Spark
+# adapters, no cycles in the cleaner and the benchmarks)
 lint: install
 	$(PY) -m ruff check multiwriter tests tools benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 demo: install
 	$(PY) -m multiwriter.cli demo

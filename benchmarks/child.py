@@ -30,11 +30,11 @@ def run_in_child(function: str, size: dict, work: Path, env: dict[str, str]) -> 
 
 def main(argv: list[str]) -> int:
     function, size, work, out = argv
-    from .run import _spark
+    from .session import spark_session
 
     module, name = function.rsplit(".", 1)
     fn = getattr(importlib.import_module(module), name)
-    spark = _spark()
+    spark = spark_session()
     try:
         result = fn(json.loads(size), Path(work), spark)
     finally:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .plots import median as _median
+from .plots import plot as _plot
+
 
 def _s(x: float) -> str:
     return f"{x:.3f}"
@@ -61,7 +64,6 @@ def _read(r: dict) -> list[str]:
 
 
 def _long_run(lr: dict, plots_dir: Path) -> list[str]:
-    from .report import _median, _plot
 
     m = lr["maintenance"]
     out = [f"## Merge-on-Read long run ({lr['batches']} micro-batches of {lr['batch_rows']:,} random-key upserts into "

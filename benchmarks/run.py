@@ -24,22 +24,10 @@ from pathlib import Path
 
 from . import goals
 from .report import render
+from .session import spark_session as _spark
 from .workloads import SIZES, WORKLOADS
 
 HERE = Path(__file__).resolve().parent
-
-
-def _spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    s = (SparkSession.builder.master("local[2]").appName("multiwriter-bench")
-         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "4").config("spark.driver.memory", "4g").getOrCreate())
-    s.sparkContext.setLogLevel("ERROR")
-    return s
 
 
 def _versions() -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""multiwriter: several Spark Structured Streaming jobs writing one Apache Hudi Copy-on-Write
-table at once, safely (optimistic concurrency, Hudi RFC-22).
+"""multiwriter: several Spark Structured Streaming jobs writing one Apache Hudi table
+(Copy-on-Write or Merge-on-Read) at once, safely (optimistic and non-blocking concurrency, Hudi
+RFC-22).
 
 >>> import multiwriter as mw                                    # doctest: +SKIP
 >>> cfg = mw.WriterConfig(writer_id="ingest", lock=mw.InProcessLock())  # doctest: +SKIP
@@ -13,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 # The write subpackage is loaded now (its __init__ is empty) so that loading its modules later
 # never rebinds ``multiwriter.write``: the function below must shadow the subpackage.
 from . import write as _write_subpackage  # noqa: F401
+
+# The Spark layer registers Table.to_spark's reader with the table layer (multiwriter.table.hooks)
+# when it loads; its package imports no pyspark, so this costs nothing.
+from . import spark as _spark_layer  # noqa: F401
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import WriterConfig
@@ -41,6 +46,7 @@ _LAZY = {
     "ClusteringConfig": (".cleaner.clustering", "ClusteringConfig"),
     "CompactionConfig": (".cleaner.compaction", "CompactionConfig"),
     "register": (".spark", "register"),
+    "retire_writer": (".checkpoint", "retire"),
 }
 
 
@@ -96,5 +102,6 @@ __all__ = [
     "errors",
     "metrics",
     "register",
+    "retire_writer",
     "write",
 ]

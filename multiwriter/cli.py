@@ -176,12 +176,13 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
+    from .checkpoint import retire
     from .cleaner.job import cli_lock
     from .table.table import Table
 
     lock = cli_lock(args, "writers retire")
     try:
-        rec = Table.open(args.path).retire_writer(args.writer_id, lock=lock)
+        rec = retire(Table.open(args.path), args.writer_id, lock=lock)
     finally:
         lock.close()
     print(f"retired writer {rec.writer_id!r} (last batch {rec.last_batch}) at {rec.retired_at}: "

@@ -32,6 +32,7 @@ from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
 from .storage import FileExists
 from .table import instant as inst
+from .table import metadata_table
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
@@ -267,11 +268,14 @@ class Transaction:
         self.timings.conflict_check_s += time.monotonic() - t0
 
     def _check_table_settings(self) -> None:
-        """Under the lock: the table's settings as written now. A Hudi 1.1 writer sharing the
+        """Under the lock: the table's settings as written now, with the metadata partitions we
+        do not maintain dropped (:mod:`.table.metadata_table`). A Hudi 1.1 writer sharing the
         table upgrades it from version 8 to 9 on its first write; what we wrote stays valid (the
         record-key format is fixed when a table is created), so we go on with the new settings,
         unless they are ones we do not write (refused by name, the commit does not land)."""
         ours, now = self.table.config, self.table.read_config()
+        if metadata_table.drop_unmaintained(self.table.storage, current=now.raw):
+            now = self.table.read_config()
         if now.raw == ours.raw:
             return
         now.check_writable()

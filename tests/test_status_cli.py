@@ -117,7 +117,7 @@ def test_retire_refused_while_live_then_forgets_the_checkpoint(zk_server, zk_bas
     assert _checkpoint_map(table_path, back.instant.requested_time) == {"keep": "2", "old": "0"}
     lock = _zk(zk_server, zk_base)
     try:
-        table.retire_writer("old", lock=lock)
+        mw.retire_writer(table, "old", lock=lock)
     finally:
         lock.close()
     s = json.loads(cli("status", table_path, "--json").stdout)

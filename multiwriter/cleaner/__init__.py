@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..instant_time import PROCESS_CLOCK, InstantClock
 from ..storage import Storage
 from ..table import instant as inst
-from ..table import layout
+from ..table import layout, metadata_table
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.properties import TableConfig
@@ -159,6 +159,7 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
             return None
         if current is None or current.state == inst.REQUESTED:
             mark_inflight(ctx, instant_time, action)
+        metadata_table.drop_unmaintained(ctx.storage)
         completion = ctx.issue_time(tl, instant_time)
         return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, data)
 
@@ -173,6 +174,7 @@ def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, actio
     schema = ctx.table.schema(tl)
     if len(schema):
         meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
+    metadata_table.drop_unmaintained(ctx.storage)
     completion = ctx.issue_time(tl, instant_time)
     return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, meta.to_bytes())
 
@@ -205,11 +207,3 @@ def delete_each(
         except OSError as e:
             log.error("%s: could not delete %s (%s); the next cleaner run retries", what, rel, e)
             failed.append(rel)
-
-
-def __getattr__(name: str):  # lazy: importing a step module must not import Spark-facing job code
-    if name in ("Cleaner", "CleanerReport"):
-        from . import job
-
-        return getattr(job, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,6 +49,7 @@ from ..table import lsm_timeline as lsm
 from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
 from ..table.instant import Instant
+from ..table.metadata import named_files
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
@@ -296,8 +297,6 @@ def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> l
     half-way, a retried task still writing after its commit. Nothing pending or new can be in
     that range (the cutoff is below every pending instant, and new instants are issued above
     everything)."""
-    from .orphans import named_files
-
     lo = tl.earliest_time()
     if lo is None:
         return []

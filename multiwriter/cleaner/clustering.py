@@ -394,9 +394,10 @@ def execute(ctx: CleanerContext, plan: ClusteringPlan, cfg: ClusteringConfig | N
     remote = [j for j in jobs if _on_executors(ctx, cfg, j.group)]
     stats: dict[int, WriteStat] = {}
     if remote:
-        from .clustering_spark import execute_on_executors
+        from .clustering_spark import run_on_executors
 
-        stats.update(execute_on_executors(ctx.spark, mctx, remote))
+        stats.update(run_on_executors(ctx.spark, mctx, remote, execute_group, service="clustering",
+                                      aborted=ClusteringAbortedError))
     for j in jobs:
         if j.index not in stats:
             stats[j.index] = execute_group(ctx.storage, mctx, j)

@@ -16,18 +16,12 @@ from typing import Any
 from ..errors import MultiWriterError
 from ..storage import Storage
 from ..table.metadata import WriteStat
-from .clustering import ClusteringAbortedError, GroupJob, execute_group
+
 
 JOB_GROUP_PREFIX = "multiwriter-clustering-"
 
 #: runs one job on an executor: (storage, merge context, job, write token) -> its write stat
 Task = Callable[[Storage, Any, Any, str], WriteStat]
-
-
-def execute_on_executors(spark: Any, mctx: Any, jobs: list[GroupJob]) -> dict[int, WriteStat]:
-    """Run clustering ``jobs`` as one Spark job (Spark job group ``multiwriter-clustering-<T>``);
-    returns the write stat of each job index."""
-    return run_on_executors(spark, mctx, jobs, execute_group, service="clustering", aborted=ClusteringAbortedError)
 
 
 def run_on_executors(

@@ -48,6 +48,7 @@ from ..table import instant as inst
 from ..table import layout
 from ..table.files import FileSlice, LogFile, list_files
 from ..table.log_file import parse_log_file
+from ..table.metadata import named_files
 from ..table.lsm_timeline import is_lsm_file
 from ..table.instant import Instant
 from ..table.timeline import Timeline
@@ -193,13 +194,6 @@ def failed_write_files(
 def _named_files(tl: Timeline, i: Instant) -> set[str]:
     """File names a completed commit's write statistics name (a log stat's ``logFiles`` too)."""
     return named_files(tl.commit_metadata(i).all_stats())
-
-
-def named_files(stats: list) -> set[str]:
-    """The base and log file names a list of write statistics names."""
-    out = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
-    out.update(name.rsplit("/", 1)[-1] for st in stats for name in (st.log_files or ()) if name)
-    return out
 
 
 def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:

@@ -1,11 +1,14 @@
 """Spark's ``format("multiwriter")``: a Python data source reading and writing with pyarrow.
 
-Importing this package imports pyspark; ``multiwriter`` itself exposes :func:`register` lazily.
+Importing this package is cheap (pyspark loads with the data source, on :func:`register`); the
+top-level package loads it so that ``Table.to_spark`` finds :func:`read_table` registered.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
+
+from ..table import hooks
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 #: the object-store variables :func:`register` forwards to the session's Python workers
@@ -34,6 +37,19 @@ def register(spark: Any, *, forward_aws_env: bool = True) -> None:
     spark.dataSource.register(MultiWriterDataSource)
 
 
+def read_table(table: Any, spark: Any, as_of: str | None = None) -> Any:
+    """``table`` (a :class:`~multiwriter.table.table.Table`) as a Spark DataFrame read by the
+    ``multiwriter`` data source, as of ``as_of``: what ``Table.to_spark`` returns."""
+    register(spark)
+    reader = spark.read.format("multiwriter")
+    if as_of is not None:
+        reader = reader.option("as.of.instant", as_of)
+    return reader.load(table.storage.uri_of(""))
+
+
+hooks.set_spark_reader(read_table)
+
+
 def _forward_aws_env(spark: Any) -> None:
     """Spark gives a Python function the worker environment of ``SparkContext.environment``
     as it is when the function is registered, so this runs before registering."""
@@ -46,4 +62,4 @@ def _forward_aws_env(spark: Any) -> None:
             env[name] = os.environ[name]
 
 
-__all__ = ["AWS_VARIABLES", "PUSHDOWN_CONF", "register"]
+__all__ = ["AWS_VARIABLES", "PUSHDOWN_CONF", "read_table", "register"]

@@ -532,3 +532,11 @@ def _commit_fields(rec: dict[str, Any]) -> dict[str, Any]:
         "operation_type": rec.get("operationType") or "UNKNOWN",
         "compacted": bool(rec.get("compacted") or False),
     }
+
+
+def named_files(stats: list[WriteStat]) -> set[str]:
+    """The base and log file names a list of write statistics names (a log stat's ``logFiles``
+    too): what a completed commit vouches for, as the archive and the orphan sweep read it."""
+    out = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
+    out.update(name.rsplit("/", 1)[-1] for st in stats for name in (st.log_files or ()) if name)
+    return out

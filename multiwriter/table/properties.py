@@ -2,13 +2,23 @@
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import TableFormatError
 from . import names, paths
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..storage import Storage
+
+log = logging.getLogger(__name__)
+
 PROPERTIES_FILE = ".hoodie/hoodie.properties"
+#: Hudi's copy of the properties while they are rewritten; read when the properties are missing
+BACKUP_FILE = ".hoodie/hoodie.properties.backup"
 SUPPORTED_READ_VERSIONS = (6, 8, 9)
 #: versions we write into; a new table gets WRITE_VERSION unless asked for another
 WRITE_VERSIONS = (8, 9)
@@ -95,6 +105,45 @@ def render(props: dict[str, str]) -> str:
     lines = [f"#Properties saved on {now.isoformat().replace('+00:00', 'Z')}", f"#{now:%a %b %d %H:%M:%S} UTC {now:%Y}"]
     lines += [f"{_escape(k, is_key=True)}={_escape(v)}" for k, v in props.items()]
     return "\n".join(lines) + "\n"
+
+
+def read_text(storage: Storage) -> str:
+    """The text of ``hoodie.properties``, or of Hudi's backup while a rewrite replaces it (a
+    writer that died mid-rewrite leaves only the backup; Hudi's readers read it then too).
+    FileNotFoundError when neither exists."""
+    try:
+        data = storage.read_bytes(PROPERTIES_FILE)
+    except FileNotFoundError:
+        data = storage.read_bytes(BACKUP_FILE)
+    return data.decode("utf-8")
+
+
+def modify(storage: Storage, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+    """Rewrite ``hoodie.properties`` with Hudi's backup protocol; the caller holds the table lock.
+
+    A backup left by a rewrite that died is restored first (when the properties are gone) and
+    removed; then the current properties are backed up, replaced by ``change(current)``, read
+    back and checked, and the backup is deleted. Hudi deletes the properties before writing the
+    new ones because its stores may not replace a file atomically; ours do (a local rename, one
+    object PUT), so the file is replaced in one step and readers never find it missing. Returns
+    the properties written."""
+    if storage.exists(BACKUP_FILE):
+        if not storage.exists(PROPERTIES_FILE):
+            storage.write_bytes(PROPERTIES_FILE, storage.read_bytes(BACKUP_FILE))
+            log.warning("restored %s from %s, left by a rewrite that did not finish", PROPERTIES_FILE, BACKUP_FILE)
+        storage.delete(BACKUP_FILE)
+    current_text = storage.read_bytes(PROPERTIES_FILE).decode("utf-8")
+    current = parse(current_text)
+    updated = change(dict(current))
+    storage.write_bytes(BACKUP_FILE, current_text.encode("utf-8"))
+    storage.write_bytes(PROPERTIES_FILE, render(updated).encode("utf-8"))
+    written = parse(storage.read_bytes(PROPERTIES_FILE).decode("utf-8"))
+    if written != updated:  # as Hudi: readers go to the backup until a later rewrite restores it
+        storage.delete(PROPERTIES_FILE)
+        raise TableFormatError(f"{PROPERTIES_FILE} did not read back as written; {BACKUP_FILE} keeps the "
+                               "previous properties: check the storage, then rerun")
+    storage.delete(BACKUP_FILE)
+    return updated
 
 
 def checksum(database: str, table: str) -> int:

@@ -15,7 +15,7 @@ import pyarrow.dataset as pads
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, metadata_files, names
+from . import bucket, hooks, metadata_files, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
@@ -184,13 +184,6 @@ class Table:
             raise TableFormatError(f"instant {requested_time} is not a completed instant of {self.path}")
         return tl.commit_metadata(i)
 
-    def retire_writer(self, writer_id: str, *, lock: Any, lock_timeout_s: float = 60.0) -> Any:
-        """Forget a stopped writer id's streaming checkpoint (see :func:`multiwriter.checkpoint.retire`);
-        ``lock`` is the writers' lock provider. Refuses while the id is registered live."""
-        from ..checkpoint import retire
-
-        return retire(self, writer_id, lock=lock, lock_timeout_s=lock_timeout_s)
-
     # -- reads ---------------------------------------------------------------------
     def read(self, as_of: str | None = None, columns: list[str] | None = None, filters: Any = None, *,
              read_optimized: bool = False) -> pa.Table:
@@ -276,15 +269,11 @@ class Table:
         source (pyarrow on the executors: local paths and ``s3://`` alike, no Hadoop jars).
 
         An ``as_of`` the cleaner no longer retains raises
-        :class:`~multiwriter.errors.InstantNotRetainedError` here, before Spark plans anything."""
-        from ..spark import register
-
+        :class:`~multiwriter.errors.InstantNotRetainedError` here, before Spark plans anything.
+        The Spark layer does the reading (:func:`multiwriter.spark.read_table`, through
+        :mod:`.hooks`): the table layer imports no Spark code."""
         TimelineView(self.timeline()).check_as_of(as_of)
-        register(spark)
-        reader = spark.read.format("multiwriter")
-        if as_of is not None:
-            reader = reader.option("as.of.instant", as_of)
-        return reader.load(self.storage.uri_of(""))
+        return hooks.spark_reader()(self, spark, as_of)
 
     def read_schema(self, tl: Timeline, snap: Snapshot | None = None) -> pa.Schema:
         """The schema rows are read with: the latest commit's schema with the meta columns
@@ -390,7 +379,7 @@ __all__ = ["META_SCHEMA", "Table"]
 
 def _read_config(storage: Storage, path: str) -> TableConfig:
     try:
-        text = storage.read_bytes(PROPERTIES_FILE).decode("utf-8")
+        text = props.read_text(storage)
     except FileNotFoundError:
         raise TableNotFoundError(
             f"no Hudi table at {path} ({PROPERTIES_FILE} not found); create it with mw.Table.create"

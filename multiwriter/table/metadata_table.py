@@ -1,0 +1,81 @@
+"""Hudi's metadata table (``.hoodie/metadata``), as far as we keep it: its ``files`` partition
+(:mod:`.metadata_files`), and no other partition left stale.
+
+Hudi's readers (hudi-rs too) list a table's files from the metadata table whenever
+``hoodie.table.metadata.partitions`` names ``files``; a commit of ours that the metadata table
+does not record would be invisible to them. So before any instant of ours completes (under the
+table lock) the partitions we do not maintain are dropped as Hudi's writer drops a disabled one:
+first out of ``hoodie.properties`` (so no reader trusts them), then their directories; without
+``files`` every other partition is meaningless (Hudi: they all need the file listing), so the
+whole metadata table goes.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+from ..errors import TableFormatError
+from ..storage import Storage
+from . import properties as props
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_KEY = "hoodie.table.metadata.partitions"
+INFLIGHT_KEY = "hoodie.table.metadata.partitions.inflight"
+METADATA_DIR = ".hoodie/metadata"
+FILES = "files"
+#: the metadata partitions our writers keep up to date (:mod:`.metadata_files`)
+MAINTAINED: frozenset[str] = frozenset({FILES})
+_NAME_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
+
+
+def listed(p: dict[str, str]) -> list[str]:
+    """The metadata partitions the properties name, completed and inflight, in order, once each."""
+    out: list[str] = []
+    for key in (PARTITIONS_KEY, INFLIGHT_KEY):
+        for name in p.get(key, "").split(","):
+            name = name.strip()
+            if name and name not in out:
+                if not _NAME_RE.match(name):
+                    raise TableFormatError(f"{props.PROPERTIES_FILE}: {key} names {name!r}, not a metadata "
+                                           "partition name; fix the properties by hand")
+                out.append(name)
+    return out
+
+
+def unmaintained(p: dict[str, str], maintained: frozenset[str] = MAINTAINED) -> list[str]:
+    """The listed partitions to drop: all of them when ``files`` is not maintained; and every
+    partition still being built (``.inflight``: a listing we did not take part in)."""
+    names = listed(p)
+    if FILES not in maintained:
+        return sorted(names)
+    done = {n.strip() for n in p.get(PARTITIONS_KEY, "").split(",")}
+    return sorted(n for n in names if n not in maintained or n not in done)
+
+
+def drop_unmaintained(storage: Storage, maintained: frozenset[str] = MAINTAINED, *,
+                      current: dict[str, str] | None = None) -> list[str]:
+    """Drop the metadata partitions listed in ``hoodie.properties`` that we do not maintain;
+    returns their names (empty, after one small read, when there are none; none when the
+    caller passes the properties it just read as ``current``). Call under the table lock,
+    before completing an instant."""
+    if not unmaintained(current if current is not None else props.parse(props.read_text(storage)), maintained):
+        return []
+    dropped: list[str] = []
+
+    def change(p: dict[str, str]) -> dict[str, str]:
+        dropped[:] = unmaintained(p, maintained)
+        for key in (PARTITIONS_KEY, INFLIGHT_KEY):
+            if key in p:
+                p[key] = ",".join(n for n in p[key].split(",") if n.strip() and n.strip() not in dropped)
+        return p
+
+    after = props.modify(storage, change)
+    if listed(after):
+        for name in dropped:
+            storage.delete_dir(f"{METADATA_DIR}/{name}")
+    else:  # as Hudi's deleteMetadataTable: its timeline and properties go with it
+        storage.delete_dir(METADATA_DIR)
+    log.warning("dropped Hudi metadata table partitions %s of %s (multiwriter does not maintain them; a stale "
+                "one would hide our commits from readers that list files from it)", ", ".join(dropped), storage.uri)
+    return dropped

@@ -1,0 +1,61 @@
+"""The import contracts `make lint` checks (pyproject.toml, `lint-imports`): kept by the tree as it
+is, broken by each kind of violation put into a copy of it."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed (pip install -e '.[test]')")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(LINT), "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture()
+def copy(tmp_path: Path) -> Path:
+    for name in ("multiwriter", "benchmarks"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def _append(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + f"\n\ndef _violation():\n    {line}\n")
+
+
+def test_the_tree_keeps_every_contract():
+    r = _lint(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 kept, 0 broken" in r.stdout
+
+
+def test_broken_by_an_upward_import_by_pyspark_outside_the_adapters_and_by_a_cycle(copy: Path):
+    # the table layer reaching up into the Spark layer (what Table.to_spark once did)
+    _append(copy / "multiwriter/table/table.py", "from ..spark import register  # noqa: F401")
+    # pyspark in the table layer
+    _append(copy / "multiwriter/table/snapshot.py", "import pyspark  # noqa: F401")
+    # archive and orphans importing each other again
+    _append(copy / "multiwriter/cleaner/archive.py", "from .orphans import archived_times  # noqa: F401")
+    r = _lint(copy)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "0 kept, 3 broken" in out
+    assert "multiwriter.table.table -> multiwriter.spark" in out
+    assert "multiwriter.table.snapshot" in out and "pyspark" in out
+    assert "No cycles are allowed in multiwriter.cleaner" in out and ".orphans -> .archive" in out
+
+
+def test_a_module_on_no_floor_breaks_the_layers(copy: Path):
+    (copy / "multiwriter/newcomer.py").write_text('"""A module nobody placed on a floor."""\n')
+    r = _lint(copy)
+    assert r.returncode == 1 and "multiwriter.newcomer" in r.stdout, r.stdout + r.stderr
