@@ -61,6 +61,9 @@ TABLE_KEYS = {
     "hoodie.datasource.write.table.type": "table_type",
     "hoodie.bucket.index.num.buckets": "num_buckets",
     "hoodie.bucket.index.hash.field": "bucket_hash_fields",
+    "hoodie.table.ordering.fields": "ordering_field",
+    "hoodie.metadata.enable": "metadata",
+    "hoodie.write.table.version": "table_version",
 }
 #: the index a table's writers use: the bloom index, or Hudi's simple bucket index
 INDEX_TYPE_KEY = "hoodie.index.type"
@@ -231,8 +234,10 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
         if target in ("record_key", "partition_by", "bucket_hash_fields"):
             parts = [p.strip() for p in v.split(",") if p.strip()]
             out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
-        elif target == "num_buckets":
+        elif target in ("num_buckets", "table_version"):
             out[target] = int(_number(k, v))
+        elif target == "metadata":
+            out[target] = _convert(k, v, False)
         elif target == "table_type":
             out[target] = v.upper()
             if out[target] not in ("COPY_ON_WRITE", "MERGE_ON_READ"):

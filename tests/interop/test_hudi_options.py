@@ -83,3 +83,21 @@ def test_boolean_options_are_parsed_not_cast(text, want):
     assert cfg.register_writer is want and cfg.allow_missing_columns is want
     with pytest.raises(ConfigError, match="register_writer"):
         mw.WriterConfig.from_options({"register_writer": "maybe"}, lock=mw.InProcessLock())
+
+
+def test_metadata_and_version_keys_map_to_table_settings(tmp_path):
+    """``hoodie.metadata.enable`` and ``hoodie.write.table.version`` as a JVM job's options give
+    them; the table created from them keeps the files partition at version 9."""
+    import pyarrow as pa
+
+    import multiwriter as mw
+    from multiwriter.config import table_settings_from_options
+
+    got = table_settings_from_options({"hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
+                                       "hoodie.table.ordering.fields": "ts", "hoodie.metadata.enable": "true",
+                                       "hoodie.write.table.version": "9"})
+    assert got == {"name": "t", "record_key": "id", "ordering_field": "ts", "metadata": True, "table_version": 9}
+    t = mw.Table.create(str(tmp_path / "t"), schema=pa.schema([("id", pa.string()), ("ts", pa.int64())]), **got)
+    assert t.config.version == 9 and t.config.raw["hoodie.table.metadata.partitions"] == "files"
+    with pytest.raises(mw.errors.ConfigError, match="hoodie.metadata.enable"):
+        table_settings_from_options({"hoodie.metadata.enable": "sometimes"})
