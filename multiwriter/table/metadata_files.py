@@ -501,6 +501,11 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     faults.point("after-metadata-table")
 
 
+def now_time() -> str:
+    """The wall clock as an instant time (a completion time on the metadata timeline)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f")[:-3]
+
+
 def _after(t: str) -> str:
     """The next millisecond after instant time ``t`` (a completion time on the metadata timeline)."""
     d = _dt.datetime.strptime(t, "%Y%m%d%H%M%S%f")

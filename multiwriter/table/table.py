@@ -128,6 +128,36 @@ class Table:
         storage = Storage(path)
         return cls(storage, _read_config(storage, path))
 
+    def enable_metadata(self, lock: LockProvider, *, timeout_s: float = 60.0) -> bool:
+        """Start Hudi's metadata table (its ``files`` partition) on this table from a listing
+        of its committed files, under the table lock (writers that began before go on: they
+        read the setting under the lock when they commit). False when it was on already."""
+        from .view import TimelineView
+
+        table_lock = lock.for_table(self.table_id, self.storage)
+        table_lock.acquire(timeout_s=timeout_s)
+        try:
+            current = self.read_config()
+            if metadata_files.enabled(current):
+                return False
+            view = TimelineView(Timeline.load(self.storage, current))
+            bases, logs = list_files(self.storage, logs=current.merge_on_read)
+            listing = metadata_files.listing_of(
+                (f.partition, f.name, f.size) for f in [*bases, *logs] if view.committed(f.instant_time))
+            metadata_files.MetadataTable(self.storage, current).bootstrap(listing, metadata_files.now_time())
+
+            def add(p: dict[str, str]) -> dict[str, str]:
+                listed = [n for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+                p[metadata_files.PARTITIONS_KEY] = ",".join([*listed, metadata_files.PARTITION])
+                return p
+
+            props.modify(self.storage, add)
+            self.config = self.read_config()
+            log.info("started the metadata table of %s from %d files", self.path, sum(map(len, listing.values())))
+            return True
+        finally:
+            table_lock.release()
+
     def read_config(self) -> TableConfig:
         """``hoodie.properties`` as it is now (another writer, Hudi's JVM among them, may have
         upgraded the table or changed its settings since this object was opened)."""

@@ -157,3 +157,30 @@ def test_continues_the_files_partition_hudi_started(kind, name, tmp_path):
     assert rows(ours, cols) == rows(theirs, cols)
     assert "NEW-KEY-1" in theirs.column(key).to_pylist()
     assert ours.num_rows == before.num_rows + 1
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_started_on_a_table_with_commits(kind, tmp_path):
+    """A table written without it gets it from a listing of its committed files (an
+    uncommitted file left by a failed writer is not listed); later commits go into it."""
+    path = str(tmp_path / "t")
+    kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
+    mw.Table.create(path, name="late", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts", **kw)
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    for i in range(3):
+        mw.write(_batch(range(i, i + 5), ts=i, v=float(i)), path, cfg)
+    stray = os.path.join(path, "p0", "00000000-aaaa-bbbb-cccc-000000000000-0_0-0-0_20991231235959999.parquet")
+    with open(stray, "wb") as f:
+        f.write(b"not committed")
+    t = mw.Table.open(path)
+    assert t.enable_metadata(lock) is True and mf.enabled(t.config)
+    assert t.enable_metadata(lock) is False
+    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    assert os.path.basename(stray) not in listed
+    os.remove(stray)
+    _agreed(path)
+    _listing_is_storage(path)
+    mw.write(_batch(range(10, 14), ts=9, v=9.0), path, cfg)
+    assert {r[2] for r in _agreed(path)} == {f"k{i:03d}" for i in [*range(0, 7), *range(10, 14)]}
+    _listing_is_storage(path)
