@@ -61,6 +61,8 @@ class TableStatus:
     #: Merge-on-Read: per partition, log files and deltacommits since the last compaction
     uncompacted: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # e.g. clock skew between writers and this host
+    #: Hudi's metadata table: the partitions the properties name, and the files partition's slice
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -113,7 +115,19 @@ def collect(
         pending_compactions=[i.requested_time for i in pending if i.action == inst.COMPACTION],
         uncompacted=[asdict(h) for _, h in sorted(log_health(snap).items())],
         warnings=warnings,
+        metadata=_metadata(table),
     )
+
+
+def _metadata(table: Table) -> dict[str, Any]:
+    from .table import metadata_files as mf
+
+    listed = [p for p in table.config.raw.get(mf.PARTITIONS_KEY, "").split(",") if p.strip()]
+    if not mf.enabled(table.config):
+        return {"partitions": listed}
+    base, base_t, logs = mf.MetadataTable(table.storage, table.config).latest_slice()
+    return {"partitions": listed, "files_base": base, "files_base_instant": base_t, "files_log_files": len(logs),
+            "compacts_after": mf.MAX_DELTA_COMMITS}
 
 
 def _writers(tl: Timeline, live: list[str] | None) -> list[WriterStatus]:
@@ -207,6 +221,13 @@ def render(s: TableStatus) -> str:
             lines.append(f"  {u['partition'] or '(table root)':<30} {u['log_files']:>6} logs {u['log_bytes']:>14,} bytes "
                          f"up to {u['delta_commits']} delta commits per file group, oldest {u['oldest_log']}")
     lines.append(f"timeline: {s.active_instants} active instants, {s.archived_instants} archived")
+    md = s.metadata
+    if md.get("files_base_instant"):
+        lines.append(f"metadata table: {', '.join(md['partitions'])}; files partition based at "
+                     f"{md['files_base_instant']} with {md['files_log_files']} log files "
+                     f"(compacted at {md['compacts_after']})")
+    else:
+        lines.append(f"metadata table: {'none' if not md.get('partitions') else ', '.join(md['partitions'])}")
     if s.cleaner_last:
         done = "; ".join(f"{k} {v.get('requested') or v.get('newest_batch')}" for k, v in sorted(s.cleaner_last.items()))
         lines.append(f"cleaner last: {done}")

@@ -171,3 +171,18 @@ def test_status_shows_log_files_waiting_for_compaction(mor_table, table_path):
     assert u["partition"] == "2024-01-01" and u["log_files"] == len(on_disk) and u["delta_commits"] == 3
     text = cli("status", table_path).stdout
     assert "MERGE_ON_READ" in text and "log files not yet compacted" in text
+
+
+def test_status_shows_the_metadata_table(tmp_path):
+    import pyarrow as pa
+
+    path = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.string()), ("d", pa.string())])
+    mw.Table.create(path, name="m", schema=schema, record_key="id", partition_by=["d"], metadata=True)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    for i in range(3):
+        mw.write(pa.table({"id": [f"k{i}"], "d": ["x"]}, schema=schema), path, cfg)
+    s = json.loads(cli("status", path, "--json").stdout)
+    logs = [f for f in os.listdir(f"{path}/.hoodie/metadata/files") if f.startswith(".files")]
+    assert s["metadata"]["partitions"] == ["files"] and s["metadata"]["files_log_files"] == len(logs) == 3
+    assert "metadata table: files; files partition based at 00000000000000000 with 3 log files" in cli("status", path).stdout
