@@ -50,6 +50,7 @@ class Summary:
     quorum_losses: int = 0
     table_type: str = "COPY_ON_WRITE"
     zookeeper: str = "single"
+    metadata: bool = False  # the table keeps Hudi's metadata table (files partition)
     skews: dict[str, float] = field(default_factory=dict)
     rounds_by: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
@@ -57,7 +58,8 @@ class Summary:
 
     def line(self) -> str:
         skews = ",".join(f"{k}{v:+.0f}" for k, v in self.skews.items() if v) or "none"
-        return (f"seed={self.seed} {self.table_type} zk={self.zookeeper} skew={skews} batches={self.batches} "
+        return (f"seed={self.seed} {self.table_type}{'+mdt' if self.metadata else ''} zk={self.zookeeper} skew={skews} "
+                f"batches={self.batches} "
                 f"crashes={self.crashes} pauses={self.pauses} zk_restarts={self.zk_restarts} "
                 f"leader_kills={self.leader_kills} quorum_losses={self.quorum_losses} rollbacks={self.rollbacks} clusterings={self.clusterings} "
                 f"compactions={self.compactions} violations={len(self.violations)} "
@@ -107,7 +109,8 @@ def _fail_over(ensemble, rng: random.Random, s: Summary) -> None:
 
 
 def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0,
-              table_type: str | None = None, zookeeper: str | None = None, skew: bool | None = None) -> Summary:
+              table_type: str | None = None, zookeeper: str | None = None, skew: bool | None = None,
+              metadata: bool | None = None) -> Summary:
     """One round; ``table_type`` None picks Copy-on-Write or Merge-on-Read (4 buckets,
     non-blocking writers, compaction in the cleaner) from the seed; ``zookeeper`` None picks one
     server (restarted) or, one round in three, a three-server ensemble (its leader killed, at
@@ -123,11 +126,13 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
     if skew is None:
         skew = faketime.works() is None
     skews = {name: setup.choice(SKEWS_S) if skew else 0.0 for name in [*WRITERS, "cleaner"]}
-    s = Summary(seed, table_type=table_type, zookeeper=zookeeper, skews=skews)
+    if metadata is None:  # its own stream too: half the rounds keep Hudi's metadata table
+        metadata = random.Random(seed ^ 0x3D7).random() < 0.5
+    s = Summary(seed, table_type=table_type, zookeeper=zookeeper, skews=skews, metadata=metadata)
     t0 = time.monotonic()
     path = str(workdir / "table")
     mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
-                    table_type=table_type, num_buckets=4 if mor else None)
+                    table_type=table_type, num_buckets=4 if mor else None, metadata=metadata)
     cleaner_points = MOR_CLEANER_POINTS if mor else CLEANER_POINTS
     log = open(workdir / "processes.log", "a")
     with (mw.LocalZooKeeperEnsemble(3) if zookeeper == "ensemble" else mw.LocalZooKeeper(port=0)) as zk:
@@ -204,8 +209,11 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     import multiwriter as mw
     from multiwriter.cleaner.archive import load_history
     from multiwriter.schema_resolution import history_violations
+    from multiwriter.table import metadata_files
+    from multiwriter.table.files import list_files
     from multiwriter.table.layout import parse_data_file
     from multiwriter.table.log_file import parse_log_file
+    from multiwriter.table.view import TimelineView
     from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
     from tests.oracle import hudi_read, rows
 
@@ -258,6 +266,15 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
         s.violations.append(f"pending instant {p} left behind by a dead writer")
     if rows(ours, ["id", "tag"]) != rows(hudi_read(path), ["id", "tag"]):
         s.violations.append("hudi-rs and our reader disagree")
+    if metadata_files.enabled(t.config):
+        view = TimelineView(tl).with_history()
+        bases, logs = list_files(t.storage)
+        committed = {(f.partition, f.name) for f in [*bases, *logs] if view.committed(f.instant_time)}
+        listed_mdt = {(p, n) for p, names in metadata_files.MetadataTable(t.storage, t.config).listing().items()
+                      for n in names}
+        for p, n in sorted(committed ^ listed_mdt)[:20]:
+            where = "on storage, not in" if (p, n) in committed else "in, not on storage but in"
+            s.violations.append(f"metadata table: {p}/{n} is {where} the metadata table's listing")
 
 
 def duplicates(t: pa.Table, most: int = 5) -> list[dict]:
