@@ -24,6 +24,7 @@ POINTS = (
     "after-data-files",
     "after-lock-acquired",
     "before-complete",
+    "before-completed-file",
     "after-complete",
     "mid-rollback",
     "mid-clean",
