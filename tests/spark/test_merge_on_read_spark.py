@@ -143,3 +143,23 @@ def test_read_stream_replaying_a_batch_whose_slices_were_cleaned_says_it_fell_be
     assert run(tmp_path / "ck2", **{opt.START_OFFSET: resume}).exception() is None
     assert sorted(r for _, rs in got for r in rs) == sorted(
         [("2", "2024-01-01", 2, 2.0), ("6", "2024-01-01", 2, 2.0), ("3", "2024-01-01", 3, 3.0), ("7", "2024-01-01", 3, 3.0)])
+
+
+def test_a_micro_batch_of_a_compaction_only_plans_no_partition(mor_table, table_path):
+    """The compaction moves the stream's offset; its micro-batch reads no file."""
+    from pyspark.sql.types import StructType
+
+    from multiwriter.spark import options as opt
+    from multiwriter.spark.stream_read import MultiWriterStreamReader, offset
+
+    for k in range(3):
+        mw.write(trips(range(4), ts=k, value=float(k)), table_path, _cfg())
+    reader = MultiWriterStreamReader(opt.parse_stream_read({"path": table_path}), StructType())
+    before = reader.latestOffset(offset(None), None)
+    assert len(reader.partitions(offset(None), before)) >= 1
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=None,
+                    compaction=mw.CompactionConfig(delta_commits=2)) as cleaner:
+        assert cleaner.run_once().compaction_instants
+    after = reader.latestOffset(before, None)
+    assert after != before, "the compaction's completion is the new offset"
+    assert reader.partitions(before, after) == []
