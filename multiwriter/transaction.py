@@ -167,7 +167,8 @@ class Transaction:
         query_id: str | None = None,
         accept_reset: bool = False,
     ) -> Instant:
-        """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
+        """Lock, reload, check conflicts, then the fenced completion step (:meth:`_complete`:
+        fence, fresh listing, ``<T>_<C>.commit``, verify), unlock.
 
         ``checkpoint`` (writer id, batch id) sent by the streaming query ``query_id`` is recorded
         in the carried-forward maps (:mod:`checkpoint`); ``accept_reset`` lets a batch id at or
