@@ -24,6 +24,7 @@ POINTS = (
     "after-data-files",
     "after-lock-acquired",
     "before-complete",
+    "before-completed-file",
     "after-metadata-table",
     "after-complete",
     "mid-rollback",

@@ -169,7 +169,8 @@ class Transaction:
         query_id: str | None = None,
         accept_reset: bool = False,
     ) -> Instant:
-        """Lock, reload, check conflicts, fence, write ``<T>_<C>.commit``, unlock.
+        """Lock, reload, check conflicts, then the fenced completion step (:meth:`_complete`:
+        fence, fresh listing, ``<T>_<C>.commit``, verify), unlock.
 
         ``checkpoint`` (writer id, batch id) sent by the streaming query ``query_id`` is recorded
         in the carried-forward maps (:mod:`checkpoint`); ``accept_reset`` lets a batch id at or
@@ -220,14 +221,9 @@ class Transaction:
                 raise self._conflict_error(conflict)
             self._reconcile_schema(tl, base_ct, metadata)
             self._check_table_settings()
-            self._fence(tl)
             faults.point("before-complete")
-            completion = self.clock.issue([tl.max_time(), t])
             t2 = time.monotonic()
-            self._state = "completing"
-            self._write_completed(completion, metadata)
-            self._state = "committed"
-            self.instant = Instant(t, self.instant.action, inst.COMPLETED, completion)
+            self._complete(tl, metadata)
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
         finally:
@@ -283,6 +279,77 @@ class Transaction:
         if now.version != ours.version:
             log.info("table %s is now version %d (was %d): going on with its settings", self.table.path,
                      now.version, ours.version)
+
+    def _complete(self, tl: Timeline, metadata: CommitMetadata) -> None:
+        """The completion step, one fenced step from the last check to the visible instant.
+
+        A writer may pause anywhere (GC, a frozen VM) and its ZooKeeper session expire meanwhile;
+        another writer then holds the lock and may complete with a clock running ahead. So, right
+        before the completed file: the fence (lock session probed on the server, instant still
+        pending, heartbeat without a gap), then one fresh listing of the timeline: a completion
+        that appeared since ``tl`` was read under the lock means the lock passed on, and this
+        commit is refused; else the completion time is issued above every time listed, so it is
+        never below one a consumer may already have read. Right after the file, another listing:
+        a completion that appeared meanwhile raced this one while the lock was not ours, and
+        this commit is withdrawn (its completed file deleted) and refused, so a consumer that
+        already read past it cannot miss it and no commit lands that the conflict check of the
+        other did not see."""
+        assert self.instant is not None
+        t, action = self.instant.requested_time, self.instant.action
+        self._fence(tl)
+        seen = self._look(tl)
+        faults.point("before-completed-file")
+        completion = self.clock.issue([_max_time(seen), t])
+        self._state = "completing"
+        self._write_completed(completion, metadata)
+        self._state = "committed"
+        self.instant = Instant(t, action, inst.COMPLETED, completion)
+        self._verify(seen)
+
+    def _look(self, tl: Timeline) -> list[Instant]:
+        """The fresh listing before completing; raises LockLostError when an instant completed
+        since ``tl`` (every completion, writers' and the cleaner's, happens under the lock)."""
+        assert self.instant is not None
+        seen = tlmod.list_instants(self.table.storage, self.table.config)
+        before = {(i.requested_time, i.action) for i in tl.completed()}
+        appeared = [i for i in seen if i.is_completed and (i.requested_time, i.action) not in before]
+        if appeared:
+            raise LockLostError(
+                f"instant {appeared[0].requested_time} ({appeared[0].action}) completed on the timeline of "
+                f"{self.table.path} while instant {self.instant.requested_time} of writer {self.writer_id!r} held the "
+                "table lock, so the lock passed to another writer (a pause longer than the lock session); this "
+                "commit is refused and its batch must be retried"
+            )
+        return seen
+
+    def _verify(self, seen: list[Instant]) -> None:
+        """After the completed file: withdraw it when another completion appeared meanwhile."""
+        assert self.instant is not None and self.instant.completion_time is not None
+        t, action, completion = self.instant.requested_time, self.instant.action, self.instant.completion_time
+        try:
+            now = tlmod.list_instants(self.table.storage, self.table.config)
+        except OSError as e:  # the commit landed; without a listing there is no evidence of a race
+            log.warning("instant %s completed at %s; the timeline could not be re-listed to verify it: %s", t, completion, e)
+            return
+        known = {(i.requested_time, i.action) for i in seen if i.is_completed} | {(t, action)}
+        raced = [i for i in now if i.is_completed and (i.requested_time, i.action) not in known]
+        if not raced:
+            return
+        rel = f"{self.table.config.timeline_dir}/{self.instant.file_name(self.table.config.version)}"
+        try:
+            self.table.storage.delete(rel)
+        except OSError as e:
+            log.error("instant %s raced instant %s for the completion but its completed file %s could not be "
+                      "withdrawn (%s): it stays committed", t, raced[0].requested_time, rel, e)
+            return
+        self._state = "begun"
+        self.instant = Instant(t, action, inst.INFLIGHT)
+        raise LockLostError(
+            f"instant {raced[0].requested_time} completed on the timeline of {self.table.path} at "
+            f"{raced[0].completion_time} while instant {t} of writer {self.writer_id!r} was writing its completed "
+            f"file (completion {completion}): the lock was not held by one writer alone; {rel} was withdrawn and "
+            "this commit is refused, its batch must be retried"
+        )
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""
@@ -387,6 +454,11 @@ class Transaction:
         self._state = "aborted"
         log.info("aborted instant %s of writer %s: deleted %d files", t, self.writer_id, len(deleted))
         return deleted
+
+
+def _max_time(instants: list[Instant]) -> str:
+    """The greatest requested or completion time among ``instants`` ('' if none)."""
+    return max([i.requested_time for i in instants] + [i.completion_time or "" for i in instants], default="")
 
 
 def _created_groups(meta: CommitMetadata) -> set[tuple[str, str]]:

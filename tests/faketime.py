@@ -66,3 +66,26 @@ def works() -> str | None:
     if probe.returncode != 0 or abs(float(probe.stdout or 0) - time.time() - 3600) > 60:
         return f"libfaketime at {lib} does not shift Python's clock here: {probe.stdout!r} {probe.stderr[-300:]!r}"
     return None
+
+
+PY_SHIM = """
+import os, time
+_skew = float(os.environ.get("MW_TEST_WALL_CLOCK_SKEW_S") or 0)
+if _skew:
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + _skew
+    time.time_ns = lambda: _time_ns() + int(_skew * 1e9)
+"""
+
+
+def python_clock_env(skew_s: float, **extra: str) -> dict[str, str]:
+    """A child's environment whose Python ``time.time`` runs ``skew_s`` seconds off (a
+    ``sitecustomize`` shim; no libfaketime needed): enough for what the project reads from the
+    wall clock (instant times, heartbeats), not for file times or other programs."""
+    e = env(None, **extra)
+    shim_dir = Path(os.environ.get("TMPDIR", "/tmp"), f"mw-pyclock-shim-{os.getpid()}")
+    shim_dir.mkdir(exist_ok=True)
+    (shim_dir / "sitecustomize.py").write_text(PY_SHIM)
+    e["PYTHONPATH"] = os.pathsep.join([str(shim_dir), e["PYTHONPATH"]])
+    e["MW_TEST_WALL_CLOCK_SKEW_S"] = str(skew_s)
+    return e

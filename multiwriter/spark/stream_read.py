@@ -6,9 +6,12 @@ what :meth:`Table.read_incremental` returns for that range: the latest in-range 
 record changed by a commit completed after ``start`` and at or before ``end``. Completion times,
 not requested times, because commits complete in another order than they start: a slow writer
 that began early and completed late has a completion time past every offset handed out before
-it completed (completion times are issued under the table lock, above every time on the
-timeline), so it lands in a later micro-batch instead of being skipped. Rows that clustering
-only moved keep their commit time and are not delivered again.
+it completed (completion times are issued under the table lock in one fenced step, above every
+time on the timeline: ``Transaction._complete``), so it lands in a later micro-batch instead of
+being skipped. Rows that compaction or clustering only moved keep their commit time and are not
+delivered again; a micro-batch of only such commits plans no partition and reads no file.
+Deletes are not delivered (docs/consumers.md). On both table types a micro-batch whose slices
+the cleaner deleted fails with :class:`InstantNotRetainedError` rather than deliver fewer rows.
 
 Planning (:func:`plan_range`) runs on the driver and is a pure function of (start, end) and the
 table, so a restarted query replans a logged micro-batch to the same rows; Spark's checkpoint

@@ -265,9 +265,12 @@ class Table:
         Hudi's incremental semantics: for every record a commit in the range inserted or
         updated, its latest version written inside the range, read from the file slices that are
         latest as of ``end`` and kept by ``_hoodie_commit_time``. Rows of file groups that a
-        replace commit completed by ``end`` retired are not returned. ``start=None`` reads from
-        the beginning, ``end=None`` up to the latest commit. Bounds are completion times (the
-        ``<T>_<C>`` of the timeline), as hudi-rs takes them on version 8 tables.
+        replace commit completed by ``end`` retired are not returned, and deletes are not
+        delivered (a deleted key is simply absent). ``start=None`` reads from the beginning,
+        ``end=None`` up to the latest commit: a consumer that reads to the latest commit takes
+        its next ``start`` from :meth:`read_incremental_batch`, which says which ``end`` it used.
+        Bounds are completion times (the ``<T>_<C>`` of the timeline), as hudi-rs takes them on
+        version 8 tables.
 
         Never partial: instants archived since are read from the LSM history, but when the
         cleaner deleted a slice the range needs (``end`` before its retention window), this
@@ -276,15 +279,27 @@ class Table:
         after ``end`` are gone. A range ending at the latest commit from ``start=None`` is always
         exact.
         """
+        return self.read_incremental_batch(start, end).rows
+
+    def read_incremental_batch(self, start: str | None = None, end: str | None = None) -> IncrementalBatch:
+        """:meth:`read_incremental`, with the range it read: ``end=None`` is resolved to the
+        completion time of the latest write on the timeline this read loaded, so ``batch.end``
+        is exactly the next read's ``start`` (a commit completing later gets a completion time
+        above it). Neither the latest completion time looked up before or after the read nor
+        ``max(_hoodie_commit_time)`` (a requested time) is a safe offset."""
         tl = self.timeline()
+        if end is None:
+            end = _latest_completion(tl, start)
         full = self.read_schema(tl)
+        if end is None or (start is not None and end <= start):
+            return IncrementalBatch(full.empty_table(), start, start)
         plan = self.incremental_plan(tl, start, end)
         if not plan.slices:
-            return full.empty_table()
+            return IncrementalBatch(full.empty_table(), start, end)
         t = self.read_slices(list(plan.slices), full)
         commit_time = t["_hoodie_commit_time"]
         keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times), pa.string()))
-        return t.filter(pc.fill_null(keep, False))
+        return IncrementalBatch(t.filter(pc.fill_null(keep, False)), start, end)
 
     def incremental_plan(self, tl: Timeline, start: str | None, end: str | None) -> IncrementalPlan:
         """The slices and commit times of an incremental read (merged slices on Merge-on-Read)."""
@@ -315,6 +330,26 @@ class Table:
             with self.storage.fs.open_input_file(self.storage.abs(snap.files()[-1].path)) as f:
                 schema = data_schema(pq.read_schema(f))
         return with_meta(schema)
+
+
+@dataclasses.dataclass(frozen=True)
+class IncrementalBatch:
+    """What :meth:`Table.read_incremental_batch` read: the rows of the commits completed in
+    (``start``, ``end``]; ``end`` is the next read's ``start`` (equal to ``start`` when nothing
+    new completed)."""
+
+    rows: pa.Table
+    start: str | None
+    end: str | None
+
+
+def _latest_completion(tl: Timeline, start: str | None) -> str | None:
+    """The completion time of the newest completed write on ``tl`` (``start`` when none is newer)."""
+    last = tl.last_completed_write()
+    latest = (last.completion_time or last.requested_time) if last is not None else None
+    if latest is None or (start is not None and latest <= start):
+        return start
+    return latest
 
 
 #: threads that read and merge Merge-on-Read slices, started once per process

@@ -177,6 +177,12 @@ def _scan(storage: Storage, config: TableConfig) -> list[tuple[Instant, FileEntr
     return out
 
 
+def list_instants(storage: Storage, config: TableConfig) -> list[Instant]:
+    """The instants one listing of the timeline shows, no file read: the completion step's
+    fresh look right before and right after it writes its completed file."""
+    return [i for i, _ in _scan(storage, config)]
+
+
 class _MetadataCache:
     """Parsed metadata of immutable instant files, shared by every load in this process.
 

@@ -34,6 +34,9 @@ from .timeline import Timeline
 
 __all__ = ["FileGroup", "IncrementalPlan", "TimelineView"]
 
+#: the operation type of a clustering's replace commit
+CLUSTER_OPERATION = "CLUSTER"
+
 
 @dataclass(frozen=True)
 class IncrementalPlan:
@@ -221,15 +224,71 @@ class TimelineView:
         (start, end] (completion times, so a long write that completes after many short ones
         is read in the range it completed in, never skipped), and per file group one of them
         touched, its slice merged as of ``end``. The rows kept are the merged versions those
-        commits wrote."""
-        floor = self.earliest_completion
-        reaches_back = start is None or floor is None or start < floor
-        view = self.with_history() if reaches_back else self
-        in_range = [i for i in view._writes if _within(_completion(i), start, end)]
-        touched = {(s.partition_path, s.file_id) for i in in_range for s in view.commit_metadata(i).all_stats() if s.file_id}
+        commits wrote. Raises :class:`InstantNotRetainedError` rather than answer partially when
+        the cleaner deleted a file of a needed slice (as :meth:`incremental` does); a range of
+        table-service commits only (compaction, clustering) is empty without reading a file."""
+        view = self._range_view(start)
+        in_range = view._relevant(start, end)
+        if not in_range:
+            return IncrementalPlan((), frozenset())
+        gone = view.replaced_by_completion(end)
+        touched = {(s.partition_path, s.file_id) for i in in_range if not view.is_compaction(i)
+                   for s in view.commit_metadata(i).all_stats() if s.file_id} - gone
         slices = view.slices_by_completion(bases, logs, end)
+        expected = view._expected_slices(end)
+        missing = [m for g in touched for m in _missing(g, slices.get(g), expected.get(g))]
+        if missing:
+            bound = max(_completion(expected[g].last) for g, _, _ in missing)
+            _raise_cleaned(self.timeline, missing, bound)
         chosen = sorted((slices[g] for g in touched if g in slices), key=lambda f: (f.partition, f.file_id))
         return IncrementalPlan(tuple(chosen), frozenset(i.requested_time for i in in_range))
+
+    def _range_view(self, start: str | None) -> TimelineView:
+        """This view, over the archived instants too when ``start`` reaches before the active timeline."""
+        floor = self.earliest_completion
+        reaches_back = start is None or floor is None or start < floor
+        return self.with_history() if reaches_back else self
+
+    def is_compaction(self, i: Instant) -> bool:
+        """A completed compaction: it rewrote slices, every row keeps its commit time."""
+        return i.action == inst.COMMIT and self.timeline.config.merge_on_read and self.commit_metadata(i).compacted
+
+    def is_table_service(self, i: Instant) -> bool:
+        """Compaction or clustering: commits that move rows without changing one."""
+        if i.action == inst.REPLACE_COMMIT:
+            return self.commit_metadata(i).operation_type.upper() == CLUSTER_OPERATION
+        return self.is_compaction(i)
+
+    def _relevant(self, start: str | None, end: str | None) -> list[Instant]:
+        """The writes completed in (start, end] whose files may hold rows of the range: every
+        data commit, and a table service's only when a data commit of the range completed
+        before it (clustering moved those rows into its new groups). A range of table services
+        alone has no new rows, and nothing is read for it."""
+        in_range = [i for i in self._writes if _within(_completion(i), start, end)]
+        data = [i for i in in_range if not self.is_table_service(i)]
+        if not data:
+            return []
+        first = min(_completion(i) for i in data)
+        return [i for i in in_range if not self.is_table_service(i) or _completion(i) > first]
+
+    def _expected_slices(self, end: str | None) -> dict[FileGroup, _Expected]:
+        """Per file group, the files its slice as of ``end`` consists of, from the commit
+        metadata of the writes completed by then (the base the newest base-writing commit
+        named, and the log files that slice by completion onto it)."""
+        out: dict[FileGroup, _Expected] = {}
+        for i in self._writes:
+            if end is not None and _completion(i) > end:
+                break
+            for s in self.commit_metadata(i).all_stats():
+                if not (s.file_id and s.path):
+                    continue
+                e = out.setdefault((s.partition_path, s.file_id), _Expected(i))
+                e.last = i
+                if s.is_log:
+                    e.logs.append((_completion(i), s.path.rsplit("/", 1)[-1], i))
+                else:
+                    e.bases[i.requested_time] = (s.path, i)
+        return out
 
     def _named_log(self, lf: LogFile) -> bool:
         """A log file of an archived commit is taken as committed (no stats to check), else its
@@ -333,12 +392,11 @@ class TimelineView:
         the archived instants too. Raises :class:`InstantNotRetainedError` rather than answer
         partially when cleaning deleted a needed slice.
         """
-        floor = self.earliest_completion
-        reaches_back = start is None or floor is None or start < floor
-        view = self.with_history() if reaches_back else self
-        files = list(files)
-        in_range = {i.requested_time for i in view._writes if _within(_completion(i), start, end)}
-        return IncrementalPlan(tuple(view._needed_slices(files, end, in_range)), frozenset(in_range))
+        view = self._range_view(start)
+        in_range = {i.requested_time for i in view._relevant(start, end)}
+        if not in_range:
+            return IncrementalPlan((), frozenset())
+        return IncrementalPlan(tuple(view._needed_slices(list(files), end, in_range)), frozenset(in_range))
 
     def _needed_slices(self, files: list[FileSlice], end: str | None, in_range: set[str]) -> list[FileSlice]:
         by_path = {f.path: f for f in files}
@@ -353,7 +411,7 @@ class TimelineView:
             else:
                 missing.append((g, i, path))
         if missing:
-            _raise_cleaned(self.timeline, missing)
+            _raise_cleaned(self.timeline, missing, max(_completion(i) for _, i, _ in missing))
         return sorted(out, key=lambda f: (f.partition, f.file_id))
 
     def _last_writers(self, end: str | None) -> dict[FileGroup, tuple[Instant, str]]:
@@ -402,15 +460,41 @@ def _within(ct: str, start: str | None, end: str | None) -> bool:
     return (start is None or ct > start) and (end is None or ct <= end)
 
 
-def _raise_cleaned(tl: Timeline, missing: list[tuple[FileGroup, Instant, str]]) -> None:
+def _raise_cleaned(tl: Timeline, missing: list[tuple[FileGroup, Instant, str]], earliest: str) -> None:
+    """``missing``: (group, writer, file) of each deleted file a range needs; ``earliest``: the
+    start from which the range no longer touches those groups."""
     (g, i, path) = max(missing, key=lambda m: _completion(m[1]))
-    earliest = _completion(i)
     raise InstantNotRetainedError(
         f"incremental read of {tl.storage.uri} needs {path} (file group {g[1]} in partition {g[0]!r}, written by "
         f"instant {i.requested_time}), which the cleaner has deleted; {len(missing)} such file(s). Ranges starting "
         f"at {earliest} or later are still exact, as is any range ending at the latest commit",
         earliest=earliest,
     )
+
+
+@dataclass
+class _Expected:
+    """A file group's slice as the commit metadata up to some completion time describes it."""
+
+    last: Instant  # the last write to the group
+    bases: dict[str, tuple[str, Instant]] = dataclasses.field(default_factory=dict)  # base instant -> (path, writer)
+    logs: list[tuple[str, str, Instant]] = dataclasses.field(default_factory=list)  # (completion, name, writer)
+
+
+def _missing(g: FileGroup, got: FileSlice | None, exp: _Expected | None) -> list[tuple[FileGroup, Instant, str]]:
+    """The files of ``g``'s expected slice that the slice found on storage lacks: its base
+    (when a commit the view knows wrote it) and the log files that slice onto that base."""
+    if exp is None:
+        return []  # written only by instants this view has no metadata of
+    if not exp.bases:
+        return [] if got is not None else [(g, exp.last, f"log files of file group {g[1]}")]
+    base = max(exp.bases)
+    path, writer = exp.bases[base]
+    if got is None or got.path != path:
+        return [(g, writer, path)]
+    have = {lf.name for lf in got.logs}
+    return [(g, w, name) for done, name, w in exp.logs
+            if name not in have and _slice_base(exp.bases, done) == base]
 
 
 def _clean_bound(tl: Timeline, i: Instant) -> str | None:

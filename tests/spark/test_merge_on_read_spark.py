@@ -99,3 +99,67 @@ def test_read_stream_delivers_each_committed_version_once(sp, mor_table, table_p
     mw.write(trips(range(2), ts=2, value=2.0), table_path, _cfg())
     run()
     assert sorted((r[0], r[3]) for r in got[4:]) == [("0", 2.0), ("1", 2.0)], "the updates once, from the log files"
+
+
+def test_read_stream_replaying_a_batch_whose_slices_were_cleaned_says_it_fell_behind(sp, mor_table, table_path, tmp_path):
+    """A micro-batch replayed after a restart keeps its logged range; after a compaction and a
+    clean removed the slices that range merges, the query fails with InstantNotRetainedError
+    (never an empty or partial batch), and a new query from the offset it names delivers the rest."""
+    import pytest
+
+    from multiwriter.spark import options as opt
+
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver")
+    got: list[tuple[int, list[tuple]]] = []
+    ck = tmp_path / "ck"
+
+    def run(path_ck, **options):
+        q = (sp.readStream.format(FMT).options(**options).load(table_path).writeStream
+             .foreachBatch(lambda df, i: got.append((i, _spark_rows(df))))
+             .option("checkpointLocation", str(path_ck)).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        return q
+
+    mw.write(trips(range(8), ts=0, value=0.0), table_path, cfg)
+    assert run(ck).exception() is None
+    mw.write(trips([1, 5], ts=1, value=1.0), table_path, cfg)
+    assert run(ck).exception() is None and [b for b, _ in got] == [0, 1]
+    assert got[1][1] == [("1", "2024-01-01", 1, 1.0), ("5", "2024-01-01", 1, 1.0)]
+    (ck / "commits" / "1").unlink()  # as if the query died before Spark logged batch 1 done
+    for k in (2, 3):
+        mw.write(trips([k, k + 4], ts=k, value=float(k)), table_path, cfg)
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1, clustering=None,
+                    compaction=mw.CompactionConfig(delta_commits=2)) as cleaner:
+        report = cleaner.run_once()
+    assert report.compaction_instants and report.old_versions_deleted > 0
+    got.clear()
+    with pytest.raises(Exception, match="InstantNotRetainedError") as e:
+        run(ck).awaitTermination(1)
+    assert got == [], "no empty or partial replay of batch 1"
+    assert "fell behind" in str(e.value) and opt.START_OFFSET in str(e.value)
+    resume = str(e.value).split(f"{opt.START_OFFSET}=")[1].split(" ")[0]
+    assert resume.isdigit()
+    assert run(tmp_path / "ck2", **{opt.START_OFFSET: resume}).exception() is None
+    assert sorted(r for _, rs in got for r in rs) == sorted(
+        [("2", "2024-01-01", 2, 2.0), ("6", "2024-01-01", 2, 2.0), ("3", "2024-01-01", 3, 3.0), ("7", "2024-01-01", 3, 3.0)])
+
+
+def test_a_micro_batch_of_a_compaction_only_plans_no_partition(mor_table, table_path):
+    """The compaction moves the stream's offset; its micro-batch reads no file."""
+    from pyspark.sql.types import StructType
+
+    from multiwriter.spark import options as opt
+    from multiwriter.spark.stream_read import MultiWriterStreamReader, offset
+
+    for k in range(3):
+        mw.write(trips(range(4), ts=k, value=float(k)), table_path, _cfg())
+    reader = MultiWriterStreamReader(opt.parse_stream_read({"path": table_path}), StructType())
+    before = reader.latestOffset(offset(None), None)
+    assert len(reader.partitions(offset(None), before)) >= 1
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=None,
+                    compaction=mw.CompactionConfig(delta_commits=2)) as cleaner:
+        assert cleaner.run_once().compaction_instants
+    after = reader.latestOffset(before, None)
+    assert after != before, "the compaction's completion is the new offset"
+    assert reader.partitions(before, after) == []
