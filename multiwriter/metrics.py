@@ -19,6 +19,8 @@ PHASES = ("index", "write", "commit", "total")
 OPS = ("insert", "update", "delete")
 KINDS = ("failed_write", "old_version", "orphan")
 CLUSTERING_OUTCOMES = ("replaced", "aborted")
+#: what a lock acquire waited for (lock.base.WAIT_CAUSES; repeated here: metrics imports no layer)
+LOCK_WAIT_CAUSES = ("reconnect", "stale_own_node", "holder", "retry_backoff", "calls")
 
 BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 LOCK_HOLD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
@@ -62,6 +64,11 @@ class Metrics:
         self.retries = Counter("multiwriter_commit_retries_total", "Batches retried after a conflict or lock timeout", tw, registry=reg)
         self.batch = Histogram("multiwriter_batch_duration_seconds", "Time per batch phase", tw + ["phase"], buckets=BATCH_BUCKETS, registry=reg)
         self.lock_wait_h = Histogram("multiwriter_lock_wait_seconds", "Time waiting for the table lock", tw, buckets=LOCK_WAIT_BUCKETS, registry=reg)
+        self.lock_wait_cause = Counter(
+            "multiwriter_lock_wait_cause_seconds_total",
+            "Seconds lock acquires waited, by cause: reconnect (no connection to the lock service), stale_own_node "
+            "(a lock node this process left behind), holder (another writer ahead), retry_backoff, calls",
+            tw + ["cause"], registry=reg)
         self.lock_hold_h = Histogram("multiwriter_lock_hold_seconds", "Time the table lock was held", tw, buckets=LOCK_HOLD_BUCKETS, registry=reg)
         self.records_c = Counter("multiwriter_records_written_total", "Records written by operation", tw + ["op"], registry=reg)
         self.hb_age = Gauge("multiwriter_heartbeat_age_seconds", "Age of the previous beat when a new one is written", tw, registry=reg)
@@ -116,6 +123,12 @@ class Metrics:
 
     def lock_wait(self, table: str, writer: str, seconds: float) -> None:
         self.lock_wait_h.labels(table, writer).observe(seconds)
+
+    def lock_wait_causes(self, table: str, writer: str, seconds: dict[str, float]) -> None:
+        """Add one acquire's wait, split by cause (see ``lock.base.WaitClock``)."""
+        for cause, s in seconds.items():
+            if s > 0:
+                self.lock_wait_cause.labels(table, writer, _check(cause, LOCK_WAIT_CAUSES, "lock wait cause")).inc(s)
 
     def lock_hold(self, table: str, writer: str, seconds: float) -> None:
         self.lock_hold_h.labels(table, writer).observe(seconds)

@@ -3,7 +3,8 @@ the table lock: it elects a leader and serves the lock through every server, and
 processes upserting one file group keep every promise while the leader is killed (SIGKILL) and
 restarted, twice: no acknowledged batch lost or doubled, no file slice rewritten by two commits,
 the rows equal the model of the acknowledged batches (read alike by hudi-rs), and both writers
-commit again well within their session timeout once a quorum leads again."""
+commit again within RESUME_S of a quorum leading again (not after their session timeout, nor
+after a reconnect or retry backoff of many seconds)."""
 from __future__ import annotations
 
 import json
@@ -34,9 +35,12 @@ def _missing() -> str | None:
 MISSING = _missing()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"no local ZooKeeper ensemble: {MISSING}")
 
-#: the writers' ZooKeeper session timeout; a writer must commit again within it (plus MARGIN_S)
+#: the writers' ZooKeeper session timeout
 SESSION_S = 6.0
-MARGIN_S = 2.0
+#: every writer commits again within this long after a new leader serves (the quorum's return)
+RESUME_S = 5.0
+#: how long the test follows a writer that has not resumed (so a stall is measured, not just failed)
+FOLLOW_S = 30.0
 KEYS = list(range(40))
 WRITERS = {"ingest": 1_000, "backfill": 2_000}  # writer -> value base (batch b writes base + b)
 
@@ -152,9 +156,8 @@ def test_leader_killed_and_restarted_under_two_writers_on_one_file_group(ensembl
             rounds.append({
                 "killed": leader, "new_leader": new_leader, "election_s": t_elected - t_kill,
                 "restart_s": t_restart - t_kill,
-                "first_commit_after_kill_s": _wait_all_acked_after(ledgers, t_kill, SESSION_S + MARGIN_S, procs),
-                "resume_after_election_s": _wait_all_acked_after(ledgers, t_elected, SESSION_S + MARGIN_S, procs),
-                "next_commit_after_restart_s": _wait_all_acked_after(ledgers, t_restart, SESSION_S + MARGIN_S, procs),
+                "resume_after_election_s": _wait_all_acked_after(ledgers, t_elected, FOLLOW_S, procs),
+                "next_commit_after_restart_s": _wait_all_acked_after(ledgers, t_restart, FOLLOW_S, procs),
             })
             time.sleep(1.0)
     finally:
@@ -169,13 +172,14 @@ def test_leader_killed_and_restarted_under_two_writers_on_one_file_group(ensembl
                     p.wait()
     assert all(r["ok"] for r in res.values()), res
 
-    # -- the run: both writers resumed within the session timeout after each failover
+    # -- the run: both writers resumed within RESUME_S of the quorum's return after each failover
     acks = {w: r["acks"] for w, r in res.items()}
     summary = {
         "rounds": rounds,
         "batches": {w: len(a) for w, a in acks.items()},
         "conflicts": {w: sum(x["conflicts"] for x in a) for w, a in acks.items()},
         "errors": {w: dict(Counter(e["error"] for e in r["errors"])) for w, r in res.items()},
+        "lock_wait_causes_s": {w: r.get("lock_wait_causes") for w, r in res.items()},
         "seconds": time.monotonic() - started,
     }
     record_property("ensemble_failover", json.dumps(summary))
@@ -183,7 +187,7 @@ def test_leader_killed_and_restarted_under_two_writers_on_one_file_group(ensembl
     assert len(rounds) == 2
     for r in rounds:
         for key in ("resume_after_election_s", "next_commit_after_restart_s"):
-            assert max(r[key].values()) < SESSION_S + MARGIN_S, (key, r)
+            assert max(r[key].values()) < RESUME_S, (key, summary)
     for w, a in acks.items():
         assert [x["batch"] for x in a] == list(range(len(a))), f"{w} acknowledged its batches in order"
         assert len(a) >= 3 * len(rounds), summary

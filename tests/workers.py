@@ -183,7 +183,19 @@ def acked_upserts(a: dict) -> dict:
                 time.sleep(a["pause_s"])
     finally:
         w.close()
-    return {"acks": acks, "errors": errors}
+    return {"acks": acks, "errors": errors, "lock_wait_causes": _lock_wait_causes()}
+
+
+def _lock_wait_causes() -> dict[str, float]:
+    """Seconds this process's lock acquires waited, by cause (the lock's own metric)."""
+    from prometheus_client import REGISTRY
+
+    out: dict[str, float] = {}
+    for fam in REGISTRY.collect():
+        for s in fam.samples:
+            if s.name == "multiwriter_lock_wait_cause_seconds_total":
+                out[s.labels["cause"]] = round(out.get(s.labels["cause"], 0.0) + s.value, 3)
+    return out
 
 
 def clean(a: dict) -> dict:

@@ -12,7 +12,10 @@ import json
 import os
 import re
 import socket
+import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +84,70 @@ def describe_holder(raw: str | bytes | dict[str, Any] | None) -> str:
     except (ValueError, TypeError):
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return f"an unknown holder ({text[:200]!r})"
+
+
+#: what an acquire can wait for (the ``cause`` label of ``multiwriter_lock_wait_cause_seconds_total``)
+WAIT_RECONNECT = "reconnect"  # no connection to the lock service: it is down, electing, or unreachable
+WAIT_STALE_OWN_NODE = "stale_own_node"  # a lock node this process left behind (e.g. released while disconnected)
+WAIT_HOLDER = "holder"  # another writer holds the lock or is ahead in the queue: the normal wait
+WAIT_RETRY = "retry_backoff"  # a call failed on a dropped connection; the pause before it is tried again
+WAIT_CALLS = "calls"  # round trips to the lock service
+WAIT_CAUSES = (WAIT_RECONNECT, WAIT_STALE_OWN_NODE, WAIT_HOLDER, WAIT_RETRY, WAIT_CALLS)
+WAIT_LABELS = {
+    WAIT_RECONNECT: "waiting for reconnection",
+    WAIT_STALE_OWN_NODE: "waiting for a stale own lock node to go",
+    WAIT_HOLDER: "behind another holder",
+    WAIT_RETRY: "in retry backoff",
+    WAIT_CALLS: "in round trips",
+}
+
+
+class WaitClock:
+    """Splits the wall time of one acquire into what it waited for.
+
+    The acquire (and the lock service's callbacks, from their own thread) call :meth:`switch`
+    whenever the reason changes; :meth:`stop` closes the last span. A stall then has a name in
+    the logs and the metrics instead of being "the lock was slow".
+    """
+
+    def __init__(self, cause: str = WAIT_CALLS, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._mu = threading.Lock()
+        self._cause: str | None = _check_cause(cause)
+        self._since = now()
+        self.totals: dict[str, float] = {}
+
+    @property
+    def cause(self) -> str | None:
+        return self._cause
+
+    def switch(self, cause: str | None) -> bool:
+        """Close the current span and start one for ``cause`` (None: stopped); True if it changed."""
+        if cause is not None:
+            _check_cause(cause)
+        with self._mu:
+            t = self._now()
+            if self._cause is not None:
+                self.totals[self._cause] = self.totals.get(self._cause, 0.0) + max(0.0, t - self._since)
+            changed = cause != self._cause
+            self._cause, self._since = cause, t
+            return changed
+
+    def stop(self) -> dict[str, float]:
+        """Stop the clock; the seconds spent per cause."""
+        self.switch(None)
+        return dict(self.totals)
+
+    def describe(self, min_s: float = 0.05) -> str:
+        """``2.3s waiting for reconnection, 0.4s behind another holder`` (largest first)."""
+        parts = sorted(((s, c) for c, s in self.totals.items() if s >= min_s), reverse=True)
+        return ", ".join(f"{s:.1f}s {WAIT_LABELS[c]}" for s, c in parts) or "no wait"
+
+
+def _check_cause(cause: str) -> str:
+    if cause not in WAIT_CAUSES:
+        raise ValueError(f"wait cause {cause!r} is not one of {WAIT_CAUSES}")
+    return cause
 
 
 class TableLock(ABC):

@@ -25,7 +25,12 @@ Design points, each fixing a way a ZooKeeper lock commonly goes wrong:
 * Bounded waits: an unreachable ensemble is a ``LockError`` within ``connection_timeout_s``; the
   acquire timeout bounds the whole acquire, not each wait inside kazoo's recipe.
 * Releases never leave a node behind while our session lives: a release that cannot reach the
-  server is retried by a background thread when the connection comes back.
+  server is retried by a background thread when the connection comes back; so is the contender
+  node of an acquire that failed (kazoo's own clean-up gives up on a dropped connection).
+* Quick resumption after a leader election: the reconnect loop and the recipe's retries back off
+  to at most half a second (kazoo's recipe default backs off up to a minute), and every acquire
+  splits its wait into causes (reconnection, a stale own node, another holder, retry backoff),
+  logged when slow and counted in ``multiwriter_lock_wait_cause_seconds_total``.
 * Optional digest auth: our nodes get an ACL so other clients cannot delete them.
 """
 from __future__ import annotations
@@ -39,6 +44,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -51,9 +57,15 @@ from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_cr
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import (
     LOCK_KEY_PROPERTY,
+    WAIT_CALLS,
+    WAIT_HOLDER,
+    WAIT_RECONNECT,
+    WAIT_RETRY,
+    WAIT_STALE_OWN_NODE,
     HolderInfo,
     LockProvider,
     TableLock,
+    WaitClock,
     describe_holder,
     resolve_timeout,
     table_name_of,
@@ -77,6 +89,15 @@ LEGACY_LOCK_CHILD = "lock"
 #: kazoo's own wait can overrun the timeout (it restarts on every predecessor change); a timer
 #: cancels the recipe at the deadline, but never sooner than this, so tiny timeouts still try once.
 MIN_CANCEL_S = 0.25
+#: kazoo retries its reconnect (one cycle over every server) with backoff; capped so that a client
+#: finds a newly elected quorum within about half a second instead of after a multi-second sleep
+RECONNECT_MAX_DELAY_S = 0.5
+#: the lock recipe retries a call that failed on a dropped connection; kazoo's default backs off up
+#: to 60 s, so a few drops during an election could park a writer long after the quorum is back.
+#: A call made while disconnected waits for the reconnect anyway, so a short cap costs no load.
+RECIPE_MAX_DELAY_S = 0.5
+#: an acquire that took longer than this logs what it waited for
+SLOW_ACQUIRE_S = 1.0
 
 
 def retry_policy(max_tries: int, *, deadline: float | None = None) -> KazooRetry:
@@ -89,16 +110,68 @@ def retry_policy(max_tries: int, *, deadline: float | None = None) -> KazooRetry
                       ignore_expire=False, deadline=deadline)
 
 
+def recipe_retry(sleep_func: Callable[[float], None] = time.sleep) -> KazooRetry:
+    """The lock recipe's retry of calls that failed on a dropped connection: unbounded tries (the
+    acquire's deadline bounds them), backoff capped at ``RECIPE_MAX_DELAY_S``."""
+    return KazooRetry(max_tries=None, delay=0.05, backoff=2, max_jitter=0.4, max_delay=RECIPE_MAX_DELAY_S,
+                      sleep_func=sleep_func)
+
+
 class SharedLock(Lock):
     """kazoo's Lock recipe with contender names Curator understands: ``<uuid>-lock-<seq>``.
 
     kazoo finds contenders by the name part before the sequence number; with ``-lock-`` that
     part also matches Curator's ``_c_<uuid>-lock-<seq>``, so each side waits for the other's
     lower sequence numbers (this relies on kazoo's ``_NODE_NAME``/``_EXCLUDE_NAMES``, 2.9 to 2.11).
+
+    It also keeps a :class:`WaitClock` of what it waits for, and deletes a predecessor that is
+    a node this process abandoned (``is_own_stale``/``drop_own_stale``) instead of waiting for it.
     """
 
     _NODE_NAME = CONTENDER_NAME
     _EXCLUDE_NAMES = [CONTENDER_NAME]
+
+    def __init__(self, client: KazooClient, path: str, identifier: str | None = None, *, table_id: str = "?",
+                 clock: WaitClock | None = None, is_own_stale: Callable[[str], bool] | None = None,
+                 drop_own_stale: Callable[[], None] | None = None) -> None:
+        super().__init__(client, path, identifier=identifier)
+        self.table_id = table_id
+        self.clock = clock if clock is not None else WaitClock()
+        self._is_own_stale = is_own_stale or (lambda _node: False)
+        self._drop_own_stale = drop_own_stale or (lambda: None)
+        self._retry = recipe_retry(self._backoff_sleep)
+        self.waiting_on: str | None = None
+
+    def _backoff_sleep(self, seconds: float) -> None:
+        self.clock.switch(WAIT_RETRY)
+        log.debug("lock of %s: a ZooKeeper call failed on a dropped connection; retrying in %.2fs", self.table_id,
+                  seconds)
+        time.sleep(seconds)
+        self.clock.switch(WAIT_CALLS if self.client.connected else WAIT_RECONNECT)
+
+    def _watch_session(self, state: str) -> bool:
+        # kazoo's connection thread, while we wait for a predecessor
+        if state != KazooState.CONNECTED and self.clock.switch(WAIT_RECONNECT):
+            log.info("lock of %s: waiting for reconnection to ZooKeeper (connection %s)", self.table_id, state)
+        return bool(super()._watch_session(state))
+
+    def _get_predecessor(self, node: str) -> str | None:
+        pred = super()._get_predecessor(node)
+        if pred is None:
+            self.clock.switch(WAIT_CALLS)
+            return None
+        full = f"{self.path}/{pred}"
+        if self._is_own_stale(full):
+            self.clock.switch(WAIT_STALE_OWN_NODE)
+            log.warning("lock of %s: waiting for stale own node %s to go (left by an earlier acquire or release that "
+                        "lost its connection); deleting it", self.table_id, full)
+            self._drop_own_stale()
+        else:
+            self.clock.switch(WAIT_HOLDER)
+            if full != self.waiting_on:
+                log.debug("lock of %s: waiting behind %s", self.table_id, full)
+        self.waiting_on = full
+        return pred
 
 
 def contender_order(children: list[str]) -> list[str]:
@@ -146,16 +219,43 @@ class _SharedClient:
             self._watchers.discard(obj)
 
     def add_orphan(self, node: str) -> None:
-        """A lock node we released but could not delete; deleted once the server answers again."""
+        """A lock node we released but could not delete; deleted once the server answers again.
+        A name ending in ``-lock-`` stands for every node with that prefix (a create whose reply
+        was lost)."""
         with self._mu:
             self._orphans.add(node)
         if self.client.connected:
             self._spawn_followup()
 
+    def has_orphans(self) -> bool:
+        return bool(self._orphans)
+
+    def is_orphan(self, node: str) -> bool:
+        """Whether ``node`` is one we abandoned (so nobody in this process waits on it as holder)."""
+        with self._mu:
+            orphans = list(self._orphans)
+        return any(node == o or (o.endswith(CONTENDER_NAME) and node.startswith(o)) for o in orphans)
+
     def flush_orphans(self) -> None:
         """Delete orphaned lock nodes now, if there are any (no round trip otherwise)."""
         if self._orphans:
             self.after_reconnect()
+
+    def _delete_orphan(self, node: str) -> None:
+        """Delete one orphan (every node of a prefix orphan); raises what the server raised."""
+        targets = [node]
+        if node.endswith(CONTENDER_NAME):
+            parent, prefix = node.rsplit("/", 1)
+            try:
+                children = self.client.get_children_async(parent).get(timeout=self.call_timeout_s)
+            except NoNodeError:
+                children = []
+            targets = [f"{parent}/{c}" for c in children if c.startswith(prefix)]
+        for t in targets:
+            try:
+                self.client.delete_async(t).get(timeout=self.call_timeout_s)
+            except NoNodeError:
+                pass
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: only set flags and start threads here.
@@ -176,9 +276,7 @@ class _SharedClient:
                 orphans, watchers = list(self._orphans), list(self._watchers)
             for node in orphans:
                 try:
-                    self.client.delete_async(node).get(timeout=self.call_timeout_s)
-                except NoNodeError:
-                    pass
+                    self._delete_orphan(node)
                 except (KazooTimeoutError, KazooException) as e:
                     log.info("lock node %s not deleted yet (%s); will retry on the next reconnect", node, e)
                     continue
@@ -356,7 +454,7 @@ class ZooKeeperLock(LockProvider):
             kw["default_acl"] = [make_digest_acl(user, password, all=True)]
         # Reconnect forever: a GC pause or a server restart must not kill a long-running
         # writer's client for good. Commands retry a bounded number of times.
-        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=2.0)
+        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=RECONNECT_MAX_DELAY_S)
         try:
             client = KazooClient(hosts=self.connect, timeout=self.session_timeout_s, connection_retry=reconnect,
                                  command_retry=self.retry(), **kw)
@@ -461,35 +559,68 @@ class ZooKeeperTableLock(TableLock):
         timeout = resolve_timeout(timeout_s, self.provider.acquire_timeout_s)
         shared = self.provider._shared_client()
         client = shared.client
-        self.provider.await_connection(client)
-        shared.flush_orphans()  # our own stale nodes must not block us
-        self._warn_if_unprotected(client)
-        data = {**(holder.to_dict() if holder else {}), "table_id": self.table_id, "acquired_at": time.time()}
-        self._refuse_legacy_contenders(client)
-        recipe = SharedLock(client, self.path, identifier=json.dumps(data, sort_keys=True))
+        clock = WaitClock()
         started = time.monotonic()
-        if not self._run_recipe(recipe, timeout):
+        acquired = False
+        try:
             if not client.connected:
-                raise LockError(
-                    f"lost the connection to ZooKeeper at {self.provider.connect} while waiting for the lock of "
-                    f"table {self.table_id}; retry when the ensemble is reachable"
+                clock.switch(WAIT_RECONNECT)
+                log.info("lock of %s: waiting for reconnection to ZooKeeper at %s", self.table_id, self.provider.connect)
+            self.provider.await_connection(client)
+            clock.switch(WAIT_CALLS)
+            if shared.has_orphans():  # our own stale nodes must not block us
+                clock.switch(WAIT_STALE_OWN_NODE)
+                shared.flush_orphans()
+                clock.switch(WAIT_CALLS)
+            self._warn_if_unprotected(client)
+            data = {**(holder.to_dict() if holder else {}), "table_id": self.table_id, "acquired_at": time.time()}
+            self._refuse_legacy_contenders(client)
+            recipe = SharedLock(client, self.path, identifier=json.dumps(data, sort_keys=True), table_id=self.table_id,
+                                clock=clock, is_own_stale=shared.is_orphan, drop_own_stale=shared.flush_orphans)
+            if not self._run_recipe(shared, recipe, timeout):
+                if not client.connected:
+                    raise LockError(
+                        f"lost the connection to ZooKeeper at {self.provider.connect} while waiting for the lock of "
+                        f"table {self.table_id} ({clock.describe()}); retry when the ensemble is reachable"
+                    )
+                raise LockAcquireTimeout(
+                    f"ZooKeeper lock of table {self.table_id} ({self.path} at {self.provider.connect}) not acquired "
+                    f"within {timeout:.1f}s ({clock.describe()}); held by {self._current_holder(recipe)}; another "
+                    "writer is committing, or its process hangs while holding the lock (it is released when its "
+                    "session expires): retry, or raise the lock timeout"
                 )
-            raise LockAcquireTimeout(
-                f"ZooKeeper lock of table {self.table_id} ({self.path} at {self.provider.connect}) not acquired "
-                f"within {timeout:.1f}s; held by {self._current_holder(recipe)}; another writer is committing, or "
-                "its process hangs while holding the lock (it is released when its session expires): retry, or "
-                "raise the lock timeout"
-            )
-        self._take(shared, f"{self.path}/{recipe.node}")
-        log.debug("lock of %s acquired after %.3fs (%s)", self.table_id, time.monotonic() - started, self._node)
+            self._take(shared, f"{self.path}/{recipe.node}")
+            acquired = True
+        finally:
+            self._report_wait(clock, holder, time.monotonic() - started, acquired)
 
-    def _run_recipe(self, recipe: Lock, timeout: float) -> bool:
-        """kazoo's acquire, bounded by ``timeout`` overall; False on timeout."""
+    def _report_wait(self, clock: WaitClock, holder: HolderInfo | None, total_s: float, acquired: bool) -> None:
+        """Log a slow acquire with what it waited for, and count the wait by cause."""
+        waited = clock.stop()
+        outcome = "acquired" if acquired else "not acquired"
+        if total_s >= SLOW_ACQUIRE_S:
+            unusual = any(s >= 0.05 for c, s in waited.items() if c not in (WAIT_HOLDER, WAIT_CALLS))
+            log.log(logging.WARNING if unusual else logging.INFO, "lock of %s %s after %.1fs: %s", self.table_id,
+                    outcome, total_s, clock.describe())
+        else:
+            log.debug("lock of %s %s after %.3fs (%s)", self.table_id, outcome, total_s, self._node)
+        try:
+            from ..metrics import default
+
+            default().lock_wait_causes(table_name_of(self.table_id), holder.writer_id if holder else "", waited)
+        except Exception as e:  # noqa: BLE001 -- metrics must never break locking
+            log.debug("could not record lock wait metrics: %s", e)
+
+    def _run_recipe(self, shared: _SharedClient, recipe: SharedLock, timeout: float) -> bool:
+        """kazoo's acquire, bounded by ``timeout`` overall; False on timeout. A failed acquire's
+        contender node is handed to the orphan clean-up, in case kazoo's own could not delete it."""
         timer = threading.Timer(max(timeout, MIN_CANCEL_S), recipe.cancel)
         timer.daemon = True
         timer.start()
+        ok = False
         try:
-            return bool(recipe.acquire(blocking=True, timeout=timeout))
+            ok = bool(recipe.acquire(blocking=True, timeout=timeout))
+            return ok
         except (LockTimeout, CancelledError):
             return False
         except KazooException as e:
@@ -499,6 +630,16 @@ class ZooKeeperTableLock(TableLock):
             ) from e
         finally:
             timer.cancel()
+            if not ok:
+                self._abandon(shared, recipe)
+
+    def _abandon(self, shared: _SharedClient, recipe: SharedLock) -> None:
+        """Make sure a failed acquire leaves no contender node: one left there while our session
+        lives would queue every writer (this one included) behind it."""
+        if recipe.node:
+            shared.add_orphan(f"{self.path}/{recipe.node}")
+        elif recipe.create_tried:
+            shared.add_orphan(recipe.create_path)  # a create whose reply may have been lost: by prefix
 
     def _take(self, shared: _SharedClient, node: str) -> None:
         """Become the holder, then confirm: a session event between kazoo's last look and our

@@ -52,3 +52,34 @@ def test_timeouts():
     assert resolve_timeout(0, 30.0) == 0.0
     with pytest.raises(ConfigError):
         resolve_timeout(-0.1, 30.0)
+
+
+def test_wait_clock_splits_an_acquire_by_cause():
+    from multiwriter.lock.base import WAIT_HOLDER, WAIT_RECONNECT, WAIT_STALE_OWN_NODE, WaitClock
+
+    now = [100.0]
+    clock = WaitClock(now=lambda: now[0])  # starts in round trips
+    now[0] += 0.5
+    assert clock.switch(WAIT_RECONNECT) is True
+    now[0] += 3.0
+    assert clock.switch(WAIT_RECONNECT) is False  # same cause: the span goes on
+    now[0] += 1.0
+    clock.switch(WAIT_STALE_OWN_NODE)
+    now[0] += 0.25
+    clock.switch(WAIT_HOLDER)
+    now[0] += 2.0
+    assert clock.stop() == {"calls": 0.5, "reconnect": 4.0, "stale_own_node": 0.25, "holder": 2.0}
+    assert clock.cause is None
+    assert clock.describe() == ("4.0s waiting for reconnection, 2.0s behind another holder, 0.5s in round trips, "
+                                "0.2s waiting for a stale own lock node to go")
+    now[0] += 9.0  # stopped: time no longer counts
+    assert clock.stop()["holder"] == 2.0
+    with pytest.raises(ValueError, match="wait cause 'gc'"):
+        clock.switch("gc")
+
+
+def test_the_lock_wait_metric_knows_every_wait_cause():
+    from multiwriter.lock.base import WAIT_CAUSES
+    from multiwriter.metrics import LOCK_WAIT_CAUSES
+
+    assert LOCK_WAIT_CAUSES == WAIT_CAUSES

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import re
+import threading
 import time
+import uuid
 
 import pytest
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import ConnectionLoss, NoAuthError
+from prometheus_client import REGISTRY
 
 from multiwriter.errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from multiwriter.lock import HolderInfo, ZooKeeperLock
@@ -161,6 +165,103 @@ def test_suspended_connection_loses_the_lock_and_release_is_finished_on_reconnec
         finally:
             p.close()
             q.close()
+
+
+def wait_seconds(table: str, writer: str, cause: str) -> float:
+    """``multiwriter_lock_wait_cause_seconds_total`` of the lock's process (the default registry)."""
+    got = REGISTRY.get_sample_value("multiwriter_lock_wait_cause_seconds_total",
+                                    {"table": table, "writer": writer, "cause": cause})
+    return got or 0.0
+
+
+def test_the_recipe_retries_a_dropped_call_within_a_second(providers):
+    """kazoo's lock recipe backs off up to 60 s between retries of a call that failed on a
+    dropped connection: eight drops in one acquire (connections coming and going during an
+    election) park the writer for ~25 s, long after the quorum is back. Ours pauses at most
+    RECIPE_MAX_DELAY_S (plus kazoo's 40 % jitter) between tries."""
+    from multiwriter.lock.zookeeper import RECIPE_MAX_DELAY_S, SharedLock
+
+    retry = SharedLock(providers().client(), "/retry-policy")._retry.copy()
+    sleeps: list[float] = []
+    retry.sleep_func = sleeps.append
+    drops = iter(range(8))
+
+    def call() -> str:
+        if next(drops, None) is not None:
+            raise ConnectionLoss()
+        return "done"
+
+    assert retry(call) == "done"
+    assert len(sleeps) == 8
+    assert max(sleeps) <= RECIPE_MAX_DELAY_S * 1.4 and sum(sleeps) < 4.0, sleeps
+
+
+def test_an_acquire_waiting_for_reconnection_says_so_and_counts_it(tmp_path, caplog):
+    """The server is down when the acquire starts and back a moment later: the acquire succeeds,
+    its log names the wait ('waiting for reconnection'), and the metric counts it by cause."""
+    with LocalZooKeeper(port=0, data_dir=str(tmp_path / "zk")) as zk:
+        p = ZooKeeperLock(connect=zk.connect, base_path="/reconnect", session_timeout_s=4.0, connection_timeout_s=30.0)
+        try:
+            client = p.client()
+            zk.stop()
+            wait_until(lambda: not client.connected, what="the disconnect noticed")
+            restart = threading.Timer(1.0, zk.start)
+            restart.start()
+            lk = p.for_table("recon-t", None)
+            before = wait_seconds("recon-t", "w-rec", "reconnect")
+            t0 = time.monotonic()
+            with caplog.at_level(logging.INFO, logger="multiwriter.lock.zookeeper"):
+                lk.acquire(timeout_s=10, holder=HolderInfo.current("w-rec"))
+            took = time.monotonic() - t0
+            restart.join()
+            lk.check()
+            lk.release()
+        finally:
+            p.close()
+    assert took >= 0.9
+    assert "lock of recon-t: waiting for reconnection to ZooKeeper at" in caplog.text
+    m = re.search(r"lock of recon-t acquired after ([\d.]+)s: ([\d.]+)s waiting for reconnection", caplog.text)
+    assert m is not None, caplog.text
+    counted = wait_seconds("recon-t", "w-rec", "reconnect") - before
+    assert 0.9 <= counted <= took + 0.01, (counted, took)
+
+
+def test_an_own_stale_node_in_the_queue_is_deleted_not_waited_for(providers, kazoo):
+    """A lock node this process released while disconnected stays until the server answers again;
+    the next acquire must delete it rather than queue behind it (our session keeps it alive), and
+    count the time as a stale own node."""
+    p = providers()
+    lk = p.for_table("stale-t", None)
+    shared = p._shared_client()
+    node = shared.client.create(f"{lk.path}/{uuid.uuid4().hex}-lock-", b"{}", ephemeral=True, sequence=True,
+                                makepath=True)
+    shared._orphans.add(node)  # as a release that could not reach the server leaves it, before the reconnect
+    before = wait_seconds("stale-t", "w-stale", "stale_own_node")
+    t0 = time.monotonic()
+    lk.acquire(timeout_s=5, holder=HolderInfo.current("w-stale"))
+    assert time.monotonic() - t0 < 2
+    assert kazoo().exists(node) is None
+    assert lk.node_path != node
+    lk.release()
+    assert wait_seconds("stale-t", "w-stale", "stale_own_node") > before
+
+
+def test_an_abandoned_contender_is_deleted_by_its_prefix(providers, kazoo):
+    """An acquire that failed before it learnt its node's name (the create's reply was lost)
+    hands the recipe's name prefix to the clean-up: every node with that prefix goes, no other."""
+    p = providers()
+    lk = p.for_table("prefix-t", None)
+    shared = p._shared_client()
+    prefix = f"{lk.path}/{uuid.uuid4().hex}-lock-"
+    ours = shared.client.create(prefix, b"{}", ephemeral=True, sequence=True, makepath=True)
+    other = shared.client.create(f"{lk.path}/{uuid.uuid4().hex}-lock-", b"{}", ephemeral=True, sequence=True)
+    assert not shared.is_orphan(ours)
+    shared.add_orphan(prefix)
+    assert shared.is_orphan(ours) and not shared.is_orphan(other)
+    watcher = kazoo()
+    wait_until(lambda: watcher.exists(ours) is None, what="the abandoned contender deleted")
+    assert watcher.exists(other) is not None
+    wait_until(lambda: not shared.has_orphans(), what="the orphan list emptied")
 
 
 def test_unreachable_zookeeper_is_a_lock_error_quickly():
