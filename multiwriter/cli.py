@@ -147,7 +147,7 @@ def _heartbeat_body(storage, rel: str) -> dict:
 
     try:
         body = json.loads(storage.read_bytes(rel))
-    except (ValueError, OSError):
+    except (ValueError, RecursionError, OSError):
         return {}
     return body if isinstance(body, dict) else {}
 

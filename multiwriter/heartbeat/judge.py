@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..storage import Storage
 from ..table.layout import heartbeat_path
-from .client import expiry_bound_s
+from .client import MAX_INTERVAL_S, MAX_TOLERABLE_MISSES, expiry_bound_s
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +102,12 @@ def read_beat(storage: Storage, instant_time: str) -> Beat:
         return Beat(instant_time, False, _MISSING)
     try:
         body = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep
         body = None
     if not isinstance(body, dict):
         body = {}
     ts = _finite(body.get("ts_ms"))
-    interval_ms = _finite(body.get("interval_ms"))
-    misses = body.get("tolerable_misses")
+    interval_s, misses = _settings(body, rel)
     seq = body.get("seq")
     seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
     if seq is not None:
@@ -121,18 +120,40 @@ def read_beat(storage: Storage, instant_time: str) -> Beat:
         True,
         key,
         ts_s=None if ts is None else ts / 1000.0,
-        interval_s=interval_ms / 1000.0 if interval_ms is not None and interval_ms > 0 else None,
-        tolerable_misses=misses if isinstance(misses, int) and not isinstance(misses, bool) and misses >= 0 else None,
+        interval_s=interval_s,
+        tolerable_misses=misses,
         writer_id=writer if isinstance(writer, str) else None,
         seq=seq,
         mtime_s=info.mtime_s,
     )
 
 
+def _settings(body: dict, rel: str) -> tuple[float | None, int | None]:
+    """The writer's (interval_s, tolerable_misses) recorded in a beat; (None, None) when either is
+    absent or outside what a writer may be configured with (the judge's settings then apply)."""
+    interval_ms = _finite(body.get("interval_ms"))
+    misses = body.get("tolerable_misses")
+    if interval_ms is None and misses is None:
+        return None, None
+    interval_ok = interval_ms is not None and 0 < interval_ms <= MAX_INTERVAL_S * 1000.0
+    misses_ok = isinstance(misses, int) and not isinstance(misses, bool) and 0 <= misses <= MAX_TOLERABLE_MISSES
+    if not (interval_ok and misses_ok):
+        log.warning("%s records interval_ms=%.40r, tolerable_misses=%.40r: outside 0 < interval <= %g s, 0 <= misses "
+                    "<= %d; judged by the judge's own settings", rel, body.get("interval_ms"), misses,
+                    MAX_INTERVAL_S, MAX_TOLERABLE_MISSES)
+        return None, None
+    assert interval_ms is not None and isinstance(misses, int)
+    return interval_ms / 1000.0, misses
+
+
 def _finite(x: object) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x) if math.isfinite(x) else None
+    try:
+        f = float(x)
+    except OverflowError:  # an int beyond any float (10**400)
+        return None
+    return f if math.isfinite(f) else None
 
 
 @dataclass(frozen=True)
