@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError, MultiWriterError
+from .redact import redact
 
 #: our flags that Hudi's heartbeat keys also set: (argparse dest, WriterConfig field, default)
 HEARTBEAT_FLAGS = (("heartbeat_interval", "heartbeat_interval_s", 10.0), ("heartbeat_misses", "heartbeat_tolerable_misses", 2))
@@ -73,7 +74,7 @@ def _check_table_name(args: argparse.Namespace, options: dict[str, str]) -> None
     name = options.get("hoodie.table.name")
     actual = Table.open(args.path).name if name else None
     if name and name != actual:
-        raise ConfigError(f"hoodie.table.name={name!r}, but the table at {args.path} is named {actual!r}: "
+        raise ConfigError(f"hoodie.table.name={name!r}, but the table at {redact(args.path)} is named {actual!r}: "
                           "these keys are another table's")
 
 
@@ -101,7 +102,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
     t = Table.open(args.path)
     tl = t.timeline()
-    print(f"table {t.name} (version {t.config.version}) at {t.path}")
+    print(f"table {t.name} (version {t.config.version}) at {redact(t.path)}")
     print(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} writer / detail")
     for i in tl.latest_states():
         detail = ""

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..config import CONCURRENCY_KEY, INDEX_TYPE_KEY, WriterConfig, settings_from_options, table_settings_from_options
 from ..errors import ConfigError
+from ..redact import redact
 from ..lock.base import LockProvider
 
 QUERY_TYPE = "hoodie.datasource.query.type"
@@ -227,7 +228,7 @@ def _lock(opts: dict[str, str], provider: str, table_name: str | None) -> LockPr
     if provider == FS_PROVIDER:
         if "://" in opts["path"] and not opts["path"].startswith("file://"):
             raise ConfigError(f"{FS_PROVIDER} needs a local disk (it relies on an atomic create); "
-                              f"{opts['path']} is not one: use {ZK_PROVIDER}")
+                              f"{redact(opts['path'])} is not one: use {ZK_PROVIDER}")
         return FileSystemLock()
     key = opts.get(ZK_LOCK_KEY)
     if key is not None and table_name is not None and key != table_name:
