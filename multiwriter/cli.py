@@ -41,9 +41,12 @@ def hudi_options(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key.strip():
             raise ConfigError(f"--hoodie-conf {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
-    foreign = [k for k in out if not k.startswith("hoodie.")]
+    from .config import ZK_AUTH_KEY
+
+    foreign = [k for k in out if not k.startswith("hoodie.") and k != ZK_AUTH_KEY]
     if foreign:
-        raise ConfigError(f"unknown option {foreign[0]!r}: --hoodie-conf and --props take Hudi keys (hoodie.*)")
+        raise ConfigError(f"unknown option {foreign[0]!r}: --hoodie-conf and --props take Hudi keys (hoodie.*) "
+                          f"and {ZK_AUTH_KEY}")
     return out
 
 
@@ -51,9 +54,13 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
     """Resolve the lock and heartbeat settings of ``args`` from Hudi's keys, through the code
     :meth:`~multiwriter.WriterConfig.from_options` uses; a key that is unknown, or that says
     otherwise than a flag or the table, is a ``ConfigError`` naming both."""
-    from .config import settings_from_options, zookeeper_lock_from_options
+    from .cleaner.job import cli_zk_auth
+    from .config import ZK_AUTH_KEY, settings_from_options, zookeeper_lock_from_options
 
     options = hudi_options(args)
+    auth = cli_zk_auth(args)  # --zk-auth or $MULTIWRITER_ZK_AUTH: also for a lock the Hudi keys describe
+    if auth is not None and "hoodie.write.lock.provider" in options:
+        options.setdefault(ZK_AUTH_KEY, ":".join(auth))
     settings = settings_from_options(options) if options else {}
     for dest, field, default in HEARTBEAT_FLAGS:
         flag, key = getattr(args, dest, None), settings.get(field)

@@ -547,6 +547,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
     p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
                    "(default: the one the table records, else /multiwriter)")
+    _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
@@ -583,7 +584,7 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
         if base is None:
             recorded = Table.open(args.path).config.raw.get("multiwriter.lock.zookeeper.base_path")
             base = recorded or "/multiwriter"
-        return ZooKeeperLock(connect=args.zk, base_path=base)
+        return ZooKeeperLock(connect=args.zk, base_path=base, auth=cli_zk_auth(args))
     if args.file_lock:
         return FileSystemLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
@@ -591,11 +592,29 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
 
 
+def cli_zk_auth(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The ZooKeeper digest credentials of ``--zk-auth``, else of ``$MULTIWRITER_ZK_AUTH``."""
+    from ..config import ZK_AUTH_ENV, zk_auth
+
+    flag = getattr(args, "zk_auth", None)
+    if flag:
+        return zk_auth(flag, "--zk-auth")
+    env = os.environ.get(ZK_AUTH_ENV)
+    return zk_auth(env, f"${ZK_AUTH_ENV}") if env else None
+
+
+def _add_zk_auth(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zk-auth", metavar="USER:PASSWORD", default=None,
+                   help="ZooKeeper digest credentials of the writers' lock (every node we create then carries a "
+                        "digest ACL); better set $MULTIWRITER_ZK_AUTH: a command line is visible to other users")
+
+
 def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--zk``, ``--zk-base-path``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
+    """``--zk``, ``--zk-base-path``, ``--zk-auth``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
     p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
     p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
                    "(default: the one the table records, else /multiwriter)")
+    _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     return p
 
