@@ -469,11 +469,11 @@ class Cleaner:
         try:
             fn()
         except (MultiWriterError, OSError) as e:
-            log.error("cleaner %s step failed on %s: %s", name, redact(self.path), e)
-            report.errors.append(f"{name}: {type(e).__name__}: {e}")
+            log.error("cleaner %s step failed on %s: %s", name, redact(self.path), redact(e))
+            report.errors.append(redact(f"{name}: {type(e).__name__}: {e}"))
         except Exception as e:  # noqa: BLE001 -- one step's bug must not stop the others (each is safe alone)
             log.exception("cleaner %s step failed unexpectedly on %s", name, redact(self.path))
-            report.errors.append(f"{name}: {type(e).__name__}: {e}")
+            report.errors.append(redact(f"{name}: {type(e).__name__}: {e}"))
 
     def _context(self) -> CleanerContext:
         if self._lock is None:

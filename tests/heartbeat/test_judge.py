@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from multiwriter.errors import ConfigError
 from multiwriter.heartbeat import HeartbeatClient
 from multiwriter.heartbeat.client import is_lapsed
 from multiwriter.heartbeat.judge import ALIVE, LAPSED, UNDECIDED, HeartbeatJudge, read_beat
@@ -248,9 +249,9 @@ def test_the_largest_settings_a_writer_may_have_are_still_its_own(storage, clock
     beat(storage, seq=1, ts=NOW, interval_s=3600.0, misses=100)
     o = j.observe(T)
     assert o.bound_from == "writer" and o.bound_s == 3600.0 * 101
-    with pytest.raises(Exception, match="interval_s=3601"):
+    with pytest.raises(ConfigError, match="interval_s=3601"):
         HeartbeatClient(storage, writer_id="w", interval_s=3601.0, tolerable_misses=1)
-    with pytest.raises(Exception, match="tolerable_misses=101"):
+    with pytest.raises(ConfigError, match="tolerable_misses=101"):
         HeartbeatClient(storage, writer_id="w", interval_s=1.0, tolerable_misses=101)
 
 
