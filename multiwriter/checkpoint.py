@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError, TableFormatError
+from .redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lock.base import LockProvider
@@ -207,7 +208,7 @@ def retire(table: Table, writer_id: str, *, lock: LockProvider, lock_timeout_s: 
             _refuse_in_flight(table, tl, writer_id)
             batch = last(tl, writer_id)
             if batch is None:
-                raise ConfigError(f"writer id {writer_id!r} has no checkpoint on {table.path}; nothing to retire")
+                raise ConfigError(f"writer id {writer_id!r} has no checkpoint on {redact(table.path)}; nothing to retire")
             rec = RetiredWriter(writer_id, tl.max_time(), batch)
             _write_retired(table.storage, rec)
         finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError, MultiWriterError
+from .redact import redact
 
 #: our flags that Hudi's heartbeat keys also set: (argparse dest, WriterConfig field, default)
 HEARTBEAT_FLAGS = (("heartbeat_interval", "heartbeat_interval_s", 10.0), ("heartbeat_misses", "heartbeat_tolerable_misses", 2))
@@ -40,9 +41,12 @@ def hudi_options(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key.strip():
             raise ConfigError(f"--hoodie-conf {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
-    foreign = [k for k in out if not k.startswith("hoodie.")]
+    from .config import ZK_AUTH_KEY
+
+    foreign = [k for k in out if not k.startswith("hoodie.") and k != ZK_AUTH_KEY]
     if foreign:
-        raise ConfigError(f"unknown option {foreign[0]!r}: --hoodie-conf and --props take Hudi keys (hoodie.*)")
+        raise ConfigError(f"unknown option {foreign[0]!r}: --hoodie-conf and --props take Hudi keys (hoodie.*) "
+                          f"and {ZK_AUTH_KEY}")
     return out
 
 
@@ -50,9 +54,13 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
     """Resolve the lock and heartbeat settings of ``args`` from Hudi's keys, through the code
     :meth:`~multiwriter.WriterConfig.from_options` uses; a key that is unknown, or that says
     otherwise than a flag or the table, is a ``ConfigError`` naming both."""
-    from .config import settings_from_options, zookeeper_lock_from_options
+    from .cleaner.job import cli_zk_auth
+    from .config import ZK_AUTH_KEY, settings_from_options, zookeeper_lock_from_options
 
     options = hudi_options(args)
+    auth = cli_zk_auth(args)  # --zk-auth or $MULTIWRITER_ZK_AUTH: also for a lock the Hudi keys describe
+    if auth is not None and "hoodie.write.lock.provider" in options:
+        options.setdefault(ZK_AUTH_KEY, ":".join(auth))
     settings = settings_from_options(options) if options else {}
     for dest, field, default in HEARTBEAT_FLAGS:
         flag, key = getattr(args, dest, None), settings.get(field)
@@ -73,7 +81,7 @@ def _check_table_name(args: argparse.Namespace, options: dict[str, str]) -> None
     name = options.get("hoodie.table.name")
     actual = Table.open(args.path).name if name else None
     if name and name != actual:
-        raise ConfigError(f"hoodie.table.name={name!r}, but the table at {args.path} is named {actual!r}: "
+        raise ConfigError(f"hoodie.table.name={name!r}, but the table at {redact(args.path)} is named {actual!r}: "
                           "these keys are another table's")
 
 
@@ -101,7 +109,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
     t = Table.open(args.path)
     tl = t.timeline()
-    print(f"table {t.name} (version {t.config.version}) at {t.path}")
+    print(f"table {t.name} (version {t.config.version}) at {redact(t.path)}")
     print(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} writer / detail")
     for i in tl.latest_states():
         detail = ""
@@ -147,7 +155,7 @@ def _heartbeat_body(storage, rel: str) -> dict:
 
     try:
         body = json.loads(storage.read_bytes(rel))
-    except (ValueError, OSError):
+    except (ValueError, RecursionError, OSError):
         return {}
     return body if isinstance(body, dict) else {}
 

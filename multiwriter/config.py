@@ -41,6 +41,12 @@ LOCK_PROVIDER_KEY = "hoodie.write.lock.provider"
 ZK_PREFIX = "hoodie.write.lock.zookeeper."
 ZK_KEYS = {"url", "port", "base_path", "lock_key", "session_timeout_ms", "connection_timeout_ms"}
 LOCK_RETRIES_KEY = "hoodie.write.lock.num_retries"
+#: Digest credentials ``USER:PASSWORD`` of the ZooKeeper lock; with them every node multiwriter
+#: creates carries a digest ACL. Ours: Hudi has no such key (its ZooKeeper client reads JAAS).
+ZK_AUTH_KEY = "multiwriter.lock.zookeeper.auth"
+#: the same credentials for the command line, read from the environment (a command line is
+#: visible to every user of the host)
+ZK_AUTH_ENV = "MULTIWRITER_ZK_AUTH"
 
 #: Hudi's concurrency modes, as ``WriterConfig.concurrency`` names them
 CONCURRENCY_KEY = "hoodie.write.concurrency.mode"
@@ -205,7 +211,7 @@ def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"{k}={v!r} is not supported: use one of {sorted(CONCURRENCY_MODES)}")
             kw["concurrency"] = mode
             continue
-        if k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS:
+        if (k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS) or k == ZK_AUTH_KEY:
             continue
         target = HUDI_KEYS.get(k, k)
         if target not in names or target == "lock":
@@ -264,8 +270,8 @@ def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:
     zk = {k[len(ZK_PREFIX):]: v for k, v in options.items() if k.startswith(ZK_PREFIX)}
     provider = options.get(LOCK_PROVIDER_KEY)
     if provider is None:
-        if zk or LOCK_RETRIES_KEY in options:
-            first = next(iter(sorted(k for k in options if k.startswith(ZK_PREFIX) or k == LOCK_RETRIES_KEY)))
+        if zk or LOCK_RETRIES_KEY in options or ZK_AUTH_KEY in options:
+            first = next(iter(sorted(k for k in options if k.startswith(ZK_PREFIX) or k in (LOCK_RETRIES_KEY, ZK_AUTH_KEY))))
             raise ConfigError(f"{first!r} is given without {LOCK_PROVIDER_KEY}={ZK_PROVIDER}: set the provider too")
         return None
     if str(provider).strip() != ZK_PROVIDER:
@@ -289,7 +295,18 @@ def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:
         kw["acquire_timeout_s"] = _number("hoodie.write.lock.wait_time_ms", options["hoodie.write.lock.wait_time_ms"]) / 1000.0
     if LOCK_RETRIES_KEY in options:
         kw["max_retries"] = max(1, int(_number(LOCK_RETRIES_KEY, options[LOCK_RETRIES_KEY])))
+    if options.get(ZK_AUTH_KEY):
+        kw["auth"] = zk_auth(options[ZK_AUTH_KEY], ZK_AUTH_KEY)
     return ZooKeeperLock(_connect_string(str(zk["url"]), zk.get("port")), **kw)
+
+
+def zk_auth(value: Any, source: str) -> tuple[str, str]:
+    """``(user, password)`` of digest credentials given as ``USER:PASSWORD`` (ZooKeeper's own
+    notation); the ConfigError never repeats the value, which holds a password."""
+    user, sep, password = str(value).partition(":")
+    if not sep or not user.strip() or not password:
+        raise ConfigError(f"{source} must be USER:PASSWORD (ZooKeeper digest credentials, both parts non-empty)")
+    return user.strip(), password
 
 
 def _connect_string(url: str, port: Any) -> str:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import checkpoint as ckpt
+from .redact import redact
 from .table import instant as inst
 from .table.instant import Instant
 from .table.table import Table
@@ -97,7 +98,7 @@ def collect(
                                            observe_s, skew_warn_s)
     return TableStatus(
         table=table.name,
-        path=table.path,
+        path=redact(table.path),  # shown (text and --json): never a credential of the URI
         version=table.config.version,
         live_writers=sorted(live_writers) if live_writers is not None else None,
         writers=_writers(tl, live_writers),

@@ -28,7 +28,7 @@ import stat
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
@@ -359,8 +359,13 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     (:func:`s3_options`) unless the URI carries its own query options."""
     parts = urlsplit(uri)
     if parts.scheme in ("s3", "s3a") and not parts.query:
-        fs = pafs.S3FileSystem(**s3_options())
-        return fs, f"{parts.netloc}{parts.path}".rstrip("/")
+        opts = s3_options()
+        userinfo, at, bucket = parts.netloc.rpartition("@")
+        if at:  # s3://KEY:SECRET@bucket/...: the URI's own credentials, as pyarrow reads them
+            key, _, secret = userinfo.partition(":")
+            opts.update(access_key=unquote(key), secret_key=unquote(secret))
+        fs = pafs.S3FileSystem(**opts)
+        return fs, f"{bucket}{parts.path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
 
 

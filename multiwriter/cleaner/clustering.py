@@ -44,7 +44,7 @@ from ..table import layout
 from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
 from ..table.instant import Instant
-from ..table.metadata import ReplaceCommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode
+from ..table.metadata import ReplaceCommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, parsing
 from ..table.schema import with_meta
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
@@ -196,17 +196,22 @@ class ClusteringPlan:
     def from_bytes(cls, clustering_time: str, data: bytes, *, source: str) -> ClusteringPlan:
         """Parse a plan; only data files inside the table named by their own group are kept."""
         recs = decode_records(data, source=source) if data else []
-        plan = recs[0].get("clusteringPlan") if len(recs) == 1 else None
-        if not plan:
-            raise TableFormatError(f"{source}: not a clustering plan (HoodieRequestedReplaceMetadata with a clusteringPlan)")
-        groups = []
-        for g in plan.get("inputGroups") or []:
-            slices = [s for s in (_slice(x, source) for x in g.get("slices") or []) if s is not None]
-            if slices:
-                groups.append(PlanGroup(slices[0].partition, tuple(slices)))
-        meta = plan.get("extraMetadata") or recs[0].get("extraMetadata") or {}
-        params = dict((plan.get("strategy") or {}).get("strategyParams") or {})
-        return cls(clustering_time, meta.get(BASE_KEY) or None, tuple(groups), params)
+        with parsing(source, "clustering plan"):
+            plan = recs[0].get("clusteringPlan") if len(recs) == 1 and isinstance(recs[0], dict) else None
+            if not plan:
+                raise TableFormatError(
+                    f"{source}: not a clustering plan (HoodieRequestedReplaceMetadata with a clusteringPlan)")
+            groups = []
+            for g in plan.get("inputGroups") or []:
+                slices = [s for s in (_slice(x, source) for x in g.get("slices") or []) if s is not None]
+                if slices:
+                    groups.append(PlanGroup(slices[0].partition, tuple(slices)))
+            meta = plan.get("extraMetadata") or recs[0].get("extraMetadata") or {}
+            params = dict((plan.get("strategy") or {}).get("strategyParams") or {})
+            base = meta.get(BASE_KEY) or None
+            if base is not None and not isinstance(base, str):
+                raise TypeError(f"{BASE_KEY}={base!r:.80} is not a string")
+            return cls(clustering_time, base, tuple(groups), params)
 
 
 def _slice(rec: dict[str, Any], source: str) -> InputSlice | None:

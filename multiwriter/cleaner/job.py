@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CleanerError, ConfigError, MultiWriterError, TableFormatError
+from ..redact import redact
 from ..lock.base import LOCK_KIND_KEY, LockProvider, check_table_lock
 from ..table.table import Table
 from . import CleanerContext
@@ -193,10 +194,10 @@ class Cleaner:
         self.table = Table.open(self.path)
         if self.table.config.version < 8:
             raise TableFormatError(
-                f"{self.path} is a version {self.table.config.version} table; the cleaner writes version 8 "
+                f"{redact(self.path)} is a version {self.table.config.version} table; the cleaner writes version 8 "
                 "timelines only: upgrade the table with Hudi first"
             )
-        check_table_lock(self.table.config.raw, lock, table=self.path)
+        check_table_lock(self.table.config.raw, lock, table=redact(self.path))
         self.lock_provider = lock
         self.heartbeat_interval_s = float(heartbeat_interval_s)
         self.heartbeat_tolerable_misses = int(heartbeat_tolerable_misses)
@@ -271,7 +272,7 @@ class Cleaner:
         (log.warning if report.errors else log.info)("%s", report)
         if report.errors and raise_errors:
             raise CleanerError(
-                f"cleaner run on {self.path} had {len(report.errors)} errors: " + "; ".join(report.errors), report
+                f"cleaner run on {redact(self.path)} had {len(report.errors)} errors: " + "; ".join(report.errors), report
             )
         return report
 
@@ -302,7 +303,7 @@ class Cleaner:
             report.duration_s = time.monotonic() - started
             self._push()
         if report.errors and raise_errors:
-            raise CleanerError(f"{name} run on {self.path} failed: " + "; ".join(report.errors), report)
+            raise CleanerError(f"{name} run on {redact(self.path)} failed: " + "; ".join(report.errors), report)
         return report
 
     def start(
@@ -447,7 +448,7 @@ class Cleaner:
             log.warning(
                 "%d orphan data files in %s (first: %s)%s",
                 len(found),
-                self.path,
+                redact(self.path),
                 found[0].path,
                 "" if self.delete_orphans else "; run with delete_orphans=True to delete them",
             )
@@ -468,8 +469,11 @@ class Cleaner:
         try:
             fn()
         except (MultiWriterError, OSError) as e:
-            log.error("cleaner %s step failed on %s: %s", name, self.path, e)
-            report.errors.append(f"{name}: {type(e).__name__}: {e}")
+            log.error("cleaner %s step failed on %s: %s", name, redact(self.path), redact(e))
+            report.errors.append(redact(f"{name}: {type(e).__name__}: {e}"))
+        except Exception as e:  # noqa: BLE001 -- one step's bug must not stop the others (each is safe alone)
+            log.exception("cleaner %s step failed unexpectedly on %s", name, redact(self.path))
+            report.errors.append(redact(f"{name}: {type(e).__name__}: {e}"))
 
     def _context(self) -> CleanerContext:
         if self._lock is None:
@@ -499,7 +503,7 @@ class Cleaner:
         try:
             self.run_once(raise_errors=False)
         except Exception:  # the companion query must outlive any one bad run
-            log.exception("cleaner run %s on %s failed", batch_id, self.path)
+            log.exception("cleaner run %s on %s failed", batch_id, redact(self.path))
 
     def _push(self) -> None:
         if not self.pushgateway:
@@ -509,7 +513,7 @@ class Cleaner:
 
             push_to_gateway(self.pushgateway, "multiwriter-cleaner", registry=getattr(self.metrics, "registry", None))
         except Exception as e:  # noqa: BLE001 -- metrics must never break cleaning
-            log.warning("could not push cleaner metrics to %s: %s", self.pushgateway, e)
+            log.warning("could not push cleaner metrics to %s: %s", redact(self.pushgateway), redact(e))
 
 
 def _validate(
@@ -543,6 +547,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
     p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
                    "(default: the one the table records, else /multiwriter)")
+    _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
@@ -579,7 +584,7 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
         if base is None:
             recorded = Table.open(args.path).config.raw.get("multiwriter.lock.zookeeper.base_path")
             base = recorded or "/multiwriter"
-        return ZooKeeperLock(connect=args.zk, base_path=base)
+        return ZooKeeperLock(connect=args.zk, base_path=base, auth=cli_zk_auth(args))
     if args.file_lock:
         return FileSystemLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
@@ -587,11 +592,29 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
 
 
+def cli_zk_auth(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The ZooKeeper digest credentials of ``--zk-auth``, else of ``$MULTIWRITER_ZK_AUTH``."""
+    from ..config import ZK_AUTH_ENV, zk_auth
+
+    flag = getattr(args, "zk_auth", None)
+    if flag:
+        return zk_auth(flag, "--zk-auth")
+    env = os.environ.get(ZK_AUTH_ENV)
+    return zk_auth(env, f"${ZK_AUTH_ENV}") if env else None
+
+
+def _add_zk_auth(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zk-auth", metavar="USER:PASSWORD", default=None,
+                   help="ZooKeeper digest credentials of the writers' lock (every node we create then carries a "
+                        "digest ACL); better set $MULTIWRITER_ZK_AUTH: a command line is visible to other users")
+
+
 def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--zk``, ``--zk-base-path``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
+    """``--zk``, ``--zk-base-path``, ``--zk-auth``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
     p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
     p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
                    "(default: the one the table records, else /multiwriter)")
+    _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
     return p
 
@@ -655,7 +678,7 @@ def compact_command(args: argparse.Namespace) -> int:
     if not cleaner.table.config.merge_on_read:
         cleaner.close()
         lock.close()
-        raise ConfigError(f"{args.path} is a Copy-on-Write table: it has no log files to compact")
+        raise ConfigError(f"{redact(args.path)} is a Copy-on-Write table: it has no log files to compact")
     return _loop(lambda: cleaner.compact_once(raise_errors=False), args, [cleaner.close, lock.close])
 
 

@@ -47,7 +47,7 @@ from ..table import instant as inst
 from ..table import layout
 from ..table import timeline as tlmod
 from ..table.instant import Instant
-from ..table.metadata import NS, decode_records, encode
+from ..table.metadata import NS, decode_records, encode, parsing
 from ..table.files import FileGroup, FileSlice, LogFile, list_files
 from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
@@ -148,26 +148,28 @@ class CleanPlan:
     @classmethod
     def from_bytes(cls, clean_time: str, data: bytes, *, source: str) -> CleanPlan:
         """Parse a plan; only data files inside the table are accepted (see rollback)."""
+        hint = ("inspect it, and delete the pending clean instant files by hand if it is garbage (a later run plans "
+                "a new clean)")
         recs = decode_records(data, source=source) if data else []
-        if len(recs) != 1:
-            raise TableFormatError(
-                f"{source}: not a cleaner plan; inspect it, and delete the pending clean instant files by hand "
-                "if it is garbage (a later run plans a new clean)"
-            )
+        if len(recs) != 1 or not isinstance(recs[0], dict):
+            raise TableFormatError(f"{source}: not a cleaner plan; {hint}")
         rec = recs[0]
-        earliest = (rec.get("earliestInstantToRetain") or {}).get("timestamp") or ""
-        files: list[str] = []
-        for part, infos in (rec.get("filePathsToBeDeletedPerPartition") or {}).items():
-            for info in infos or []:
-                rel = _safe_data_path(part, info.get("filePath") or "", source)
-                if rel is not None:
-                    files.append(rel)
-        for part, names in (rec.get("filesToBeDeletedPerPartition") or {}).items():
-            for name in names or []:
-                rel = _safe_data_path(part, name, source)
-                if rel is not None:
-                    files.append(rel)
-        return cls(earliest, "", tuple(sorted(set(files))), clean_time)
+        with parsing(source, "cleaner plan", hint):
+            earliest = (rec.get("earliestInstantToRetain") or {}).get("timestamp") or ""
+            if not isinstance(earliest, str):
+                raise TypeError(f"earliestInstantToRetain.timestamp={earliest!r:.80} is not a string")
+            files: list[str] = []
+            for part, infos in (rec.get("filePathsToBeDeletedPerPartition") or {}).items():
+                for info in infos or []:
+                    rel = _safe_data_path(part, info.get("filePath") or "", source)
+                    if rel is not None:
+                        files.append(rel)
+            for part, names in (rec.get("filesToBeDeletedPerPartition") or {}).items():
+                for name in names or []:
+                    rel = _safe_data_path(part, name, source)
+                    if rel is not None:
+                        files.append(rel)
+            return cls(earliest, "", tuple(sorted(set(files))), clean_time)
 
 
 def _safe_data_path(partition: str, path: str, source: str) -> str | None:

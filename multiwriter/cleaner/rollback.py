@@ -40,7 +40,7 @@ from ..table import instant as inst
 from ..table import layout, paths
 from ..table import timeline as tlmod
 from ..table.instant import Instant
-from ..table.metadata import decode_records, encode, rollback_target
+from ..table.metadata import decode_records, encode, parsing, rollback_target
 from ..table.files import list_files
 from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
@@ -94,28 +94,28 @@ class RollbackPlan:
     def from_bytes(cls, rollback_time: str, data: bytes, *, source: str) -> RollbackPlan:
         """Parse a plan; only data files of the target instant inside the table are accepted,
         so a corrupt or foreign plan can never make the cleaner delete anything else."""
+        hint = ("inspect it and delete the rollback instant files by hand if it is garbage (its target, if any, "
+                "will then be planned again)")
         recs = decode_records(data, source=source) if data else []
-        if len(recs) != 1 or not recs[0].get("instantToRollback"):
-            raise TableFormatError(
-                f"{source}: not a rollback plan naming its instant; inspect it and delete the rollback "
-                "instant files by hand if it is garbage (its target, if any, will then be planned again)"
-            )
-        rec = recs[0]
-        target = rec["instantToRollback"]
-        # the target names directories this rollback deletes (markers, heartbeat): the path rule first
-        t = paths.instant_time(rollback_target(rec), source=source)
-        action = target.get("action") or inst.COMMIT
-        if action not in inst.KNOWN_ACTIONS:
-            raise UnsafePathError(f"{source}: instantToRollback.action {str(action)[:80]!r} is not a Hudi action; "
-                                  "nothing was deleted. Inspect the plan", path=str(action), source=source)
-        files: list[str] = []
-        for req in rec.get("RollbackRequests") or []:
-            part = req.get("partitionPath") or ""
-            for path in req.get("filesToBeDeleted") or []:
-                rel = _safe_data_path(part, path, t, source)
-                if rel is not None:
-                    files.append(rel)
-        return cls(rollback_time, t, action, tuple(sorted(set(files))))
+        with parsing(source, "rollback plan", hint):
+            if len(recs) != 1 or not isinstance(recs[0], dict) or not rollback_target(recs[0]):
+                raise TableFormatError(f"{source}: not a rollback plan naming its instant; {hint}")
+            rec = recs[0]
+            target = rec["instantToRollback"]
+            # the target names directories this rollback deletes (markers, heartbeat): the path rule first
+            t = paths.instant_time(rollback_target(rec), source=source)
+            action = target.get("action") or inst.COMMIT
+            if not isinstance(action, str) or action not in inst.KNOWN_ACTIONS:
+                raise UnsafePathError(f"{source}: instantToRollback.action {str(action)[:80]!r} is not a Hudi action; "
+                                      "nothing was deleted. Inspect the plan", path=str(action), source=source)
+            files: list[str] = []
+            for req in rec.get("RollbackRequests") or []:
+                part = req.get("partitionPath") or ""
+                for path in req.get("filesToBeDeleted") or []:
+                    rel = _safe_data_path(part, path, t, source)
+                    if rel is not None:
+                        files.append(rel)
+            return cls(rollback_time, t, action, tuple(sorted(set(files))))
 
 
 def _safe_data_path(partition: str, path: str, target_time: str, source: str) -> str | None:

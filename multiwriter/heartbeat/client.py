@@ -66,6 +66,14 @@ def beating_client(instant_time: str) -> HeartbeatClient | None:
 
 
 # -- the shared expiry rule ---------------------------------------------------------------------
+#: The largest settings a writer may beat with (WriterConfig's ranges). A beat recording more
+#: is judged by the judge's own settings: anyone who can write the table's files could otherwise
+#: declare an interval of 1e300 ms, so that its instant never lapses and holds back rollback,
+#: retention and archival for ever.
+MAX_INTERVAL_S = 3600.0
+MAX_TOLERABLE_MISSES = 100
+
+
 def expiry_bound_s(interval_s: float, tolerable_misses: int) -> float:
     """Seconds without a beat after which a writer counts as dead: ``interval * (misses + 1)``."""
     return interval_s * (tolerable_misses + 1)
@@ -117,7 +125,7 @@ def _ts_inside(storage: Storage, rel: str) -> float | None:
     try:
         body = json.loads(storage.read_bytes(rel))
         ts = float(body["ts_ms"]) / 1000.0
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, OSError) as e:
         log.debug("heartbeat %s unreadable (%s); judging by its mtime", rel, e)
         return None
     return ts if math.isfinite(ts) else None  # "Infinity" would make a writer immortal
@@ -441,10 +449,11 @@ class HeartbeatClient:
 
 
 def _validate(interval_s: float, tolerable_misses: int, max_consecutive_failures: int) -> None:
-    if not _is_number(interval_s) or not math.isfinite(interval_s) or interval_s < 1.0:
-        raise ConfigError(f"heartbeat interval_s={interval_s!r} must be a number >= 1.0 (seconds)")
-    if not _is_whole(tolerable_misses) or tolerable_misses < 0:
-        raise ConfigError(f"heartbeat tolerable_misses={tolerable_misses!r} must be a whole number >= 0")
+    if not _is_number(interval_s) or not math.isfinite(interval_s) or not 1.0 <= interval_s <= MAX_INTERVAL_S:
+        raise ConfigError(f"heartbeat interval_s={interval_s!r} must be a number from 1.0 to {MAX_INTERVAL_S:g} (seconds)")
+    if not _is_whole(tolerable_misses) or not 0 <= tolerable_misses <= MAX_TOLERABLE_MISSES:
+        raise ConfigError(f"heartbeat tolerable_misses={tolerable_misses!r} must be a whole number from 0 to "
+                          f"{MAX_TOLERABLE_MISSES}")
     if not _is_whole(max_consecutive_failures) or max_consecutive_failures < 1:
         raise ConfigError(f"heartbeat max_consecutive_failures={max_consecutive_failures!r} must be a whole number >= 1")
 

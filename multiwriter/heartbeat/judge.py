@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..storage import Storage
 from ..table.layout import heartbeat_path
-from .client import expiry_bound_s
+from .client import MAX_INTERVAL_S, MAX_TOLERABLE_MISSES, expiry_bound_s
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class Beat:
     writer_id: str | None = None
     seq: int | None = None
     mtime_s: float | None = None
+    refused: str | None = None  # settings the beat recorded beyond a writer's limits (ignored)
 
     @property
     def bound_s(self) -> float | None:
@@ -102,13 +103,12 @@ def read_beat(storage: Storage, instant_time: str) -> Beat:
         return Beat(instant_time, False, _MISSING)
     try:
         body = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep
         body = None
     if not isinstance(body, dict):
         body = {}
     ts = _finite(body.get("ts_ms"))
-    interval_ms = _finite(body.get("interval_ms"))
-    misses = body.get("tolerable_misses")
+    interval_s, misses, refused = _settings(body)
     seq = body.get("seq")
     seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
     if seq is not None:
@@ -121,18 +121,39 @@ def read_beat(storage: Storage, instant_time: str) -> Beat:
         True,
         key,
         ts_s=None if ts is None else ts / 1000.0,
-        interval_s=interval_ms / 1000.0 if interval_ms is not None and interval_ms > 0 else None,
-        tolerable_misses=misses if isinstance(misses, int) and not isinstance(misses, bool) and misses >= 0 else None,
+        interval_s=interval_s,
+        tolerable_misses=misses,
         writer_id=writer if isinstance(writer, str) else None,
         seq=seq,
         mtime_s=info.mtime_s,
+        refused=refused,
     )
+
+
+def _settings(body: dict) -> tuple[float | None, int | None, str | None]:
+    """The writer's (interval_s, tolerable_misses) recorded in a beat, and a description of
+    settings refused: both None when either is absent, or outside what a writer may be
+    configured with (the judge's settings then apply)."""
+    raw_interval, misses = body.get("interval_ms"), body.get("tolerable_misses")
+    if raw_interval is None or misses is None:
+        return None, None, None
+    interval_ms = _finite(raw_interval)
+    interval_ok = interval_ms is not None and 0 < interval_ms <= MAX_INTERVAL_S * 1000.0
+    misses_ok = isinstance(misses, int) and not isinstance(misses, bool) and 0 <= misses <= MAX_TOLERABLE_MISSES
+    if not (interval_ok and misses_ok):
+        return None, None, f"interval_ms={str(raw_interval)[:40]}, tolerable_misses={str(misses)[:40]}"
+    assert interval_ms is not None and isinstance(misses, int)
+    return interval_ms / 1000.0, misses, None
 
 
 def _finite(x: object) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x) if math.isfinite(x) else None
+    try:
+        f = float(x)
+    except OverflowError:  # an int beyond any float (10**400)
+        return None
+    return f if math.isfinite(f) else None
 
 
 @dataclass(frozen=True)
@@ -238,6 +259,10 @@ class HeartbeatJudge:
                     writer = beat.writer_id or "?"
                     self._skews[writer] = m.skew_s
                     skew_seen = (writer, m.skew_s, gap)
+            if beat.refused and (m.since == now):  # once per beat: a new beat or a first sighting
+                log.warning("%s records %s, beyond 0 < interval <= %g s and 0 <= misses <= %d: judged by the judge's "
+                            "own settings", heartbeat_path(instant_time), beat.refused, MAX_INTERVAL_S,
+                            MAX_TOLERABLE_MISSES)
             m.last_seen = now
             if beat.bound_s is not None:
                 m.writer_bound_s = beat.bound_s

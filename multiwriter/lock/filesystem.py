@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..redact import redact
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from ..storage import FileExists
 from .base import HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
@@ -84,7 +85,7 @@ class FileSystemLock(LockProvider):
             raise ConfigError("FileSystemLock needs the table's storage: the lock file lives in the table")
         if not storage.is_local:
             raise ConfigError(
-                f"FileSystemLock needs a local filesystem (atomic create); {storage.uri} is not local: "
+                f"FileSystemLock needs a local filesystem (atomic create); {redact(storage.uri)} is not local: "
                 "use ZooKeeperLock for tables on object stores or HDFS"
             )
         return _FileTableLock(self, validate_table_id(table_id), storage)

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import CancelledError, KazooException, LockTimeout, NodeExistsError, NoNodeError
+from kazoo.exceptions import CancelledError, KazooException, LockTimeout, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
@@ -528,6 +528,16 @@ class ZooKeeperLock(LockProvider):
             shared.stop()
 
 
+def auth_hint(e: Exception, auth: tuple[str, str] | None) -> str:
+    """What to do about a NoAuthError: the nodes carry a digest ACL of other (or no) credentials."""
+    if not isinstance(e, NoAuthError):
+        return ""
+    given = f"the credentials of user {auth[0]!r} are not" if auth else "no credentials were given, and they are"
+    return (f" ({given} allowed on these nodes, which carry a digest ACL: pass the writers' credentials, "
+            "auth=(user, password) in Python, --zk-auth USER:PASSWORD or $MULTIWRITER_ZK_AUTH on the command line, "
+            "multiwriter.lock.zookeeper.auth in options)")
+
+
 def _has_dot_part(path: str) -> bool:
     return any(part in (".", "..") for part in path.split("/"))
 
@@ -626,7 +636,7 @@ class ZooKeeperTableLock(TableLock):
         except KazooException as e:
             raise LockError(
                 f"ZooKeeper error while acquiring the lock of table {self.table_id} at {self.provider.connect}: "
-                f"{type(e).__name__}: {e}"
+                f"{type(e).__name__}: {e}{auth_hint(e, self.provider.auth)}"
             ) from e
         finally:
             timer.cancel()
@@ -815,7 +825,7 @@ class WriterRegistration:
             except KazooException as e:
                 raise LockError(
                     f"could not register writer {self.writer_id!r} in ZooKeeper at {self.provider.connect}: "
-                    f"{type(e).__name__}: {e}"
+                    f"{type(e).__name__}: {e}{auth_hint(e, self.provider.auth)}"
                 ) from e
             try:
                 got = self._get()

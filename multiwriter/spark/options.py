@@ -12,8 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import CONCURRENCY_KEY, INDEX_TYPE_KEY, WriterConfig, settings_from_options, table_settings_from_options
+from ..config import (
+    CONCURRENCY_KEY,
+    INDEX_TYPE_KEY,
+    ZK_AUTH_KEY,
+    WriterConfig,
+    settings_from_options,
+    table_settings_from_options,
+    zk_auth,
+)
 from ..errors import ConfigError
+from ..redact import redact
 from ..lock.base import LockProvider
 
 QUERY_TYPE = "hoodie.datasource.query.type"
@@ -47,6 +56,7 @@ ZK_BASE = "hoodie.write.lock.zookeeper.base_path"
 ZK_LOCK_KEY = "hoodie.write.lock.zookeeper.lock_key"
 ZK_SESSION_MS = "hoodie.write.lock.zookeeper.session_timeout_ms"
 ZK_CONNECT_MS = "hoodie.write.lock.zookeeper.connection_timeout_ms"
+ZK_AUTH = ZK_AUTH_KEY  # "USER:PASSWORD": digest credentials (Hudi has no key for them)
 LOCK_PROVIDER = "hoodie.write.lock.provider"
 ZK_PROVIDER = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider"
 FS_PROVIDER = "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
@@ -68,7 +78,7 @@ NUMERIC = {
 }
 WRITE_KEYS = frozenset(
     {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
-     ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
+     ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, ZK_AUTH, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
      *NUMERIC}
 )
 #: options Spark itself adds to a streaming write's options (not ours to check)
@@ -227,7 +237,7 @@ def _lock(opts: dict[str, str], provider: str, table_name: str | None) -> LockPr
     if provider == FS_PROVIDER:
         if "://" in opts["path"] and not opts["path"].startswith("file://"):
             raise ConfigError(f"{FS_PROVIDER} needs a local disk (it relies on an atomic create); "
-                              f"{opts['path']} is not one: use {ZK_PROVIDER}")
+                              f"{redact(opts['path'])} is not one: use {ZK_PROVIDER}")
         return FileSystemLock()
     key = opts.get(ZK_LOCK_KEY)
     if key is not None and table_name is not None and key != table_name:
@@ -243,6 +253,8 @@ def _lock(opts: dict[str, str], provider: str, table_name: str | None) -> LockPr
         kw["session_timeout_s"] = _int(opts, ZK_SESSION_MS, 0, lo=1) / 1000.0
     if ZK_CONNECT_MS in opts:
         kw["connection_timeout_s"] = _int(opts, ZK_CONNECT_MS, 0, lo=1) / 1000.0
+    if opts.get(ZK_AUTH):
+        kw["auth"] = zk_auth(opts[ZK_AUTH], ZK_AUTH)
     return ZooKeeperLock(connect, opts.get(ZK_BASE, DEFAULT_ZK_BASE), **kw)
 
 

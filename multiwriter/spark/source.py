@@ -44,6 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError, TableNotFoundError
+from ..redact import redact
 from ..table.table import Table
 from ..write.overwrite import OPERATION as OVERWRITE
 from . import options as opt
@@ -127,7 +128,7 @@ def spark_partitions(plan: ScanPlan, columns: list[str], path: str) -> list[Inpu
     """The plan's Spark tasks (batch and streaming reads), after checking the asked columns."""
     unknown = [c for c in columns if plan.schema.get_field_index(c) < 0]
     if unknown:
-        raise ConfigError(f"columns {unknown} are not in the table at {path}; it has {plan.schema.names}")
+        raise ConfigError(f"columns {unknown} are not in the table at {redact(path)}; it has {plan.schema.names}")
     header = replace(plan, tasks=())
     return [_Partition(header, group) for group in plan.groups()]
 
@@ -226,7 +227,7 @@ def _check_matches(parsed: opt.WriteOptions, table: Table) -> None:
     diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
     if diff:
         shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
-        raise ConfigError(f"the table at {parsed.path} exists with other settings ({shown})")
+        raise ConfigError(f"the table at {redact(parsed.path)} exists with other settings ({shown})")
 
 
 def _create_settings(parsed: opt.WriteOptions) -> dict[str, Any]:

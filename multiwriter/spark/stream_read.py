@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError, InstantNotRetainedError
+from ..redact import redact
 from ..table.table import Table
 from . import options as opt
 from .scan import ScanPlan, plan_scan
@@ -79,7 +80,7 @@ def plan_range(options: opt.StreamReadOptions, start: str | None, end: str | Non
     except InstantNotRetainedError as e:
         resume = e.earliest or "earliest"
         raise InstantNotRetainedError(
-            f"streaming read of {options.path}: the query's offset {start} fell behind what the cleaner retains, so the "
+            f"streaming read of {redact(options.path)}: the query's offset {start} fell behind what the cleaner retains, so the "
             f"micro-batch ({start}, {end}] cannot be delivered exactly ({e}). Restart the query with a new "
             f"checkpointLocation and {opt.START_OFFSET}={resume} (records completed between are skipped) or "
             f"{opt.START_OFFSET}=earliest (the whole table again); to avoid this, let the cleaner retain more "

@@ -59,6 +59,7 @@ from ..errors import (
     LockAcquireTimeout,
     WriteConflictError,
 )
+from ..redact import redact
 from ..heartbeat.client import HeartbeatClient, expiry_bound_s, heartbeat_age_s
 from ..storage import Storage
 from ..table import instant as inst
@@ -228,7 +229,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
             return self._local[0], self._local[1]
         parsed, table = parse(self.options)
         if table is None:
-            raise ConfigError(f"the table at {parsed.path} is gone: micro-batch not committed")
+            raise ConfigError(f"the table at {redact(parsed.path)} is gone: micro-batch not committed")
         return table, parsed.writer_config()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

@@ -199,3 +199,120 @@ class ContainerWriter:
         body = b"".join(parts)
         sync = os.urandom(_SYNC_SIZE)
         return b"".join([self._head, sync, zigzag(1), zigzag(len(body)), body, sync])
+
+
+# -- bounded reading ---------------------------------------------------------------------------
+
+#: Codecs a timeline file may use: Hudi and multiwriter write ``null``; ``deflate`` is read with
+#: its output bounded. Others are refused rather than decompressed without a bound.
+READ_CODECS = ("null", "deflate")
+#: The most bytes one decompressed block of a timeline file may hold (the largest commit
+#: metadata of a table with a million files is well below it)
+MAX_BLOCK_BYTES = 256 << 20
+
+
+class Unsafe(ValueError):
+    """An Avro container that decoding could not bound by its own size (see :func:`check_bounded`)."""
+
+
+def bounded_reader(data: bytes) -> Any:
+    """A fastavro reader of the records of ``data``; :class:`Unsafe` unless decoding them needs
+    memory in proportion to the size of ``data``.
+
+    An Avro block or array states its item count up front, and a decoder loops that many times.
+    An item that takes no bytes (``null``, a zero-size ``fixed``, a record of those) lets a
+    211-byte file declare 2^40 items; every other item consumes at least one byte, so a
+    count beyond the bytes left ends at the end of the data. So: no array items, and no records
+    of the container itself, that take no bytes; only the ``null`` codec, or ``deflate`` whose
+    blocks are decompressed with a bound; block sizes within the file.
+    """
+    import zlib
+
+    buf = io.BytesIO(data)
+    try:
+        header = fastavro.reader(buf)
+    except Exception as e:  # noqa: BLE001 -- fastavro raises many types for a corrupt header
+        raise Unsafe(f"unreadable header ({type(e).__name__}: {e})") from e
+    codec = header.codec
+    if codec not in READ_CODECS:
+        raise Unsafe(f"codec {codec!r} is not one timeline files use (expected one of {READ_CODECS})")
+    empty_items: list[Any] = []
+    if _zero_width(header.writer_schema, {}, empty_items):
+        raise Unsafe("its records take no bytes, so a block could declare any number of them")
+    if empty_items:
+        raise Unsafe(f"an array of items that take no bytes ({empty_items[0]!r}): not a timeline schema")
+    pos = buf.tell()
+    while pos < len(data):
+        count, pos = _read_long(data, pos)
+        size, pos = _read_long(data, pos)
+        if count < 0 or size < 0 or size > len(data) - pos:
+            raise Unsafe(f"a block of {count} records and {size} bytes at offset {pos} overruns the file")
+        block = data[pos:pos + size]
+        if codec == "deflate":
+            d = zlib.decompressobj(-15)
+            try:
+                block = d.decompress(block, MAX_BLOCK_BYTES)
+            except zlib.error as e:
+                raise Unsafe(f"a deflate block at offset {pos} is corrupt ({e})") from e
+            if d.unconsumed_tail:
+                raise Unsafe(f"a deflate block at offset {pos} inflates past {MAX_BLOCK_BYTES} bytes")
+        if count > len(block):
+            raise Unsafe(f"a block at offset {pos} declares {count} records in {len(block)} bytes")
+        pos += size + _SYNC_SIZE
+    return header  # still positioned after the header: the blocks were read from ``data``
+
+
+def _read_long(data: bytes, pos: int) -> tuple[int, int]:
+    """One zig-zag varint long at ``pos``: (value, next position)."""
+    n = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise Unsafe(f"a truncated or overlong number at offset {pos}")
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+
+
+_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+
+
+def _zero_width(schema: Any, named: dict[str, Any], bad: list) -> bool:
+    """Whether a value of ``schema`` (fastavro's parsed form) takes no bytes; arrays whose items
+    take none are appended to ``bad``."""
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return schema == "null"
+        return named.get(schema, False) is True
+    if isinstance(schema, list):  # a union: the branch index takes a byte
+        for branch in schema:
+            _zero_width(branch, named, bad)
+        return False
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        name = schema.get("name")
+        if name:
+            named.setdefault(name, False)  # a recursive reference is not zero-width (a union is in the way)
+        zero = all([_zero_width(f.get("type"), named, bad) for f in schema.get("fields") or []])
+        if name:
+            named[name] = zero
+        return zero
+    if kind == "fixed":
+        zero = schema.get("size") == 0
+        if schema.get("name"):
+            named[schema["name"]] = zero
+        return zero
+    if kind == "array":
+        if _zero_width(schema.get("items"), named, bad):
+            bad.append(schema.get("items"))
+        return False
+    if kind == "map":  # each entry has a key of at least one byte
+        _zero_width(schema.get("values"), named, bad)
+        return False
+    if kind == "enum":
+        return False
+    return _zero_width(kind, named, bad) if isinstance(kind, (str, dict, list)) else False

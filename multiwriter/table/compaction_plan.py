@@ -20,7 +20,7 @@ import fastavro
 from ..errors import TableFormatError
 from . import avro
 from .log_file import parse_log_file
-from .metadata import NS, decode_records
+from .metadata import NS, decode_records, parsing
 
 #: plan version 2 keeps file names; version 1 kept full paths (Hudi migrates those on read)
 LATEST_PLAN_VERSION = 2
@@ -250,11 +250,9 @@ def decode_plan(data: bytes, *, source: str) -> CompactionPlan:
     version = rec.get("version")
     if version not in (1, LATEST_PLAN_VERSION):
         raise TableFormatError(f"{source}: unsupported compaction plan version {version}")
-    try:
+    with parsing(source, "compaction plan"):
         operations = tuple(_operation(op, version, source) for op in rec.get("operations") or ())
         return CompactionPlan(operations=operations, extra_metadata=dict(rec.get("extraMetadata") or {}))
-    except (ValueError, TypeError, AttributeError) as e:
-        raise TableFormatError(f"{source}: invalid compaction plan: {e}") from e
 
 
 def _operation(op: Mapping[str, Any], version: int, source: str) -> CompactionOperation:

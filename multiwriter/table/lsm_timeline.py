@@ -131,14 +131,25 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
     rel = f"{history}/{MANIFEST_PREFIX}{v}"
     try:
         doc = json.loads(storage.read_bytes(rel))
-        listed = [(f["fileName"], int(f["fileLen"])) for f in doc.get("files") or []]
-    except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError) as e:
+        listed = [_manifest_entry(f) for f in doc.get("files") or []]
+    except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise TableFormatError(
             f"{rel}: not a readable LSM timeline manifest ({e}); the archived timeline cannot be read: restore "
             f"it, or remove {history}/{VERSION_FILE} so that readers fall back to the previous manifest"
         ) from e
     # a listed name is read, and kept or deleted by the history's cleaning: one plain name in ``history``
     return [(paths.plain_name(name, source=rel, what="history file"), size) for name, size in listed]
+
+
+def _manifest_entry(f: dict) -> tuple[str, int]:
+    """(name, length) of one manifest entry: a data file name of this layout, nothing else (a
+    foreign name would be read into the history, or break compaction)."""
+    name, size = f["fileName"], f["fileLen"]
+    if not isinstance(name, str) or not DATA_FILE_RE.match(name):
+        raise ValueError(f"fileName {name!r:.120} is not an LSM data file name (<min>_<max>_<layer>.parquet)")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"fileLen {size!r:.40} of {name} is not a length")
+    return name, size
 
 
 def read_file(storage: Storage, rel: str) -> list[LsmInstant]:

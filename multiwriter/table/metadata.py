@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
 
-from ..errors import TableFormatError
+from ..errors import MultiWriterError, TableFormatError
 from . import avro
 
 NS = "org.apache.hudi.avro.model"
@@ -277,7 +279,7 @@ def encode(kind: str, record: dict[str, Any]) -> bytes:
 def decode_records(data: bytes, *, source: str) -> list[dict[str, Any]]:
     """Read the records of an Avro container; a clear error names the file when it is corrupt."""
     try:
-        return list(fastavro.reader(io.BytesIO(data)))
+        return list(avro.bounded_reader(data))
     except Exception as e:  # fastavro raises many types for corrupt input
         raise TableFormatError(
             f"{source}: not a readable Avro container ({type(e).__name__}: {e}); "
@@ -285,14 +287,36 @@ def decode_records(data: bytes, *, source: str) -> list[dict[str, Any]]:
         ) from e
 
 
-def rollback_target(record: dict[str, Any]) -> str | None:
+#: what a parse of a file of the wrong shape raises (a field of another type, a number out of
+#: range, nesting too deep, a bad escape): turned into TableFormatError by :func:`parsing`
+PARSE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError, RecursionError)
+
+
+@contextmanager
+def parsing(source: str, what: str, hint: str = "restore it from backup, or remove it if it is garbage") -> Iterator[None]:
+    """Turn any failure while making sense of ``source`` into a TableFormatError naming it: a
+    table file written by anyone must never stop a reader or the cleaner with an untyped error."""
+    try:
+        yield
+    except MultiWriterError:
+        raise
+    except PARSE_ERRORS as e:
+        raise TableFormatError(f"{source}: not a valid {what} ({type(e).__name__}: {e}); {hint}") from e
+
+
+def rollback_target(record: Any) -> str | None:
     """The requested time a rollback record undoes: ``instantToRollback`` of a plan
-    (``HoodieRollbackPlan``) or the first of ``commitsRollback`` of a completed rollback."""
+    (``HoodieRollbackPlan``) or the first of ``commitsRollback`` of a completed rollback; None
+    when the record has neither (or they are not of the expected types)."""
+    if not isinstance(record, dict):
+        return None
     info = record.get("instantToRollback")
     if info:
-        return info.get("commitTime") or None
+        t = info.get("commitTime") if isinstance(info, dict) else None
+        return t if isinstance(t, str) and t else None
     commits = record.get("commitsRollback")
-    return commits[0] if commits else None
+    t = commits[0] if isinstance(commits, list) and commits else None
+    return t if isinstance(t, str) and t else None
 
 
 # -- commit metadata -------------------------------------------------------------
@@ -366,23 +390,31 @@ class WriteStat:
 
     @classmethod
     def from_avro(cls, d: dict[str, Any], partition: str) -> WriteStat:
+        """A stat from its Avro (or version-6 JSON) record; TypeError names a field of another
+        type (JSON metadata carries any types)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a write stat is a {type(d).__name__}, not a record")
+        part = _text(d, "partitionPath")
+        log_files = d.get("logFiles") or ()
+        if not isinstance(log_files, list | tuple) or not all(isinstance(n, str) for n in log_files):
+            raise TypeError(f"logFiles={log_files!r:.80} is not a list of file names")
         return cls(
-            file_id=d.get("fileId") or "",
-            path=d.get("path") or "",
-            partition_path=d.get("partitionPath") if d.get("partitionPath") is not None else partition,
-            prev_commit=d.get("prevCommit") or "null",
-            num_writes=d.get("numWrites") or 0,
-            num_inserts=d.get("numInserts") or 0,
-            num_update_writes=d.get("numUpdateWrites") or 0,
-            num_deletes=d.get("numDeletes") or 0,
-            total_write_bytes=d.get("totalWriteBytes") or 0,
-            file_size=d.get("fileSizeInBytes") or 0,
-            prev_base_file=d.get("prevBaseFile"),
-            total_write_errors=d.get("totalWriteErrors") or 0,
-            log_version=d.get("logVersion"),
-            log_files=tuple(d.get("logFiles") or ()),
-            compacted_log_files=d.get("totalLogFilesCompacted") or 0,
-            compacted_log_bytes=d.get("totalLogSizeCompacted") or 0,
+            file_id=_text(d, "fileId") or "",
+            path=_text(d, "path") or "",
+            partition_path=part if part is not None else partition,
+            prev_commit=_text(d, "prevCommit") or "null",
+            num_writes=_count(d, "numWrites"),
+            num_inserts=_count(d, "numInserts"),
+            num_update_writes=_count(d, "numUpdateWrites"),
+            num_deletes=_count(d, "numDeletes"),
+            total_write_bytes=_count(d, "totalWriteBytes"),
+            file_size=_count(d, "fileSizeInBytes"),
+            prev_base_file=_text(d, "prevBaseFile"),
+            total_write_errors=_count(d, "totalWriteErrors"),
+            log_version=_count(d, "logVersion") if d.get("logVersion") is not None else None,
+            log_files=tuple(log_files),
+            compacted_log_files=_count(d, "totalLogFilesCompacted"),
+            compacted_log_bytes=_count(d, "totalLogSizeCompacted"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -445,10 +477,8 @@ class CommitMetadata:
         rec = _commit_record(data, source=source)
         if rec is None:
             return cls()
-        try:
+        with parsing(source, "commit metadata", "restore it from backup"):
             return cls(**_commit_fields(rec))
-        except (AttributeError, TypeError) as e:
-            raise TableFormatError(f"{source}: commit metadata has an unexpected shape ({e})") from e
 
 
 @dataclass
@@ -489,14 +519,12 @@ class ReplaceCommitMetadata(CommitMetadata):
         rec = _commit_record(data, source=source)
         if rec is None:
             return cls()
-        try:
+        with parsing(source, "replace commit metadata", "restore it from backup"):
             replaced = rec.get("partitionToReplaceFileIds") or {}
             return cls(
                 **_commit_fields(rec),
                 partition_to_replace_file_ids={p: [str(f) for f in ids or []] for p, ids in replaced.items()},
             )
-        except (AttributeError, TypeError) as e:
-            raise TableFormatError(f"{source}: replace commit metadata has an unexpected shape ({e})") from e
 
 
 def decode_commit_metadata(action: str, data: bytes, *, source: str) -> CommitMetadata:
@@ -506,6 +534,28 @@ def decode_commit_metadata(action: str, data: bytes, *, source: str) -> CommitMe
     return CommitMetadata.from_bytes(data, source=source)
 
 
+def _text(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    if v is not None and not isinstance(v, str):
+        raise TypeError(f"{key}={v!r:.80} is not a string")
+    return v
+
+
+#: the largest count a write stat may record (Avro's long)
+_MAX_COUNT = (1 << 63) - 1
+
+
+def _count(d: dict[str, Any], key: str) -> int:
+    v = d.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not -_MAX_COUNT <= v <= _MAX_COUNT:
+        raise TypeError(f"{key}={v!r:.80} is not a whole number within Avro's long")
+    return v
+
+
 def _commit_record(data: bytes, *, source: str) -> dict[str, Any] | None:
     """The one record of a commit file: Avro (version 8) or JSON (version 6); None when empty."""
     if not data.strip():
@@ -513,14 +563,14 @@ def _commit_record(data: bytes, *, source: str) -> dict[str, Any] | None:
     if data.lstrip()[:1] == b"{":
         try:
             rec = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise TableFormatError(f"{source}: commit metadata is neither Avro nor valid JSON ({e})") from e
         if not isinstance(rec, dict):
             raise TableFormatError(f"{source}: commit metadata is JSON but not an object")
         return rec
     recs = decode_records(data, source=source)
-    if len(recs) != 1:
-        raise TableFormatError(f"{source}: expected one commit metadata record, found {len(recs)}")
+    if len(recs) != 1 or not isinstance(recs[0], dict):
+        raise TableFormatError(f"{source}: expected one commit metadata record, found {len(recs)} values")
     return recs[0]
 
 

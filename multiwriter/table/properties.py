@@ -48,7 +48,10 @@ def parse(text: str, *, source: str = PROPERTIES_FILE) -> dict[str, str]:
         key, value = _split(line)
         if not key:
             raise TableFormatError(f"{source}: malformed line {raw!r}")
-        out[_unescape(key)] = _unescape(value)
+        try:
+            out[_unescape(key)] = _unescape(value)
+        except ValueError as e:  # a \u escape that is not 4 hex digits, or a lone surrogate
+            raise TableFormatError(f"{source}: bad escape in line {raw[:200]!r} ({e}); fix or restore the file") from e
     return out
 
 
@@ -71,8 +74,11 @@ def _unescape(s: str) -> str:
         ch = s[i]
         if ch == "\\" and i + 1 < len(s):
             nxt = s[i + 1]
-            if nxt == "u" and i + 5 < len(s):
-                out.append(chr(int(s[i + 2 : i + 6], 16)))
+            if nxt == "u":
+                digits = s[i + 2 : i + 6]
+                if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                    raise ValueError(f"\\u{digits} is not a \\u escape of 4 hex digits")
+                out.append(chr(int(digits, 16)))
                 i += 6
                 continue
             out.append({"n": "\n", "t": "\t", "r": "\r"}.get(nxt, nxt))

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from ..errors import ConfigError, TableFormatError, TableNotFoundError
+from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
 from . import bucket, hooks, metadata_files, names
@@ -114,13 +115,13 @@ class Table:
             existing = cls.open(path)
             if not existing.config.same_settings(cfg):
                 raise ConfigError(
-                    f"table at {path} exists with other settings ({_describe(existing.config)}); "
+                    f"table at {redact(path)} exists with other settings ({_describe(existing.config)}); "
                     f"asked for ({_describe(cfg)}): open it instead, or use another path"
                 ) from None
             return existing
         storage.makedirs(cfg.timeline_dir)
         storage.makedirs(cfg.history_dir)
-        log.info("created table %s at %s", name, path)
+        log.info("created table %s at %s", name, redact(path))
         return cls(storage, TableConfig.from_properties(props.parse(data.decode())))
 
     @classmethod
@@ -211,7 +212,7 @@ class Table:
         tl = self.timeline()
         i = tl.find(requested_time)
         if i is None or not i.is_completed:
-            raise TableFormatError(f"instant {requested_time} is not a completed instant of {self.path}")
+            raise TableFormatError(f"instant {requested_time} is not a completed instant of {redact(self.path)}")
         return tl.commit_metadata(i)
 
     # -- reads ---------------------------------------------------------------------
@@ -447,9 +448,9 @@ def _read_config(storage: Storage, path: str) -> TableConfig:
         text = props.read_text(storage)
     except FileNotFoundError:
         raise TableNotFoundError(
-            f"no Hudi table at {path} ({PROPERTIES_FILE} not found); create it with mw.Table.create"
+            f"no Hudi table at {redact(path)} ({PROPERTIES_FILE} not found); create it with mw.Table.create"
         ) from None
     except UnicodeDecodeError as e:
-        raise TableFormatError(f"{path}/{PROPERTIES_FILE} is not text: {e}") from e
-    source = f"{path}/{PROPERTIES_FILE}"
+        raise TableFormatError(f"{redact(path)}/{PROPERTIES_FILE} is not text: {e}") from e
+    source = f"{redact(path)}/{PROPERTIES_FILE}"
     return TableConfig.from_properties(props.parse(text, source=source), source=source)

@@ -513,7 +513,7 @@ def _clean_bound(tl: Timeline, i: Instant) -> str | None:
         recs = decode_records(data, source=tl.path_of(target))
     except TableFormatError:
         return i.requested_time
-    value = recs[0].get(key) if recs else None
+    value = recs[0].get(key) if recs and isinstance(recs[0], dict) else None
     if isinstance(value, dict):
         value = value.get("timestamp")
-    return str(value) if value else i.requested_time
+    return value if isinstance(value, str) and value else i.requested_time

@@ -30,6 +30,7 @@ from ..heartbeat.client import HeartbeatClient
 from ..lock.base import check_table_lock
 from ..metrics import Metrics
 from ..metrics import default as default_metrics
+from ..redact import redact
 from ..result import CommitResult
 from ..table.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
@@ -62,7 +63,7 @@ class Writer:
         self.config = config
         self.metrics = metrics or default_metrics()
         assert config.lock is not None  # WriterConfig refuses a missing lock
-        check_table_lock(table.config.raw, config.lock, table=table.path)
+        check_table_lock(table.config.raw, config.lock, table=redact(table.path))
         self.lock = config.lock.for_table(table.table_id, table.storage)
         self.heartbeat = HeartbeatClient(
             table.storage,

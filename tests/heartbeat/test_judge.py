@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from multiwriter.errors import ConfigError
 from multiwriter.heartbeat import HeartbeatClient
 from multiwriter.heartbeat.client import is_lapsed
 from multiwriter.heartbeat.judge import ALIVE, LAPSED, UNDECIDED, HeartbeatJudge, read_beat
@@ -220,3 +221,40 @@ def test_status_judges_by_the_writers_bound_and_warns_about_skew(trips_table):
     assert f.skew_s is not None and -62 < f.skew_s < -58
     assert len(s.warnings) == 1 and "clock skew" in s.warnings[0] and "behind" in s.warnings[0]
     assert "WARNING: clock skew" in render(s)
+
+
+@pytest.mark.parametrize("settings", [
+    '"interval_ms": 1e300, "tolerable_misses": 2',  # an instant that would never lapse
+    '"interval_ms": 1000, "tolerable_misses": ' + "1" + "0" * 400,  # 10^400: past any float
+    '"interval_ms": ' + "1" + "0" * 400 + ', "tolerable_misses": 2',
+    '"interval_ms": 3600001, "tolerable_misses": 2',  # just past the largest interval a writer may have
+    '"interval_ms": 1000, "tolerable_misses": 101',
+    '"interval_ms": -5, "tolerable_misses": 2',
+])
+def test_a_beat_with_settings_out_of_bounds_is_judged_by_the_judges_own(storage, clock, settings, caplog):
+    j = judge(storage, clock, interval_s=1.0, tolerable_misses=1)  # the judge's bound: 2 s
+    rel = heartbeat_path(T)
+    storage.write_bytes(rel, ('{"ts_ms": 1, "seq": 1, "beater": "b", "writer_id": "w", ' + settings + "}").encode())
+    with caplog.at_level(logging.WARNING, logger="multiwriter.heartbeat.judge"):
+        assert j.observe(T).verdict == UNDECIDED
+    assert rel in caplog.text and "judged by the judge's own settings" in caplog.text
+    clock.sleep(2.1)
+    o = j.observe(T)
+    assert o.verdict == LAPSED and o.bound_s == 2.0 and o.bound_from == "judge"
+    assert j.max_bound_s() == 2.0
+
+
+def test_the_largest_settings_a_writer_may_have_are_still_its_own(storage, clock):
+    j = judge(storage, clock, interval_s=1.0, tolerable_misses=1)
+    beat(storage, seq=1, ts=NOW, interval_s=3600.0, misses=100)
+    o = j.observe(T)
+    assert o.bound_from == "writer" and o.bound_s == 3600.0 * 101
+    with pytest.raises(ConfigError, match="interval_s=3601"):
+        HeartbeatClient(storage, writer_id="w", interval_s=3601.0, tolerable_misses=1)
+    with pytest.raises(ConfigError, match="tolerable_misses=101"):
+        HeartbeatClient(storage, writer_id="w", interval_s=1.0, tolerable_misses=101)
+
+
+def test_the_wall_clock_rule_survives_a_timestamp_past_any_float(storage):
+    storage.write_bytes(heartbeat_path(T), ('{"ts_ms": 1' + "0" * 400 + "}").encode())
+    assert not is_lapsed(storage, T, 1.0, 1, now=NOW - 5)  # judged by the file's mtime
