@@ -590,8 +590,8 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
         return StorageLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
     hint = f"the table records a {kind} lock" if kind else "the table records no lock"
-    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT, --storage-lock or "
-                      "--file-lock")
+    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock "
+                      "(or --storage-lock: the lock object in the table's storage)")
 
 
 def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -393,3 +393,91 @@ def test_two_writers_on_s3_with_the_storage_lock(s3_server):
     got = rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"])
     assert got == sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
     assert mw.Table.open(uri).config.raw.get("multiwriter.lock.kind") == "storage"
+
+
+def test_status_and_command_line_name_the_holder(s3_server, capsys):
+    import argparse
+
+    from multiwriter.cleaner.job import add_lock_arguments, cli_lock
+    from multiwriter.cli import main
+    from multiwriter.status import collect, render
+    from tests.conftest import TRIPS_SCHEMA
+
+    uri = s3_server() + "/trips"
+    table = mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", ordering_field="ts",
+                            lock=StorageLock())
+    assert collect(table, observe_s=0).storage_lock is None  # no lock object yet
+    lock = StorageLock(validity_s=30, renew_interval_s=5).for_table(table.table_id, table.storage)
+    lock.acquire(timeout_s=5, holder=HOLDER)
+    try:
+        s = collect(table, observe_s=0)
+        assert s.storage_lock["state"] == "held" and s.storage_lock["holder"]["writer_id"] == "w1"
+        assert 25 < s.storage_lock["seconds_left"] <= 30
+        assert "storage lock: held (writer 'w1' (pid 4242 on host-a" in render(s)
+    finally:
+        lock.release()
+    assert main(["status", uri, "--observe", "0", "--hoodie-conf",
+                 f"hoodie.write.lock.provider={STORAGE_PROVIDER}"]) == 0
+    assert "storage lock: released" in capsys.readouterr().out
+    args = add_lock_arguments(argparse.ArgumentParser()).parse_args(["--storage-lock"])
+    args.path = uri
+    assert isinstance(cli_lock(args), StorageLock)
+    with pytest.raises(ConfigError, match="one of --zk, --file-lock and --storage-lock"):
+        cli_lock(add_lock_arguments(argparse.ArgumentParser()).parse_args(["--storage-lock", "--file-lock"]))
+
+
+#: a writer that commits one batch under the storage lock; its faults come from the environment
+WRITER_CHILD = r'''
+import json, sys
+import multiwriter as mw
+from multiwriter.errors import LockLostError
+from tests.conftest import trips
+
+a = json.loads(sys.argv[1])
+cfg = mw.WriterConfig(writer_id=a["writer"], executor="driver", max_conflict_retries=0,
+                      lock=mw.StorageLock(validity_s=a["validity_s"], renew_interval_s=a["renew_s"]))
+try:
+    mw.write(trips(a["ids"], ts=5, value=9.0), a["uri"], cfg)
+except LockLostError as e:
+    print("refused", str(e)[:200], flush=True)
+else:
+    print("committed", flush=True)
+'''
+
+
+def test_frozen_writer_past_its_lease_commits_nothing(s3_server, tmp_path, children):
+    """A writer frozen (SIGSTOP) inside its commit's lock hold, past its lease, while another
+    writer takes the lock and commits: resumed, its commit is refused and hudi-rs sees none of
+    its rows."""
+    from tests.conftest import TRIPS_SCHEMA, trips
+    from tests.oracle import rows
+    from tests.test_object_storage import hudi_read_s3
+
+    uri = s3_server() + "/trips"
+    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", lock=StorageLock())
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               MULTIWRITER_FAULTS="after-lock-acquired=hang", MULTIWRITER_FAULT_DIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER_CHILD, json.dumps({"uri": uri, "writer": "frozen", "ids": [1, 2, 3],
+                                                         "validity_s": 1.5, "renew_s": 0.3})],
+        cwd=str(ROOT), env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    children.append(proc)
+    hanging = tmp_path / "after-lock-acquired.hanging"
+    deadline = time.monotonic() + 120
+    while not hanging.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        cfg = WriterConfig(writer_id="live", executor="driver",
+                           lock=StorageLock(validity_s=1.5, renew_interval_s=0.3))
+        mw.write(trips([4, 5], ts=6, value=1.0), uri, cfg)  # waits out the frozen writer's lease
+        (tmp_path / "after-lock-acquired.release").touch()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=120)
+    assert out.startswith("refused") and "storage lock" in out, (out, err[-3000:])
+    tl = mw.Table.open(uri).timeline()
+    assert len(tl.completed_writes()) == 1  # the live writer's; the frozen writer's instant never completed
+    assert rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"]) == [("4", 1.0), ("5", 1.0)]
