@@ -134,18 +134,9 @@ class S3LockStore(LockStore):
         self.bucket, self.key = bucket, key
         self.location = f"s3://{bucket}/{key}"
         self.call_timeout_s = call_timeout_s
-        self._client: Any = None
-        self._pid = -1
-        self._mu = threading.Lock()
 
     def client(self) -> Any:
-        """One boto3 client per process (clients are not fork-safe), configured like
-        :func:`multiwriter.storage.s3_options`: the standard AWS variables, path-style addressing
-        for an explicit endpoint, bounded calls (a fifth of the validity, as Hudi)."""
-        with self._mu:
-            if self._client is None or self._pid != os.getpid():
-                self._client, self._pid = s3_client(self.call_timeout_s), os.getpid()
-            return self._client
+        return s3_client(self.call_timeout_s)
 
     def read(self) -> LockObject | None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -180,13 +171,30 @@ class S3LockStore(LockStore):
         return str(got["ETag"])
 
 
-def s3_client(call_timeout_s: float, env: dict[str, str] | None = None) -> Any:
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_mu = threading.Lock()
+
+
+def s3_client(call_timeout_s: float) -> Any:
+    """A boto3 S3 client configured like :func:`multiwriter.storage.s3_options` (the standard AWS
+    variables; path-style addressing for an explicit endpoint), with calls bounded by
+    ``call_timeout_s`` (a fifth of the validity, as Hudi's). One per process and setting: making
+    one takes long, using one from several threads is safe, and clients do not survive a fork."""
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ("us-east-1" if endpoint else None)
+    key = (os.getpid(), endpoint, region, env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_PROFILE"), call_timeout_s)
+    with _clients_mu:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = _new_s3_client(endpoint, region, call_timeout_s)
+        return client
+
+
+def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float) -> Any:
     import boto3
     from botocore.config import Config
 
-    env = os.environ if env is None else env
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ("us-east-1" if endpoint else None)
     timeout = max(1.0, call_timeout_s)
     cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2, "mode": "standard"},
                  s3={"addressing_style": "path"} if endpoint else None)

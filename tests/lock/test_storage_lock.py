@@ -164,6 +164,7 @@ def test_corrupt_lock_object_is_a_clear_error(s3_server, s3_table):
         StorageLock(validity_s=30, renew_interval_s=5).for_table("tbl", storage).acquire(timeout_s=1)
 
 
+@pytest.mark.slow
 def test_processes_never_hold_it_together(s3_server, s3_table, children):
     """Three processes take the lock 70 times each; their hold intervals, on the machine's shared
     monotonic clock, never overlap."""
