@@ -482,3 +482,75 @@ def test_frozen_writer_past_its_lease_commits_nothing(s3_server, tmp_path, child
     tl = mw.Table.open(uri).timeline()
     assert len(tl.completed_writes()) == 1  # the live writer's; the frozen writer's instant never completed
     assert rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"]) == [("4", 1.0), ("5", 1.0)]
+
+
+class _FlakyStore:
+    """An in-memory lock object for the pure logic of lost replies and failing renewals: a write
+    can land and still raise (its reply lost), or fail before landing."""
+
+    location = "memory://lock"
+
+    def __init__(self) -> None:
+        from multiwriter.lock.storage import decode
+
+        self._decode = decode
+        self.raw: bytes | None = None
+        self.version = 0
+        self.lose_reply = 0  # the next n writes land but raise
+        self.fail = 0  # the next n writes raise without landing
+
+    def read(self):
+        return None if self.raw is None else self._decode(self.raw, str(self.version))
+
+    def write(self, data: bytes, expected: str | None):
+        from multiwriter.lock.storage import StoreUnavailable
+
+        if self.fail:
+            self.fail -= 1
+            raise StoreUnavailable("injected: no answer")
+        if (expected is None) != (self.raw is None) or (expected is not None and expected != str(self.version)):
+            return None
+        self.raw, self.version = data, self.version + 1
+        if self.lose_reply:
+            self.lose_reply -= 1
+            raise StoreUnavailable("injected: reply lost")
+        return str(self.version)
+
+
+def _logic_lock(store: _FlakyStore, validity_s: float = 1.5, renew_s: float = 0.3):
+    from multiwriter.lock.storage import StorageTableLock
+
+    return StorageTableLock(StorageLock(validity_s=validity_s, renew_interval_s=renew_s, poll_s=0.01), "t", store)
+
+
+def test_a_write_that_landed_though_its_reply_was_lost_is_recognised():
+    store = _FlakyStore()
+    lock = _logic_lock(store)
+    store.lose_reply = 1
+    lock.acquire(timeout_s=1)  # the create landed, its reply did not: the next read shows our owner
+    lock.check()
+    store.lose_reply = 1  # a renewal lands without its reply; the next one meets 412 and adopts the version
+    time.sleep(1.2)
+    lock.check()
+    assert json.loads(store.raw)["expired"] is False
+    lock.release()
+    assert json.loads(store.raw)["expired"] is True
+
+
+def test_failing_renewals_keep_the_lock_only_until_the_fence_margin():
+    store = _FlakyStore()
+    lock = _logic_lock(store)
+    lock.acquire(timeout_s=1)
+    store.fail = 1  # one renewal fails: the next lands, the lock stays ours
+    time.sleep(0.8)
+    lock.check()
+    store.fail = 1000  # the store stops answering
+    time.sleep(1.0)
+    with pytest.raises(LockLostError, match="lease are left|ran out"):
+        lock.check()
+    store.fail = 0
+    other = _logic_lock(store)
+    other.acquire(timeout_s=5)  # the lease runs out in the store too and is taken over
+    lock.release()  # refused by the version check: the new holder keeps it
+    other.check()
+    other.release()
