@@ -22,8 +22,8 @@ agree to well within the validity and the drift allowance, and that nothing paus
 between the fence and its (single, small) commit write for longer than half the validity.
 
 Two stores: S3 (and S3-compatible servers) through boto3's conditional ``put_object``, and a
-local disk (create with ``O_EXCL``; replace under an ``flock`` after comparing the content read:
-for tests and writers on one machine).
+local disk (an atomic create-if-absent; replace under an ``flock`` after comparing the content
+read: for tests and writers on one machine).
 """
 from __future__ import annotations
 
@@ -215,9 +215,10 @@ def _code(e: Any) -> str:
 
 
 class LocalLockStore(LockStore):
-    """The same object on a local disk: created with ``O_EXCL``; replaced (write a temporary
-    file, ``rename`` over) only after the content read under an ``flock`` still has the expected
-    digest. The ``flock`` dies with its process, so a killed writer blocks nobody."""
+    """The same object on a local disk: created by ``link`` of a complete temporary file (fails
+    if the name exists); replaced (``rename`` of a temporary file over it) only after the content
+    read under an ``flock`` still has the expected digest. Readers see whole files only. The
+    ``flock`` dies with its process, so a killed writer blocks nobody."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -240,24 +241,26 @@ class LocalLockStore(LockStore):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as e:
                 raise StoreUnavailable(f"{self.path} is being written by another process") from e
-            if expected is None:
+            if expected is not None:
                 try:
-                    out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                except FileExistsError:
+                    with open(self.path, "rb") as f:
+                        if _digest(f.read()) != expected:
+                            return None
+                except FileNotFoundError:
                     return None
-                with os.fdopen(out, "wb") as f:
-                    f.write(data)
-                return _digest(data)
-            try:
-                with open(self.path, "rb") as f:
-                    if _digest(f.read()) != expected:
-                        return None
-            except FileNotFoundError:
-                return None
             tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
-            os.replace(tmp, self.path)
+            try:
+                if expected is None:
+                    os.link(tmp, self.path)  # create-if-absent of a complete file: readers never see a partial one
+                else:
+                    os.replace(tmp, self.path)
+            except FileExistsError:
+                return None
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
             return _digest(data)
         finally:
             os.close(fd)  # also drops the flock

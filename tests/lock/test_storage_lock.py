@@ -554,3 +554,35 @@ def test_failing_renewals_keep_the_lock_only_until_the_fence_margin():
     lock.release()  # refused by the version check: the new holder keeps it
     other.check()
     other.release()
+
+
+def test_local_readers_never_see_a_half_created_lock_object(tmp_path):
+    """Creating the object while others read it: every read is absent or a whole object (a create
+    that opened the name first and wrote after would show readers an empty file)."""
+    from multiwriter.lock.storage import LocalLockStore, encode
+
+    store = LocalLockStore(str(tmp_path / LOCK_FILE))
+    data = encode("owner", 1, False, HOLDER)
+    stop = threading.Event()
+    bad: list[BaseException] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                store.read()
+            except LockError as e:
+                bad.append(e)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline and not bad:
+        assert store.write(data, None) is not None
+        assert store.write(data, None) is None  # exists now
+        os.unlink(store.path)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not bad, bad[0]
