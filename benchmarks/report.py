@@ -145,6 +145,10 @@ def render(run: dict, plots_dir: Path) -> str:
     from .report_mor import render as render_mor
 
     out += render_mor(r, plots_dir)
+    if "locks" in r:
+        from .locks import render as render_locks
+
+        out += render_locks(r["locks"])
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import data, goals, mor, nbcc, streaming
+from . import data, goals, locks, mor, nbcc, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,13 +324,13 @@ SIZES = {
                   micro_batches=200, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                   long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                   peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                  read_upserts=6, read_reps=3, **{k: v["small"] for k, v in _MOR_NBCC.items()}),
+                  read_upserts=6, read_reps=3, lock_acquisitions=2000, **{k: v["small"] for k, v in _MOR_NBCC.items()}),
     "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
                  micro_batches=1000, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                  long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                  peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                 read_upserts=6, read_reps=5, **{k: v["full"] for k, v in _MOR_NBCC.items()}),
+                 read_upserts=6, read_reps=5, lock_acquisitions=4000, **{k: v["full"] for k, v in _MOR_NBCC.items()}),
 }
 
 
@@ -346,4 +346,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "upsert": upsert, "append": append, "protocol": protocol, "timeline": timeline_growth,
              "concurrent": concurrent, "failure": failure_detection, "memory": memory,
              "mor_upsert_scaling": mor.upsert_scaling, "mor_foreach_batch": mor.foreach_batch, "mor_read": mor.read,
-             "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling}
+             "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
+             "locks": locks.storage_vs_zookeeper}

@@ -55,7 +55,7 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
     :meth:`~multiwriter.WriterConfig.from_options` uses; a key that is unknown, or that says
     otherwise than a flag or the table, is a ``ConfigError`` naming both."""
     from .cleaner.job import cli_zk_auth
-    from .config import ZK_AUTH_KEY, settings_from_options, zookeeper_lock_from_options
+    from .config import ZK_AUTH_KEY, lock_from_options, settings_from_options
 
     options = hudi_options(args)
     auth = cli_zk_auth(args)  # --zk-auth or $MULTIWRITER_ZK_AUTH: also for a lock the Hudi keys describe
@@ -70,7 +70,7 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
         if hasattr(args, dest):
             setattr(args, dest, next(v for v in (flag, key, default) if v is not None))
     _check_table_name(args, options)
-    args.lock = _hudi_lock(args, options, zookeeper_lock_from_options)
+    args.lock = _hudi_lock(args, options, lock_from_options)
     if settings.get("lock_timeout_s") is not None:  # hoodie.write.lock.wait_time_ms: how long a service waits for the lock
         args.lock_timeout_s = settings["lock_timeout_s"]
 
@@ -89,7 +89,8 @@ def _hudi_lock(args: argparse.Namespace, options: dict[str, str], build: Callabl
     lock = build(options)
     if lock is None:
         return None
-    flags = [f for f, on in (("--zk", args.zk), ("--zk-base-path", args.zk_base_path), ("--file-lock", args.file_lock)) if on]
+    flags = [f for f, on in (("--zk", args.zk), ("--zk-base-path", args.zk_base_path), ("--file-lock", args.file_lock),
+                                  ("--storage-lock", getattr(args, "storage_lock", False))) if on]
     if flags:
         lock.close()
         raise ConfigError(f"hoodie.write.lock.provider and {', '.join(flags)} both name the lock: give one of them")

@@ -47,6 +47,12 @@ ZK_AUTH_KEY = "multiwriter.lock.zookeeper.auth"
 #: the same credentials for the command line, read from the environment (a command line is
 #: visible to every user of the host)
 ZK_AUTH_ENV = "MULTIWRITER_ZK_AUTH"
+#: Hudi's storage-based lock provider (a lock object in the table); selecting it selects :class:`StorageLock`
+STORAGE_PROVIDER = "org.apache.hudi.client.transaction.lock.StorageBasedLockProvider"
+STORAGE_PREFIX = "hoodie.write.lock.storage."
+#: its keys (seconds) and the StorageLock arguments they set; heartbeat.poll.secs is Hudi's older name
+STORAGE_KEYS = {"validity.timeout.secs": "validity_s", "renew.interval.secs": "renew_interval_s",
+                "heartbeat.poll.secs": "renew_interval_s"}
 
 #: Hudi's concurrency modes, as ``WriterConfig.concurrency`` names them
 CONCURRENCY_KEY = "hoodie.write.concurrency.mode"
@@ -174,13 +180,15 @@ class WriterConfig:
         given) plus keyword overrides; field names are accepted as keys too.
 
         ``hoodie.write.lock.provider`` set to Hudi's ZooKeeper provider builds a
-        :class:`~multiwriter.lock.ZooKeeperLock` from the ``hoodie.write.lock.zookeeper.*`` keys.
+        :class:`~multiwriter.lock.ZooKeeperLock` from the ``hoodie.write.lock.zookeeper.*`` keys;
+        set to Hudi's ``StorageBasedLockProvider``, a :class:`~multiwriter.lock.StorageLock` from
+        the ``hoodie.write.lock.storage.*`` keys.
         Table keys (``hoodie.table.name``, ...) are checked here and returned by
         :func:`table_settings_from_options`. An unknown key, or one that asks for something this
         sink does not do, is a ``ConfigError`` naming it.
         """
         kw = settings_from_options(options)
-        lock = zookeeper_lock_from_options(options)
+        lock = lock_from_options(options)
         if lock is not None:
             if overrides.get("lock") is not None:
                 raise ConfigError(
@@ -212,6 +220,8 @@ def settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
             kw["concurrency"] = mode
             continue
         if (k.startswith(ZK_PREFIX) and k[len(ZK_PREFIX):] in ZK_KEYS) or k == ZK_AUTH_KEY:
+            continue
+        if k.startswith(STORAGE_PREFIX):  # checked by storage_lock_from_options
             continue
         target = HUDI_KEYS.get(k, k)
         if target not in names or target == "lock":
@@ -265,6 +275,41 @@ def _index_type(value: Any) -> str:
     return v
 
 
+def lock_from_options(options: dict[str, Any]) -> Any:
+    """The lock that Hudi's lock keys describe (ZooKeeper or storage-based), or None when no
+    provider is set."""
+    if str(options.get(LOCK_PROVIDER_KEY, "")).strip() == STORAGE_PROVIDER:
+        return storage_lock_from_options(options)
+    storage = sorted(k for k in options if k.startswith(STORAGE_PREFIX))
+    if storage:
+        raise ConfigError(f"{storage[0]!r} is given without {LOCK_PROVIDER_KEY}={STORAGE_PROVIDER}: set the provider too")
+    return zookeeper_lock_from_options(options)
+
+
+def storage_lock_from_options(options: dict[str, Any]) -> Any:
+    """The :class:`StorageLock` of Hudi's ``StorageBasedLockProvider`` keys (seconds, as Hudi's)."""
+    from .lock.storage import StorageLock
+
+    zk = sorted(k for k in options if k.startswith(ZK_PREFIX))
+    if zk:
+        raise ConfigError(f"{zk[0]!r} is a ZooKeeper key, but {LOCK_PROVIDER_KEY}={STORAGE_PROVIDER}: give one lock")
+    kw: dict[str, Any] = {}
+    for k, v in options.items():
+        if not k.startswith(STORAGE_PREFIX):
+            continue
+        target = STORAGE_KEYS.get(k[len(STORAGE_PREFIX):])
+        if target is None:
+            raise ConfigError(f"{k} is not supported: the storage lock lives in the table's .hoodie/.locks/, and "
+                              f"its keys are {sorted(STORAGE_PREFIX + n for n in STORAGE_KEYS)}")
+        if target in kw:
+            raise ConfigError(f"{k} and another name of the renew interval are both given: set one "
+                              f"({STORAGE_PREFIX}renew.interval.secs)")
+        kw[target] = _number(k, v)
+    if "hoodie.write.lock.wait_time_ms" in options:
+        kw["acquire_timeout_s"] = _number("hoodie.write.lock.wait_time_ms", options["hoodie.write.lock.wait_time_ms"]) / 1000.0
+    return StorageLock(**kw)
+
+
 def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:
     """The :class:`ZooKeeperLock` that Hudi's lock keys describe, or None when no provider is set."""
     zk = {k[len(ZK_PREFIX):]: v for k, v in options.items() if k.startswith(ZK_PREFIX)}
@@ -277,7 +322,8 @@ def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:
     if str(provider).strip() != ZK_PROVIDER:
         raise ConfigError(
             f"{LOCK_PROVIDER_KEY}={provider!r} is not supported: this sink shares a table with Hudi's JVM writers "
-            f"only through {ZK_PROVIDER} (or pass lock= yourself for tables only multiwriter writes)"
+            f"only through {ZK_PROVIDER} or {STORAGE_PROVIDER} (or pass lock= yourself for tables only multiwriter "
+            "writes)"
         )
     for key in ("url", "base_path"):
         if not str(zk.get(key, "")).strip():

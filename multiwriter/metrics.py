@@ -21,6 +21,10 @@ KINDS = ("failed_write", "old_version", "orphan")
 CLUSTERING_OUTCOMES = ("replaced", "aborted")
 #: what a lock acquire waited for (lock.base.WAIT_CAUSES; repeated here: metrics imports no layer)
 LOCK_WAIT_CAUSES = ("reconnect", "stale_own_node", "holder", "retry_backoff", "calls")
+STORAGE_LOCK_ACQUIRES = ("acquired", "timeout")
+STORAGE_LOCK_RENEWALS = ("renewed", "failed", "lost")
+#: lost: our lease ran out or was taken over while we held it; taken_over: we took a lease that ran out
+STORAGE_LOCK_EXPIRIES = ("lost", "taken_over")
 
 BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 LOCK_HOLD_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
@@ -98,6 +102,17 @@ class Metrics:
         self.compaction_groups = Counter("multiwriter_compaction_file_groups_total", "File slices compacted", ["table"], registry=reg)
         self.uncompacted_g = Gauge("multiwriter_uncompacted_delta_commits",
                                    "Most log files over one base file (latest snapshot), set by the cleaner", ["table"], registry=reg)
+        # the storage lock (a lock object in the table's storage)
+        self.storage_lock_acquire_h = Histogram(
+            "multiwriter_storage_lock_acquire_seconds", "Time to acquire (or give up on) the storage lock",
+            ["table", "outcome"], buckets=LOCK_WAIT_BUCKETS, registry=reg)
+        self.storage_lock_renewals = Counter(
+            "multiwriter_storage_lock_renewals_total", "Storage lock renewals: renewed, failed (retried), lost",
+            ["table", "outcome"], registry=reg)
+        self.storage_lock_expiries = Counter(
+            "multiwriter_storage_lock_expiries_total",
+            "Storage lock leases that ran out: lost by this holder, or taken over from a holder that stopped renewing",
+            ["table", "kind"], registry=reg)
         self.oldest_log_g = Gauge("multiwriter_oldest_uncompacted_log_age_seconds",
                                   "Age of the oldest log file not yet compacted, set by the cleaner", ["table"], registry=reg)
 
@@ -173,6 +188,15 @@ class Metrics:
     def compaction_lag(self, table: str, *, delta_commits: int, oldest_log_age_s: float) -> None:
         self.uncompacted_g.labels(table).set(delta_commits)
         self.oldest_log_g.labels(table).set(oldest_log_age_s)
+
+    def storage_lock_acquire(self, table: str, outcome: str, seconds: float) -> None:
+        self.storage_lock_acquire_h.labels(table, _check(outcome, STORAGE_LOCK_ACQUIRES, "outcome")).observe(seconds)
+
+    def storage_lock_renewal(self, table: str, outcome: str) -> None:
+        self.storage_lock_renewals.labels(table, _check(outcome, STORAGE_LOCK_RENEWALS, "outcome")).inc()
+
+    def storage_lock_expiry(self, table: str, kind: str) -> None:
+        self.storage_lock_expiries.labels(table, _check(kind, STORAGE_LOCK_EXPIRIES, "kind")).inc()
 
     def table_files(self, table: str, *, live: int, small: int) -> None:
         self.live_files_g.labels(table).set(live)

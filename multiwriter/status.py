@@ -64,6 +64,8 @@ class TableStatus:
     warnings: list[str] = field(default_factory=list)  # e.g. clock skew between writers and this host
     #: Hudi's metadata table: the partitions the properties name, and the files partition's slice
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: the storage lock object (``.hoodie/.locks/table_lock.json``) when there is one: owner, holder, expiry
+    storage_lock: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -117,6 +119,7 @@ def collect(
         uncompacted=[asdict(h) for _, h in sorted(log_health(snap).items())],
         warnings=warnings,
         metadata=_metadata(table),
+        storage_lock=_storage_lock(table),
     )
 
 
@@ -129,6 +132,27 @@ def _metadata(table: Table) -> dict[str, Any]:
     base, base_t, logs = mf.MetadataTable(table.storage, table.config).latest_slice()
     return {"partitions": listed, "files_base": base, "files_base_instant": base_t, "files_log_files": len(logs),
             "compacts_after": mf.MAX_DELTA_COMMITS}
+
+
+def _storage_lock(table: Table) -> dict[str, Any] | None:
+    """Who holds the table's storage lock object and until when (one read; None without one)."""
+    import time
+
+    from .errors import ConfigError, LockError
+    from .lock.storage import read_lock
+
+    try:
+        obj = read_lock(table.storage)
+    except ConfigError:
+        return None  # a store the storage lock does not support: there is no such object
+    except (LockError, OSError) as e:
+        return {"error": str(e)}
+    if obj is None:
+        return None
+    left = obj.valid_until_ms / 1000.0 - time.time()
+    state = "released" if obj.expired else ("held" if not obj.is_free(time.time()) else "lease ran out")
+    return {"state": state, "owner": obj.owner, "holder": obj.holder or None,
+            "valid_until_ms": obj.valid_until_ms, "seconds_left": round(left, 3), "description": obj.describe()}
 
 
 def _writers(tl: Timeline, live: list[str] | None) -> list[WriterStatus]:
@@ -234,5 +258,9 @@ def render(s: TableStatus) -> str:
         lines.append(f"cleaner last: {done}")
     else:
         lines.append("cleaner last: nothing yet")
+    if s.storage_lock is not None:
+        lk = s.storage_lock
+        lines.append(f"storage lock: {lk['error']}" if "error" in lk else
+                     f"storage lock: {lk['state']} ({lk['description']}; {lk['seconds_left']:+.1f}s left)")
     lines.extend(f"WARNING: {w}" for w in s.warnings)
     return "\n".join(lines)

@@ -549,6 +549,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "(default: the one the table records, else /multiwriter)")
     _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
+    p.add_argument("--storage-lock", action="store_true", help="use the lock object in the table's storage "
+                   "(Hudi's StorageBasedLockProvider: S3 without ZooKeeper); with Hudi's validity and renew keys "
+                   "pass --hoodie-conf instead")
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
     p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the cleaner's heartbeat interval (s); "
@@ -572,13 +575,14 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
     """The lock named on the command line; never a silent default, since a cleaner on another
     lock than the writers' excludes nothing (the table's recorded lock is checked by Cleaner)."""
-    from ..lock import FileSystemLock, ZooKeeperLock
+    from ..lock import FileSystemLock, StorageLock, ZooKeeperLock
 
     given = getattr(args, "lock", None)  # built from Hudi's lock keys by the command line
     if given is not None:
         return given
-    if args.zk and args.file_lock:
-        raise ConfigError("pass either --zk or --file-lock, not both")
+    storage_lock = getattr(args, "storage_lock", False)
+    if sum(map(bool, (args.zk, args.file_lock, storage_lock))) > 1:
+        raise ConfigError("pass one of --zk, --file-lock and --storage-lock")
     if args.zk:
         base = args.zk_base_path
         if base is None:
@@ -587,9 +591,12 @@ def cli_lock(args: argparse.Namespace, command: str = "clean") -> LockProvider:
         return ZooKeeperLock(connect=args.zk, base_path=base, auth=cli_zk_auth(args))
     if args.file_lock:
         return FileSystemLock()
+    if storage_lock:
+        return StorageLock()
     kind = Table.open(args.path).config.raw.get(LOCK_KIND_KEY)
     hint = f"the table records a {kind} lock" if kind else "the table records no lock"
-    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock")
+    raise ConfigError(f"multiwriter {command} needs the writers' lock ({hint}): pass --zk HOST:PORT or --file-lock "
+                      "(or --storage-lock: the lock object in the table's storage)")
 
 
 def cli_zk_auth(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -610,12 +617,16 @@ def _add_zk_auth(p: argparse.ArgumentParser) -> None:
 
 
 def add_lock_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--zk``, ``--zk-base-path``, ``--zk-auth``, ``--file-lock``: the writers' lock, for :func:`cli_lock`."""
+    """``--zk``, ``--zk-base-path``, ``--zk-auth``, ``--file-lock``, ``--storage-lock``: the writers' lock, for
+    :func:`cli_lock`."""
     p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
     p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
                    "(default: the one the table records, else /multiwriter)")
     _add_zk_auth(p)
     p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
+    p.add_argument("--storage-lock", action="store_true", help="use the lock object in the table's storage "
+                   "(Hudi's StorageBasedLockProvider: S3 without ZooKeeper); with Hudi's validity and renew keys "
+                   "pass --hoodie-conf instead")
     return p
 
 
