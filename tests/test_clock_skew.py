@@ -111,7 +111,7 @@ def spawn_writer(args: dict, skew_s: float, **extra: str) -> Drained:
 
 def spawn_cleaner(table_path: str, zk_server, zk_base: str, skew_s: float) -> Drained:
     """The companion: one Cleaner object running every CLEAN_EVERY seconds, no heartbeat settings."""
-    cmd = [sys.executable, "-m", "multiwriter.cleaner.job", table_path, "--zk", zk_server.connect, "--zk-base-path",
+    cmd = [sys.executable, "-m", "multiwriter.cli.cleaner", table_path, "--zk", zk_server.connect, "--zk-base-path",
            zk_base, "--interval", str(CLEAN_EVERY), "--no-clustering", "--no-compaction"]
     return Drained(cmd, env=env(skew_s), cwd=str(ROOT))
 

@@ -15,7 +15,8 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.cleaner import rollback
-from multiwriter.cleaner.job import Cleaner, CleanerReport, main
+from multiwriter.cleaner.job import Cleaner, CleanerReport
+from multiwriter.cli.cleaner import main
 from multiwriter.table import layout
 from tests.cleaner.conftest import NO_GARBAGE, fake_failed_write, garbage_of, rollbacks, writer_config
 from tests.conftest import trips

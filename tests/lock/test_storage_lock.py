@@ -399,7 +399,7 @@ def test_two_writers_on_s3_with_the_storage_lock(s3_server):
 def test_status_and_command_line_name_the_holder(s3_server, capsys):
     import argparse
 
-    from multiwriter.cleaner.job import add_lock_arguments, cli_lock
+    from multiwriter.cli.cleaner import add_lock_arguments, cli_lock
     from multiwriter.cli import main
     from multiwriter.status import collect, render
     from tests.conftest import TRIPS_SCHEMA

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigError, MultiWriterError
-from .redact import redact
+from ..errors import ConfigError, MultiWriterError
+from ..redact import redact
 
 #: our flags that Hudi's heartbeat keys also set: (argparse dest, WriterConfig field, default)
 HEARTBEAT_FLAGS = (("heartbeat_interval", "heartbeat_interval_s", 10.0), ("heartbeat_misses", "heartbeat_tolerable_misses", 2))
@@ -27,7 +27,7 @@ def add_hudi_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def hudi_options(args: argparse.Namespace) -> dict[str, str]:
     """The Hudi keys of ``--props`` then ``--hoodie-conf`` (later ones win, as in Hudi Streamer)."""
-    from .table.properties import parse
+    from ..table.properties import parse
 
     out: dict[str, str] = {}
     if getattr(args, "props", None):
@@ -41,7 +41,7 @@ def hudi_options(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key.strip():
             raise ConfigError(f"--hoodie-conf {item!r}: expected KEY=VALUE")
         out[key.strip()] = value.strip()
-    from .config import ZK_AUTH_KEY
+    from ..config import ZK_AUTH_KEY
 
     foreign = [k for k in out if not k.startswith("hoodie.") and k != ZK_AUTH_KEY]
     if foreign:
@@ -54,8 +54,8 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
     """Resolve the lock and heartbeat settings of ``args`` from Hudi's keys, through the code
     :meth:`~multiwriter.WriterConfig.from_options` uses; a key that is unknown, or that says
     otherwise than a flag or the table, is a ``ConfigError`` naming both."""
-    from .cleaner.job import cli_zk_auth
-    from .config import ZK_AUTH_KEY, lock_from_options, settings_from_options
+    from .cleaner import cli_zk_auth
+    from ..config import ZK_AUTH_KEY, lock_from_options, settings_from_options
 
     options = hudi_options(args)
     auth = cli_zk_auth(args)  # --zk-auth or $MULTIWRITER_ZK_AUTH: also for a lock the Hudi keys describe
@@ -76,7 +76,7 @@ def apply_hudi_options(args: argparse.Namespace) -> None:
 
 
 def _check_table_name(args: argparse.Namespace, options: dict[str, str]) -> None:
-    from .table.table import Table
+    from ..table.table import Table
 
     name = options.get("hoodie.table.name")
     actual = Table.open(args.path).name if name else None
@@ -106,7 +106,7 @@ def _with_hudi_options(fn: Callable[[argparse.Namespace], int]) -> Callable[[arg
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from .table.table import Table
+    from ..table.table import Table
 
     t = Table.open(args.path)
     tl = t.timeline()
@@ -122,10 +122,10 @@ def _timeline(args: argparse.Namespace) -> int:
 
 
 def _heartbeats(args: argparse.Namespace) -> int:
-    from .heartbeat.client import heartbeat_age_s
-    from .heartbeat.judge import HeartbeatJudge, skew_beyond
-    from .table import layout
-    from .table.table import Table
+    from ..heartbeat.client import heartbeat_age_s
+    from ..heartbeat.judge import HeartbeatJudge, skew_beyond
+    from ..table import layout
+    from ..table.table import Table
 
     t = Table.open(args.path)
     entries = t.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True)
@@ -162,15 +162,15 @@ def _heartbeat_body(storage, rel: str) -> dict:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .status import collect, render
-    from .table.table import Table
+    from ..status import collect, render
+    from ..table.table import Table
 
     t = Table.open(args.path)
     live = None
     if args.zk or args.lock is not None:
-        from .cleaner.job import cli_lock
+        from .cleaner import cli_lock
 
-        from .lock import ZooKeeperLock
+        from ..lock import ZooKeeperLock
 
         lock = cli_lock(args, "status")
         try:
@@ -185,9 +185,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    from .checkpoint import retire
-    from .cleaner.job import cli_lock
-    from .table.table import Table
+    from ..checkpoint import retire
+    from .cleaner import cli_lock
+    from ..table.table import Table
 
     lock = cli_lock(args, "writers retire")
     try:
@@ -200,14 +200,14 @@ def _retire(args: argparse.Namespace) -> int:
 
 
 def _zookeeper(args: argparse.Namespace) -> int:
-    from .zookeeper_local import main as serve
+    from ..zookeeper_local import main as serve
 
     serve(port=args.port)
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import main as demo_main
+    from ..demo import main as demo_main
 
     return demo_main([])
 
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--skew-warn", type=float, default=5.0, help="warn when a writer's clock is further than this "
                    "from this host's (seconds)")
     h.set_defaults(fn=_heartbeats)
-    from .cleaner.job import (
+    from .cleaner import (
         add_arguments,
         add_cluster_arguments,
         add_compact_arguments,
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:  # the demo has its own options
-        from .demo import main as demo_main
+        from ..demo import main as demo_main
 
         return demo_main(argv[1:])
     args = build_parser().parse_args(argv)
