@@ -25,7 +25,7 @@ import pyarrow as pa
 from .errors import SchemaMismatchError, WriteConflictError
 from .table import instant as inst
 from .table.instant import Instant
-from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, widens
+from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, evolve_type, widens
 from .table.table import Table
 from .table.timeline import Timeline
 
@@ -107,10 +107,20 @@ def _merge_type(base: pa.DataType | None, ours: pa.DataType | None, theirs: pa.D
         return theirs
     ours_changed, theirs_changed = ours != base, theirs != base
     if ours_changed and theirs_changed:
-        return None  # retyped both ways, or the same new column with two types
+        return _merge_nested(base, ours, theirs)  # else retyped both ways, or one new column with two types
     if theirs_changed:
         return theirs if widens(ours, theirs) else None
     return ours if widens(theirs, ours) else None
+
+
+def _merge_nested(base: pa.DataType | None, ours: pa.DataType, theirs: pa.DataType) -> pa.DataType | None:
+    """Both sides evolved one struct (or list or map of structs): each side's added fields are
+    kept, theirs first; None when they contradict (one field retyped two ways)."""
+    if base is None or not (widens(base, ours) and widens(base, theirs)):
+        return None
+    if not any(pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t) for t in (ours, theirs)):
+        return None
+    return evolve_type(theirs, ours, "", [])
 
 
 def _type_of(schema: pa.Schema, name: str) -> pa.DataType | None:

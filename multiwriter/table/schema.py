@@ -158,63 +158,126 @@ def check_compatible(
 ) -> pa.Schema:
     """Validate a batch against the table schema; return the evolved table schema.
 
-    New columns are appended as nullable and a column whose batch type holds every value of
-    the table type (:func:`widens`) takes the wider type: both are schema evolution. With
-    ``allow_missing`` a batch may omit nullable table columns outside ``required`` (they are
-    written as null); any other missing or retyped column raises
+    New columns are appended as nullable, fields new inside a struct (also inside lists and
+    maps) are appended to that struct, and a column whose batch type holds every value of the
+    table type (:func:`widens`) takes the wider type: all three are schema evolution, so no value
+    a batch sends is dropped by a cast. With ``allow_missing`` a batch may omit nullable table
+    columns (and struct fields) outside ``required``; any other missing or retyped column raises
     :class:`SchemaMismatchError` before anything is written.
     """
     table, batch = data_schema(table), data_schema(batch)
     where = f" (instant {instant})" if instant else ""
-    _check_missing(table, batch, where, set(required), allow_missing)
     fields: list[pa.Field] = []
     retyped: list[str] = []
+    missing: list[str] = [f.name for f in table if batch.get_field_index(f.name) < 0]
     for f in table:
         i = batch.get_field_index(f.name)
         if i < 0:
             fields.append(f)
             continue
         bt = batch.field(i).type
-        if _same_type(f.type, bt):
-            fields.append(f)
-        elif widens(f.type, bt):
-            fields.append(pa.field(f.name, bt, nullable=True))
-        else:
+        t = evolve_type(f.type, bt, f.name, missing)
+        if t is None:
             retyped.append(f"{f.name}: table {f.type} vs batch {bt}")
+        else:
+            fields.append(pa.field(f.name, t, nullable=f.nullable))
+    _check_missing(table, missing, where, set(required), allow_missing)
     if retyped:
         raise SchemaMismatchError(
             f"batch{where} changes column types: {'; '.join(retyped)}; a column may only widen "
-            "losslessly (e.g. int32 -> int64, float -> double)"
+            "losslessly (e.g. int32 -> int64, float -> double) or gain struct fields"
         )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
     return pa.schema(fields + added)
 
 
-def _check_missing(table: pa.Schema, batch: pa.Schema, where: str, required: set[str], allow_missing: bool) -> None:
-    missing = [f for f in table if batch.get_field_index(f.name) < 0]
+def _check_missing(table: pa.Schema, missing: list[str], where: str, required: set[str], allow_missing: bool) -> None:
+    """Hudi's default (``hoodie.write.set.null.for.missing.columns=false``): a batch lacking table
+    columns is refused, since writing them as null would blank values another writer sent."""
     if not missing:
         return
     if not allow_missing:
         raise SchemaMismatchError(
-            f"batch{where} lacks table columns {[f.name for f in missing]}; send every column (nulls are "
-            "fine) or set WriterConfig(allow_missing_columns=True) to write omitted columns as null"
+            f"batch{where} lacks table columns {missing}; send every column (nulls are fine), or set "
+            "WriterConfig(allow_missing_columns=True) (hoodie.write.set.null.for.missing.columns=true) to write "
+            "omitted columns as null, or WriterConfig(partial_update=True) to keep their stored values"
         )
-    needed = [f.name for f in missing if f.name in required or not f.nullable]
+    top = {f.name: f for f in table}
+    needed = [m for m in missing if m in required or (m in top and not top[m].nullable)]
     if needed:
         raise SchemaMismatchError(
             f"batch{where} lacks required columns {needed} (record key, partition and ordering fields "
-            "and non-nullable columns must be sent; other columns may be omitted and are written as null)"
+            "and non-nullable columns must be sent; other columns may be omitted)"
         )
+
+
+def evolve_type(table: pa.DataType, batch: pa.DataType, path: str, missing: list[str]) -> pa.DataType | None:
+    """The type a column takes when ``batch`` values are written into a ``table`` column, or
+    None when the batch contradicts it. Fields a batch struct adds are appended (nullable);
+    struct fields it lacks are appended to ``missing`` by dotted path; a primitive keeps the
+    table type when the batch is narrower and takes the batch type when it widens the table's."""
+    if pa.types.is_struct(table) and pa.types.is_struct(batch):
+        return _evolve_struct(table, batch, path, missing)
+    if _is_list(table) and _is_list(batch):
+        item = evolve_type(table.value_type, batch.value_type, f"{path}.element", missing)
+        return None if item is None else _relist(table, item)
+    if pa.types.is_map(table) and pa.types.is_map(batch):
+        if not (_same_type(table.key_type, batch.key_type) or widens(table.key_type, batch.key_type)):
+            return None
+        item = evolve_type(table.item_type, batch.item_type, f"{path}.value", missing)
+        return None if item is None else pa.map_(table.key_type, item)
+    if _nested(table) or _nested(batch):
+        return None
+    if _same_type(table, batch):
+        return table
+    return batch if widens(table, batch) else None
+
+
+def _evolve_struct(table: pa.StructType, batch: pa.StructType, path: str, missing: list[str]) -> pa.DataType | None:
+    fields: list[pa.Field] = []
+    for f in table:
+        i = batch.get_field_index(f.name)
+        if i < 0:
+            missing.append(f"{path}.{f.name}")
+            fields.append(f)
+            continue
+        t = evolve_type(f.type, batch.field(i).type, f"{path}.{f.name}", missing)
+        if t is None:
+            return None
+        fields.append(pa.field(f.name, t, nullable=f.nullable))
+    fields += [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
+    return pa.struct(fields)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _relist(like: pa.DataType, item: pa.DataType) -> pa.DataType:
+    field = pa.field(like.value_field.name, item, nullable=like.value_field.nullable)
+    return pa.large_list(field) if pa.types.is_large_list(like) else pa.list_(field)
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or _is_list(t) or pa.types.is_map(t)
 
 
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """True when ``new`` holds every value of ``old`` exactly (equal types included).
 
     These are the only type changes schema evolution makes: files written with ``old`` stay
-    readable as ``new`` without a rewrite, so no writer's data is lost or altered.
+    readable as ``new`` without a rewrite, so no writer's data is lost or altered. A struct
+    widens when it keeps every field (each the same or wider) and perhaps adds some.
     """
     if old == new or _same_repr(old, new):
         return True
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        return all(new.get_field_index(f.name) >= 0 and widens(f.type, new.field(new.get_field_index(f.name)).type)
+                   for f in old)
+    if _is_list(old) and _is_list(new):
+        return widens(old.value_type, new.value_type)
+    if pa.types.is_map(old) and pa.types.is_map(new):
+        return widens(old.key_type, new.key_type) and widens(old.item_type, new.item_type)
     if pa.types.is_integer(old) and pa.types.is_integer(new):
         if pa.types.is_signed_integer(old):
             return pa.types.is_signed_integer(new) and new.bit_width >= old.bit_width
@@ -234,21 +297,14 @@ def _same_repr(a: pa.DataType, b: pa.DataType) -> bool:
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    if a == b:
+    """Primitive batch types written into table type ``a`` as they are: what Avro cannot tell
+    apart, and narrower numbers (cast checked value by value when the batch is prepared)."""
+    if a == b or _same_repr(a, b):
         return True
-    # Accept what Avro cannot tell apart and casts losslessly into the table type.
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
-        return True
-    if pa.types.is_string(a) and pa.types.is_large_string(b) or pa.types.is_large_string(a) and pa.types.is_string(b):
         return True
     if pa.types.is_integer(a) and pa.types.is_integer(b):
         return pa.types.is_signed_integer(a) and a.bit_width >= b.bit_width
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        return all(b.get_field_index(a.field(i).name) >= 0 and _same_type(a.field(i).type, b.field(b.get_field_index(a.field(i).name)).type) for i in range(a.num_fields))
-    if (pa.types.is_list(a) or pa.types.is_large_list(a)) and (pa.types.is_list(b) or pa.types.is_large_list(b)):
-        return _same_type(a.value_type, b.value_type)
-    if pa.types.is_map(a) and pa.types.is_map(b):
-        return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
     if pa.types.is_floating(a) and pa.types.is_floating(b):
         return a.bit_width >= b.bit_width
     return False
