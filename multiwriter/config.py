@@ -27,6 +27,7 @@ HUDI_KEYS = {
     "hoodie.parquet.small.file.limit": "small_file_limit_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
     "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
+    "hoodie.write.set.null.for.missing.columns": "allow_missing_columns",
 }
 #: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
 MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
@@ -87,8 +88,10 @@ class WriterConfig:
     executor: str = "auto"
     driver_max_rows: int = 200_000
     register_writer: bool = True
-    #: a batch may omit nullable table columns (written as null); False: every column is required
-    allow_missing_columns: bool = True
+    #: Hudi's ``hoodie.write.set.null.for.missing.columns``: False (Hudi's default) refuses a batch
+    #: lacking table columns (SchemaMismatchError naming them), so a writer on an older schema
+    #: cannot blank a column another writer added; True writes omitted nullable columns as null
+    allow_missing_columns: bool = False
     #: identifies the streaming query feeding this writer where Spark's own query id is not
     #: available (pyarrow batches, ``mw.write``); a checkpoint reset is told apart from a replay by it
     query_id: str | None = None
