@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import SchemaMismatchError, TableFormatError
 
@@ -308,3 +309,74 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
     if pa.types.is_floating(a) and pa.types.is_floating(b):
         return a.bit_width >= b.bit_width
     return False
+
+
+def cast_column(col: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``col`` as ``target`` the way Hudi's readers widen stored values: float -> double goes
+    through the float's shortest decimal text (Hudi's Java ``Double.valueOf(Float.toString(f))``:
+    ``0.7f`` reads as ``0.7``, not ``0.699999988079071``), also inside structs, lists and maps;
+    every other change is Arrow's safe cast (raising on a value that does not fit). Reads of old
+    files, merges and compaction all cast through here, so no two of them show a value differently.
+    """
+    if col.type == target:
+        return col
+    if not _widens_float(col.type, target):
+        return col.cast(target)
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([cast_column(c, target) for c in col.chunks], target)
+    t = col.type
+    if pa.types.is_floating(t):
+        return pc.cast(pc.cast(col, pa.string()), target)
+    if col.offset:  # rebuilt at offset 0: Arrow builds nested arrays from offsets only there
+        col = col.take(pa.array(range(len(col)), pa.int64()))
+    mask = pc.is_null(col) if col.null_count else None
+    if pa.types.is_struct(t):
+        children = dict(zip([f.name for f in t], col.flatten(), strict=True))
+        arrays = [cast_column(children[f.name], f.type) if f.name in children else pa.nulls(len(col), f.type)
+                  for f in target]
+        return pa.StructArray.from_arrays(arrays, fields=list(target), mask=mask)
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(col.offsets, col.keys.cast(target.key_type), cast_column(col.items, target.item_type),
+                                       type=target, mask=mask)
+    values = cast_column(col.values, target.value_type)
+    cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+    return cls.from_arrays(col.offsets, values, type=target, mask=mask)
+
+
+def _widens_float(t: pa.DataType, target: pa.DataType) -> bool:
+    """Whether casting ``t`` to ``target`` widens a float to a double somewhere."""
+    if pa.types.is_floating(t) and pa.types.is_floating(target):
+        return t.bit_width < 64 and target.bit_width == 64
+    if pa.types.is_struct(t) and pa.types.is_struct(target):
+        return any(t.get_field_index(f.name) >= 0 and _widens_float(t.field(t.get_field_index(f.name)).type, f.type)
+                   for f in target)
+    if pa.types.is_map(t) and pa.types.is_map(target):
+        return _widens_float(t.item_type, target.item_type)
+    if _is_list(t) and _is_list(target):
+        return _widens_float(t.value_type, target.value_type)
+    return False
+
+
+def has_double(schema: pa.Schema) -> bool:
+    """Whether some column (or nested field) is a double: only then can a file hold floats
+    that a read must widen (:func:`stored_float_types`)."""
+    def double(t: pa.DataType) -> bool:
+        if pa.types.is_float64(t):
+            return True
+        if pa.types.is_struct(t):
+            return any(double(f.type) for f in t)
+        if _is_list(t):
+            return double(t.value_type)
+        return pa.types.is_map(t) and double(t.item_type)
+    return any(double(f.type) for f in schema)
+
+
+def stored_float_types(physical: pa.Schema, schema: pa.Schema) -> dict[str, pa.DataType]:
+    """The columns of a file (``physical``) to read as stored and then widen with
+    :func:`cast_column`, because a float in them became a double in ``schema``."""
+    out = {}
+    for f in schema:
+        i = physical.get_field_index(f.name)
+        if i >= 0 and _widens_float(physical.field(i).type, f.type):
+            out[f.name] = physical.field(i).type
+    return out

@@ -27,7 +27,7 @@ from ..storage import FileExists, Storage
 from ..table import layout
 from ..table.properties import TableConfig
 from ..table.metadata import WriteStat
-from ..table.schema import META_COLUMNS, data_schema, with_meta
+from ..table.schema import META_COLUMNS, cast_column, data_schema, with_meta
 from . import bloom, guard
 from .columns import Prefixes, constant, constant_value
 from .index import SHARED_FOOTERS, FooterKeys, with_typed_range
@@ -104,7 +104,7 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = []
     for f in schema:
         if t.schema.get_field_index(f.name) >= 0:
-            cols.append(t.column(f.name).cast(f.type))
+            cols.append(cast_column(t.column(f.name), f.type))
         else:
             cols.append(pa.nulls(t.num_rows, f.type))
     return pa.Table.from_arrays(cols, schema=schema)
