@@ -96,7 +96,7 @@ def resolve(base: pa.Schema, ours: pa.Schema, theirs: pa.Schema) -> Resolution:
         if t is None:
             conflicts.append(ColumnConflict(f.name, _type_of(base, f.name), o, f.type))
         else:
-            fields.append(pa.field(f.name, t, nullable=True))
+            fields.append(pa.field(f.name, t, nullable=f.nullable))
     fields += [pa.field(f.name, f.type, nullable=True) for f in ours if theirs.get_field_index(f.name) < 0]
     return Resolution(pa.schema(fields), tuple(conflicts))
 

@@ -67,7 +67,10 @@ def arrow_to_avro_json(schema: pa.Schema, name: str) -> str:
 
 
 def _field(f: pa.Field, ns: str) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": f.name, "type": ["null", _type(f.type, f.name, ns)], "default": None}
+    """A nullable field is Avro's ``["null", T]`` with default null; a non-nullable one is plain
+    ``T``, as Hudi records a NOT NULL column, so the table schema keeps the constraint."""
+    t = _type(f.type, f.name, ns)
+    d: dict[str, Any] = {"name": f.name, "type": ["null", t], "default": None} if f.nullable else {"name": f.name, "type": t}
     key = _prim_key(f.type)
     if key:
         d["arrowType"] = key
@@ -116,9 +119,14 @@ def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.S
 
 def _afield(f: dict[str, Any]) -> pa.Field:
     hint = f.get("arrowType")
+    nullable = _nullable(f["type"])
     if hint in _PRIMS:
-        return pa.field(f["name"], _PRIMS[hint][0], nullable=True)
-    return pa.field(f["name"], _atype(f["type"]), nullable=True)
+        return pa.field(f["name"], _PRIMS[hint][0], nullable=nullable)
+    return pa.field(f["name"], _atype(f["type"]), nullable=nullable)
+
+
+def _nullable(t: Any) -> bool:
+    return t == "null" or (isinstance(t, list) and "null" in t)
 
 
 def _atype(t: Any) -> pa.DataType:
@@ -201,7 +209,7 @@ def _check_missing(table: pa.Schema, missing: list[str], where: str, required: s
         raise SchemaMismatchError(
             f"batch{where} lacks table columns {missing}; send every column (nulls are fine), or set "
             "WriterConfig(allow_missing_columns=True) (hoodie.write.set.null.for.missing.columns=true) to write "
-            "omitted columns as null, or WriterConfig(partial_update=True) to keep their stored values"
+            "omitted nullable columns as null"
         )
     top = {f.name: f for f in table}
     needed = [m for m in missing if m in required or (m in top and not top[m].nullable)]
