@@ -78,11 +78,11 @@ def _parquet_files(path: str) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.parquet") if ".hoodie" not in p.parts}
 
 
-def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_schema, a_rows, a_schema):
+def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_schema, a_rows, a_schema, **b_args):
     """Run writer B to its gate (files written), writer A to completion, then release B."""
     gate = tmp_path / "gate"
     gate.mkdir()
-    b = spawn("write_columns", base_args(zk_server, zk_base, path, writer="B", rows=b_rows, schema=b_schema, gate=str(gate)))
+    b = spawn("write_columns", base_args(zk_server, zk_base, path, writer="B", rows=b_rows, schema=b_schema, gate=str(gate), **b_args))
     _wait_for(gate / "reached", b)
     held_files = _parquet_files(path)
     a = result(spawn("write_columns", base_args(zk_server, zk_base, path, writer="A", rows=a_rows, schema=a_schema)))
@@ -93,10 +93,13 @@ def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_
 
 
 def test_concurrent_added_column_survives_and_older_writer_keeps_committing(zk_server, zk_base, table, tmp_path):
+    """B sends its older schema with allow_missing_columns (without it, B's commit is refused:
+    tests/test_schema_two_writers.py)."""
     a, b, _, _ = _b_begins_a_commits_b_commits(
         zk_server, zk_base, table, tmp_path,
         _pylist(["b0", "b1"], "2024-01-02"), OLD,
         _pylist(["a0", "a1"], "2024-01-03", extra="x"), OLD + [["extra", "string"]],
+        allow_missing_columns=True,
     )
     assert b["ok"], b
     assert b["instant"] < a["instant"] and a["completion"] < b["completion"], "B began first and committed last"

@@ -200,6 +200,17 @@ def check_compatible(
     return pa.schema(fields + added)
 
 
+def missing_columns(table: pa.Schema, batch: pa.Schema) -> list[str]:
+    """The columns (and dotted struct fields) of ``table`` that ``batch`` lacks."""
+    table, batch = data_schema(table), data_schema(batch)
+    missing = [f.name for f in table if batch.get_field_index(f.name) < 0]
+    for f in table:
+        i = batch.get_field_index(f.name)
+        if i >= 0:
+            evolve_type(f.type, batch.field(i).type, f.name, missing)
+    return missing
+
+
 def _check_missing(table: pa.Schema, missing: list[str], where: str, required: set[str], allow_missing: bool) -> None:
     """Hudi's default (``hoodie.write.set.null.for.missing.columns=false``): a batch lacking table
     columns is refused, since writing them as null would blank values another writer sent."""

@@ -113,7 +113,7 @@ class Writer:
         while True:
             attempts += 1
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
-                              non_blocking=self.non_blocking,
+                              non_blocking=self.non_blocking, allow_missing_columns=self.config.allow_missing_columns,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
