@@ -42,3 +42,13 @@ def test_widened_floats_read_alike_before_and_after_compaction(table_path, table
             assert c.compact_once().compaction_instants
         assert rows(hudi_read(table_path), ["id", "v"]) == want
         assert rows(mw.Table.open(table_path).read(), ["id", "v"]) == want
+
+
+def test_spark_reads_widened_floats_as_hudi_rs(spark, table_path):
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w")
+    mw.Table.create(table_path, name="t", schema=_schema(pa.float32()), record_key="id", partition_by=["p"], ordering_field="ts")
+    mw.write(pa.Table.from_pylist([{"id": "k3", "ts": 1, "p": "b", "v": 0.3}], schema=_schema(pa.float32())), table_path, cfg)
+    mw.write(pa.Table.from_pylist([{"id": "k1", "ts": 2, "p": "a", "v": 0.9}], schema=_schema(pa.float64())), table_path, cfg)
+    mw.register(spark)
+    got = sorted((r["id"], r["v"]) for r in spark.read.format("multiwriter").load(table_path).collect())
+    assert got == [("k1", 0.9), ("k3", 0.3)] == rows(hudi_read(table_path), ["id", "v"])
