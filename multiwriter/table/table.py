@@ -318,11 +318,12 @@ def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: l
     expr = _filters_expr(filters)
     if not has_double(schema):
         return ds.to_table(columns=cols, filter=expr)
-    plain, widened = [], []
-    for frag in ds.get_fragments():
-        (widened if stored_float_types(frag.physical_schema, schema) else plain).append(frag)
-    if not widened:
-        return ds.to_table(columns=cols, filter=expr)
+    # Which files store floats of columns now double: their footers, read side by side; the scan
+    # below reuses the metadata these fragments keep, so no footer is read twice.
+    frags = list(ds.get_fragments())
+    stored = list(SLICE_READERS.get().map(lambda f: bool(stored_float_types(f.physical_schema, schema)), frags))
+    plain = [f for f, s in zip(frags, stored, strict=True) if not s]
+    widened = [f for f, s in zip(frags, stored, strict=True) if s]
     parts = [pads.FileSystemDataset(plain, schema, ds.format, ds.filesystem).to_table(columns=cols, filter=expr)] if plain else []
     parts += [_read_widened(frag, schema, cols, expr) for frag in widened]
     return pa.concat_tables(parts)
