@@ -29,6 +29,7 @@ HUDI_KEYS = {
     "hoodie.parquet.small.file.limit": "small_file_limit_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
     "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
+    "hoodie.write.set.null.for.missing.columns": "allow_missing_columns",
 }
 #: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
 MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
@@ -104,8 +105,14 @@ class WriterConfig:
     executor: str = "auto"
     driver_max_rows: int = 200_000
     register_writer: bool = True
-    #: a batch may omit nullable table columns (written as null); False: every column is required
-    allow_missing_columns: bool = True
+    #: Hudi's ``hoodie.write.set.null.for.missing.columns``: False (Hudi's default) refuses a batch
+    #: lacking table columns (SchemaMismatchError naming them), so a writer on an older schema
+    #: cannot blank a column another writer added; True writes omitted nullable columns as null
+    allow_missing_columns: bool = False
+    #: partial updates (Hudi's ``hoodie.table.partial.update.mode=KEEP_VALUES``): a batch may omit
+    #: nullable columns, and an update keeps the stored value of each column it omits (an insert
+    #: writes null). Copy-on-Write tables only: a Merge-on-Read table refuses it (ConfigError)
+    partial_update: bool = False
     #: identifies the streaming query feeding this writer where Spark's own query id is not
     #: available (pyarrow batches, ``mw.write``); a checkpoint reset is told apart from a replay by it
     query_id: str | None = None
@@ -146,6 +153,8 @@ class WriterConfig:
             raise ConfigError(f"query_id {self.query_id!r} must be a non-empty string or None")
         if not isinstance(self.allow_missing_columns, bool):
             raise ConfigError(f"allow_missing_columns={self.allow_missing_columns!r} must be True or False")
+        if not isinstance(self.partial_update, bool):
+            raise ConfigError(f"partial_update={self.partial_update!r} must be True or False")
         _range("heartbeat_interval_s", self.heartbeat_interval_s, 1.0, 3600.0)
         _range("heartbeat_tolerable_misses", self.heartbeat_tolerable_misses, 0, 100)
         _range("max_conflict_retries", self.max_conflict_retries, 0, 100)

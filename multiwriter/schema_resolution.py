@@ -25,7 +25,7 @@ import pyarrow as pa
 from .errors import SchemaMismatchError, WriteConflictError
 from .table import instant as inst
 from .table.instant import Instant
-from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, widens
+from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, evolve_type, missing_columns, widens
 from .table.table import Table
 from .table.timeline import Timeline
 
@@ -96,7 +96,7 @@ def resolve(base: pa.Schema, ours: pa.Schema, theirs: pa.Schema) -> Resolution:
         if t is None:
             conflicts.append(ColumnConflict(f.name, _type_of(base, f.name), o, f.type))
         else:
-            fields.append(pa.field(f.name, t, nullable=True))
+            fields.append(pa.field(f.name, t, nullable=f.nullable))
     fields += [pa.field(f.name, f.type, nullable=True) for f in ours if theirs.get_field_index(f.name) < 0]
     return Resolution(pa.schema(fields), tuple(conflicts))
 
@@ -107,10 +107,20 @@ def _merge_type(base: pa.DataType | None, ours: pa.DataType | None, theirs: pa.D
         return theirs
     ours_changed, theirs_changed = ours != base, theirs != base
     if ours_changed and theirs_changed:
-        return None  # retyped both ways, or the same new column with two types
+        return _merge_nested(base, ours, theirs)  # else retyped both ways, or one new column with two types
     if theirs_changed:
         return theirs if widens(ours, theirs) else None
     return ours if widens(theirs, ours) else None
+
+
+def _merge_nested(base: pa.DataType | None, ours: pa.DataType, theirs: pa.DataType) -> pa.DataType | None:
+    """Both sides evolved one struct (or list or map of structs): each side's added fields are
+    kept, theirs first; None when they contradict (one field retyped two ways)."""
+    if base is None or not (widens(base, ours) and widens(base, theirs)):
+        return None
+    if not any(pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_map(t) for t in (ours, theirs)):
+        return None
+    return evolve_type(theirs, ours, "", [])
 
 
 def _type_of(schema: pa.Schema, name: str) -> pa.DataType | None:
@@ -171,6 +181,8 @@ def commit_schema(
     instant: str,
     writer_id: str,
     ours_avro: str | None,
+    *,
+    allow_missing: bool = True,
 ) -> str | None:
     """The Avro schema the committing instant must record, or None to keep its own.
 
@@ -197,10 +209,27 @@ def commit_schema(
             f"{'; '.join(c.describe() for c in r.conflicts)}. The first committer wins: instant {instant} "
             "was not committed and its files are removed; align the writers' schemas, then resend the batch"
         )
+    if not allow_missing:
+        _check_not_lacking(ours, r.schema, theirs_i, instant, writer_id)
     _check_later_requested(timeline, base_completion, instant, writer_id, r.schema)
     if r.schema.equals(ours):
         return None
     return arrow_to_avro_json(r.schema, table.name)
+
+
+def _check_not_lacking(ours: pa.Schema, schema: pa.Schema, theirs_i: Instant, instant: str, writer_id: str) -> None:
+    """A writer that may not omit columns (Hudi's default) validated its batch before a
+    concurrent commit added columns (or struct fields): its rows lack them, and under
+    non-blocking concurrency nothing else would stop them from blanking the other writer's
+    values. Refused as the same batch sent after that commit would be."""
+    lacking = missing_columns(schema, ours)
+    if lacking:
+        raise SchemaMismatchError(
+            f"instant {instant} of writer {writer_id!r} lacks table columns {lacking}, added by instant "
+            f"{theirs_i.requested_time} (completed {theirs_i.completion_time}) meanwhile; its rows would write them "
+            "as null. It was not committed and its files are removed: send every column, or set "
+            "WriterConfig(allow_missing_columns=True) to write omitted columns as null"
+        )
 
 
 def _check_later_requested(tl: Timeline, base_completion: str | None, instant: str, writer_id: str, schema: pa.Schema) -> None:

@@ -73,8 +73,12 @@ class Transaction:
         clock: InstantClock = PROCESS_CLOCK,
         strategy: ConflictResolutionStrategy | None = None,
         non_blocking: bool = False,
+        allow_missing_columns: bool = True,
     ) -> None:
         self.table = table
+        #: False: a batch lacking columns a concurrent commit added is refused at commit
+        #: (``WriterConfig.allow_missing_columns``; table services write whole rows)
+        self.allow_missing_columns = allow_missing_columns
         #: non-blocking concurrency (Merge-on-Read with a bucket index): only a race to create one
         #: bucket's base file conflicts; overlapping log appends and same new keys never do
         self.non_blocking = non_blocking
@@ -258,7 +262,8 @@ class Transaction:
         assert self.instant is not None and self.base_timeline is not None
         t0 = time.monotonic()
         schema = commit_schema(self.table, self.base_timeline, tl, base_ct, self.instant.requested_time,
-                               self.writer_id, metadata.extra_metadata.get(SCHEMA_KEY))
+                               self.writer_id, metadata.extra_metadata.get(SCHEMA_KEY),
+                               allow_missing=self.allow_missing_columns)
         if schema is not None:
             metadata.extra_metadata[SCHEMA_KEY] = schema
         self.timings.conflict_check_s += time.monotonic() - t0

@@ -78,11 +78,11 @@ def _parquet_files(path: str) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.parquet") if ".hoodie" not in p.parts}
 
 
-def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_schema, a_rows, a_schema):
+def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_schema, a_rows, a_schema, **b_args):
     """Run writer B to its gate (files written), writer A to completion, then release B."""
     gate = tmp_path / "gate"
     gate.mkdir()
-    b = spawn("write_columns", base_args(zk_server, zk_base, path, writer="B", rows=b_rows, schema=b_schema, gate=str(gate)))
+    b = spawn("write_columns", base_args(zk_server, zk_base, path, writer="B", rows=b_rows, schema=b_schema, gate=str(gate), **b_args))
     _wait_for(gate / "reached", b)
     held_files = _parquet_files(path)
     a = result(spawn("write_columns", base_args(zk_server, zk_base, path, writer="A", rows=a_rows, schema=a_schema)))
@@ -93,10 +93,13 @@ def _b_begins_a_commits_b_commits(zk_server, zk_base, path, tmp_path, b_rows, b_
 
 
 def test_concurrent_added_column_survives_and_older_writer_keeps_committing(zk_server, zk_base, table, tmp_path):
+    """B sends its older schema with allow_missing_columns (without it, B's commit is refused:
+    tests/test_schema_two_writers.py)."""
     a, b, _, _ = _b_begins_a_commits_b_commits(
         zk_server, zk_base, table, tmp_path,
         _pylist(["b0", "b1"], "2024-01-02"), OLD,
         _pylist(["a0", "a1"], "2024-01-03", extra="x"), OLD + [["extra", "string"]],
+        allow_missing_columns=True,
     )
     assert b["ok"], b
     assert b["instant"] < a["instant"] and a["completion"] < b["completion"], "B began first and committed last"
@@ -109,11 +112,10 @@ def test_concurrent_added_column_survives_and_older_writer_keeps_committing(zk_s
     assert rows(mw.Table.open(table).read(), ["id", "extra"]) == expect
     assert rows(hudi_read(table), ["id", "extra"]) == expect
 
-    # Case 2: B goes on sending its older schema; its rows read with null in `extra`.
-    b2 = result(spawn("write_columns", base_args(zk_server, zk_base, table, writer="B", rows=_pylist(["b2"], "2024-01-02"), schema=OLD)))
-    assert b2["ok"], b2
-    expect.append(("b2", None))
-    expect.sort(key=repr)
+    # Case 2: B goes on sending its older schema: refused, naming `extra` (Hudi's default,
+    # hoodie.write.set.null.for.missing.columns=false), so B cannot blank A's values.
+    b2 = result(spawn("write_columns", base_args(zk_server, zk_base, table, writer="B", rows=_pylist(["a0"], "2024-01-03"), schema=OLD)))
+    assert not b2["ok"] and b2["error"] == "SchemaMismatchError" and "extra" in b2["message"], b2
     assert rows(mw.Table.open(table).read(), ["id", "extra"]) == expect
     assert rows(hudi_read(table), ["id", "extra"]) == expect
     assert "extra" in _json_schema(_commit_files(table)[-1])
@@ -204,18 +206,27 @@ def run_interleaved(outer, inner):
     return out["outer"], out["inner"]
 
 
-def test_retry_after_conflict_revalidates_against_new_schema(table):
+@pytest.mark.parametrize("allow_missing", [False, True])
+def test_retry_after_conflict_revalidates_against_new_schema(table, allow_missing):
     """B's attempt loses a file-group conflict to A, which also added a column; the retry is
-    validated against the evolved schema and commits with it (nulls in the new column)."""
-    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0, retry_backoff_max_s=0.0)
+    validated against the evolved schema: refused by default, naming the column B lacks, or
+    (allow_missing_columns) committed with nulls in the new column."""
+    cfg = mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", max_conflict_retries=2, retry_backoff_s=0.0,
+                          retry_backoff_max_s=0.0, allow_missing_columns=allow_missing)
     b_batch = _rows(["s0"], "2024-01-01")
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
     a_batch = _rows(["s1"], "2024-01-01", schema=evolved, extra="x")
     b, a = run_interleaved(lambda: mw.write(b_batch, table, cfg), lambda: mw.write(a_batch, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A")))
-    assert not isinstance(a, Exception) and not isinstance(b, Exception), (a, b)
-    assert b.attempts == 2 and b.conflicts == 1
-    assert rows(hudi_read(table), ["id", "extra"]) == [("s0", None), ("s1", "x")]
-    assert rows(mw.Table.open(table).read(), ["id", "extra"]) == [("s0", None), ("s1", "x")]
+    assert not isinstance(a, Exception), a
+    if not allow_missing:
+        assert isinstance(b, SchemaMismatchError) and "['extra']" in str(b), b
+        want = [("s0", 1.0, None), ("s1", 1.0, "x")]
+    else:
+        assert not isinstance(b, Exception), b
+        assert b.attempts == 2 and b.conflicts == 1
+        want = [("s0", 1.0, None), ("s1", 1.0, "x")]
+    assert rows(hudi_read(table), ["id", "value", "extra"]) == want
+    assert rows(mw.Table.open(table).read(), ["id", "value", "extra"]) == want
 
 
 def test_evolving_writer_retries_behind_a_later_requested_commit(table):
@@ -234,13 +245,15 @@ def test_evolving_writer_retries_behind_a_later_requested_commit(table):
     assert history_violations(mw.Table.open(table).timeline()) == []
 
 
-def test_omitted_nullable_column_reads_null_and_strict_option_refuses(table):
+def test_omitted_column_is_refused_by_default_and_null_when_allowed(table):
     evolved = TABLE_SCHEMA.append(pa.field("extra", pa.string()))
     mw.write(_rows(["s0"], "2024-01-01", schema=evolved, extra="x"), table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="A"))
     older = _rows(["s0", "s2"], "2024-01-01").drop_columns(["value"])
-    with pytest.raises(SchemaMismatchError, match="extra"):
-        mw.write(older, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B", allow_missing_columns=False))
-    mw.write(older, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B"))
+    with pytest.raises(SchemaMismatchError, match=r"\['value', 'extra'\]"):
+        mw.write(older, table, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="B"))
+    assert rows(hudi_read(table), ["id", "extra"]) == [("s0", "x"), ("s1", None)]
+    allow = mw.WriterConfig.from_options({"hoodie.write.set.null.for.missing.columns": "true"}, lock=mw.InProcessLock(), writer_id="B")
+    mw.write(older, table, allow)
     got = rows(hudi_read(table), ["id", "value", "extra"])
     assert got == [("s0", None, None), ("s1", 1.0, None), ("s2", None, None)]
     assert got == rows(mw.Table.open(table).read(), ["id", "value", "extra"])

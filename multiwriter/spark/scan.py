@@ -25,6 +25,7 @@ from ..storage import Storage
 from ..table.files import FileSlice, LogFile
 from ..table.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merged_slice import read_slice
+from ..table.schema import cast_column, has_double, stored_float_types
 from ..table.table import Table
 from .options import ReadOptions
 
@@ -103,7 +104,15 @@ def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: li
         frag = next(iter(ds.get_fragments()))
         if task.row_groups is not None:
             frag = frag.subset(row_group_ids=list(task.row_groups))
-        t = frag.to_table(schema=plan.schema, columns=cols, filter=data_filter(plan.schema, predicates))
+        stored = stored_float_types(frag.physical_schema, plan.schema) if has_double(plan.schema) else {}
+        if stored:  # floats now double: widened as Hudi's readers widen them, then filtered
+            read_as = pa.schema([pa.field(f.name, stored.get(f.name, f.type)) for f in plan.schema])
+            t = frag.to_table(schema=read_as)
+            t = pa.Table.from_arrays([cast_column(t.column(f.name), f.type) for f in plan.schema], schema=plan.schema)
+            expr = data_filter(plan.schema, predicates)
+            t = (t if expr is None else t.filter(expr)).select(cols)
+        else:
+            t = frag.to_table(schema=plan.schema, columns=cols, filter=data_filter(plan.schema, predicates))
     if incremental:
         t = t.filter(_in_range(t[COMMIT_TIME], plan)).select(list(columns))
     yield from t.to_batches()

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TableFormatError
-from .schema import META_COLUMNS
+from .schema import META_COLUMNS, cast_column
 
 RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
 BASE_RANK = -1
@@ -93,7 +93,7 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
             cols.append(pa.nulls(t.num_rows, f.type))
             continue
         try:
-            cols.append(t.column(f.name).cast(f.type))
+            cols.append(cast_column(t.column(f.name), f.type))
         except _CAST_ERRORS as e:
             raise TableFormatError(f"column {f.name!r} ({t.schema.field(f.name).type}) cannot be read as {f.type}: {e}") from e
     return pa.Table.from_arrays(cols, schema=schema)

@@ -15,6 +15,7 @@ from .files import FileSlice, LogFile
 from .log_file import read_log_blocks
 from .merge_rule import RECORD_KEY, Versions, merge
 from .properties import TableConfig
+from .schema import cast_column
 
 
 def key_column(config: TableConfig, schema: pa.Schema) -> str:
@@ -119,5 +120,5 @@ def _aligned(t: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = []
     for f in schema:
         i = t.schema.get_field_index(f.name)
-        cols.append(t.column(i).cast(f.type) if i >= 0 else pa.nulls(t.num_rows, f.type))
+        cols.append(cast_column(t.column(i), f.type) if i >= 0 else pa.nulls(t.num_rows, f.type))
     return pa.Table.from_arrays(cols, schema=schema)

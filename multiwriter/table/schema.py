@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import SchemaMismatchError, TableFormatError
 from . import names
@@ -67,7 +68,10 @@ def arrow_to_avro_json(schema: pa.Schema, name: str) -> str:
 
 
 def _field(f: pa.Field, ns: str) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": f.name, "type": ["null", _type(f.type, f.name, ns)], "default": None}
+    """A nullable field is Avro's ``["null", T]`` with default null; a non-nullable one is plain
+    ``T``, as Hudi records a NOT NULL column, so the table schema keeps the constraint."""
+    t = _type(f.type, f.name, ns)
+    d: dict[str, Any] = {"name": f.name, "type": ["null", t], "default": None} if f.nullable else {"name": f.name, "type": t}
     key = _prim_key(f.type)
     if key:
         d["arrowType"] = key
@@ -116,9 +120,14 @@ def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.S
 
 def _afield(f: dict[str, Any]) -> pa.Field:
     hint = f.get("arrowType")
+    nullable = _nullable(f["type"])
     if hint in _PRIMS:
-        return pa.field(f["name"], _PRIMS[hint][0], nullable=True)
-    return pa.field(f["name"], _atype(f["type"]), nullable=True)
+        return pa.field(f["name"], _PRIMS[hint][0], nullable=nullable)
+    return pa.field(f["name"], _atype(f["type"]), nullable=nullable)
+
+
+def _nullable(t: Any) -> bool:
+    return t == "null" or (isinstance(t, list) and "null" in t)
 
 
 def _atype(t: Any) -> pa.DataType:
@@ -159,64 +168,138 @@ def check_compatible(
 ) -> pa.Schema:
     """Validate a batch against the table schema; return the evolved table schema.
 
-    New columns are appended as nullable and a column whose batch type holds every value of
-    the table type (:func:`widens`) takes the wider type: both are schema evolution. With
-    ``allow_missing`` a batch may omit nullable table columns outside ``required`` (they are
-    written as null); any other missing or retyped column raises
+    New columns are appended as nullable, fields new inside a struct (also inside lists and
+    maps) are appended to that struct, and a column whose batch type holds every value of the
+    table type (:func:`widens`) takes the wider type: all three are schema evolution, so no value
+    a batch sends is dropped by a cast. With ``allow_missing`` a batch may omit nullable table
+    columns (and struct fields) outside ``required``; any other missing or retyped column raises
     :class:`SchemaMismatchError` before anything is written.
     """
     table, batch = data_schema(table), data_schema(batch)
     where = f" (instant {instant})" if instant else ""
-    _check_missing(table, batch, where, set(required), allow_missing)
     fields: list[pa.Field] = []
     retyped: list[str] = []
+    missing: list[str] = [f.name for f in table if batch.get_field_index(f.name) < 0]
     for f in table:
         i = batch.get_field_index(f.name)
         if i < 0:
             fields.append(f)
             continue
         bt = batch.field(i).type
-        if _same_type(f.type, bt):
-            fields.append(f)
-        elif widens(f.type, bt):
-            fields.append(pa.field(f.name, bt, nullable=True))
-        else:
+        t = evolve_type(f.type, bt, f.name, missing)
+        if t is None:
             retyped.append(f"{f.name}: table {f.type} vs batch {bt}")
+        else:
+            fields.append(pa.field(f.name, t, nullable=f.nullable))
+    _check_missing(table, missing, where, set(required), allow_missing)
     if retyped:
         raise SchemaMismatchError(
             f"batch{where} changes column types: {'; '.join(retyped)}; a column may only widen "
-            "losslessly (e.g. int32 -> int64, float -> double)"
+            "losslessly (e.g. int32 -> int64, float -> double) or gain struct fields"
         )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
     names.check(error=SchemaMismatchError, where=f"batch{where}", columns=[f.name for f in added])
     return pa.schema(fields + added)
 
 
-def _check_missing(table: pa.Schema, batch: pa.Schema, where: str, required: set[str], allow_missing: bool) -> None:
-    missing = [f for f in table if batch.get_field_index(f.name) < 0]
+def missing_columns(table: pa.Schema, batch: pa.Schema) -> list[str]:
+    """The columns (and dotted struct fields) of ``table`` that ``batch`` lacks."""
+    table, batch = data_schema(table), data_schema(batch)
+    missing = [f.name for f in table if batch.get_field_index(f.name) < 0]
+    for f in table:
+        i = batch.get_field_index(f.name)
+        if i >= 0:
+            evolve_type(f.type, batch.field(i).type, f.name, missing)
+    return missing
+
+
+def _check_missing(table: pa.Schema, missing: list[str], where: str, required: set[str], allow_missing: bool) -> None:
+    """Hudi's default (``hoodie.write.set.null.for.missing.columns=false``): a batch lacking table
+    columns is refused, since writing them as null would blank values another writer sent."""
     if not missing:
         return
     if not allow_missing:
         raise SchemaMismatchError(
-            f"batch{where} lacks table columns {[f.name for f in missing]}; send every column (nulls are "
-            "fine) or set WriterConfig(allow_missing_columns=True) to write omitted columns as null"
+            f"batch{where} lacks table columns {missing}; send every column (nulls are fine), or set "
+            "WriterConfig(allow_missing_columns=True) (hoodie.write.set.null.for.missing.columns=true) to write "
+            "omitted nullable columns as null"
         )
-    needed = [f.name for f in missing if f.name in required or not f.nullable]
+    top = {f.name: f for f in table}
+    needed = [m for m in missing if m in required or (m in top and not top[m].nullable)]
     if needed:
         raise SchemaMismatchError(
             f"batch{where} lacks required columns {needed} (record key, partition and ordering fields "
-            "and non-nullable columns must be sent; other columns may be omitted and are written as null)"
+            "and non-nullable columns must be sent; other columns may be omitted)"
         )
+
+
+def evolve_type(table: pa.DataType, batch: pa.DataType, path: str, missing: list[str]) -> pa.DataType | None:
+    """The type a column takes when ``batch`` values are written into a ``table`` column, or
+    None when the batch contradicts it. Fields a batch struct adds are appended (nullable);
+    struct fields it lacks are appended to ``missing`` by dotted path; a primitive keeps the
+    table type when the batch is narrower and takes the batch type when it widens the table's."""
+    if pa.types.is_struct(table) and pa.types.is_struct(batch):
+        return _evolve_struct(table, batch, path, missing)
+    if _is_list(table) and _is_list(batch):
+        item = evolve_type(table.value_type, batch.value_type, f"{path}.element", missing)
+        return None if item is None else _relist(table, item)
+    if pa.types.is_map(table) and pa.types.is_map(batch):
+        if not (_same_type(table.key_type, batch.key_type) or widens(table.key_type, batch.key_type)):
+            return None
+        item = evolve_type(table.item_type, batch.item_type, f"{path}.value", missing)
+        return None if item is None else pa.map_(table.key_type, item)
+    if _nested(table) or _nested(batch):
+        return None
+    if _same_type(table, batch):
+        return table
+    return batch if widens(table, batch) else None
+
+
+def _evolve_struct(table: pa.StructType, batch: pa.StructType, path: str, missing: list[str]) -> pa.DataType | None:
+    fields: list[pa.Field] = []
+    for f in table:
+        i = batch.get_field_index(f.name)
+        if i < 0:
+            missing.append(f"{path}.{f.name}")
+            fields.append(f)
+            continue
+        t = evolve_type(f.type, batch.field(i).type, f"{path}.{f.name}", missing)
+        if t is None:
+            return None
+        fields.append(pa.field(f.name, t, nullable=f.nullable))
+    fields += [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
+    return pa.struct(fields)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _relist(like: pa.DataType, item: pa.DataType) -> pa.DataType:
+    field = pa.field(like.value_field.name, item, nullable=like.value_field.nullable)
+    return pa.large_list(field) if pa.types.is_large_list(like) else pa.list_(field)
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or _is_list(t) or pa.types.is_map(t)
 
 
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """True when ``new`` holds every value of ``old`` exactly (equal types included).
 
     These are the only type changes schema evolution makes: files written with ``old`` stay
-    readable as ``new`` without a rewrite, so no writer's data is lost or altered.
+    readable as ``new`` without a rewrite, so no writer's data is lost or altered. A struct
+    widens when it keeps every field (each the same or wider) and perhaps adds some.
     """
     if old == new or _same_repr(old, new):
         return True
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        return all(new.get_field_index(f.name) >= 0 and widens(f.type, new.field(new.get_field_index(f.name)).type)
+                   for f in old)
+    if _is_list(old) and _is_list(new):
+        return widens(old.value_type, new.value_type)
+    if pa.types.is_map(old) and pa.types.is_map(new):
+        return widens(old.key_type, new.key_type) and widens(old.item_type, new.item_type)
     if pa.types.is_integer(old) and pa.types.is_integer(new):
         if pa.types.is_signed_integer(old):
             return pa.types.is_signed_integer(new) and new.bit_width >= old.bit_width
@@ -236,21 +319,85 @@ def _same_repr(a: pa.DataType, b: pa.DataType) -> bool:
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    if a == b:
+    """Primitive batch types written into table type ``a`` as they are: what Avro cannot tell
+    apart, and narrower numbers (cast checked value by value when the batch is prepared)."""
+    if a == b or _same_repr(a, b):
         return True
-    # Accept what Avro cannot tell apart and casts losslessly into the table type.
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
-        return True
-    if pa.types.is_string(a) and pa.types.is_large_string(b) or pa.types.is_large_string(a) and pa.types.is_string(b):
         return True
     if pa.types.is_integer(a) and pa.types.is_integer(b):
         return pa.types.is_signed_integer(a) and a.bit_width >= b.bit_width
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        return all(b.get_field_index(a.field(i).name) >= 0 and _same_type(a.field(i).type, b.field(b.get_field_index(a.field(i).name)).type) for i in range(a.num_fields))
-    if (pa.types.is_list(a) or pa.types.is_large_list(a)) and (pa.types.is_list(b) or pa.types.is_large_list(b)):
-        return _same_type(a.value_type, b.value_type)
-    if pa.types.is_map(a) and pa.types.is_map(b):
-        return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
     if pa.types.is_floating(a) and pa.types.is_floating(b):
         return a.bit_width >= b.bit_width
     return False
+
+
+def cast_column(col: pa.Array | pa.ChunkedArray, target: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``col`` as ``target`` the way Hudi's readers widen stored values: float -> double goes
+    through the float's shortest decimal text (Hudi's Java ``Double.valueOf(Float.toString(f))``:
+    ``0.7f`` reads as ``0.7``, not ``0.699999988079071``), also inside structs, lists and maps;
+    every other change is Arrow's safe cast (raising on a value that does not fit). Reads of old
+    files, merges and compaction all cast through here, so no two of them show a value differently.
+    """
+    if col.type == target:
+        return col
+    if not _widens_float(col.type, target):
+        return col.cast(target)
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([cast_column(c, target) for c in col.chunks], target)
+    t = col.type
+    if pa.types.is_floating(t):
+        return pc.cast(pc.cast(col, pa.string()), target)
+    if col.offset:  # rebuilt at offset 0: Arrow builds nested arrays from offsets only there
+        col = col.take(pa.array(range(len(col)), pa.int64()))
+    mask = pc.is_null(col) if col.null_count else None
+    if pa.types.is_struct(t):
+        children = dict(zip([f.name for f in t], col.flatten(), strict=True))
+        arrays = [cast_column(children[f.name], f.type) if f.name in children else pa.nulls(len(col), f.type)
+                  for f in target]
+        return pa.StructArray.from_arrays(arrays, fields=list(target), mask=mask)
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(col.offsets, col.keys.cast(target.key_type), cast_column(col.items, target.item_type),
+                                       type=target, mask=mask)
+    values = cast_column(col.values, target.value_type)
+    cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+    return cls.from_arrays(col.offsets, values, type=target, mask=mask)
+
+
+def _widens_float(t: pa.DataType, target: pa.DataType) -> bool:
+    """Whether casting ``t`` to ``target`` widens a float to a double somewhere."""
+    if pa.types.is_floating(t) and pa.types.is_floating(target):
+        return t.bit_width < 64 and target.bit_width == 64
+    if pa.types.is_struct(t) and pa.types.is_struct(target):
+        return any(t.get_field_index(f.name) >= 0 and _widens_float(t.field(t.get_field_index(f.name)).type, f.type)
+                   for f in target)
+    if pa.types.is_map(t) and pa.types.is_map(target):
+        return _widens_float(t.item_type, target.item_type)
+    if _is_list(t) and _is_list(target):
+        return _widens_float(t.value_type, target.value_type)
+    return False
+
+
+def has_double(schema: pa.Schema) -> bool:
+    """Whether some column (or nested field) is a double: only then can a file hold floats
+    that a read must widen (:func:`stored_float_types`)."""
+    def double(t: pa.DataType) -> bool:
+        if pa.types.is_float64(t):
+            return True
+        if pa.types.is_struct(t):
+            return any(double(f.type) for f in t)
+        if _is_list(t):
+            return double(t.value_type)
+        return pa.types.is_map(t) and double(t.item_type)
+    return any(double(f.type) for f in schema)
+
+
+def stored_float_types(physical: pa.Schema, schema: pa.Schema) -> dict[str, pa.DataType]:
+    """The columns of a file (``physical``) to read as stored and then widen with
+    :func:`cast_column`, because a float in them became a double in ``schema``."""
+    out = {}
+    for f in schema:
+        i = physical.get_field_index(f.name)
+        if i >= 0 and _widens_float(physical.field(i).type, f.type):
+            out[f.name] = physical.field(i).type
+    return out

@@ -20,7 +20,17 @@ from . import bucket, hooks, metadata_files, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
-from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
+from .schema import (
+    META_COLUMNS,
+    META_SCHEMA,
+    arrow_to_avro_json,
+    avro_to_arrow,
+    cast_column,
+    data_schema,
+    has_double,
+    stored_float_types,
+    with_meta,
+)
 from .files import FileSlice, list_data_files, list_files
 from .merge_rule import RECORD_KEY
 from .merged_slice import key_column, read_slice
@@ -374,7 +384,28 @@ def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: l
         return t.select(cols) if cols else t
     ds = pads.dataset([storage.abs(r) for r in rels], schema=schema, format="parquet", filesystem=storage.fs)
     expr = _filters_expr(filters)
-    return ds.to_table(columns=cols, filter=expr)
+    if not has_double(schema):
+        return ds.to_table(columns=cols, filter=expr)
+    # Which files store floats of columns now double: their footers, read side by side; the scan
+    # below reuses the metadata these fragments keep, so no footer is read twice.
+    frags = list(ds.get_fragments())
+    stored = list(SLICE_READERS.get().map(lambda f: bool(stored_float_types(f.physical_schema, schema)), frags))
+    plain = [f for f, s in zip(frags, stored, strict=True) if not s]
+    widened = [f for f, s in zip(frags, stored, strict=True) if s]
+    parts = [pads.FileSystemDataset(plain, schema, ds.format, ds.filesystem).to_table(columns=cols, filter=expr)] if plain else []
+    parts += [_read_widened(frag, schema, cols, expr) for frag in widened]
+    return pa.concat_tables(parts)
+
+
+def _read_widened(frag: Any, schema: pa.Schema, cols: list[str] | None, expr: Any) -> pa.Table:
+    """A file that stores floats of columns now double, widened as Hudi's readers widen them
+    (:func:`~.schema.cast_column`), then filtered: the filter sees the values every reader sees."""
+    stored = stored_float_types(frag.physical_schema, schema)
+    t = frag.to_table(schema=pa.schema([pa.field(f.name, stored.get(f.name, f.type)) for f in schema]))
+    t = pa.Table.from_arrays([cast_column(t.column(f.name), f.type) for f in schema], schema=schema)
+    if expr is not None:
+        t = t.filter(expr)
+    return t.select(cols) if cols is not None else t
 
 
 def _filter_columns(filters: Any, schema: pa.Schema, columns: list[str]) -> list[str] | None:

@@ -27,7 +27,7 @@ from ..storage import FileExists, Storage
 from ..table import layout
 from ..table.properties import TableConfig
 from ..table.metadata import WriteStat
-from ..table.schema import META_COLUMNS, data_schema, with_meta
+from ..table.schema import META_COLUMNS, cast_column, data_schema, with_meta
 from . import bloom, guard
 from .columns import Prefixes, constant, constant_value
 from .index import SHARED_FOOTERS, FooterKeys, with_typed_range
@@ -53,6 +53,7 @@ class MergeContext:
     plain_columns: tuple[str, ...] = ()  # data columns whose values rarely repeat: no dictionary (:func:`with_encodings`)
     markers_listed: bool = False  # every file's marker is already in the instant's marker list (:func:`markers.create_all`)
     log_append: bool = False  # Merge-on-Read: groups with a base file get a log file (:mod:`.log_append`)
+    keep_columns: tuple[str, ...] = ()  # partial update: data columns the batch omits; an update keeps their stored values
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -104,7 +105,7 @@ def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = []
     for f in schema:
         if t.schema.get_field_index(f.name) >= 0:
-            cols.append(t.column(f.name).cast(f.type))
+            cols.append(cast_column(t.column(f.name), f.type))
         else:
             cols.append(pa.nulls(t.num_rows, f.type))
     return pa.Table.from_arrays(cols, schema=schema)
@@ -141,6 +142,8 @@ def merge_file_group(
         old_col, new_col = _match_columns(ctx, old, upserts)
         pos = _positions_in_old(old.column(old_col), upserts.column(new_col))
         upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering_field)
+        if ctx.keep_columns:
+            upserts = keep_stored(upserts, pos, old, ctx.keep_columns)
         drop = np.zeros(old.num_rows, dtype=bool)
         drop[pos[pos >= 0]] = True
         n_update = int(np.count_nonzero(pos >= 0))
@@ -264,6 +267,21 @@ def _grown_filter(old_md: dict, new_keys: pa.Table, cached: bloom.DynamicBloomFi
     if new_keys.num_rows:
         f.add_rows(new_keys, KEY)
     return f
+
+
+def keep_stored(upserts: pa.Table, pos: np.ndarray, old: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """Partial update: in each of ``columns`` (which the batch omitted), an update (``pos`` >= 0:
+    its row in ``old``) takes the stored value; an insert keeps null."""
+    found = pos >= 0
+    if not found.any():
+        return upserts
+    rows = pa.array(np.where(found, pos, 0))
+    mask = pa.array(found)
+    for c in columns:
+        i = upserts.schema.get_field_index(c)
+        stored = old.column(c).take(rows)
+        upserts = upserts.set_column(i, upserts.schema.field(i), pc.if_else(mask, stored, upserts.column(i)))
+    return upserts
 
 
 def _drop_stale(upserts: pa.Table, pos: np.ndarray, old: pa.Table, ordering: str | None) -> tuple[pa.Table, np.ndarray]:

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidRecordError, SchemaMismatchError
 from ..table import layout
 from ..table.properties import TableConfig
-from ..table.schema import META_COLUMNS, data_schema
+from ..table.schema import META_COLUMNS, cast_column, data_schema
 from . import bloom
 
 KEY = "_mw_key"
@@ -131,14 +131,29 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
 
 
 def _null_fill(batch: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The batch in ``schema``'s column order and types; columns it lacks are all null."""
+    """The batch in ``schema``'s column order and types; columns it lacks are all null. A value
+    that does not fit its column's type, or a null in a non-nullable column, is an
+    :class:`InvalidRecordError` naming the column (nothing is written)."""
     cols = []
     for f in data_schema(schema):
         if batch.schema.get_field_index(f.name) >= 0:
-            cols.append(batch.column(f.name).cast(f.type))
+            cols.append(_cast(batch.column(f.name), f))
         else:
             cols.append(pa.nulls(batch.num_rows, f.type))
+        if not f.nullable and cols[-1].null_count:
+            raise InvalidRecordError(
+                f"{cols[-1].null_count} record(s) have a null in non-nullable column {f.name!r} (nothing was written)")
     return pa.Table.from_arrays(cols, schema=data_schema(schema))
+
+
+def _cast(col: pa.ChunkedArray, f: pa.Field) -> pa.ChunkedArray:
+    try:
+        return cast_column(col, f.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidRecordError(
+            f"column {f.name!r}: a value of the batch's {col.type} does not fit the table's {f.type} ({e}); "
+            "nothing was written: send values in range, or widen the column (send it with the wider type)"
+        ) from e
 
 
 def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:

@@ -115,6 +115,7 @@ class Writer:
             attempts += 1
             txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
                               non_blocking=self.non_blocking,
+                              allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
@@ -203,6 +204,8 @@ class Writer:
         schema = batch.evolved_schema(self.table.schema(tl))
         ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
                       tuple(self.table.config.record_key), log_append=self.table.config.merge_on_read)
+        if self.config.partial_update:
+            ctx = dataclasses.replace(ctx, keep_columns=tuple(n for n in data_schema(schema).names if n not in batch.schema.names))
         if replacing:  # the pre-write check looks for this instant's pending replacecommit files
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
@@ -408,7 +411,11 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     """Columns every upsert batch must carry, and whether others may be omitted."""
     c = table.config
     required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
-    return {"required": required, "allow_missing": config.allow_missing_columns}
+    if config.partial_update and c.merge_on_read:
+        raise ConfigError(
+            f"partial_update is supported on Copy-on-Write tables only, and table {table.name!r} is Merge-on-Read: "
+            "send every column, or set allow_missing_columns=True to write omitted columns as null")
+    return {"required": required, "allow_missing": config.allow_missing_columns or config.partial_update}
 
 
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
