@@ -60,13 +60,13 @@ def pending_files(config: TableConfig, instant_time: str, action: str | None = N
 
 def check_alive(storage: Storage, instant_time: str, bound_s: float | None, pending: tuple[str, ...], what: str) -> None:
     """Raise unless ``instant_time`` may still write ``what``; nothing is written on failure."""
+    if pending:  # first: a late attempt's heartbeat is gone too, but this says why
+        _check_not_completed(storage, instant_time, pending, what)
     client = beating_client(instant_time)
     if client is not None:
         client.check(instant_time)
     elif bound_s is not None:
         _check_heartbeat_file(storage, instant_time, bound_s, what)
-    if pending:
-        _check_not_completed(storage, instant_time, pending, what)
     if pending and not any(storage.exists(rel) for rel in pending):
         raise InstantRolledBackError(
             f"instant {instant_time} is no longer pending (no {pending[0].rsplit('/', 1)[-1]} on the timeline): "
