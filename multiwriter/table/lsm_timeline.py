@@ -146,12 +146,15 @@ def read_file(storage: Storage, rel: str, *, states_only: bool = False) -> list[
     """The records of one data file; ``states_only``: without their metadata and plan bytes
     (what a reader needs to tell archived commits from failed writes, at a fraction of the read)."""
     try:
-        data = io.BytesIO(storage.read_bytes(rel))
-        if states_only:
-            present = pq.read_schema(data).names
-            table = pq.read_table(data, columns=[c for c in STATE_COLUMNS if c in present])
+        if states_only:  # only those column chunks are read from storage
+            with storage.fs.open_input_file(storage.abs(rel)) as f:
+                pf = pq.ParquetFile(f)
+                present = pf.schema_arrow.names
+                table = pf.read(columns=[c for c in STATE_COLUMNS if c in present])
         else:
-            table = pq.read_table(data)
+            table = pq.read_table(io.BytesIO(storage.read_bytes(rel)))
+    except FileNotFoundError:
+        raise  # compaction's cleaning removed it: the caller reads the latest manifest again
     except (OSError, pa.ArrowInvalid) as e:
         raise TableFormatError(f"{rel}: not a readable LSM timeline file ({e}); restore it from backup") from e
     missing = {"instantTime", "action"} - set(table.column_names)
