@@ -60,10 +60,9 @@ def pending_files(config: TableConfig, instant_time: str, action: str | None = N
 
 def check_alive(storage: Storage, instant_time: str, bound_s: float | None, pending: tuple[str, ...], what: str) -> None:
     """Raise unless ``instant_time`` may still write ``what``; nothing is written on failure."""
-    client = beating_client(instant_time)
-    if pending and client is None:  # first: a late attempt's heartbeat is gone too, but this says why
-        # (a process beating the instant commits it itself, after its own writes: never late)
+    if pending:  # first: a late attempt's heartbeat is gone too, but this says why
         _check_not_completed(storage, instant_time, pending, what)
+    client = beating_client(instant_time)
     if client is not None:
         client.check(instant_time)
     elif bound_s is not None:
