@@ -62,6 +62,7 @@ from ..errors import (
     ConfigError,
     DuplicateBatchError,
     HeartbeatExpiredError,
+    InstantCompletedError,
     InstantRolledBackError,
     LockAcquireTimeout,
     WriteConflictError,
@@ -187,6 +188,10 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
                                           rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
             return _TaskResult(kept, redo=str(e), begun=self.begun, query_id=query_id)
+        except InstantCompletedError:  # a late attempt: the batch committed without it, its staged rows go too
+            if staged is not None:
+                storage.delete(staged.path)
+            raise
         return _TaskResult(kept, stats, compact(inserted), begun=self.begun, query_id=query_id)
 
     # -- driver ------------------------------------------------------------------------------

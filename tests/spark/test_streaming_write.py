@@ -443,6 +443,7 @@ def test_a_task_attempt_that_resumes_after_the_micro_batch_committed_publishes_n
         result = e
     assert committed, "the micro-batch committed while the late attempt was writing"
     assert isinstance(result, MultiWriterError) or not result.stats, result
+    assert _staged(path) == [], "the late attempt's staged rows are gone too"
 
     expected = sorted([(str(i), "2024-01-01", 1, 1.0) for i in range(40)], key=repr)
     assert rows(hudi_read(path), COLS) == _ours(path) == expected
