@@ -94,6 +94,11 @@ class InstantRolledBackError(MultiWriterError):
     """Our pending instant vanished or a rollback targets it: the cleaner judged us dead."""
 
 
+class InstantCompletedError(MultiWriterError):
+    """A task attempt outlived its instant's commit (a late or rerun attempt): what it was about
+    to write would be a second copy of rows already committed, so it writes nothing."""
+
+
 class DuplicateBatchError(MultiWriterError):
     """A commit with this writer's checkpoint at or past our batch id landed meanwhile."""
 

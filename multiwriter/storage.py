@@ -225,6 +225,20 @@ class Storage:
         with self.fs.open_output_stream(target) as f:
             f.write(data)
 
+    def staging_dir(self, rel: str) -> None:
+        """Make ``rel`` ready to hold staged files (:meth:`publish`); nothing on object stores."""
+        if self._needs_dirs:
+            self.fs.create_dir(self.abs(rel), recursive=True)
+
+    def publish(self, staged: str, rel: str) -> None:
+        """Make the complete file at ``staged`` appear at ``rel`` in one step. Local disks rename
+        (atomic; a file of the same name is replaced). Object stores copy on the server side and
+        then delete ``staged``: the object at ``rel`` appears whole when the copy completes (S3
+        has no rename, and the upload of ``staged`` completes before the caller decides)."""
+        target = self.abs(rel)
+        self._parent_dir(target)
+        self.fs.move(self.abs(staged), target)
+
     def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
         """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists.
 

@@ -2,14 +2,14 @@
 active timeline moved past its instant by later commits and archival, then thawed.
 
 Hudi readers take a file older than the earliest active instant for an archived commit's file,
-so every file the zombie writes after waking up would be visible. It must write no more files
-(the pre-write check), and the one file it was about to write when it froze (the residual
-window between check and write) must be swept by the cleaner. hudi-rs and our reader must end
-up without any of its rows.
+so every file the zombie writes after waking up would be visible. It must make no more files
+visible: the second one, whose bytes it had written under a staged name when it froze, is not
+published (the check before publishing fails) and no third one is started. hudi-rs and our
+reader must end up without any of its rows, with nothing left for the sweep.
 
-The child runs ``python -m tests.test_zombie_writer '<json>'``: it freezes itself right before
-writing its second data file and SIGKILLs itself after a third one, which only a writer without
-the pre-write check gets to write.
+The child runs ``python -m tests.test_zombie_writer '<json>'``: it freezes itself right after
+writing its second data file's bytes (before the check that would publish it) and SIGKILLs
+itself after a third one, which only a writer without the checks gets to write.
 """
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def _child(a: dict) -> None:
     original = merge._write_parquet
     calls = [0]
 
-    def hooked(storage, rel, out, *rest, **options):  # called right after the pre-write check of each data file
+    def hooked(storage, rel, out, *rest, **options):  # writes each data file's bytes under its staged name
         calls[0] += 1
+        size = original(storage, rel, out, *rest, **options)
         if calls[0] == 2:
             print(json.dumps({"frozen": rel}), flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
-        size = original(storage, rel, out, *rest, **options)
         if calls[0] == 3:
             os.kill(os.getpid(), signal.SIGKILL)  # the crash that leaves the files behind
         return size
@@ -142,13 +142,14 @@ def test_a_thawed_zombie_writes_no_more_files_and_its_leftover_is_swept(
     res = json.loads(out.strip().splitlines()[-1])
     assert not res["ok"] and res["error"] in ("HeartbeatExpiredError", "InstantRolledBackError"), res
     assert t in res["message"]
-    # the residual window: the file it froze in front of lands; no further file does
-    assert _files_of(table_path, t) == [frozen] and first != frozen
+    # the file it froze with, written but not published, never lands, nor does a staged copy stay
+    assert frozen.startswith(f".hoodie/.temp/{t}/staged/"), frozen
+    assert _files_of(table_path, t) == []
+    assert not [f for _, _, fs in os.walk(table_path) for f in fs if f.endswith(f"_{t}.parquet")], "nothing staged stays"
 
     with cleaner(failed_write_min_age_bounds=1) as c:
         report = c.run_once()
-    assert report.failed_writes_swept == [frozen]
-    assert _files_of(table_path, t) == []
+    assert report.failed_writes_swept == []
     want = sorted(expected.items(), key=repr)
     assert rows(hudi_read(table_path), ["id", "value"]) == want
     assert rows(mw.Table.open(table_path).read(), ["id", "value"]) == want

@@ -44,12 +44,12 @@ from dataclasses import dataclass
 
 from .. import markers
 from ..instant_time import parse_time
+from ..table import history
 from ..table import instant as inst
 from ..table import layout
 from ..table.files import FileSlice, LogFile, list_files
 from ..table.log_file import parse_log_file
 from ..table.metadata import named_files
-from ..table.lsm_timeline import is_lsm_file
 from ..table.instant import Instant
 from ..table.timeline import Timeline
 from . import CleanerContext
@@ -153,7 +153,7 @@ def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, no
 
 # -- failed writes --------------------------------------------------------------------------------
 
-V6_ARCHIVE_DIR = f"{layout.HOODIE}/archived"
+V6_ARCHIVE_DIR = history.V6_ARCHIVE_DIR
 
 
 def failed_write_files(
@@ -197,20 +197,15 @@ def _named_files(tl: Timeline, i: Instant) -> set[str]:
 
 
 def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:
-    """Requested times of every archived instant, and whether the archive is complete: Hudi's LSM
-    history (written by us or by Hudi's archiver) and JSON batches of earlier releases; anything
-    else there (a version 6 archive) cannot be read here."""
-    foreign = [
-        e.path
-        for d in (ctx.config.history_dir, V6_ARCHIVE_DIR)
-        for e in ctx.storage.list_dir(d)
-        if not e.path.endswith(".tmp") and not e.path.endswith(archive_mod.SUFFIX)
-        and not (d == ctx.config.history_dir and is_lsm_file(e.path.rsplit("/", 1)[-1]))
-    ]
+    """Requested times of every archived instant that completed, and whether the archive is
+    complete: Hudi's LSM history (written by us or by Hudi's archiver) and JSON batches of
+    earlier releases; anything else there (a version 6 archive) cannot be read here. An
+    archived instant that never completed accounts for no data file (readers take none)."""
+    foreign = history.unreadable_files(ctx.storage, ctx.config.history_dir)
     if foreign:
         log.info("archive holds files that are not multiwriter history batches (first: %s); "
                  "data files older than the earliest active instant are not swept", foreign[0])
-    return {a.requested_time for a in archive_mod.load_history(ctx.table)}, not foreign
+    return {a.requested_time for a in archive_mod.load_history(ctx.table) if a.completion_time}, not foreign
 
 
 def sweep_failed_writes(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[str]:

@@ -7,9 +7,13 @@ tasks, and calls ``commit`` (or ``abort``) in a Python worker on the driver afte
 * **begin** (``__init__``, driver): the options are checked, the table is created on first use,
   and an instant is issued under the lock with its heartbeat file written; the instant time and
   the base it began from travel to the tasks with the writer.
-* **write** (each task): the task stages its rows (:mod:`.staging`), beats the instant's
-  heartbeat while it works, and runs the driver path's index, plan and merge on its rows against
-  the base: data files of the instant, with markers, exactly as the driver path writes them.
+* **write** (each task): the task stages its rows (:mod:`.staging`) and runs the driver path's
+  index, plan and merge on its rows against the base: data files of the instant, with markers,
+  exactly as the driver path writes them, each published only while the instant is alive and
+  not completed (:mod:`multiwriter.write.guard`). New file groups are named from the instant and
+  their rows (never from row order or the attempt), so a rerun and a late attempt of a task name
+  the same groups. Only the driver beats the instant's heartbeat: a task that beat it would keep
+  an aborted micro-batch looking alive.
 * **commit** (driver): under the lock, the ordinary commit (conflict check, checkpoint
   ``{writer id: batch id}``, fence) of the tasks' write stats. The commit is redone from the
   staged rows through the driver path (:class:`~multiwriter.write.writer.Writer`, with its
@@ -22,8 +26,9 @@ micro-batch Spark replays after a crash between our commit and its own commit lo
 is rolled back. From another query (Spark's persistent query id, which the tasks read, differs:
 a new checkpoint) it is a checkpoint reset: ``CheckpointResetError`` unless
 ``on_checkpoint_reset`` is "continue". ``abort`` rolls
-the instant back; staging is deleted after every commit and abort, so a failed micro-batch leaves
-no files. Each commit names the query's checkpoint location beside the writer id, so a second
+the instant back (found by its heartbeat's writer id when no task reported it, so the driver
+stops beating it at once); staging is deleted after every commit and abort, so a failed
+micro-batch leaves no files. Each commit names the query's checkpoint location beside the writer id, so a second
 query reusing a writer id fails instead of having its batches skipped as already committed.
 
 Spark runs the begin and the commit in pooled Python workers on the driver, so each process
@@ -32,6 +37,8 @@ foreachBatch sink does.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import threading
@@ -55,6 +62,7 @@ from ..errors import (
     ConfigError,
     DuplicateBatchError,
     HeartbeatExpiredError,
+    InstantCompletedError,
     InstantRolledBackError,
     LockAcquireTimeout,
     WriteConflictError,
@@ -76,6 +84,7 @@ from ..write.index import KeyIndex
 from ..write.merge import armed, context
 from ..write.plan import planned_metadata
 from ..write.records import prepare
+from ..write.spark import stable_new_ids
 from ..write.writer import Writer, commit_metadata, evolve_schema, plan_batch
 from . import options as opt
 from .source import parse_write
@@ -180,6 +189,10 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
                                           rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
             return _TaskResult(kept, redo=str(e), begun=self.begun, query_id=query_id)
+        except InstantCompletedError:  # a late attempt: the batch committed without it, its staged rows go too
+            if staged is not None:
+                storage.delete(staged.path)
+            raise
         return _TaskResult(kept, stats, compact(inserted), begun=self.begun, query_id=query_id)
 
     # -- driver ------------------------------------------------------------------------------
@@ -242,8 +255,10 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         try:
             if begun is not None:
                 _resume(table, w, begun).abort()
-            else:  # no task reported: the instant's heartbeat lapses and the cleaner rolls it back
-                log.warning("writer %s: micro-batch %s aborted before any task reported its instant", self.writer_id, batchId)
+            else:  # no task reported: roll back this writer's pending instants (the driver then stops beating)
+                rolled = _abort_unreported(table, w)
+                log.warning("writer %s: micro-batch %s aborted before any task reported its instant; rolled back %s",
+                            self.writer_id, batchId, rolled or "nothing")
         finally:
             w.close()
             staging.discard(table.storage, self.writer_id, batchId)
@@ -346,24 +361,18 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
     """The driver path's index, plan and merge over one task's rows, against the instant's base."""
 
     t = begun.instant_time
-    hb = HeartbeatClient(table.storage, writer_id=writer_id, interval_s=begun.heartbeat_interval_s,
-                         tolerable_misses=begun.heartbeat_misses)
-    _check_heartbeat(table, begun)  # a task that starts after the bound must not revive the instant
-    hb.start(t)
-    try:
-        schema, cfg = begun.schema, table.config
-        base = table.timeline().as_of_completion(begun.base_completion)
-        prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
-        index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
-        plan = plan_batch(prepared, base, index, operation, target_file_size)
-        ctx = armed(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
-                            tuple(cfg.record_key), log_append=cfg.merge_on_read), cfg)
-        # one file per group; the footers of the files written go to the cache, as the driver path's do
-        stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
-        return stats, plan.inserted_keys()
-    finally:
-        hb.hand_over(t)
-        hb.close()
+    _check_heartbeat(table, begun)  # the driver beats the instant; a task never does (it would outlive an abort)
+    schema, cfg = begun.schema, table.config
+    base = table.timeline().as_of_completion(begun.base_completion)
+    prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
+    index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
+    plan = stable_new_ids(plan_batch(prepared, base, index, operation, target_file_size), t, bucketed=cfg.bucket_index)
+    bound = expiry_bound_s(begun.heartbeat_interval_s, begun.heartbeat_misses)
+    ctx = armed(dataclasses.replace(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
+                                            tuple(cfg.record_key), log_append=cfg.merge_on_read), heartbeat_bound_s=bound), cfg)
+    # one file per group; the footers of the files written go to the cache, as the driver path's do
+    stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
+    return stats, plan.inserted_keys()
 
 
 def compact(inserted: dict[str, pa.Array]) -> dict[str, pa.Array]:
@@ -416,6 +425,30 @@ def _resume(table: Table, w: Any, begun: _Begun, tl: Timeline | None = None) -> 
     return Transaction.resume(table, w.lock, instant=own, base=base, base_timeline=tl.as_of_completion(begun.base_completion),
                               writer_id=w.config.writer_id, heartbeat=w.heartbeat, lock_timeout_s=w.config.lock_timeout_s,
                               non_blocking=w.config.concurrency_for(table.config) == "non_blocking")
+
+
+def _abort_unreported(table: Table, w: Any) -> list[str]:
+    """Roll back every pending write of ``w``'s writer id whose heartbeat names it: the instant
+    of a micro-batch Spark aborted before a task reported it (the process that began it beats
+    it until it is no longer pending, so it would otherwise look alive to the cleaner). One
+    query writes one micro-batch at a time under a writer id, so no live write is among them."""
+    tl = table.timeline()
+    out = []
+    for i in tl.pending(inst.WRITE_ACTIONS):
+        if _heartbeat_writer(table.storage, i.requested_time) != w.config.writer_id:
+            continue
+        begun = _Begun(i.requested_time, None, None, b"", w.config.heartbeat_interval_s, w.config.heartbeat_tolerable_misses)
+        _resume(table, w, begun, tl).abort()
+        out.append(i.requested_time)
+    return out
+
+
+def _heartbeat_writer(storage: Storage, t: str) -> str | None:
+    """The writer id a heartbeat file of ``t`` names (None: no readable file)."""
+    try:
+        return json.loads(storage.read_bytes(layout.heartbeat_path(t))).get("writer_id")
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None
 
 
 def _overlap(results: list[_TaskResult]) -> str | None:

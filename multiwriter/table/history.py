@@ -103,4 +103,39 @@ def load(storage: Storage, history_dir: str) -> list[ArchivedInstant]:
     return sorted(seen.values(), key=lambda a: (a.requested_time, a.action))
 
 
-__all__ = ["ArchivedInstant", "decode_legacy_batch", "legacy_batches", "load"]
+#: where table version 6 (and Hudi before 1.0) archives: log files this package cannot read
+V6_ARCHIVE_DIR = ".hoodie/archived"
+#: actions whose completed instants wrote data files (a compaction or clustering completes as a
+#: commit or replace commit, but either name may be recorded)
+DATA_ACTIONS = inst.WRITE_ACTIONS | {inst.COMPACTION, inst.CLUSTERING}
+
+
+def unreadable_files(storage: Storage, history_dir: str) -> list[str]:
+    """Files of the archive that are neither LSM history nor JSON batches (a version 6 archive):
+    when there are any, archived commits cannot be told from failed writes by reading it."""
+    return [
+        e.path
+        for d in (history_dir, V6_ARCHIVE_DIR)
+        for e in storage.list_dir(d)
+        if not e.path.endswith(".tmp") and not e.path.endswith(LEGACY_SUFFIX)
+        and not (d == history_dir and lsm.is_lsm_file(e.path.rsplit("/", 1)[-1]))
+    ]
+
+
+def completed_writes(storage: Storage, history_dir: str) -> dict[str, str]:
+    """Requested time -> completion time of every archived instant that completed a data write
+    (read without commit metadata: readers need only this to take a file older than the active
+    timeline as committed)."""
+    out: dict[str, str] = {}
+    for r in lsm.read_instants(storage, history_dir, states_only=True):
+        if r.completion_time and r.action in DATA_ACTIONS:
+            out.setdefault(r.instant_time, r.completion_time)
+    for rel in legacy_batches(storage, history_dir):
+        for a in decode_legacy_batch(storage.read_bytes(rel), source=rel):
+            if a.completion_time and a.action in DATA_ACTIONS:
+                out.setdefault(a.requested_time, a.completion_time)
+    return out
+
+
+__all__ = ["ArchivedInstant", "DATA_ACTIONS", "V6_ARCHIVE_DIR", "completed_writes", "decode_legacy_batch",
+           "legacy_batches", "load", "unreadable_files"]

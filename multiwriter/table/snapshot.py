@@ -3,8 +3,9 @@ tables, the committed log files of its slice (as readers decide).
 
 Files of pending, rolled-back or unknown instants are never visible, nor are file groups that a
 completed replace commit retired. A file older than the earliest instant on the active timeline
-counts as committed (its instant was archived), exactly as Hudi readers treat it; rollback
-therefore deletes files before their instant files. The rules live in :mod:`.view`.
+counts as committed only when the archived timeline names its instant as a completed write (Hudi
+readers take every such file; a paused writer's late file after its rollback and archival would
+show). Rollback still deletes files before their instant files. The rules live in :mod:`.view`.
 """
 from __future__ import annotations
 

@@ -2,8 +2,12 @@
 
 A :class:`TimelineView` wraps one loaded :class:`~.timeline.Timeline` and decides:
 
-* *committed*: a data file's instant is a completed write, or (Hudi's rule for archived
-  instants) older than the earliest instant on the timeline and not pending;
+* *committed*: a data file's instant is a completed write on the active timeline, or older than
+  its earliest instant and named as a completed write by the archived timeline (read once per
+  view, without commit metadata, and only when such a file is met). Hudi's readers take every
+  file older than the active timeline as committed; a writer rolled back while paused that wrote
+  one more file after archival passed its instant would then show rows never acknowledged. Only
+  when the archive holds files this package cannot read (a version 6 archive) is Hudi's rule kept;
 * *visible as of* a requested time (snapshot and time travel, as Hudi and hudi-rs decide it);
   incremental reads follow commit completion order instead;
 * *replaced*: file groups retired by a completed ``replacecommit`` (INSERT OVERWRITE, clustering).
@@ -19,6 +23,7 @@ storage; only what the cleaner deleted makes them refuse.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +41,7 @@ __all__ = ["FileGroup", "IncrementalPlan", "TimelineView"]
 
 #: the operation type of a clustering's replace commit
 CLUSTER_OPERATION = "CLUSTER"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,10 @@ class TimelineView:
         """Is a file written at requested time ``t`` committed (as Hudi readers decide)?"""
         if t in self._done:
             return True
-        if t in self._pending or self._earliest is None:
+        if t in self._pending or self._earliest is None or t >= self._earliest:
             return False
-        return t < self._earliest
+        archived = self._archived_completions
+        return archived is None or t in archived
 
     def visible(self, t: str, as_of: str | None = None) -> bool:
         """Committed, and at or before ``as_of`` (a requested time) when one is given."""
@@ -122,14 +129,20 @@ class TimelineView:
         if i is not None:
             return i.completion_time or t
         if self._earliest is not None and t < self._earliest and self.has_history:
-            return self._archived_completions.get(t, t)
+            return (self._archived_completions or {}).get(t, t)
         return t
 
     @cached_property
-    def _archived_completions(self) -> dict[str, str]:
+    def _archived_completions(self) -> dict[str, str] | None:
+        """Requested -> completion time of the archived data writes (None: the archive holds
+        files not readable here, so archived commits cannot be told from failed writes)."""
         tl = self.timeline
-        return {a.requested_time: a.completion_time for a in history.load(tl.storage, tl.config.history_dir)
-                if a.completion_time and a.action in inst.WRITE_ACTIONS}
+        unreadable = history.unreadable_files(tl.storage, tl.config.history_dir)
+        if unreadable:
+            log.info("archive of %s holds files not readable here (first: %s): files older than the active "
+                     "timeline are taken as committed, as Hudi does", tl.storage.uri, unreadable[0])
+            return None
+        return history.completed_writes(tl.storage, tl.config.history_dir)
 
     def named(self, fs: FileSlice | LogFile) -> bool:
         """Does the completed commit of ``fs``'s instant name this very file? (False for files of
@@ -291,8 +304,8 @@ class TimelineView:
         return out
 
     def _named_log(self, lf: LogFile) -> bool:
-        """A log file of an archived commit is taken as committed (no stats to check), else its
-        commit must name it (a failed task attempt's file is not)."""
+        """A log file of an archived commit (:meth:`committed` checked the archive names it) is
+        taken as committed (no stats to check), else its commit must name it (a failed task attempt's file is not)."""
         return lf.instant_time not in self._done or self.named(lf)
 
     def _before_active(self, as_of: str | None) -> bool:

@@ -26,8 +26,17 @@ from ..table import layout
 from ..table.log_file import LogFileName, encode_log_file
 from ..table.metadata import WriteStat
 from ..table.schema import arrow_to_avro_json, data_schema
+from . import guard
 from .index import FooterKeys
-from .merge import MergeContext, check_alive, ensure_partition_metadata, merge_file_group, new_rows, split_deletes
+from .merge import (
+    MergeContext,
+    check_alive,
+    ensure_partition_metadata,
+    merge_file_group,
+    new_rows,
+    split_deletes,
+    write_checked,
+)
 from .plan import FileGroupTask
 from .records import KEY
 
@@ -91,7 +100,7 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     schema = _avro_schema(ctx)
     data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
     check_alive(storage, ctx, rel)
-    write_log(storage, rel, data)
+    write_checked(storage, ctx, rel, lambda path: write_log(storage, path, data))
     faults.point("mid-log-append")
     n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
     return WriteStat(
@@ -128,7 +137,8 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> Write
     markers.create(storage, instant_time, partition, name)
     schema = json.loads(arrow_to_avro_json(data_schema(rows.schema), "record"))
     data = encode_log_file(instant_time=instant_time, schema=schema, records=rows)
-    write_log(storage, rel, data)
+    # the writer's own process: its heartbeat client answers the check (no pending files to read)
+    guard.write_checked(storage, instant_time, None, (), rel, lambda path: write_log(storage, path, data))
     storage.delete(stat.path)
     return dataclasses.replace(stat, path=rel, prev_commit=instant_time, num_update_writes=stat.num_writes, num_inserts=0,
                                total_write_bytes=len(data), file_size=len(data), log_version=LOG_VERSION,
@@ -136,8 +146,8 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> Write
 
 
 def write_log(storage: Storage, rel: str, data: bytes) -> None:
-    """Write a log file as base files are written: one stream, no temporary file or fsync (the
-    name is this attempt's own, and no reader looks at it before its commit completes)."""
+    """Write a log file's bytes in one stream, no fsync (called with a staged path by
+    :func:`.guard.write_checked`, which publishes it)."""
     with storage.fs.open_output_stream(storage.abs(rel)) as f:
         f.write(data)
 

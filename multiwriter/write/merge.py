@@ -2,8 +2,10 @@
 call :func:`merge_file_group`, so both paths write the same rows).
 
 A marker is created before the data file, so a failed attempt's files can always be found and
-deleted. Right before the marker and right before the data file, the task checks that its instant
-is still alive (:mod:`.guard`): a writer paused past its heartbeat bound writes nothing more.
+deleted. Right before the marker, the task checks that its instant is still alive, and every
+data file is written under a staged name and published only after that check passed again
+(:func:`write_checked`, :mod:`.guard`): a writer paused past its heartbeat bound, or a task
+attempt that outlived its instant's commit, makes nothing visible.
 Untouched rows keep their commit time and sequence number.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +37,7 @@ from .index import SHARED_FOOTERS, FooterKeys, with_typed_range
 from .plan import FileGroupTask
 from .records import KEY, OP, OP_DELETE, dedupe
 
+T = TypeVar("T")
 MIN_KEY = "hoodie_min_record_key"
 MAX_KEY = "hoodie_max_record_key"
 
@@ -96,6 +100,13 @@ def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
 def check_alive(storage: Storage, ctx: MergeContext, what: str) -> None:
     """The pre-write check of :mod:`.guard` for one file of this instant."""
     guard.check_alive(storage, ctx.instant_time, ctx.heartbeat_bound_s, ctx.pending_files, what)
+
+
+def write_checked(storage: Storage, ctx: MergeContext, rel: str, write: Callable[[str], T]) -> T:
+    """Every data file of an instant is written through here: ``write(path)`` writes it under a
+    staged path, and it is published as ``rel`` only when the instant is still alive
+    (:func:`.guard.write_checked`)."""
+    return guard.write_checked(storage, ctx.instant_time, ctx.heartbeat_bound_s, ctx.pending_files, rel, write)
 
 
 def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -172,8 +183,9 @@ def merge_file_group(
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
     check_alive(storage, ctx, rel)
-    size, footer = _write_parquet(storage, rel, out, keys_filter, ctx.unique_columns + ctx.plain_columns,
-                                  constants=constants)
+    plain = ctx.unique_columns + ctx.plain_columns
+    size, footer = write_checked(storage, ctx, rel,
+                                 lambda path: _write_parquet(storage, path, out, keys_filter, plain, constants=constants))
     if on_footer is not None:  # cached for the index: with the key's typed range when it is integral
         on_footer(rel, with_typed_range(footer, out, ctx.unique_columns[0]) if len(ctx.unique_columns) == 1 else footer)
     return WriteStat(
@@ -528,7 +540,9 @@ def write_moved_rows(
     keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
     if out.num_rows:
         keys_filter.add(out.column("_hoodie_record_key"))
-    size, _footer = _write_parquet(storage, rel, out.combine_chunks(), keys_filter, constants={"_hoodie_file_name": name})
+    out = out.combine_chunks()
+    size, _footer = write_checked(storage, ctx, rel, lambda path: _write_parquet(
+        storage, path, out, keys_filter, constants={"_hoodie_file_name": name}))
     return WriteStat(
         file_id=file_id,
         path=rel,

@@ -392,8 +392,8 @@ class _OneTask:
         t0 = time.perf_counter()
         prepared = records.prepare(rows, self.cfg, self.ctx.data_schema, operation=self.operation, hashes=True)
         t1 = time.perf_counter()
-        plan = _stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size),
-                               self.ctx.instant_time)
+        plan = stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size),
+                               self.ctx.instant_time, bucketed=self.cfg.bucket_index)
         t2 = time.perf_counter()
         stats = run_on_driver(storage, self.ctx, plan, self.cfg, token=lambda _: token)
         took.update(prepare=t1 - t0, plan=t2 - t1, merge=time.perf_counter() - t2)
@@ -466,20 +466,25 @@ def _relayed(name: str, message: str) -> Exception:
     return by_name[name](message)
 
 
-def _stable_new_ids(plan: Plan, instant_time: str) -> Plan:
-    """``plan`` with its new file groups named from the instant, their partition and their first
-    row's key: a retried or speculative attempt of the task plans the same groups under the
-    same names, so at most one file per file group and instant is committed, whichever attempt
-    wins (an attempt that outlives the commit leaves only a file of a group the commit names).
-    A bucket's group keeps its id: every writer names a bucket alike."""
+def stable_new_ids(plan: Plan, instant_time: str, *, bucketed: bool = False) -> Plan:
+    """``plan`` with its new file groups named from the instant, their partition and the
+    smallest key of their rows: a retried, speculative or late attempt of the task plans the
+    same groups under the same names whatever order its rows arrive in (a recomputed shuffle
+    reorders them), so two attempts collide on one file group and instant instead of adding a
+    second copy of the rows in a group of their own. A bucket's group keeps its bucket number
+    (``bucketed``: the table has the bucket index); the shared fixed id of non-blocking writers
+    is stable already."""
     rename: dict[tuple[str, str], str] = {}
     keys = plan.rows.column(KEY)
     for t in plan.tasks:
         p, f = t.partition, t.file_id
         lo, hi = plan.bounds.get((p, f), (0, 0))
-        if t.is_new and hi > lo and not _bucket_id(f):  # a bucket's fixed id is stable already
-            first = keys[int(plan.order[lo])].as_py()
-            rename[(p, f)] = f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{instant_time}/{p}/{first}')}-0"
+        if not t.is_new or hi <= lo or _bucket_id(f):
+            continue
+        smallest = pc.min(keys.take(pa.array(plan.order[lo:hi]))).as_py()
+        stable = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{instant_time}/{p}/{smallest}"))
+        b = bucket.bucket_of_file_id(f) if bucketed else None
+        rename[(p, f)] = f"{bucket.bucket_id_str(b) + stable[bucket.BUCKET_DIGITS:] if b is not None else stable}-0"
     if not rename:
         return plan
     tasks = [dataclasses.replace(t, file_id=rename.get((t.partition, t.file_id), t.file_id)) for t in plan.tasks]

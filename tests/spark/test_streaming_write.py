@@ -385,3 +385,102 @@ def test_a_task_knows_the_footers_of_the_files_its_process_wrote(tmp_path, zk_se
     assert read == []
     assert rows(hudi_read(path), COLS) == _ours(path) == sorted(
         [(str(i), "2024-01-01", 1, 1.0) for i in range(5)] + [(str(i), "2024-01-01", 2, 2.0) for i in range(5, 15)], key=repr)
+
+
+class _LateAttempt(_Task):
+    """A second attempt of the same task (Spark reran it; the first one resumes late)."""
+
+    def taskAttemptId(self) -> int:  # noqa: N802
+        return 8
+
+
+@pytest.mark.parametrize("extra", [{}, {"hoodie.datasource.write.table.type": "MERGE_ON_READ", "hoodie.index.type": "BUCKET",
+                                        "hoodie.bucket.index.num.buckets": "4"}], ids=["cow", "mor-bucket"])
+def test_a_task_attempt_that_resumes_after_the_micro_batch_committed_publishes_nothing(
+        tmp_path, zk_server, zk_base, monkeypatch, extra):
+    """Two attempts of one task carry the same begun instant; the rerun's message commits while
+    the other attempt is past its pre-write checks, about to write its first data file. It
+    must publish nothing: no second copy of a row in hudi-rs or our reader, one file per group
+    and instant, nothing staged left."""
+    import pickle
+    import threading
+
+    from pyspark import TaskContext
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from multiwriter.errors import MultiWriterError
+    from multiwriter.spark.stream_write import MultiWriterStreamWriter
+    from multiwriter.table import layout
+    from multiwriter.table.log_file import parse_log_file
+    from multiwriter.write import merge
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), **extra, "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    batch = trips(range(40), value=1.0)
+    schema = from_arrow_schema(batch.schema)
+    shipped = pickle.dumps(MultiWriterStreamWriter(opts, schema))  # begins the micro-batch's instant
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: _Task(0)))
+    rerun = pickle.loads(shipped).write(iter(batch.to_batches(max_chunksize=7)))
+    assert rerun.stats, "the rerun attempt wrote the data files"
+
+    committer = MultiWriterStreamWriter(opts, schema)
+    original, once = merge._write_parquet, threading.Lock()
+    committed: list[str] = []
+
+    def commit_first(storage, rel, *args, **kwargs):
+        with once:
+            if not committed:
+                committer.commit([rerun], 0)
+                committed.append(rel)
+        return original(storage, rel, *args, **kwargs)
+
+    monkeypatch.setattr(merge, "_write_parquet", commit_first)
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: _LateAttempt(0)))
+    late = pickle.loads(shipped)
+    try:  # the rows arrive in another order: the late attempt names the same new file groups
+        result = late.write(iter(batch.take(pa.array(range(39, -1, -1))).to_batches(max_chunksize=7)))
+    except MultiWriterError as e:
+        result = e
+    assert committed, "the micro-batch committed while the late attempt was writing"
+    assert isinstance(result, MultiWriterError) or not result.stats, result
+    assert _staged(path) == [], "the late attempt's staged rows are gone too"
+
+    expected = sorted([(str(i), "2024-01-01", 1, 1.0) for i in range(40)], key=repr)
+    assert rows(hudi_read(path), COLS) == _ours(path) == expected
+    names = [f.rsplit("/", 1)[-1] for f in _files_outside_hoodie(path)]
+    parsed = [layout.parse_data_file(n) or parse_log_file(n) for n in names if n != ".hoodie_partition_metadata"]
+    groups = [(p.file_id, p.instant_time, type(p).__name__) for p in parsed]
+    assert len(groups) == len(set(groups)), f"a second file of a group and instant: {names}"
+    staged_dir = os.path.join(path, ".hoodie", ".temp")
+    assert not [f for _, _, fs in os.walk(staged_dir) for f in fs if f.endswith(".parquet")], "nothing staged is left"
+
+
+def test_a_micro_batch_aborted_before_any_task_reported_is_rolled_back_and_no_longer_beaten(
+        tmp_path, zk_server, zk_base, monkeypatch):
+    """Spark may abort a micro-batch before a task reported (maxFailures reached): the abort must
+    roll the instant back itself, so the process that began it stops beating it and no pending
+    instant waits for the cleaner (which would never judge a beaten instant dead)."""
+    import pickle
+
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from multiwriter.spark.stream_write import MultiWriterStreamWriter
+    from multiwriter.table import layout
+
+    path = str(tmp_path / "t")
+    opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}
+    schema = from_arrow_schema(trips([0]).schema)
+    pickle.dumps(MultiWriterStreamWriter(opts, schema))  # begins the micro-batch's instant, beaten from here
+    [pending] = mw.Table.open(path).timeline().pending()
+    beat = os.path.join(path, layout.heartbeat_path(pending.requested_time))
+    assert os.path.exists(beat)
+
+    MultiWriterStreamWriter(opts, schema).abort([None, None], 0)  # no task reported
+    assert mw.Table.open(path).timeline().pending() == []
+    deadline = time.time() + 10
+    while os.path.exists(beat) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(beat), "the beginning process stopped beating the aborted instant"
+    time.sleep(2.5)  # more than two beat intervals: nothing writes it again
+    assert not os.path.exists(beat)
+    assert _files_outside_hoodie(path) == [] and _staged(path) == []

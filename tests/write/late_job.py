@@ -1,0 +1,33 @@
+"""Driver program of the late-attempt test: ``python -m tests.write.late_job PATH N`` upserts ids
+0..N-1 (value 1.0, two partitions) through the executor path on a local Spark that retries
+failed tasks (``local[2,2]``), where every task's first attempt is lost but goes on late
+(:mod:`tests.write.late_daemon`). Prints one JSON line."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+import multiwriter as mw
+
+
+def main() -> None:
+    path, n = sys.argv[1], int(sys.argv[2])
+    spark = (SparkSession.builder.master("local[2,2]").appName("multiwriter-late-attempt")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.default.parallelism", "2").config("spark.python.daemon.module", "tests.write.late_daemon")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+    batch = pa.table({"id": [str(i) for i in range(n)], "date": ["2024-01-01" if i % 2 else "2024-01-02" for i in range(n)],
+                      "ts": pa.array([1] * n, pa.int64()), "value": [1.0] * n})
+    cfg = mw.WriterConfig(writer_id="late", executor="spark", lock=mw.InProcessLock())
+    r = mw.write(spark.createDataFrame(batch), path, cfg)
+    print(json.dumps({"inserts": r.num_inserts, "instant": r.instant.requested_time}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

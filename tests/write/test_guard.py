@@ -1,0 +1,75 @@
+"""A data file becomes visible under its final name only after the liveness check: written under a
+staged name, published when its instant is still pending and not completed, deleted otherwise.
+Oracles: the files on storage (plain directory walks) and hudi-rs."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import multiwriter as mw
+from multiwriter.errors import InstantCompletedError, InstantRolledBackError
+from multiwriter.table import layout
+from multiwriter.table import timeline as tlmod
+from multiwriter.write import guard, merge
+from multiwriter.write.plan import FileGroupTask
+from multiwriter.write.records import prepare
+from tests.conftest import trips
+from tests.oracle import hudi_read, rows
+
+
+def _data_files(root: str) -> list[str]:
+    """Every file under ``root`` (hidden directories included) whose name ends like a base file."""
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                  if f.endswith(".parquet") and "/history" not in d)
+
+
+def test_a_task_attempt_that_outlived_the_commit_publishes_nothing(trips_table, table_path):
+    """A rerun task's late attempt of a completed instant: its requested and inflight files are
+    still on the timeline, so only the completed instant tells it the commit happened."""
+    mw.write(trips(range(4), value=1.0), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    before = _data_files(table_path)
+    tl = trips_table.timeline()
+    [done] = tl.completed_writes()
+    t = done.requested_time
+    assert all(trips_table.storage.exists(p) for p in guard.pending_files(trips_table.config, t)), \
+        "Hudi keeps the requested and inflight files after completion"
+    ctx = merge.armed(merge.context(table_path, t, trips_table.schema(), "ts", 1, ("id",)), trips_table.config)
+    late = prepare(trips(range(4), value=99.0), trips_table.config, trips_table.schema(), operation="upsert")
+    task = FileGroupTask("2024-01-01", layout.new_file_id(), 0)
+    with pytest.raises(InstantCompletedError, match=t):
+        merge.merge_file_group(trips_table.storage, ctx, task, late, "0-0-1")
+    assert _data_files(table_path) == before, "no new base file, not even a staged one"
+    assert rows(hudi_read(table_path), ["id", "value"]) == [(str(i), 1.0) for i in range(4)]
+
+
+def test_a_writer_rolled_back_while_writing_deletes_what_it_wrote(trips_table, table_path):
+    storage, cfg = trips_table.storage, trips_table.config
+    t = "20240101000000000"
+    tlmod.create_requested(storage, cfg, t)
+    pending = guard.pending_files(cfg, t)
+    rel = layout.data_file_path("2024-01-01", layout.DataFileName(layout.new_file_id(), "0-0-0", t).name)
+    staged: list[str] = []
+
+    def write(path: str) -> int:
+        staged.append(path)
+        storage.write_bytes(path, b"the bytes of a data file")
+        for p in pending:  # the cleaner rolls the instant back meanwhile
+            storage.delete(p)
+        return 1
+
+    with pytest.raises(InstantRolledBackError, match=t):
+        guard.write_checked(storage, t, None, pending, rel, write)
+    assert staged and staged[0].startswith(f".hoodie/.temp/{t}/staged/")
+    assert not storage.exists(rel) and not storage.exists(staged[0])
+
+
+def test_a_live_writer_publishes_under_the_final_name(trips_table, table_path):
+    storage, cfg = trips_table.storage, trips_table.config
+    t = "20240101000000000"
+    tlmod.create_requested(storage, cfg, t)
+    rel = layout.data_file_path("2024-01-01", layout.DataFileName(layout.new_file_id(), "0-0-0", t).name)
+    assert guard.write_checked(storage, t, None, guard.pending_files(cfg, t), rel,
+                               lambda path: storage.write_bytes(path, b"x") or 7) == 7
+    assert storage.read_bytes(rel) == b"x"
+    assert not [e for e in storage.walk_files(f".hoodie/.temp/{t}")], "the staged name is gone"
