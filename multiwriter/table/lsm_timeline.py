@@ -131,7 +131,7 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
     rel = f"{history}/{MANIFEST_PREFIX}{v}"
     try:
         doc = json.loads(storage.read_bytes(rel))
-        listed = [_manifest_entry(f) for f in doc.get("files") or []]
+        listed = [_manifest_entry(f, rel) for f in doc.get("files") or []]
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise TableFormatError(
             f"{rel}: not a readable LSM timeline manifest ({e}); the archived timeline cannot be read: restore "
@@ -141,10 +141,13 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
     return [(paths.plain_name(name, source=rel, what="history file"), size) for name, size in listed]
 
 
-def _manifest_entry(f: dict) -> tuple[str, int]:
+def _manifest_entry(f: dict, rel: str) -> tuple[str, int]:
     """(name, length) of one manifest entry: a data file name of this layout, nothing else (a
-    foreign name would be read into the history, or break compaction)."""
+    foreign name would be read into the history, or break compaction; a path is refused by the
+    path rule first)."""
     name, size = f["fileName"], f["fileLen"]
+    if isinstance(name, str):
+        paths.plain_name(name, source=rel, what="history file")
     if not isinstance(name, str) or not DATA_FILE_RE.match(name):
         raise ValueError(f"fileName {name!r:.120} is not an LSM data file name (<min>_<max>_<layer>.parquet)")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
