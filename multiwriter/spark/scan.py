@@ -113,9 +113,13 @@ def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], p
     """A Merge-on-Read slice's rows, merged by the table's merge rule, then filtered (a
     predicate may not skip a version before the merge: an older one would show through)."""
     name = task.path.rsplit("/", 1)[-1]
-    parsed = parse_data_file(name)
-    assert parsed is not None
-    fs = FileSlice(task.partition, parsed.file_id, parsed.instant_time, name, task.size, task.logs)
+    if name:
+        parsed = parse_data_file(name)
+        assert parsed is not None
+        fs = FileSlice(task.partition, parsed.file_id, parsed.instant_time, name, task.size, task.logs)
+    else:  # a log-only slice
+        first = min(task.logs, key=lambda lf: lf.instant_time)
+        fs = FileSlice(task.partition, first.file_id, first.instant_time, "", 0, task.logs)
     t = read_slice(storage, fs, plan.schema, plan.ordering_field)
     expr = data_filter(plan.schema, predicates)
     return (t.filter(expr) if expr is not None else t).select(cols)

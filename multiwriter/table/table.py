@@ -192,7 +192,7 @@ class Table:
         full = self.read_schema(tl, snap)
         files = snap.files()
         if read_optimized:  # Hudi's read-optimized query: base files only, log files not merged
-            files = [dataclasses.replace(f, logs=()) for f in files]
+            files = [dataclasses.replace(f, logs=()) for f in files if f.has_base]  # a log-only group: nothing
         return self.read_slices(files, full, columns, filters)
 
     def read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None = None,
@@ -277,10 +277,11 @@ class Table:
         """The schema rows are read with: the latest commit's schema with the meta columns
         (for a table whose commits carry no schema, the schema of a file of ``snap``)."""
         schema = self.schema(tl)
-        if len(schema) == 0 and snap is not None and snap.files():
+        with_base = [f for f in snap.files() if f.has_base] if snap is not None else []
+        if len(schema) == 0 and with_base:
             import pyarrow.parquet as pq
 
-            with self.storage.fs.open_input_file(self.storage.abs(snap.files()[-1].path)) as f:
+            with self.storage.fs.open_input_file(self.storage.abs(with_base[-1].path)) as f:
                 schema = data_schema(pq.read_schema(f))
         return with_meta(schema)
 
