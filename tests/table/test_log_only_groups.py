@@ -148,3 +148,26 @@ def test_a_jvm_plan_we_cannot_execute_is_left_pending_never_deleted(mor_table, t
     pending = mw.Table.open(table_path).timeline().find(at(3), inst.COMPACTION)
     assert pending is not None and pending.is_pending
     assert _values(table_path) == {A: 1.0}
+
+
+def test_the_cleaner_deletes_a_log_only_slice_once_a_compacted_slice_is_retained(mor_table, table_path):
+    log = deltacommit(mor_table, at(1), at(2), GROUP, upserts=[(A, 1, 1.0), (B, 1, 1.0)])
+    c = _cleaner(table_path)
+    try:
+        assert c.run_once().compaction_instants
+    finally:
+        c.close()
+    for n in range(3):
+        mw.write(trips([C], ts=10 + n, value=float(10 + n)), table_path, _cfg())
+    expect = _values(table_path)
+    assert expect == {A: 1.0, B: 1.0, C: 12.0}
+    c = mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=None, compaction=None, retain_commits=1,
+                   heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1)
+    try:
+        c.run_once()
+    finally:
+        c.close()
+    _, logs = list_files(mw.Table.open(table_path).storage)
+    assert log not in {lf.name for lf in logs}
+    assert _values(table_path) == expect
+    assert rows(mw.Table.open(table_path).read(), COLS) == rows(hudi_read(table_path), COLS)
