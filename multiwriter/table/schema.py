@@ -7,6 +7,7 @@ Arrow type of primitive columns.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,31 @@ def data_schema(schema: pa.Schema) -> pa.Schema:
 
 def with_meta(schema: pa.Schema) -> pa.Schema:
     return pa.schema(list(META_SCHEMA) + list(data_schema(schema)))
+
+
+#: an Avro name (Avro 1.11 specification, "Names"): what Hudi's JVM ``Schema.Parser`` accepts
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def invalid_avro_names(schema: pa.Schema) -> list[str]:
+    """Column names of ``schema`` (nested struct fields as ``a.b``) that are not Avro names: a
+    JVM reader refuses a table schema holding one (``org.apache.avro.SchemaParseException``)."""
+    out: list[str] = []
+
+    def visit(f: pa.Field, prefix: str) -> None:
+        path = f"{prefix}{f.name}"
+        if not _AVRO_NAME.fullmatch(f.name):
+            out.append(path)
+        t = f.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+            t = t.item_type if pa.types.is_map(t) else t.value_type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                visit(t.field(i), path + ".")
+
+    for f in schema:
+        visit(f, "")
+    return out
 
 
 def arrow_to_avro(schema: pa.Schema, name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -187,6 +213,12 @@ def check_compatible(
             "losslessly (e.g. int32 -> int64, float -> double)"
         )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
+    bad = invalid_avro_names(pa.schema(added))
+    if bad:
+        raise SchemaMismatchError(
+            f"batch{where} adds columns {bad} whose names are not Avro names (letters, digits and _, not "
+            "starting with a digit): Hudi's JVM readers could no longer parse the table schema; rename them"
+        )
     return pa.schema(fields + added)
 
 

@@ -19,7 +19,8 @@ from . import bucket
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
-from .schema import META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, with_meta
+from .schema import (META_COLUMNS, META_SCHEMA, arrow_to_avro_json, avro_to_arrow, data_schema, invalid_avro_names,
+                     with_meta)
 from .files import FileSlice, list_data_files, list_files
 from .merge_rule import RECORD_KEY
 from .merged_slice import key_column, read_slice
@@ -359,6 +360,10 @@ def _validate_settings(name: str, schema: pa.Schema, keys: tuple[str, ...], part
     reserved = cols & set(META_COLUMNS)
     if reserved:
         raise ConfigError(f"columns {sorted(reserved)} are reserved for Hudi meta columns")
+    bad = invalid_avro_names(schema)
+    if bad:
+        raise ConfigError(f"column names {bad} are not Avro names (letters, digits and _, not starting with a "
+                          "digit): Hudi's JVM readers could not parse the table schema; rename them")
     for kind, fields in (("record_key", keys), ("partition_by", parts), ("ordering_field", (ordering,) if ordering else ())):
         missing = [f for f in fields if f not in cols]
         if missing:
