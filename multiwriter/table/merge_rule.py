@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TableFormatError
+from .log_file import avro_time_unit
 from .schema import META_COLUMNS
 
 RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
@@ -292,6 +293,8 @@ def _delete_ordering(d: pa.Table, ordering: pa.Field | None) -> pa.Array | None:
     if values.type == ordering.type:
         return values
     try:
+        if pa.types.is_timestamp(ordering.type) and pa.types.is_integer(values.type):  # the Avro long
+            values = pc.cast(values, pa.timestamp(avro_time_unit(ordering.type), tz=ordering.type.tz))
         return pc.cast(values, ordering.type, safe=True)
     except _CAST_ERRORS as e:
         raise TableFormatError(
@@ -305,26 +308,27 @@ def plain_defaults(values: pa.Array) -> pa.Array:
     without an ordering value carries it), as null: such a delete is plain, it removes every
     older version whatever its ordering value (``OrderingValues.isDefault``). A ``long`` 0 is
     an ordering value like any other."""
-    if java_class(values.type) != "Integer":
+    if values.type not in (pa.int8(), pa.int16(), pa.int32()):  # an IntWrapper (a date is a LocalDate)
         return values
     zero = pc.equal(values, pa.scalar(0, values.type))
     return pc.if_else(zero, pa.scalar(None, values.type), values)
 
 
-#: the Java class Hudi's JVM reader holds an ordering value of each Arrow type in (``Integer``
-#: for an Avro ``int``: Spark's byte, short and int columns alike)
+#: the Java class Hudi's JVM reader holds an ordering value of each Arrow type in: ``Integer``
+#: for an Avro ``int`` (Spark's byte, short and int columns alike, and a date's days), ``Long``
+#: for an Avro ``long`` (a timestamp's micros or millis). Delete values decoded from the
+#: ``DateWrapper`` / ``TimestampMicrosWrapper`` this package wrote before Hudi 1.1's wrappers
+#: count alike: they compare as dates and timestamps, as hudi-rs compares them.
 _JAVA_CLASSES: tuple[tuple[Any, str], ...] = (
     (pa.types.is_boolean, "Boolean"),
-    (lambda t: t in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16()), "Integer"),
-    (lambda t: t in (pa.int64(), pa.uint32()), "Long"),
+    (lambda t: t in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16(), pa.date32(), pa.date64())
+     or pa.types.is_time32(t), "Integer"),
+    (lambda t: t in (pa.int64(), pa.uint32()) or pa.types.is_timestamp(t) or pa.types.is_time64(t), "Long"),
     (lambda t: t == pa.float32(), "Float"),
     (lambda t: t == pa.float64(), "Double"),
     (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "String"),
     (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "Bytes"),
     (pa.types.is_decimal, "Decimal"),
-    (pa.types.is_date, "Date"),
-    (pa.types.is_timestamp, "Timestamp"),
-    (pa.types.is_time, "Time"),
 )
 
 
