@@ -111,8 +111,7 @@ def _type(t: pa.DataType, name: str, ns: str) -> Any:
     if key:
         return _PRIMS[key][1]
     if pa.types.is_decimal(t):
-        size = max(1, (t.precision * 0.415 + 1.5).__ceil__())
-        return {"type": "fixed", "name": "fixed", "namespace": f"{ns}.{name}", "size": int(size),
+        return {"type": "fixed", "name": "fixed", "namespace": f"{ns}.{name}", "size": decimal_fixed_size(t.precision),
                 "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
     if pa.types.is_date32(t):
         return {"type": "int", "logicalType": "date"}
@@ -129,6 +128,16 @@ def _type(t: pa.DataType, name: str, ns: str) -> Any:
         return {"type": "record", "name": name, "namespace": ns,
                 "fields": [_field(t.field(i), f"{ns}.{name}") for i in range(t.num_fields)]}
     raise SchemaMismatchError(f"column {name!r}: Arrow type {t} has no Hudi/Avro equivalent")
+
+
+def decimal_fixed_size(precision: int) -> int:
+    """The bytes of the Avro ``fixed`` holding a decimal of ``precision`` digits: the fewest whose
+    two's complement holds every such value, as Spark sizes it (``Decimal.minBytesForPrecision``),
+    so a JVM reader resolves our schema against Spark's (decimal(10,2): 5 bytes)."""
+    n = 1
+    while 2 ** (8 * n - 1) < 10**precision:
+        n += 1
+    return n
 
 
 def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.Schema:

@@ -159,3 +159,15 @@ def test_table_create_refuses_a_column_that_is_not_an_avro_name(tmp_path):
     with pytest.raises(ConfigError, match="'a-b'"):
         mw.Table.create(str(tmp_path / "t"), name="t", schema=schema, record_key="id")
     assert not (tmp_path / "t" / ".hoodie").exists()
+
+
+@pytest.mark.parametrize(("precision", "size"), [(1, 1), (2, 1), (3, 2), (9, 4), (10, 5), (18, 8), (19, 9), (38, 16)])
+def test_decimal_fixed_size_is_sparks_minimum(precision, size):
+    """Spark's ``Decimal.minBytesForPrecision`` (the fewest bytes whose two's complement holds
+    10**precision - 1); a larger size makes a JVM reader fail to resolve our schema against Spark's."""
+    from multiwriter.table.schema import arrow_to_avro
+
+    avro = arrow_to_avro(pa.schema([("d", pa.decimal128(precision, 0))]), "t")
+    (fixed,) = [b for b in avro["fields"][0]["type"] if b != "null"]
+    assert (fixed["size"], fixed["precision"]) == (size, precision)
+    assert 2 ** (8 * size - 1) >= 10**precision > 2 ** (8 * (size - 1) - 1)
