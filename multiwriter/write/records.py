@@ -16,6 +16,7 @@ from ..table import layout
 from ..table.properties import TableConfig
 from ..table.schema import META_COLUMNS, data_schema
 from . import bloom
+from .key_strings import java_key_strings
 
 KEY = "_mw_key"
 PARTITION = "_mw_partition"
@@ -32,7 +33,7 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
     for f in fields:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
-        col = _as_string(batch.column(f))
+        col = _key_string(batch.column(f))
         n_bad = _null_or_empty(col)
         if n_bad:
             raise InvalidRecordError(
@@ -88,6 +89,12 @@ def _one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     if not isinstance(col, pa.ChunkedArray):
         return col
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _key_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A key column's values as Hudi's JVM key generators print them (:mod:`.key_strings`)."""
+    java = java_key_strings(col) if not pa.types.is_string(col.type) else None
+    return java if java is not None else _as_string(col)
 
 
 def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
