@@ -84,7 +84,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
         slices = snap.files()
         schema = table.read_schema(tl, snap)
         if opts.read_optimized:
-            slices = [dataclasses.replace(s, logs=()) for s in slices]
+            slices = [dataclasses.replace(s, logs=()) for s in slices if s.has_base]  # a log-only group: nothing
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
     return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
