@@ -14,8 +14,11 @@ within a source its records come before its deletes. Then, per key (Hudi's
   later place (``shouldKeepNewerRecord``: newer ``>=`` older). A null ordering value of a record
   is Hudi's default, ``Integer`` 0 (``RecordContext.getOrderingValue``): for an ``int`` ordering
   field it is 0, for other types (where Hudi's comparison would fail) it ranks below every
-  value. A delete with an ordering value competes like a record; a *plain* delete removes every
-  earlier version of the key and loses to every later one. A delete is plain when its ordering
+  value. A delete with an ordering value competes like a record. A *plain* delete replaces
+  every earlier log version of the key and absorbs the deletes right after it; the first
+  record after it replaces it, and from there versions compete by ordering value, the base row
+  too (Hudi folds the logs, then merges their survivor with the base row: ``finalMerge``); with
+  no record after it, the key is deleted. A delete is plain when its ordering
   value is null or the ``Integer`` 0 (``OrderingValues.isDefault``; a ``Long`` 0 is a value), or
   when its value's Java class differs from the ordering field's (``deltaMergeDeleteRecord``
   keeps an older version only for ``OrderingValues.isSameClass`` values).
@@ -174,11 +177,11 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
-    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering)
+    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
     return _assemble(stored, schema, key, n_base, at, winners, first_seq)
 
 
-def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None
+def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
              ) -> tuple[np.ndarray, np.ndarray]:
     """(stored row of each surviving key's winning record, the place of that key's first
     version), ordered by that first place; keys whose winner is a delete are left out.
@@ -194,7 +197,7 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     else:
         plain = np.concatenate(cands.plain)
         score = _scores(_concat(cands.ordering, ordering.type), plain)
-        alive = _after_plain_deletes(codes, seq, plain, n_keys)
+        alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
         if not alive.all():
             codes, seq, row, score = codes[alive], seq[alive], row[alive], score[alive]
     span = int(seq[-1]) + 1
@@ -224,13 +227,28 @@ def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
     return score
 
 
-def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, plain: np.ndarray, n_keys: int) -> np.ndarray:
-    """Which candidates are not earlier than their key's last plain delete (the delete itself stays)."""
+def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, n_keys: int,
+                         n_base: int) -> np.ndarray:
+    """Which candidates compete, as Hudi's JVM folds a key's log versions in order and then
+    merges the survivor with the base row (``EventTimeRecordMerger``): a plain delete replaces
+    what came before it in the logs and absorbs the deletes right after it
+    (``deltaMergeDeleteRecord``); the first record after it replaces it (``shouldKeepNewerRecord``:
+    a commit-time delete always yields), and from there versions compete by ordering value, the
+    base row too (``finalMerge`` compares it with the logs' survivor, whatever plain delete came
+    between). A key with no record after its last plain delete ends deleted. Base rows are the
+    candidates placed before ``n_base``; deletes have ``row`` -1."""
     if not plain.any():
         return np.ones(len(codes), bool)
     cut = np.full(n_keys, -1, np.int64)
     np.maximum.at(cut, codes[plain], seq[plain])
-    return seq >= cut[codes]
+    key_cut = cut[codes]
+    record_after = (row >= 0) & (key_cut >= 0) & (seq > key_cut)
+    none = np.iinfo(np.int64).max
+    first = np.full(n_keys, none)
+    np.minimum.at(first, codes[record_after], seq[record_after])
+    key_first = first[codes]
+    resumed = key_first < none
+    return (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
 
 
 def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,

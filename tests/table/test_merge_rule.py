@@ -99,23 +99,36 @@ def test_plain_delete_kills_earlier_versions_whatever_their_ordering():
     assert event(BASE, *logs) == [("k3", "100", 5, "c")]
 
 
-def test_plain_delete_loses_to_later_versions_which_compete_among_themselves():
+def test_plain_delete_yields_to_the_next_record_which_then_competes_with_the_base_row():
+    """Hudi folds the logs, then merges the survivor with the base row (EventTimeRecordMerger):
+    k1's plain delete replaces A (99) and yields to B (3), which beats C (2) but not the base
+    row (5): the base row survives, as Hudi's JVM reader and compactor return it. k2: the plain
+    delete yields to N, whose null ts is below the base's 5. k4 (no base): B is the survivor."""
     logs = [
         Versions(0, recs("200", ("k1", 99, "A"))),
-        Versions(1, None, dels(("k1", None), ("k2", None))),
-        Versions(2, recs("400", ("k1", 3, "B"), ("k2", None, "N"))),
+        Versions(1, None, dels(("k1", None), ("k2", None), ("k4", None))),
+        Versions(2, recs("400", ("k1", 3, "B"), ("k2", None, "N"), ("k4", 1, "B4"))),
         Versions(3, recs("500", ("k1", 2, "C"))),
     ]
-    assert event(BASE, *logs) == [("k1", "400", 3, "B"), ("k2", "400", None, "N"), ("k3", "100", 5, "c")]
+    assert event(BASE, *logs) == [("k1", "100", 5, "a"), ("k2", "100", 5, "b"), ("k3", "100", 5, "c"),
+                                  ("k4", "400", 1, "B4")]
 
 
-def test_ordered_delete_after_a_plain_delete_competes_with_later_records():
+def test_a_plain_delete_with_no_record_after_it_deletes_the_key_whatever_the_base():
+    logs = [Versions(0, recs("200", ("k1", 99, "A"))), Versions(1, None, dels(("k1", None), ("k2", 8)))]
+    assert event(BASE, *logs) == [("k3", "100", 5, "c")]
+
+
+def test_deletes_right_after_a_plain_delete_are_absorbed_by_it():
+    """deltaMergeDeleteRecord keeps a held commit-time delete: the ordered delete (4) after the
+    plain one is dropped, so B (3), the next record, survives the logs; the base (5) then wins."""
     logs = [
         Versions(0, None, dels(("k1", None))),
         Versions(1, None, dels(("k1", 4))),
-        Versions(2, recs("400", ("k1", 3, "B"))),
+        Versions(2, recs("400", ("k1", 3, "B"), ("k9", 3, "B9"))),
     ]
-    assert event(BASE, *logs) == [("k2", "100", 5, "b"), ("k3", "100", 5, "c")]
+    assert event(BASE, *logs) == [("k1", "100", 5, "a"), ("k2", "100", 5, "b"), ("k3", "100", 5, "c"),
+                                  ("k9", "400", 3, "B9")]
 
 
 def test_within_one_rank_deletes_come_after_records():
@@ -248,37 +261,50 @@ def test_no_logs_and_few_touched_keys_of_a_large_base():
 
 def model(base: list[tuple], logs: list[tuple[int, list[tuple], list[tuple]]], event_time: bool,
           int_field: bool = False) -> list[str]:
-    """Expected output vals, in output order. Walks the slice's history (base, then each log by
-    rank: its records, then its deletes) and folds each key's versions one by one, by Hudi's
-    rules written out plainly: deletes come as (key, ts) with ts already None when plain (no
-    value, ``Integer`` 0, or another Java class than the field's); a record's null ts is 0 on
+    """Expected output vals, in output order, by Hudi's JVM merge written out plainly: fold each
+    key's log versions one by one (logs by rank: records, then deletes;
+    ``BufferedRecordMergerFactory.EventTimeRecordMerger.deltaMerge``), then merge the survivor
+    with the base row (``finalMerge``). Deletes come as (key, ts) with ts already None when plain
+    (no value, ``Integer`` 0, or another Java class than the field's); a record's null ts is 0 on
     an ``int`` field (``int_field``), else below every value."""
     def value(ts):
         return 0 if ts is None and int_field else ts
 
-    history = [("rec", k, value(ts), val) for k, ts, val in base]
+    def at_least(a, b) -> bool:  # a >= b, a null below every value
+        return b is None if a is None else (b is None or a >= b)
+
+    def plain(v) -> bool:
+        return v[0] == "del" and v[2] is None
+
+    base_version = {k: ("rec", k, value(ts), val) for k, ts, val in base}
+    first_seen = [k for k, _, _ in base]
+    state: dict[str, tuple] = {}
     for _, records, deletes in sorted(logs, key=lambda log: log[0]):
-        history += [("rec", k, value(ts), val) for k, ts, val in records]
-        history += [("del", k, ts, None) for k, ts in deletes]
-    current: dict[str, tuple | None] = {}
-    first_seen: list[str] = []
-    for version in history:
-        kind, key, ts, _ = version
-        if key not in current:
-            first_seen.append(key)
-            current[key] = None
-        held = current[key]
-        if not event_time or held is None:
-            current[key] = version
-        elif kind == "del" and ts is None:
-            current[key] = version  # a plain delete ends every earlier version
-        elif held[0] == "del" and held[2] is None:
-            current[key] = version  # ...and loses to every later one
-        elif ts is not None and (held[2] is None or ts >= held[2]):
-            current[key] = version
-        elif ts is None and held[2] is None:
-            current[key] = version
-    return [current[k][3] for k in first_seen if current[k][0] == "rec"]
+        versions = [("rec", k, value(ts), val) for k, ts, val in records] + [("del", k, ts, None) for k, ts in deletes]
+        for version in versions:
+            kind, key, ts, _ = version
+            if key not in first_seen:
+                first_seen.append(key)
+            held = state.get(key)
+            if held is None or not event_time:
+                state[key] = version
+            elif kind == "rec":
+                if plain(held) or at_least(ts, held[2]):  # shouldKeepNewerRecord
+                    state[key] = version
+            elif not plain(held) and (ts is None or at_least(ts, held[2])):  # deltaMergeDeleteRecord
+                state[key] = version
+    out = []
+    for key in first_seen:
+        b, s = base_version.get(key), state.get(key)
+        if s is None:
+            win = b
+        elif b is None or not event_time or plain(s) or at_least(s[2], b[2]):
+            win = s
+        else:
+            win = b
+        if win[0] == "rec":
+            out.append(win[3])
+    return out
 
 
 def _plain_by_hudi(v, dtype: pa.DataType, field_type: pa.DataType):

@@ -93,10 +93,13 @@ def test_delete_rules(case, base, delete, schema, expected):
     assert _out([base, Versions(0, None, delete)], schema=schema) == expected, case
 
 
-def test_a_later_record_beats_a_delete_of_another_class():
-    """Such a delete is taken as plain: it loses to every later version."""
+def test_a_later_record_replaces_a_delete_of_another_class_then_meets_the_base_row():
+    """Such a delete is taken as plain: the next record replaces it in the logs, and the base
+    row then competes with that record (finalMerge)."""
     logs = [Versions(0, None, dels(("k", 99), ordering_type=INT32)), Versions(1, recs("300", ("k", 1, "B")))]
-    assert _out([BASE, *logs]) == [("k", 1, "B")]
+    assert _out(logs) == [("k", 1, "B")]
+    assert _out([BASE, *logs]) == [("k", 5, "a")]
+    assert _out([BASE, logs[0], Versions(1, recs("300", ("k", 6, "B")))]) == [("k", 6, "B")]
 
 
 @pytest.mark.parametrize(("case", "older", "newer_ts", "winner"), [
