@@ -7,8 +7,8 @@ one base file, in Hudi's version-8 format, so Java Hudi, hudi-rs and this packag
 1. Schedule (the snapshot is listed outside the lock, the plan is made under it): once at least
    ``delta_commits`` deltacommits completed since the latest compaction was requested, issue T
    and write ``<T>.compaction.requested`` (Hudi's Avro ``HoodieCompactionPlan``) naming, per file
-   group with log files, its base file and exactly the logs whose deltacommit completed before
-   T. Every completion time is issued under the lock and exceeds everything on the timeline, so
+   group with log files, its base file (none for a log-only slice, as Hudi's non-blocking
+   writers start a bucket) and exactly the logs whose deltacommit completed before T. Every completion time is issued under the lock and exceeds everything on the timeline, so
    the logs completed on the timeline read under the lock are all the logs completed before T;
    the few that completed since the listing come from their commits' write statistics.
 2. Execute (outside the lock, heartbeat beating for T): ``<T>.compaction.inflight``, then per
@@ -28,9 +28,11 @@ once the compaction commits, and on the old slice until then: no read ever misse
 
 A compaction whose cleaner died stays pending: like Hudi, the next run re-executes its plan (the
 plan is the contract Java Hudi also honours) once its heartbeat lapsed, after deleting the dead
-attempt's files through their markers. A plan that can no longer be executed (an input file
-gone, an unreadable plan) is unscheduled: its files and pending instant files are deleted and
-the next run plans again. Until a compaction commits nothing it wrote is visible.
+attempt's files through their markers. A plan a JVM writer scheduled and no one executes yet
+(requested, no heartbeat: Hudi beats only while executing) is executed at once, as Hudi's
+compactors take it. A plan of ours that can no longer be executed (an input file gone, an
+unreadable plan) is unscheduled: its files and pending instant files are deleted and the next
+run plans again; a JVM writer's plan is never deleted, only this attempt's files. Until a compaction commits nothing it wrote is visible.
 """
 
 from __future__ import annotations
