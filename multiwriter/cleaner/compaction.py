@@ -7,8 +7,8 @@ one base file, in Hudi's version-8 format, so Java Hudi, hudi-rs and this packag
 1. Schedule (the snapshot is listed outside the lock, the plan is made under it): once at least
    ``delta_commits`` deltacommits completed since the latest compaction was requested, issue T
    and write ``<T>.compaction.requested`` (Hudi's Avro ``HoodieCompactionPlan``) naming, per file
-   group with log files, its base file and exactly the logs whose deltacommit completed before
-   T. Every completion time is issued under the lock and exceeds everything on the timeline, so
+   group with log files, its base file (none for a log-only slice, as Hudi's non-blocking
+   writers start a bucket) and exactly the logs whose deltacommit completed before T. Every completion time is issued under the lock and exceeds everything on the timeline, so
    the logs completed on the timeline read under the lock are all the logs completed before T;
    the few that completed since the listing come from their commits' write statistics.
 2. Execute (outside the lock, heartbeat beating for T): ``<T>.compaction.inflight``, then per
@@ -28,9 +28,11 @@ once the compaction commits, and on the old slice until then: no read ever misse
 
 A compaction whose cleaner died stays pending: like Hudi, the next run re-executes its plan (the
 plan is the contract Java Hudi also honours) once its heartbeat lapsed, after deleting the dead
-attempt's files through their markers. A plan that can no longer be executed (an input file
-gone, an unreadable plan) is unscheduled: its files and pending instant files are deleted and
-the next run plans again. Until a compaction commits nothing it wrote is visible.
+attempt's files through their markers. A plan a JVM writer scheduled and no one executes yet
+(requested, no heartbeat: Hudi beats only while executing) is executed at once, as Hudi's
+compactors take it. A plan of ours that can no longer be executed (an input file gone, an
+unreadable plan) is unscheduled: its files and pending instant files are deleted and the next
+run plans again; a JVM writer's plan is never deleted, only this attempt's files. Until a compaction commits nothing it wrote is visible.
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ class CompactionAbortedError(MultiWriterError):
 
 
 class CompactionPlanError(MultiWriterError):
-    """A compaction plan cannot be executed (an input file is gone, the plan is unreadable or
-    names a slice without base file); the compaction is unscheduled and planned again."""
+    """A compaction plan cannot be executed (an input file is gone, the plan is unreadable); the
+    compaction is unscheduled and planned again when this package's cleaners planned it, else
+    (a JVM writer's plan) left pending for its writer."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,8 @@ def operations(slices: dict[FileGroup, FileSlice], cfg: CompactionConfig) -> lis
         chosen = chosen[: cfg.max_file_groups]
     return [
         CompactionOperation.for_slice(
-            f.partition, f.file_id, f.instant_time, (f.name, f.size), [(lf.name, lf.size) for lf in f.logs]
+            f.partition, f.file_id, f.instant_time, (f.name, f.size) if f.has_base else None,
+            [(lf.name, lf.size) for lf in f.logs]
         )
         for f in sorted(chosen, key=lambda f: (f.partition, f.file_id))
     ]
@@ -299,9 +303,9 @@ class OperationJob:
     partition: str
     file_id: str
     base_instant: str
-    base_name: str
+    base_name: str  # "" for a log-only slice (Hudi's non-blocking writers start a bucket so)
     base_size: int
-    logs: tuple[LogFile, ...]  # in merge (completion) order
+    logs: tuple[LogFile, ...]  # in completion order (the merge ranks them by requested time)
 
     @property
     def size(self) -> int:
@@ -319,16 +323,12 @@ def jobs_of(ctx: CleanerContext, tl: Timeline, sched: Scheduled) -> list[Operati
     sizes: dict[str, dict[str, int]] = {}
     out = []
     for n, op in enumerate(sched.plan.operations):
-        if op.data_file_name is None:
-            raise CompactionPlanError(
-                f"compaction {t}: file group {op.file_id} in {op.partition_path!r} has no base file (a log-only "
-                "slice, as Java writers without a base file make); compact it with Hudi"
-            )
         listed = sizes.get(op.partition_path)
         if listed is None:
             part = layout.check_relative(op.partition_path) if op.partition_path else ""
             listed = sizes[op.partition_path] = {e.path.rsplit("/", 1)[-1]: e.size for e in ctx.storage.list_dir(part, files_only=True)}
-        missing = [name for name in (op.data_file_name, *op.delta_file_names) if name not in listed]
+        base = () if op.data_file_name is None else (op.data_file_name,)  # None: a log-only slice
+        missing = [name for name in (*base, *op.delta_file_names) if name not in listed]
         if missing:
             raise CompactionPlanError(
                 f"compaction {t}: input {layout.data_file_path(op.partition_path, missing[0])} of file group "
@@ -340,8 +340,8 @@ def jobs_of(ctx: CleanerContext, tl: Timeline, sched: Scheduled) -> list[Operati
             assert p is not None  # CompactionOperation checked the names
             logs.append(LogFile(op.partition_path, p.file_id, p.instant_time, p.version, name, listed[name]))
         logs.sort(key=lambda lf: (view.completion_of(lf.instant_time), lf.version, lf.name))
-        out.append(OperationJob(n, op.partition_path, op.file_id, op.base_instant_time, op.data_file_name,
-                                listed[op.data_file_name], tuple(logs)))
+        out.append(OperationJob(n, op.partition_path, op.file_id, op.base_instant_time, op.data_file_name or "",
+                                listed[op.data_file_name] if op.data_file_name else 0, tuple(logs)))
     return out
 
 
@@ -391,8 +391,7 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
     full = mctx.file_schema
     try:
         rows = read_slice(storage, fs, full, mctx.ordering_field, logs=job.logs)
-        with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-            base = pq.read_table(f, columns=["_hoodie_record_key", "_hoodie_commit_seqno"])
+        base = _base_versions(storage, fs)
     except FileNotFoundError as e:
         raise CompactionPlanError(
             f"compaction {mctx.instant_time}: an input of file group {job.file_id} in {job.partition!r} is gone "
@@ -403,13 +402,22 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
     return dataclasses.replace(
         st,
         prev_commit=job.base_instant,
-        prev_base_file=job.base_name,
+        prev_base_file=job.base_name or None,
         num_inserts=inserts,
         num_update_writes=updates,
         num_deletes=deletes,
         compacted_log_files=len(job.logs),
         compacted_log_bytes=sum(lf.size for lf in job.logs),
     )
+
+
+def _base_versions(storage: Storage, fs: FileSlice) -> pa.Table:
+    """The keys and versions of the slice's base file (none for a log-only slice)."""
+    cols = ["_hoodie_record_key", "_hoodie_commit_seqno"]
+    if not fs.has_base:
+        return pa.table({c: pa.array([], pa.string()) for c in cols})
+    with storage.fs.open_input_file(storage.abs(fs.path)) as f:
+        return pq.read_table(f, columns=cols)
 
 
 def _changes(base: pa.Table, merged: pa.Table) -> tuple[int, int, int]:
@@ -553,7 +561,7 @@ def run(ctx: CleanerContext, cfg: CompactionConfig) -> CompactionResult:
     if not ctx.config.merge_on_read:
         return result
     for t in _lapsed(ctx):
-        if not claim(ctx, t, inst.COMPACTION):
+        if not _claim(ctx, t):
             continue  # another cleaner took it, or it completed
         try:
             sched = read_plan(ctx, t)
@@ -581,9 +589,35 @@ def lag(snapshot: Snapshot, now: float) -> tuple[int, float]:
 
 
 def _lapsed(ctx: CleanerContext) -> list[str]:
-    """Pending compactions whose cleaner stopped beating (oldest first)."""
+    """Pending compactions whose cleaner stopped beating, and JVM plans waiting to run (oldest
+    first)."""
     tl = ctx.table.timeline()
-    return [i.requested_time for i in tl.pending(frozenset({inst.COMPACTION})) if ctx.is_lapsed(i.requested_time)]
+    return [i.requested_time for i in tl.pending(frozenset({inst.COMPACTION}))
+            if _waiting_foreign(ctx, i) or ctx.is_lapsed(i.requested_time)]
+
+
+def _waiting_foreign(ctx: CleanerContext, i: Instant) -> bool:
+    """A JVM writer's plan waiting to run: requested, not inflight, no heartbeat. Hudi starts a
+    compaction's heartbeat only when it executes, so such a plan is not abandoned but free for
+    any compactor to run, as Hudi's compactors run it. (Plans of this package's cleaners beat
+    from the moment they are planned: theirs lapse by the heartbeat rule.)"""
+    if i.state != inst.REQUESTED or ctx.storage.exists(layout.heartbeat_path(i.requested_time)):
+        return False
+    try:
+        return not planned_here(read_plan(ctx, i.requested_time))
+    except CompactionPlanError:
+        return False
+
+
+def _claim(ctx: CleanerContext, t: str) -> bool:
+    """Take a pending compaction over (:func:`claim`); a JVM plan waiting to run is taken once
+    it is still waiting under the lock."""
+    with ctx.locked(t) as tl:
+        current = tl.find(t, inst.COMPACTION)
+        if current is not None and current.is_pending and _waiting_foreign(ctx, current):
+            ctx.start_heartbeat(t)
+            return True
+    return claim(ctx, t, inst.COMPACTION)
 
 
 def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig, result: CompactionResult) -> bool:
@@ -593,7 +627,10 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
         faults.point("compaction-after-files")
         done = commit(ctx, sched, stats)
     except CompactionPlanError as e:
-        _unschedule_quietly(ctx, t, result, e)
+        if planned_here(sched):
+            _unschedule_quietly(ctx, t, result, e)
+        else:
+            _leave_foreign(ctx, t, result, e)
         return False
     except CompactionAbortedError as e:
         log.warning("%s", e)
@@ -613,6 +650,20 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
     result.file_groups += len(sched.plan.operations)
     result.log_files += sched.log_files
     return True
+
+
+def planned_here(sched: Scheduled) -> bool:
+    """Did a cleaner of this package plan this compaction (its plan names the cleaner)? A plan
+    of Hudi's JVM writers is theirs: executed like Hudi's compactors do, never unscheduled."""
+    return CLEANER_KEY in sched.plan.extra_metadata
+
+
+def _leave_foreign(ctx: CleanerContext, t: str, result: CompactionResult, why: Exception) -> None:
+    """A JVM writer's plan this cleaner cannot execute: delete only this attempt's files, leave
+    the plan pending for a Hudi compactor (deleting it would drop a plan we did not write)."""
+    log.error("%s; compaction %s was planned by another writer, so it stays pending for Hudi's compactor", why, t)
+    result.errors.append(f"compaction {t}: {type(why).__name__}: {why} (left pending: not planned by this package)")
+    _discard_quietly(ctx, t)
 
 
 def _discard_quietly(ctx: CleanerContext, t: str) -> None:

@@ -246,7 +246,8 @@ def old_slices(
 def _old_logs(view: TimelineView, groups: dict[FileGroup, list[FileSlice]], keep_from: dict[FileGroup, str],
               retired: set[FileGroup], logs: list[LogFile]) -> list[LogFile]:
     """Committed log files of old slices: of a retired group, or sliced (by their commit's
-    completion time) under a base older than the group's kept slice."""
+    completion time) under a base older than the group's kept slice, or in the log-only slice a
+    group had before its first base (a bucket a JVM writer started with a log file)."""
     out = []
     active = set(view.timeline.completed_write_times())
     for lf in logs:
@@ -260,7 +261,7 @@ def _old_logs(view: TimelineView, groups: dict[FileGroup, list[FileSlice]], keep
             continue
         done = view.completion_of(lf.instant_time)
         base = max((f.instant_time for f in groups[lf.group] if f.instant_time <= done), default=None)
-        if base is not None and base < kept:
+        if base is None or base < kept:
             out.append(lf)
     return out
 

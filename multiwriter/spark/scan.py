@@ -85,7 +85,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
         slices = snap.files()
         schema = table.read_schema(tl, snap)
         if opts.read_optimized:
-            slices = [dataclasses.replace(s, logs=()) for s in slices]
+            slices = [dataclasses.replace(s, logs=()) for s in slices if s.has_base]  # a log-only group: nothing
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
     return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
@@ -122,9 +122,13 @@ def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], p
     """A Merge-on-Read slice's rows, merged by the table's merge rule, then filtered (a
     predicate may not skip a version before the merge: an older one would show through)."""
     name = task.path.rsplit("/", 1)[-1]
-    parsed = parse_data_file(name)
-    assert parsed is not None
-    fs = FileSlice(task.partition, parsed.file_id, parsed.instant_time, name, task.size, task.logs)
+    if name:
+        parsed = parse_data_file(name)
+        assert parsed is not None
+        fs = FileSlice(task.partition, parsed.file_id, parsed.instant_time, name, task.size, task.logs)
+    else:  # a log-only slice
+        first = min(task.logs, key=lambda lf: lf.instant_time)
+        fs = FileSlice(task.partition, first.file_id, first.instant_time, "", 0, task.logs)
     t = read_slice(storage, fs, plan.schema, plan.ordering_field)
     expr = data_filter(plan.schema, predicates)
     return (t.filter(expr) if expr is not None else t).select(cols)

@@ -46,7 +46,12 @@ class LogFile(_GroupFile):
 @dataclass(frozen=True)
 class FileSlice(_GroupFile):
     """One base file of a file group, with the log files merged over it (Merge-on-Read; empty
-    on Copy-on-Write and as storage lists files: :mod:`.view` attaches them)."""
+    on Copy-on-Write and as storage lists files: :mod:`.view` attaches them).
+
+    A *log-only* slice has no base file (``name`` is empty, :attr:`has_base` False): Hudi's
+    non-blocking writers start a bucket with a log file, and its group has only logs until a
+    compaction writes its first base. ``instant_time`` is then its first log's deltacommit,
+    as Hudi keys such a slice (``HoodieFileGroup.getBaseInstantTime``)."""
 
     partition: str
     file_id: str
@@ -55,6 +60,11 @@ class FileSlice(_GroupFile):
     size: int = 0
     logs: tuple[LogFile, ...] = ()
     mtime_s: float | None = field(default=None, compare=False)  # the store's clock, as listed
+
+    @property
+    def has_base(self) -> bool:
+        """False for a log-only slice."""
+        return bool(self.name)
 
 
 def list_partitions(storage: Storage) -> list[str]:

@@ -357,7 +357,8 @@ def encode_delete_block(
 
     ``deletes`` has ``record_key`` and ``partition_path`` columns and optionally
     ``ordering_value``, whose Arrow type picks Hudi's wrapper (int64 -> ``LongWrapper``, string ->
-    ``StringWrapper``, ...). Without it every delete carries ``IntWrapper(0)``, as Hudi's
+    ``StringWrapper``, date -> ``IntWrapper`` of its days, timestamp -> ``LongWrapper`` of its
+    Avro long, as Hudi 1.1 writes them, ...). Without it every delete carries ``IntWrapper(0)``, as Hudi's
     ``DeleteRecord.create(key)`` does: readers treat such a delete as newer than any record
     (natural order). With event-time ordering, a delete carrying a real ordering value only
     removes records whose ordering value is not greater. A null ordering value is written as
@@ -490,6 +491,12 @@ def _delete_content(deletes: pa.Table) -> bytes:
     return _INT.pack(BLOCK_CONTENT_VERSION) + _INT.pack(len(body)) + body
 
 
+def avro_time_unit(t: pa.DataType) -> str:
+    """The unit a timestamp column's Avro long counts in (``timestamp-millis`` for s and ms,
+    ``timestamp-micros`` for us and ns, as :mod:`.schema` maps them)."""
+    return "ms" if t.unit in ("s", "ms") else "us"
+
+
 def _wrap_ordering(col: pa.ChunkedArray) -> list[tuple[str, Any] | None]:
     """(wrapper name, Avro value) per ordering value, the wrapper chosen by the column's type."""
     t = col.type
@@ -516,11 +523,14 @@ def _ordering_wrapper(col: pa.ChunkedArray) -> tuple[str, list[Any]]:
         return "StringWrapper", col.to_pylist()
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return "BytesWrapper", col.to_pylist()
+    # a date or timestamp as the Avro int / long the column is stored as, in the wrappers Hudi
+    # 1.1's Spark writers use for them (its JVM merger compares them with the column's values;
+    # a DateWrapper or TimestampMicrosWrapper unwraps to a LocalDate / Instant it cannot compare)
     if pa.types.is_date(t):
-        return "DateWrapper", pc.cast(pc.cast(col, pa.date32()), pa.int32()).to_pylist()
+        return "IntWrapper", pc.cast(pc.cast(col, pa.date32()), pa.int32()).to_pylist()
     if pa.types.is_timestamp(t):
-        us = pc.cast(col, pa.timestamp("us", tz=t.tz), safe=False)
-        return "TimestampMicrosWrapper", pc.cast(us, pa.int64()).to_pylist()
+        stored = pc.cast(col, pa.timestamp(avro_time_unit(t), tz=t.tz), safe=False)
+        return "LongWrapper", pc.cast(stored, pa.int64()).to_pylist()
     if pa.types.is_time(t):
         return "TimeMicrosWrapper", pc.cast(pc.cast(col, pa.time64("us")), pa.int64()).to_pylist()
     if pa.types.is_decimal(t):

@@ -4,13 +4,24 @@ Snapshot reads and compaction both call :func:`merge`, so a compacted base file 
 the rows a snapshot read of the slice returned before it.
 
 A file slice is one partition, so the record key alone identifies a record. Every version is a
-*candidate* with a place in the slice's history: sources are taken by rank (completion order;
-the base file is -1), and within a source its records come before its deletes. Then, per key:
+*candidate* with a place in the slice's history: sources are taken by rank (the base file is
+-1, then the log files in the order of :func:`log_order`: by their deltacommit's *requested*
+time, as Hudi's JVM reader and compactor scan them, ``HoodieLogFile.getLogFileComparator``), and
+within a source its records come before its deletes. Then, per key (Hudi's
+``BufferedRecordMergerFactory.EventTimeRecordMerger`` / ``CommitTimeRecordMerger``):
 
 - **event time** (an ordering field): the highest ordering value wins, equal values go to the
-  later place. A null ordering value of a record is lower than any value. A delete with an
-  ordering value competes like a record; a delete without one (a plain delete) removes every
-  earlier version of the key and loses to every later one.
+  later place (``shouldKeepNewerRecord``: newer ``>=`` older). A null ordering value of a record
+  is Hudi's default, ``Integer`` 0 (``RecordContext.getOrderingValue``): for an ``int`` ordering
+  field it is 0, for other types (where Hudi's comparison would fail) it ranks below every
+  value. A delete with an ordering value competes like a record. A *plain* delete replaces
+  every earlier log version of the key and absorbs the deletes right after it; the first
+  record after it replaces it, and from there versions compete by ordering value, the base row
+  too (Hudi folds the logs, then merges their survivor with the base row: ``finalMerge``); with
+  no record after it, the key is deleted. A delete is plain when its ordering
+  value is null or the ``Integer`` 0 (``OrderingValues.isDefault``; a ``Long`` 0 is a value), or
+  when its value's Java class differs from the ordering field's (``deltaMergeDeleteRecord``
+  keeps an older version only for ``OrderingValues.isSameClass`` values).
 - **commit time** (no ordering field): the latest place wins, deletes included.
 
 A winning delete removes the key. The whole rule runs on arrays: the logs' keys are dictionary
@@ -22,12 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TableFormatError
+from .log_file import avro_time_unit
 from .schema import META_COLUMNS, cast_column
 
 RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
@@ -45,9 +58,18 @@ _CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 class Versions:
     """One source of record versions in a file slice: the base file (rank -1) or one log file's blocks."""
 
-    rank: int  # order by completion time of the commit that wrote it; higher = completed later; base file = -1
+    rank: int  # place in the slice's history (:func:`log_order` of its log file); base file = -1
     records: pa.Table | None  # full rows: Hudi's 5 meta columns + data columns
     deletes: pa.Table | None = None  # columns record_key (string), partition_path (string), ordering_value (nullable)
+
+
+def log_order(log: Any) -> tuple[str, int, str]:
+    """Where a log file's versions fall in its slice's history (its merge rank sorts by this):
+    its deltacommit's requested time, then its version, then its name (write token), as Hudi's
+    JVM reader and compactor order a slice's logs (``HoodieLogFile.getLogFileComparator``). Not
+    completion order: two writers with equal ordering values then yield the version of the one
+    that *requested* later, whoever reads or compacts."""
+    return (log.instant_time, log.version, log.name)
 
 
 def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema,
@@ -56,7 +78,7 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     columns, or some of them). Columns a source lacks (added later by schema evolution) are
     null; columns stored in another order or a narrower type are reordered and cast.
     ``ordering_field`` None is commit-time merging, else event-time merging on that column
-    (rules: the module docstring; a null ordering value of a record ranks below every value).
+    (rules: the module docstring).
     ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
     a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
 
@@ -155,11 +177,11 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
-    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering)
+    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
     return _assemble(stored, schema, key, n_base, at, winners, first_seq)
 
 
-def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None
+def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
              ) -> tuple[np.ndarray, np.ndarray]:
     """(stored row of each surviving key's winning record, the place of that key's first
     version), ordered by that first place; keys whose winner is a delete are left out.
@@ -175,7 +197,7 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     else:
         plain = np.concatenate(cands.plain)
         score = _scores(_concat(cands.ordering, ordering.type), plain)
-        alive = _after_plain_deletes(codes, seq, plain, n_keys)
+        alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
         if not alive.all():
             codes, seq, row, score = codes[alive], seq[alive], row[alive], score[alive]
     span = int(seq[-1]) + 1
@@ -191,7 +213,10 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
 
 def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
     """Each candidate's ordering value as an integer that sorts alike: a dense rank (from 1),
-    0 for a null value, -1 for a plain delete (below everything, so it wins only alone)."""
+    0 for a null value, -1 for a plain delete (below everything, so it wins only alone). A null
+    of an ``int`` column is Hudi's default ``Integer`` 0 and ranks as 0."""
+    if java_class(values.type) == "Integer" and values.null_count:
+        values = pc.fill_null(values, pa.scalar(0, values.type))
     try:
         ranks = pc.rank(values, sort_keys="ascending", tiebreaker="dense")
     except _CAST_ERRORS as e:
@@ -202,13 +227,28 @@ def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
     return score
 
 
-def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, plain: np.ndarray, n_keys: int) -> np.ndarray:
-    """Which candidates are not earlier than their key's last plain delete (the delete itself stays)."""
+def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, n_keys: int,
+                         n_base: int) -> np.ndarray:
+    """Which candidates compete, as Hudi's JVM folds a key's log versions in order and then
+    merges the survivor with the base row (``EventTimeRecordMerger``): a plain delete replaces
+    what came before it in the logs and absorbs the deletes right after it
+    (``deltaMergeDeleteRecord``); the first record after it replaces it (``shouldKeepNewerRecord``:
+    a commit-time delete always yields), and from there versions compete by ordering value, the
+    base row too (``finalMerge`` compares it with the logs' survivor, whatever plain delete came
+    between). A key with no record after its last plain delete ends deleted. Base rows are the
+    candidates placed before ``n_base``; deletes have ``row`` -1."""
     if not plain.any():
         return np.ones(len(codes), bool)
     cut = np.full(n_keys, -1, np.int64)
     np.maximum.at(cut, codes[plain], seq[plain])
-    return seq >= cut[codes]
+    key_cut = cut[codes]
+    record_after = (row >= 0) & (key_cut >= 0) & (seq > key_cut)
+    none = np.iinfo(np.int64).max
+    first = np.full(n_keys, none)
+    np.minimum.at(first, codes[record_after], seq[record_after])
+    key_first = first[codes]
+    resumed = key_first < none
+    return (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
 
 
 def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
@@ -257,22 +297,66 @@ def _ordering_of(t: pa.Table, ordering: pa.Field | None) -> pa.ChunkedArray | No
 
 
 def _delete_ordering(d: pa.Table, ordering: pa.Field | None) -> pa.Array | None:
-    """A delete block's ordering values in the ordering column's type (safe cast: values that
-    do not fit raise rather than wrap); all null when the block has none."""
+    """A delete block's ordering values in the ordering column's type, null for a plain delete
+    (see the module docstring: no value, ``Integer`` 0, or a value of another Java class than
+    the ordering field's); safe cast: values that do not fit raise rather than wrap. None when
+    the table has no ordering field."""
     if ordering is None:
         return None
     if d.schema.get_field_index(DELETE_ORDERING) < 0:
         return pa.nulls(d.num_rows, ordering.type)
-    values = d.column(DELETE_ORDERING).combine_chunks()
+    values = plain_defaults(d.column(DELETE_ORDERING).combine_chunks())
+    if values.null_count == len(values) or java_class(values.type) != java_class(ordering.type):
+        return pa.nulls(d.num_rows, ordering.type)
     if values.type == ordering.type:
         return values
     try:
+        if pa.types.is_timestamp(ordering.type) and pa.types.is_integer(values.type):  # the Avro long
+            values = pc.cast(values, pa.timestamp(avro_time_unit(ordering.type), tz=ordering.type.tz))
         return pc.cast(values, ordering.type, safe=True)
     except _CAST_ERRORS as e:
         raise TableFormatError(
             f"delete ordering values ({values.type}) cannot be compared with ordering field "
             f"{ordering.name!r} ({ordering.type}): {e}"
         ) from e
+
+
+def plain_defaults(values: pa.Array) -> pa.Array:
+    """Delete ordering values with Hudi's default, the ``Integer`` 0 (an Avro ``int``, as a delete
+    without an ordering value carries it), as null: such a delete is plain, it removes every
+    older version whatever its ordering value (``OrderingValues.isDefault``). A ``long`` 0 is
+    an ordering value like any other."""
+    if values.type not in (pa.int8(), pa.int16(), pa.int32()):  # an IntWrapper (a date is a LocalDate)
+        return values
+    zero = pc.equal(values, pa.scalar(0, values.type))
+    return pc.if_else(zero, pa.scalar(None, values.type), values)
+
+
+#: the Java class Hudi's JVM reader holds an ordering value of each Arrow type in: ``Integer``
+#: for an Avro ``int`` (Spark's byte, short and int columns alike, and a date's days), ``Long``
+#: for an Avro ``long`` (a timestamp's micros or millis). Delete values decoded from the
+#: ``DateWrapper`` / ``TimestampMicrosWrapper`` this package wrote before Hudi 1.1's wrappers
+#: count alike: they compare as dates and timestamps, as hudi-rs compares them.
+_JAVA_CLASSES: tuple[tuple[Any, str], ...] = (
+    (pa.types.is_boolean, "Boolean"),
+    (lambda t: t in (pa.int8(), pa.int16(), pa.int32(), pa.uint8(), pa.uint16(), pa.date32(), pa.date64())
+     or pa.types.is_time32(t), "Integer"),
+    (lambda t: t in (pa.int64(), pa.uint32()) or pa.types.is_timestamp(t) or pa.types.is_time64(t), "Long"),
+    (lambda t: t == pa.float32(), "Float"),
+    (lambda t: t == pa.float64(), "Double"),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "String"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "Bytes"),
+    (pa.types.is_decimal, "Decimal"),
+)
+
+
+def java_class(t: pa.DataType) -> str:
+    """The Java class of an ordering value of Arrow type ``t`` (see ``_JAVA_CLASSES``); for an
+    unknown type, the type's own name."""
+    for test, name in _JAVA_CLASSES:
+        if test(t):
+            return name
+    return str(t)
 
 
 def _delete_keys(d: pa.Table, key_type: pa.DataType) -> pa.ChunkedArray:

@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
 from .files import FileSlice, LogFile
 from .log_file import read_log_blocks
-from .merge_rule import RECORD_KEY, Versions, merge
+from .merge_rule import DELETE_ORDERING, RECORD_KEY, Versions, log_order, merge, plain_defaults
 from .properties import TableConfig
 from .schema import cast_column
 
@@ -75,31 +74,29 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_fiel
                logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
                key: str = RECORD_KEY) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
-    else base and logs merged (``logs``: a subset of the slice's, in completion order; all of
-    them by default). ``columns``: read and merge only these (plus ``key`` and the ordering
-    field: the rows come in :func:`merge_schema`); ``key``: the column holding the record key
-    (:func:`key_column`). The same rows win either way."""
+    else base and logs merged (``logs``: a subset of the slice's; all of them by default; they
+    merge in :func:`~.merge_rule.log_order` whatever their order here). A log-only slice (no
+    base file, as Hudi's non-blocking writers start a bucket) merges its logs alone.
+    ``columns``: read and merge only these (plus ``key`` and the ordering field: the rows come
+    in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
+    The same rows win either way."""
     schema = merge_schema(schema, columns, ordering_field, key)
-    use = fs.logs if logs is None else tuple(logs)
-    base = read_base(storage, fs, schema)
+    use = sorted(fs.logs if logs is None else logs, key=log_order)
+    base = read_base(storage, fs, schema) if fs.has_base else schema.empty_table()
     if not use:
         return base
-    sources = [Versions(rank=-1, records=base)]
+    sources = [Versions(rank=-1, records=base)] if fs.has_base else []
     sources += [read_log(storage, lf, rank, schema) for rank, lf in enumerate(use)]
     return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
 
 
 def _plain_zero(deletes: pa.Table) -> pa.Table:
-    """Hudi writes a delete without an ordering value as the integer 0 (its default): such a
-    delete removes every older version whatever its ordering value, as Hudi's readers apply it."""
-    i = deletes.schema.get_field_index("ordering_value")
+    """A delete block's ``Integer`` 0 ordering values as null (plain deletes, see
+    :func:`~.merge_rule.plain_defaults`), before blocks of several types are concatenated."""
+    i = deletes.schema.get_field_index(DELETE_ORDERING)
     if i < 0:
         return deletes
-    col = deletes.column(i)
-    if not pa.types.is_integer(col.type):
-        return deletes
-    zero = pc.equal(col, pa.scalar(0, col.type))
-    return deletes.set_column(i, "ordering_value", pc.if_else(zero, pa.scalar(None, col.type), col))
+    return deletes.set_column(i, DELETE_ORDERING, plain_defaults(deletes.column(i).combine_chunks()))
 
 
 def _simple_key_generator(config: TableConfig) -> bool:

@@ -28,6 +28,8 @@ PRECOMBINE_KEY = "hoodie.table.precombine.field"
 MERGE_MODE_KEY = "hoodie.record.merge.mode"
 PARTIAL_UPDATE_MODE_KEY = "hoodie.table.partial.update.mode"
 MERGE_MODES = ("EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING")
+#: how this table's float, double and timestamp record-key values became strings ("java" or "arrow")
+KEY_STRINGS_KEY = "multiwriter.record.key.strings"
 
 
 COPY_ON_WRITE = "COPY_ON_WRITE"
@@ -236,10 +238,20 @@ class TableConfig:
                 f"{source}: {PARTIAL_UPDATE_MODE_KEY}={partial} is not supported by multiwriter's writers"
             )
 
+    @property
+    def java_key_strings(self) -> bool:
+        """Record keys of float, double and timestamp key columns written as Hudi's JVM key
+        generators print them (``1.0``, the timestamp's Avro long). Tables created since we do
+        so record it; version 9 tables are Hudi 1.1's; tables we created before keep the strings
+        their rows were written with (else an update would not find its row)."""
+        mode = self.raw.get(KEY_STRINGS_KEY)
+        return mode == "java" if mode else self.version >= 9
+
     def to_properties(self) -> dict[str, str]:
         p: dict[str, str] = {} if self.version >= 9 else {  # version 9 names a merge mode instead
             "hoodie.compaction.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
         }
+        p[KEY_STRINGS_KEY] = "java"
         p.update({
             "hoodie.table.initial.version": str(self.version),
             "hoodie.table.keygenerator.type": self.key_generator(),

@@ -7,6 +7,7 @@ Arrow type of primitive columns.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -52,6 +53,31 @@ def with_meta(schema: pa.Schema) -> pa.Schema:
     return pa.schema(list(META_SCHEMA) + list(data_schema(schema)))
 
 
+#: an Avro name (Avro 1.11 specification, "Names"): what Hudi's JVM ``Schema.Parser`` accepts
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def invalid_avro_names(schema: pa.Schema) -> list[str]:
+    """Column names of ``schema`` (nested struct fields as ``a.b``) that are not Avro names: a
+    JVM reader refuses a table schema holding one (``org.apache.avro.SchemaParseException``)."""
+    out: list[str] = []
+
+    def visit(f: pa.Field, prefix: str) -> None:
+        path = f"{prefix}{f.name}"
+        if not _AVRO_NAME.fullmatch(f.name):
+            out.append(path)
+        t = f.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+            t = t.item_type if pa.types.is_map(t) else t.value_type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                visit(t.field(i), path + ".")
+
+    for f in schema:
+        visit(f, "")
+    return out
+
+
 def arrow_to_avro(schema: pa.Schema, name: str, namespace: str | None = None) -> dict[str, Any]:
     ns = namespace or f"hoodie.{name}"
     rec = f"{name}_record"
@@ -90,8 +116,7 @@ def _type(t: pa.DataType, name: str, ns: str) -> Any:
     if key:
         return _PRIMS[key][1]
     if pa.types.is_decimal(t):
-        size = max(1, (t.precision * 0.415 + 1.5).__ceil__())
-        return {"type": "fixed", "name": "fixed", "namespace": f"{ns}.{name}", "size": int(size),
+        return {"type": "fixed", "name": "fixed", "namespace": f"{ns}.{name}", "size": decimal_fixed_size(t.precision),
                 "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
     if pa.types.is_date32(t):
         return {"type": "int", "logicalType": "date"}
@@ -108,6 +133,16 @@ def _type(t: pa.DataType, name: str, ns: str) -> Any:
         return {"type": "record", "name": name, "namespace": ns,
                 "fields": [_field(t.field(i), f"{ns}.{name}") for i in range(t.num_fields)]}
     raise SchemaMismatchError(f"column {name!r}: Arrow type {t} has no Hudi/Avro equivalent")
+
+
+def decimal_fixed_size(precision: int) -> int:
+    """The bytes of the Avro ``fixed`` holding a decimal of ``precision`` digits: the fewest whose
+    two's complement holds every such value, as Spark sizes it (``Decimal.minBytesForPrecision``),
+    so a JVM reader resolves our schema against Spark's (decimal(10,2): 5 bytes)."""
+    n = 1
+    while 2 ** (8 * n - 1) < 10**precision:
+        n += 1
+    return n
 
 
 def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.Schema:
@@ -199,6 +234,12 @@ def check_compatible(
         )
     added = [pa.field(f.name, f.type, nullable=True) for f in batch if table.get_field_index(f.name) < 0]
     names.check(error=SchemaMismatchError, where=f"batch{where}", columns=[f.name for f in added])
+    bad = invalid_avro_names(pa.schema(added))
+    if bad:
+        raise SchemaMismatchError(
+            f"batch{where} adds columns {bad} whose names are not Avro names (letters, digits and _, not "
+            "starting with a digit): Hudi's JVM readers could no longer parse the table schema; rename them"
+        )
     return pa.schema(fields + added)
 
 

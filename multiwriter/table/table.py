@@ -28,6 +28,7 @@ from .schema import (
     cast_column,
     data_schema,
     has_double,
+    invalid_avro_names,
     stored_float_types,
     with_meta,
 )
@@ -239,7 +240,7 @@ class Table:
         full = self.read_schema(tl, snap)
         files = snap.files()
         if read_optimized:  # Hudi's read-optimized query: base files only, log files not merged
-            files = [dataclasses.replace(f, logs=()) for f in files]
+            files = [dataclasses.replace(f, logs=()) for f in files if f.has_base]  # a log-only group: nothing
         return self.read_slices(files, full, columns, filters)
 
     def read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None = None,
@@ -335,10 +336,11 @@ class Table:
         """The schema rows are read with: the latest commit's schema with the meta columns
         (for a table whose commits carry no schema, the schema of a file of ``snap``)."""
         schema = self.schema(tl)
-        if len(schema) == 0 and snap is not None and snap.files():
+        with_base = [f for f in snap.files() if f.has_base] if snap is not None else []
+        if len(schema) == 0 and with_base:
             import pyarrow.parquet as pq
 
-            with self.storage.fs.open_input_file(self.storage.abs(snap.files()[-1].path)) as f:
+            with self.storage.fs.open_input_file(self.storage.abs(with_base[-1].path)) as f:
                 schema = data_schema(pq.read_schema(f))
         return with_meta(schema)
 
@@ -458,6 +460,10 @@ def _validate_settings(name: str, schema: pa.Schema, keys: tuple[str, ...], part
     reserved = cols & set(META_COLUMNS)
     if reserved:
         raise ConfigError(f"columns {sorted(reserved)} are reserved for Hudi meta columns")
+    bad = invalid_avro_names(schema)
+    if bad:
+        raise ConfigError(f"column names {bad} are not Avro names (letters, digits and _, not starting with a "
+                          "digit): Hudi's JVM readers could not parse the table schema; rename them")
     for kind, fields in (("record_key", keys), ("partition_by", parts), ("ordering_field", (ordering,) if ordering else ())):
         missing = [f for f in fields if f not in cols]
         if missing:

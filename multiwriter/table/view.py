@@ -190,9 +190,11 @@ class TimelineView:
         the slice of its group whose base instant is the newest at or before the log's commit
         completed, so a deltacommit that completes after a compaction was planned lands on top
         of the compacted base. Each slice of ``slices`` gets the logs that belong to it and are
-        visible as of ``as_of`` (their own requested time at or before it), in completion
-        order. Logs of groups without a visible base are not read (as hudi-rs)."""
-        return self._attach(slices, bases, logs, self.committed, lambda t: self.visible(t, as_of))
+        visible as of ``as_of`` (their own requested time at or before it). A live group with
+        visible logs and no visible base gets a *log-only* slice of them (Hudi's non-blocking
+        writers start a bucket so; hudi-rs reads no such group, Hudi's JVM readers do)."""
+        return self._attach(slices, bases, logs, self.committed, lambda t: self.visible(t, as_of),
+                            self.replaced(as_of))
 
     def slices_by_completion(self, bases: Iterable[FileSlice], logs: Iterable[LogFile],
                              end: str | None) -> dict[FileGroup, FileSlice]:
@@ -205,14 +207,19 @@ class TimelineView:
         def done(t: str) -> bool:
             return self.committed(t) and (end is None or self.completion_of(t) <= end)
 
-        latest = _latest(bases, done, self.replaced_by_completion(end), self.named)
-        return self._attach(latest, bases, logs, done, done)
+        gone = self.replaced_by_completion(end)
+        latest = _latest(bases, done, gone, self.named)
+        return self._attach(latest, bases, logs, done, done, gone)
 
     def _attach(self, slices: dict[FileGroup, FileSlice], bases: Iterable[FileSlice], logs: Iterable[LogFile],
-                base_ok: Callable[[str], bool], log_ok: Callable[[str], bool]) -> dict[FileGroup, FileSlice]:
+                base_ok: Callable[[str], bool], log_ok: Callable[[str], bool],
+                gone: set[FileGroup]) -> dict[FileGroup, FileSlice]:
         """The one slicing rule: each log with ``log_ok`` joins its group's slice in
         ``slices`` when that slice's base is the newest ``base_ok`` base at or before the
-        log's completion."""
+        log's completion. A group not in ``slices`` nor ``gone`` (no acceptable base: its
+        logs all complete before any) gets a log-only slice keyed by its first log's
+        deltacommit, as Hudi's ``HoodieFileGroup.getBaseInstantTime`` keys it. Logs in
+        completion order (the merge ranks them by :func:`~.merge_rule.log_order`)."""
         boundaries: dict[FileGroup, list[str]] = {}
         for b in bases:
             if b.group in slices and base_ok(b.instant_time):
@@ -220,15 +227,22 @@ class TimelineView:
         found: dict[FileGroup, list[tuple[str, int, str, LogFile]]] = {}
         for lf in logs:
             cur = slices.get(lf.group)
-            if cur is None or not log_ok(lf.instant_time) or not self._named_log(lf):
+            if cur is None and lf.group in gone:
+                continue
+            if not log_ok(lf.instant_time) or not self._named_log(lf):
                 continue
             done = self.completion_of(lf.instant_time)
-            if _slice_base(boundaries.get(lf.group, ()), done) != cur.instant_time:
+            if cur is not None and _slice_base(boundaries.get(lf.group, ()), done) != cur.instant_time:
                 continue
             found.setdefault(lf.group, []).append((done, lf.version, lf.name, lf))
         out = dict(slices)
         for g, items in found.items():
-            out[g] = dataclasses.replace(out[g], logs=tuple(x[-1] for x in sorted(items, key=lambda x: x[:3])))
+            ordered = tuple(x[-1] for x in sorted(items, key=lambda x: x[:3]))
+            cur = out.get(g)
+            if cur is None:  # log-only
+                first = min(lf.instant_time for lf in ordered)
+                cur = FileSlice(g[0], g[1], first, "", 0)
+            out[g] = dataclasses.replace(cur, logs=ordered)
         return out
 
     def incremental_merged(self, bases: Iterable[FileSlice], logs: Iterable[LogFile], start: str | None,

@@ -282,7 +282,8 @@ class KeyIndex:
         keys = prepared.column(KEY).combine_chunks()
         by_part: dict[str, list[FileSlice]] = {}
         for fs in snapshot.slices.values():
-            by_part.setdefault(fs.partition, []).append(fs)
+            if fs.has_base:  # a log-only slice has no footer (its groups are buckets: tag_buckets)
+                by_part.setdefault(fs.partition, []).append(fs)
         hashes = bloom.hashes_of(prepared)
         ints = None
         if key_column is not None:

@@ -3,9 +3,11 @@ gets this instant's changes as one new log file beside it, without reading or re
 base. What the batch costs is then what the batch holds, not what the group holds.
 
 Which version of a record wins is not decided here: readers and compaction merge the slice by
-the table's merge rule (:mod:`multiwriter.table.merge_rule`). A group without a base file (its
-bucket's first data) gets a base file from :func:`~.merge.merge_file_group` instead, so every
-Hudi reader (hudi-rs too, which reads no log-only group) sees it; its deletes (a bucket index
+the table's merge rule (:mod:`multiwriter.table.merge_rule`). A group with only log files (a
+bucket a Hudi JVM writer started with a log file) gets a log file too: a base file would become
+its latest slice and hide those logs. A new group (its bucket's first data) gets a base file
+from :func:`~.merge.merge_file_group` instead, so every Hudi reader (hudi-rs too, which reads no
+log-only group) sees it; its deletes (a bucket index
 routes a delete to its bucket's group whether or not a base file has started it) go to a log
 file of the group beside it, see :func:`write_group`.
 """
@@ -48,7 +50,7 @@ FIRST_DELETES_VERSION = 2
 
 
 def is_log_append(ctx: MergeContext, task: FileGroupTask) -> bool:
-    """Does this task append a log file (Merge-on-Read, the group has a base file)?"""
+    """Does this task append a log file (Merge-on-Read, the group exists: a base file or logs)?"""
     return ctx.log_append and not task.is_new
 
 

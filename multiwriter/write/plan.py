@@ -35,7 +35,7 @@ class FileGroupTask:
     partition: str
     file_id: str
     task_index: int
-    old_file: str | None = None  # name of the base file being replaced
+    old_file: str | None = None  # name of the base file being replaced ("" for a log-only group)
     prev_commit: str | None = None
 
     @property

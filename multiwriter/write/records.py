@@ -16,6 +16,7 @@ from ..table import layout
 from ..table.properties import TableConfig
 from ..table.schema import META_COLUMNS, cast_column, data_schema
 from . import bloom
+from .key_strings import java_key_strings
 
 KEY = "_mw_key"
 PARTITION = "_mw_partition"
@@ -33,7 +34,7 @@ def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
     for f in fields:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
-        col = _as_string(batch.column(f))
+        col = _key_string(batch.column(f), java=config.java_key_strings)
         n_bad = _null_or_empty(col)
         if n_bad:
             raise InvalidRecordError(
@@ -89,6 +90,13 @@ def _one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     if not isinstance(col, pa.ChunkedArray):
         return col
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def _key_string(col: pa.ChunkedArray | pa.Array, *, java: bool = True) -> pa.ChunkedArray | pa.Array:
+    """A key column's values as Hudi's JVM key generators print them (:mod:`.key_strings`), or
+    (``java=False``: a table created before we did) as Arrow casts them."""
+    printed = java_key_strings(col) if java and not pa.types.is_string(col.type) else None
+    return printed if printed is not None else _as_string(col)
 
 
 def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:

@@ -428,7 +428,8 @@ class _Prefetch:
             index = KeyIndex(self.storage)
             existing = [p for p in partitions if p == "" or self.storage.is_dir(p)]
             for fs in Snapshot.build(self.storage, self.base, partitions=existing).slices.values():
-                index.footer(fs)
+                if fs.has_base:
+                    index.footer(fs)
         except (MultiWriterError, OSError, pa.ArrowException) as e:
             log.debug("footer prefetch of %s: %s", partitions, e)
 

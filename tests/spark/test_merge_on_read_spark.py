@@ -163,3 +163,17 @@ def test_a_micro_batch_of_a_compaction_only_plans_no_partition(mor_table, table_
     after = reader.latestOffset(before, None)
     assert after != before, "the compaction's completion is the new offset"
     assert reader.partitions(before, after) == []
+
+
+def test_data_source_reads_a_log_only_group_as_hudis_jvm_does(sp, mor_table, table_path):
+    """A bucket a JVM writer started with a log file (no base): the data source returns its rows
+    (snapshot), none read-optimized (base files only)."""
+    from tests.table.jvm_style import at, bucket_group, deltacommit, keys_in_bucket
+
+    a, b = keys_in_bucket(2, 2)
+    deltacommit(mor_table, at(1), at(2), bucket_group(2), upserts=[(a, 1, 1.0), (b, 1, 2.0)])
+    expect = sorted([(a, "2024-01-01", 1, 1.0), (b, "2024-01-01", 1, 2.0)], key=repr)
+    assert _spark_rows(sp.read.format(FMT).load(table_path)) == expect
+    assert _spark_rows(mw.Table.open(table_path).to_spark(sp)) == expect
+    ro = sp.read.format(FMT).option("hoodie.datasource.query.type", "read_optimized").load(table_path)
+    assert ro.count() == 0

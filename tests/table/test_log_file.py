@@ -14,6 +14,7 @@ from pathlib import Path
 
 import fastavro
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from multiwriter.errors import InvalidRecordError, SchemaMismatchError, TableFormatError
@@ -322,6 +323,10 @@ def test_delete_block_round_trips_ordering_values(ordering):
     values = got.column("ordering_value")
     if ordering is None:  # Hudi's default: IntWrapper(0)
         assert values.type == pa.int32() and values.to_pylist() == [0, 0]
+    elif pa.types.is_date(ordering.type):  # Hudi 1.1's IntWrapper of the days
+        assert values.type == pa.int32() and values.to_pylist() == pc.cast(ordering, pa.int32()).to_pylist()
+    elif pa.types.is_timestamp(ordering.type):  # Hudi 1.1's LongWrapper of the Avro long (micros here)
+        assert values.type == pa.int64() and values.to_pylist() == pc.cast(ordering, pa.int64()).to_pylist()
     elif pa.types.is_decimal(ordering.type):
         assert values.type == pa.decimal128(30, 15)
         assert values.to_pylist() == [decimal.Decimal("1.25"), decimal.Decimal("-3")]

@@ -138,3 +138,36 @@ def test_resolution_survives_the_avro_round_trip():
     merged = resolve(BASE, add(BASE, "mine", pa.int8()), theirs).schema
     assert avro_to_arrow(arrow_to_avro_json(merged, "t")).equals(merged)
     assert describe(merged).startswith("(id: string, ts: int64, n: int32")
+
+
+@pytest.mark.parametrize("name", ["a-b", "1st", "with space", "é"])
+def test_a_new_column_that_is_not_an_avro_name_is_refused_by_name(name):
+    """Hudi's JVM ``Schema.Parser`` refuses the table schema otherwise (Avro spec, "Names")."""
+    with pytest.raises(SchemaMismatchError, match=repr([name]).replace("[", r"\[").replace("]", r"\]")):
+        check_compatible(BASE, add(BASE, name, pa.int32()))
+    nested = pa.struct([pa.field("ok", pa.int32()), pa.field(name, pa.int32())])
+    with pytest.raises(SchemaMismatchError, match="s\\." ):
+        check_compatible(BASE, add(BASE, "s", pa.list_(nested)))
+    assert "a_b9" in check_compatible(BASE, add(BASE, "a_b9", pa.int32())).names
+
+
+def test_table_create_refuses_a_column_that_is_not_an_avro_name(tmp_path):
+    import multiwriter as mw
+    from multiwriter.errors import ConfigError
+
+    schema = pa.schema([("id", pa.string()), ("a-b", pa.int64())])
+    with pytest.raises(ConfigError, match="'a-b'"):
+        mw.Table.create(str(tmp_path / "t"), name="t", schema=schema, record_key="id")
+    assert not (tmp_path / "t" / ".hoodie").exists()
+
+
+@pytest.mark.parametrize(("precision", "size"), [(1, 1), (2, 1), (3, 2), (9, 4), (10, 5), (18, 8), (19, 9), (38, 16)])
+def test_decimal_fixed_size_is_sparks_minimum(precision, size):
+    """Spark's ``Decimal.minBytesForPrecision`` (the fewest bytes whose two's complement holds
+    10**precision - 1); a larger size makes a JVM reader fail to resolve our schema against Spark's."""
+    from multiwriter.table.schema import arrow_to_avro
+
+    avro = arrow_to_avro(pa.schema([("d", pa.decimal128(precision, 0))]), "t")
+    (fixed,) = [b for b in avro["fields"][0]["type"] if b != "null"]
+    assert (fixed["size"], fixed["precision"]) == (size, precision)
+    assert 2 ** (8 * size - 1) >= 10**precision > 2 ** (8 * (size - 1) - 1)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pyarrow as pa
 
 from multiwriter.write import bloom, records
@@ -65,3 +66,44 @@ def test_fingerprints_that_collide_leave_the_decision_to_the_keys(monkeypatch):
     monkeypatch.setattr(records, "_fingerprints", lambda keys: np.zeros(len(keys), np.uint64))
     assert not records.has_duplicates(t)
     assert records.has_duplicates(pa.concat_tables([t, t.slice(5, 1)]))
+
+
+@pytest.mark.parametrize(("value", "single", "java"), [
+    # Double.toString / Float.toString (JDK 19+): positional in [1e-3, 1e7), else d.dddE<n>
+    (1.0, False, "1.0"), (100.0, False, "100.0"), (0.001, False, "0.001"), (1e7, False, "1.0E7"),
+    (1.5e-5, False, "1.5E-5"), (0.0001, False, "1.0E-4"), (-2.5, False, "-2.5"), (9999999.0, False, "9999999.0"),
+    (1e23, False, "1.0E23"), (2.0 / 3, False, "0.6666666666666666"), (-0.0, False, "-0.0"),
+    (float("nan"), False, "NaN"), (float("-inf"), False, "-Infinity"),
+    (0.1, True, "0.1"), (2.0 / 3, True, "0.6666667"), (3.4028234663852886e38, True, "3.4028235E38"),
+])
+def test_float_key_strings_are_javas(value, single, java):
+    from multiwriter.write.key_strings import java_float_string
+
+    assert java_float_string(value, single=single) == java
+
+
+def test_record_keys_of_float_and_timestamp_columns_are_what_hudis_jvm_key_generators_write():
+    """HoodieAvroUtils.getNestedFieldValAsString: Float/Double.toString, a timestamp's Avro long
+    (micros here), a date as LocalDate prints it."""
+    import datetime as dt
+
+    from multiwriter.table.properties import TableConfig
+    from multiwriter.write.records import record_keys
+
+    batch = pa.table({
+        "f": pa.array([1.0, 1e7, 0.5], pa.float32()),
+        "d": pa.array([2.0, 1.5e-5, 1.0], pa.float64()),
+        "t": pa.array([dt.datetime(2024, 1, 5)] * 3, pa.timestamp("us", tz="UTC")),
+        "day": pa.array([dt.date(2024, 1, 5)] * 3, pa.date32()),
+    })
+    def created(**kw) -> TableConfig:  # as Table.create records a new table
+        return TableConfig.from_properties(TableConfig(name="t", **kw).to_properties())
+
+    one = created(record_key=("f",))
+    assert record_keys(batch, one).to_pylist() == ["1.0", "1.0E7", "0.5"]
+    many = created(record_key=("d", "t", "day"))
+    assert record_keys(batch, many).to_pylist()[:2] == [
+        "d:2.0,t:1704412800000000,day:2024-01-05", "d:1.5E-5,t:1704412800000000,day:2024-01-05"]
+    # a version 8 table created before keys were printed as Java does keeps its rows' keys
+    old = {k: v for k, v in one.raw.items() if k != "multiwriter.record.key.strings"}
+    assert record_keys(batch, TableConfig.from_properties(old)).to_pylist() == ["1", "10000000", "0.5"]
