@@ -26,6 +26,7 @@ POINTS = (
     "before-complete",
     "before-completed-file",
     "after-metadata-table",
+    "mid-metadata-compaction",
     "after-complete",
     "mid-rollback",
     "mid-clean",

@@ -304,6 +304,7 @@ class MetadataTable:
         base, base_t, logs = self.latest_slice()
         if len(logs) < MAX_DELTA_COMMITS:
             return False
+        self._undo_pending_compactions()
         recs = self.read()
         for p in list(recs):
             recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
@@ -316,6 +317,7 @@ class MetadataTable:
         schema = self.schema_json
         data = _hfile(recs, schema)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        faults.point("mid-metadata-compaction")
         self._slice = (name, t, [])
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
                          num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
@@ -324,6 +326,22 @@ class MetadataTable:
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
         self._delete_before(base_t)
         return True
+
+    def _undo_pending_compactions(self) -> None:
+        """A compaction of the files partition that died before completing: its base file (no
+        reader takes it: its instant never completed) and its pending instant files go."""
+        states: dict[str, set[str]] = {}
+        for name in self._instant_files():
+            i = _parse(name)
+            if i is not None and i.action in (inst.COMPACTION, inst.COMMIT):
+                states.setdefault(i.requested_time, set()).add(i.state)
+        for t, seen in states.items():
+            if inst.COMPLETED in seen:
+                continue
+            self.storage.delete(self._rel(f"{PARTITION}/{GROUP}_{_WRITE_TOKEN}_{t}.hfile"))
+            for state in (inst.INFLIGHT, inst.REQUESTED):
+                self.storage.delete(f"{self.timeline_dir}/{inst.Instant(t, inst.COMPACTION, state).file_name(self.config.version)}")
+            log.info("%s: undid the files partition's compaction %s, which never completed", MDT_DIR, t)
 
     def _delete_before(self, keep_from: str) -> None:
         """Delete the slices (and their instant files) older than the slice based at

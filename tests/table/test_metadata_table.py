@@ -184,3 +184,39 @@ def test_started_on_a_table_with_commits(kind, tmp_path):
     mw.write(_batch(range(10, 14), ts=9, v=9.0), path, cfg)
     assert {r[2] for r in _agreed(path)} == {f"k{i:03d}" for i in [*range(0, 7), *range(10, 14)]}
     _listing_is_storage(path)
+
+
+def test_a_crash_mid_compaction_of_the_files_partition_is_undone(tmp_path):
+    """The new base HFile is written, its compaction never completes: readers keep the old
+    slice; the next compaction removes the dead one's base and pending instant, then compacts."""
+    path = str(tmp_path / "t")
+    _create(path, "cow")
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0)
+    for i in range(mf.MAX_DELTA_COMMITS):
+        mw.write(_batch([i], ts=i, v=float(i)), path, cfg)
+    before = _agreed(path)
+    faults.configure("mid-metadata-compaction=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mw.write(_batch([50], ts=50, v=50.0), path, cfg)
+    finally:
+        faults.configure(None)
+    files_dir = os.path.join(path, ".hoodie", "metadata", "files")
+    dead = [n for n in os.listdir(files_dir) if n.endswith(".hfile") and not n.endswith("00000000000000000.hfile")]
+    assert len(dead) == 1, "the dead compaction's base is on storage"
+    assert _agreed(path) == before, "no reader takes a base whose compaction did not complete"
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
+                    compaction=None) as clean:
+        for _ in range(40):
+            if clean.run_once().rolled_back:
+                break
+            time.sleep(0.25)
+    mw.write(_batch([60], ts=60, v=60.0), path, cfg)
+    names = os.listdir(files_dir)
+    assert dead[0] not in names and sum(n.endswith(".hfile") for n in names) == 2
+    timeline = os.listdir(os.path.join(path, ".hoodie", "metadata", ".hoodie", "timeline"))
+    dead_t = dead[0][:-len(".hfile")].rsplit("_", 1)[1]
+    assert not [n for n in timeline if n.startswith(dead_t)]
+    assert {r[2] for r in _agreed(path)} == {r[2] for r in before} | {"k060"}
+    _listing_is_storage(path)
