@@ -21,9 +21,10 @@ from ..config import (
     table_settings_from_options,
     zk_auth,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, TableNotFoundError
 from ..redact import redact
 from ..lock.base import LockProvider
+from ..table.table import Table
 
 QUERY_TYPE = "hoodie.datasource.query.type"
 AS_OF = "as.of.instant"
@@ -313,3 +314,30 @@ def _fields(value: str, key: str) -> tuple[str, ...]:
     if not out:
         raise ConfigError(f"{key} names no field")
     return out
+
+
+def checked_write(options: dict[str, Any], *, streaming: bool = False) -> tuple[WriteOptions, Table | None]:
+    """The write options checked against the table at their path (None when it does not exist yet)."""
+    path = _lower(options).get("path", "")
+    try:
+        table: Table | None = Table.open(path) if path else None
+    except TableNotFoundError:
+        table = None
+    parsed = parse_write(options, table_exists=table is not None, streaming=streaming)
+    if table is not None:
+        _check_matches(parsed, table)
+    return parsed, table
+
+
+def _check_matches(parsed: WriteOptions, table: Table) -> None:
+    """Options that name table settings must agree with the existing table."""
+    c = table.config
+    have = {"name": c.name, "record_key": tuple(c.record_key), "partition_by": tuple(c.partition_by),
+            "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning,
+            "table_type": c.table_type, "num_buckets": c.num_buckets,
+            "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key)}
+    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()}
+    diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
+    if diff:
+        shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
+        raise ConfigError(f"the table at {redact(parsed.path)} exists with other settings ({shown})")

@@ -43,12 +43,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError, TableNotFoundError
-from ..redact import redact
+from ..errors import ConfigError
 from ..table.table import Table
 from ..write.overwrite import OPERATION as OVERWRITE
 from . import options as opt
-from .scan import Predicate, ScanPlan, ScanTask, plan_scan, read_task
+from .partitions import read_partition, spark_partitions
+from .scan import Predicate, plan_scan
 
 NAME = "multiwriter"
 _OPS = {EqualTo: "=", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", GreaterThanOrEqual: ">="}
@@ -89,17 +89,8 @@ class MultiWriterDataSource(DataSource):
         """``mode("append")`` upserts (or the configured operation); ``mode("overwrite")`` is
         Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group."""
         options = dict(self.options)
-        parse_write(options)  # every option error at save(), before any task runs
+        opt.checked_write(options)  # every option error at save(), before any task runs
         return MultiWriterWriter(options, schema, overwrite=overwrite)
-
-
-@dataclass
-class _Partition(InputPartition):
-    """One Spark task (some scan tasks) with what reading them needs: ``read`` does not see what
-    ``partitions`` set."""
-
-    plan: ScanPlan  # without its task list
-    tasks: tuple[ScanTask, ...]
 
 
 class MultiWriterReader(DataSourceReader):
@@ -122,22 +113,6 @@ class MultiWriterReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.columns, self.predicates)
-
-
-def spark_partitions(plan: ScanPlan, columns: list[str], path: str) -> list[InputPartition]:
-    """The plan's Spark tasks (batch and streaming reads), after checking the asked columns."""
-    unknown = [c for c in columns if plan.schema.get_field_index(c) < 0]
-    if unknown:
-        raise ConfigError(f"columns {unknown} are not in the table at {redact(path)}; it has {plan.schema.names}")
-    header = replace(plan, tasks=())
-    return [_Partition(header, group) for group in plan.groups()]
-
-
-def read_partition(partition: InputPartition, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
-    if not isinstance(partition, _Partition):
-        return  # Spark reads one placeholder partition when the plan has no tasks
-    for task in partition.tasks:
-        yield from read_task(partition.plan, task, columns, predicates)
 
 
 def _predicate(f: Filter) -> Predicate | None:
@@ -186,7 +161,7 @@ class MultiWriterWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from ..write.writer import Writer
 
-        parsed, table = parse_write(self.options)
+        parsed, table = opt.checked_write(self.options)
         data = _concat([m for m in messages if isinstance(m, _Staged)], to_arrow_schema(self.schema))
         if table is None:
             table = Table.create(parsed.path, schema=data.schema, lock=parsed.lock, **_create_settings(parsed))
@@ -201,33 +176,6 @@ class MultiWriterWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to undo: no task wrote to the table."""
-
-
-def parse_write(options: dict[str, Any], *, streaming: bool = False) -> tuple[opt.WriteOptions, Table | None]:
-    """The write options checked against the table at their path (None when it does not exist yet)."""
-    path = opt._lower(options).get("path", "")
-    try:
-        table: Table | None = Table.open(path) if path else None
-    except TableNotFoundError:
-        table = None
-    parsed = opt.parse_write(options, table_exists=table is not None, streaming=streaming)
-    if table is not None:
-        _check_matches(parsed, table)
-    return parsed, table
-
-
-def _check_matches(parsed: opt.WriteOptions, table: Table) -> None:
-    """Options that name table settings must agree with the existing table."""
-    c = table.config
-    have = {"name": c.name, "record_key": tuple(c.record_key), "partition_by": tuple(c.partition_by),
-            "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning,
-            "table_type": c.table_type, "num_buckets": c.num_buckets,
-            "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key)}
-    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()}
-    diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
-    if diff:
-        shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
-        raise ConfigError(f"the table at {redact(parsed.path)} exists with other settings ({shown})")
 
 
 def _create_settings(parsed: opt.WriteOptions) -> dict[str, Any]:

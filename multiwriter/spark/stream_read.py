@@ -119,7 +119,7 @@ class MultiWriterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return offset(latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        from .source import spark_partitions
+        from .partitions import spark_partitions
 
         lo, hi = offset_time(start), offset_time(end)
         if hi is None or (lo is not None and hi <= lo):
@@ -127,6 +127,6 @@ class MultiWriterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return spark_partitions(plan_range(self.options, lo, hi), self.columns, self.options.path)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from .source import read_partition
+        from .partitions import read_partition
 
         return read_partition(partition, self.columns)

@@ -85,9 +85,9 @@ from ..write.merge import armed, context
 from ..write.plan import planned_metadata
 from ..write.records import prepare
 from ..write.spark import stable_new_ids
-from ..write.writer import Writer, commit_metadata, evolve_schema, plan_batch
+from ..write.plan import plan_batch
+from ..write.writer import Writer, commit_metadata, evolve_schema
 from . import options as opt
-from .source import parse_write
 from . import staging
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class _Begun:
 
 def parse(options: dict[str, Any]) -> tuple[opt.WriteOptions, Table | None]:
     """Every option checked (unknown keys, missing ones, the writer id), before any task runs."""
-    parsed, table = parse_write(options, streaming=True)
+    parsed, table = opt.checked_write(options, streaming=True)
     if parsed.writer.get("operation") not in (None, "upsert", "insert", "delete"):
         raise ConfigError(f"{opt.OPERATION}={parsed.writer['operation']!r} is not supported by a streaming write; "
                           "use upsert, insert or delete")

@@ -21,9 +21,10 @@ import pyarrow.compute as pc
 
 from ..table import layout
 from ..table.metadata import CommitMetadata, WriteStat
-from ..table.snapshot import Snapshot
+from ..table.snapshot import FileSlice, Snapshot
+from ..table.timeline import Timeline
 from . import bloom
-from .index import FILE_ID
+from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
 from .columns import constant
 from .records import KEY, OP, OP_DELETE, PARTITION
 
@@ -330,3 +331,29 @@ def planned_metadata(tasks: list[FileGroupTask], operation: str) -> CommitMetada
         p2s.setdefault(t.partition, []).append(
             WriteStat(file_id=t.file_id, path="", partition_path=t.partition, prev_commit=t.prev_commit or "null"))
     return CommitMetadata(p2s, {}, OPERATION_TYPES[operation])
+
+
+def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
+               hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0,
+               confirm_keys: bool = True, on_found: Callable[[FileSlice], None] | None = None) -> Plan:
+    """Tag a prepared batch against the base's latest slices and route it to file groups
+    (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
+    record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
+    computed; ``small_file_limit``: a Copy-on-Write upsert's new keys may join the groups it
+    rewrites, see :func:`make_plan`). Also what a streaming write's tasks run.
+    ``confirm_keys=False`` (Copy-on-Write, whose merges report the keys they insert): a key
+    only one file may hold goes to that file's group unread, see :meth:`KeyIndex.tag`; the
+    plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all.
+    ``on_found``: see :meth:`KeyIndex.tag`."""
+    config = base.config
+    if config.bucket_index:
+        snap = index.snapshot(base, prepared)
+        return make_plan(tag_buckets(snap, prepared, config), snap, target_file_size=target_file_size, hashes=hashes)
+    if operation == "insert":
+        return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
+    prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
+    snap = index.snapshot(base, prepared)
+    confirm = confirm_keys or config.merge_on_read  # a log append does not match keys against the base
+    tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm, on_found=on_found)
+    return make_plan(tagged, snap,
+                     target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)

@@ -2,7 +2,7 @@
 Spark tasks and committed by the driver.
 
 A write of at most :data:`ONE_TASK_MAX_ROWS` rows runs as ONE Spark job of one task, which does
-what the driver path does (:func:`~multiwriter.write.writer.plan_batch` against the instant's
+what the driver path does (:func:`~multiwriter.write.plan.plan_batch` against the instant's
 base, then :func:`~multiwriter.write.executor.run_on_driver`, file groups on a thread pool) and
 hands back its write stats and inserted keys: the input is read once, and no keys travel to the
 driver first (an exchange that spreads so few rows over more tasks costs more than it saves).
@@ -37,7 +37,7 @@ from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from . import records
 from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
-from .plan import FileGroupTask, Plan, insert_buckets, planned_metadata
+from .plan import FileGroupTask, Plan, insert_buckets, plan_batch, planned_metadata
 from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
 
 STAT_FIELDS = [
@@ -385,7 +385,6 @@ class _OneTask:
         from pyspark import TaskContext
 
         from .executor import run_on_driver
-        from .writer import plan_batch
 
         tc = TaskContext.get()
         token = layout.task_write_token(tc)

@@ -35,19 +35,18 @@ from ..result import CommitResult
 from ..table.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
-from ..table.snapshot import FileSlice, Snapshot
+from ..table.snapshot import Snapshot
 from ..table.table import Table
-from ..table.timeline import Timeline
 from ..errors import ConfigError, DuplicateBatchError
 from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import MergedInserts, OldReads, run_on_driver, start_gather
-from .index import KeyIndex, integral_key, tag_buckets, untagged
+from .index import KeyIndex, untagged
 from .log_append import rebase_as_log
 from .merge import context
-from .plan import OPERATION_TYPES, Plan, make_plan, planned_metadata
+from .plan import OPERATION_TYPES, make_plan, plan_batch, planned_metadata
 from .records import KEY, prepare
 
 log = logging.getLogger(__name__)
@@ -416,32 +415,6 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
             f"partial_update is supported on Copy-on-Write tables only, and table {table.name!r} is Merge-on-Read: "
             "send every column, or set allow_missing_columns=True to write omitted columns as null")
     return {"required": required, "allow_missing": config.allow_missing_columns or config.partial_update}
-
-
-def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
-               hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0,
-               confirm_keys: bool = True, on_found: Callable[[FileSlice], None] | None = None) -> Plan:
-    """Tag a prepared batch against the base's latest slices and route it to file groups
-    (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
-    record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
-    computed; ``small_file_limit``: a Copy-on-Write upsert's new keys may join the groups it
-    rewrites, see :func:`make_plan`). Also what a streaming write's tasks run.
-    ``confirm_keys=False`` (Copy-on-Write, whose merges report the keys they insert): a key
-    only one file may hold goes to that file's group unread, see :meth:`KeyIndex.tag`; the
-    plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all.
-    ``on_found``: see :meth:`KeyIndex.tag`."""
-    config = base.config
-    if config.bucket_index:
-        snap = index.snapshot(base, prepared)
-        return make_plan(tag_buckets(snap, prepared, config), snap, target_file_size=target_file_size, hashes=hashes)
-    if operation == "insert":
-        return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
-    prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
-    snap = index.snapshot(base, prepared)
-    confirm = confirm_keys or config.merge_on_read  # a log append does not match keys against the base
-    tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm, on_found=on_found)
-    return make_plan(tagged, snap,
-                     target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)
 
 
 def evolve_schema(table: Table, config: WriterConfig, table_schema: pa.Schema, batch_schema: pa.Schema) -> pa.Schema:

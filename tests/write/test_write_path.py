@@ -162,7 +162,7 @@ def test_every_attempt_of_the_one_task_names_its_new_file_groups_alike(tmp_path)
     from multiwriter.write.index import KeyIndex
     from multiwriter.write.merge import context
     from multiwriter.write.records import KEY, prepare
-    from multiwriter.write.writer import plan_batch
+    from multiwriter.write.plan import plan_batch
 
     path = str(tmp_path / "t")
     new_table(path)
@@ -191,7 +191,7 @@ def test_new_file_group_names_do_not_depend_on_row_order(tmp_path):
     from multiwriter.table import bucket
     from multiwriter.write.index import KeyIndex
     from multiwriter.write.records import prepare
-    from multiwriter.write.writer import plan_batch
+    from multiwriter.write.plan import plan_batch
 
     for kind, extra in (("cow", {}), ("mor", {"table_type": "MERGE_ON_READ", "num_buckets": 4})):
         path = str(tmp_path / kind)
