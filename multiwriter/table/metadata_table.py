@@ -11,16 +11,19 @@ whole metadata table goes.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 
 from ..errors import TableFormatError
-from ..storage import Storage
+from ..storage import Storage, safe_relative
 from . import properties as props
 
 log = logging.getLogger(__name__)
 
 PARTITIONS_KEY = "hoodie.table.metadata.partitions"
+#: version 9: where the index definitions are (``.hoodie/.index_defs/index.json``)
+INDEX_DEFS_KEY = "hoodie.table.index.defs.path"
 INFLIGHT_KEY = "hoodie.table.metadata.partitions.inflight"
 METADATA_DIR = ".hoodie/metadata"
 FILES = "files"
@@ -76,6 +79,31 @@ def drop_unmaintained(storage: Storage, maintained: frozenset[str] = MAINTAINED,
             storage.delete_dir(f"{METADATA_DIR}/{name}")
     else:  # as Hudi's deleteMetadataTable: its timeline and properties go with it
         storage.delete_dir(METADATA_DIR)
+    _drop_index_definitions(storage, after, dropped)
     log.warning("dropped Hudi metadata table partitions %s of %s (multiwriter does not maintain them; a stale "
                 "one would hide our commits from readers that list files from it)", ", ".join(dropped), storage.uri)
     return dropped
+
+
+def _drop_index_definitions(storage: Storage, p: dict[str, str], dropped: list[str]) -> None:
+    """Remove the dropped partitions' entries from the index definitions (version 9:
+    ``hoodie.table.index.defs.path``), as Hudi does when it drops an index: a definition left
+    behind would have Hudi's writers and readers look for an index that is gone."""
+    rel = p.get(INDEX_DEFS_KEY)
+    if not rel or not dropped:
+        return
+    if not rel.startswith(".hoodie/"):
+        raise TableFormatError(f"{props.PROPERTIES_FILE}: {INDEX_DEFS_KEY}={rel!r} is not under .hoodie/")
+    storage_rel = safe_relative(rel, source=props.PROPERTIES_FILE)
+    try:
+        doc = json.loads(storage.read_bytes(storage_rel))
+    except FileNotFoundError:
+        return
+    except ValueError as e:
+        raise TableFormatError(f"{rel}: not a readable index definitions file ({e})") from e
+    defs = doc.get("indexDefinitions") if isinstance(doc, dict) else None
+    if not isinstance(defs, dict) or not set(defs) & set(dropped):
+        return
+    doc["indexDefinitions"] = {k: v for k, v in defs.items() if k not in dropped}
+    storage.write_bytes(storage_rel, json.dumps(doc, indent=2).encode())
+    log.info("removed the index definitions of %s from %s", ", ".join(sorted(set(defs) & set(dropped))), rel)
