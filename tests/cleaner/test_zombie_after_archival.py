@@ -151,3 +151,26 @@ def test_an_unreadable_archive_keeps_hudis_rule(trips_table, table_path, zk_lock
     assert 999.0 not in mw.Table.open(table_path).read().column("value").to_pylist()
     trips_table.storage.write_bytes(".hoodie/archived/.commits_.archive.1_1-0-1", b"an archive this package cannot read")
     assert 999.0 in mw.Table.open(table_path).read().column("value").to_pylist()
+
+
+def test_with_the_metadata_table_no_reader_lists_the_late_file(table_path, zk_lock, cleaners):
+    """The same thawed zombie on a table that keeps Hudi's metadata table: its late file is in
+    no metadata record (its instant never completed), so hudi-rs, which lists files from there,
+    does not show it either, even before the sweep."""
+    from tests.conftest import TRIPS_SCHEMA
+
+    table = mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                            ordering_field="ts", metadata=True)
+    mw.write(trips([1, 2], value=1.0), table_path, writer_config(zk_lock()))
+    dead = _dead_instant(table, zk_lock(), inst.COMMIT)
+    assert cleaners(table_path, zk_lock(), failed_write_min_age_bounds=NEVER).run_once().rolled_back == [dead]
+    _archive_past(table_path, zk_lock, cleaners, table, dead)
+    src = table.snapshot().in_partition("2024-01-01")[0]
+    name = layout.DataFileName(layout.new_file_id(), layout.write_token(3), dead).name
+    zombie = layout.data_file_path(src.partition, name)
+    pq.write_table(_rekeyed(pq.read_table(table.storage.abs(src.path)), dead, ["z1", "z2"], 999.0),
+                   table.storage.abs(zombie))
+    acked = sorted([("1", 1.0), ("2", 1.0), *[(str(100 + k), float(100 + k)) for k in range(6)]], key=repr)
+    assert rows(hudi_read(table_path), COLS) == rows(mw.Table.open(table_path).read(), COLS) == acked
+    assert _sweep(table_path, zk_lock, cleaners, dead) == [zombie]
+    assert rows(hudi_read(table_path), COLS) == acked
