@@ -256,6 +256,8 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     # belongs to a completed commit, active or archived: zombies and retried attempts left nothing
     listed = {st.path for meta in metas for st in meta.all_stats()}
     for e in t.storage.walk_files(""):
+        if e.path.startswith(".hoodie/"):  # the metadata table's own files are not the table's data
+            continue
         name = e.path.rsplit("/", 1)[-1]
         if (parse_data_file(name) or parse_log_file(name)) and e.path not in listed:
             s.violations.append(f"data file {e.path} is referenced by no completed instant")
