@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,12 +18,14 @@ from .data import SCHEMA
 
 class Multiwriter:
     def __init__(self, root: Path, executor: str = "driver", spark=None, lock=None, operation: str = "upsert",
-                 schema: pa.Schema = SCHEMA) -> None:
+                 schema: pa.Schema = SCHEMA, **table: Any) -> None:
+        """``table``: more ``Table.create`` settings (``metadata=True``, a Merge-on-Read layout)."""
         self.path = str(root / f"mw-{executor}")
         self.spark = spark
         self.cfg = mw.WriterConfig(writer_id=f"bench-{executor}", executor=executor, lock=lock or mw.InProcessLock(),
                                    driver_max_rows=10_000_000, operation=operation)
-        mw.Table.create(self.path, name="bench", schema=schema, record_key="id", partition_by=["date"], ordering_field="ts")
+        mw.Table.create(self.path, name="bench", schema=schema, record_key="id", partition_by=["date"], ordering_field="ts",
+                        **table)
         self.last = None
 
     def _data(self, t: pa.Table):

@@ -149,6 +149,10 @@ def render(run: dict, plots_dir: Path) -> str:
         from .locks import render as render_locks
 
         out += render_locks(r["locks"])
+    if "metadata_table" in r:
+        from .metadata_table import render as render_metadata_table
+
+        out += render_metadata_table(r["metadata_table"])
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]
