@@ -61,6 +61,10 @@ class Versions:
     rank: int  # place in the slice's history (:func:`log_order` of its log file); base file = -1
     records: pa.Table | None  # full rows: Hudi's 5 meta columns + data columns
     deletes: pa.Table | None = None  # columns record_key (string), partition_path (string), ordering_value (nullable)
+    #: partial updates (a block marked ``IS_PARTIAL``): the columns the records carry; every other
+    #: column keeps an earlier version's value (:func:`merge`). None: full records (a column they
+    #: lack, added by schema evolution since, is null)
+    carries: frozenset[str] | None = None
 
 
 def log_order(log: Any) -> tuple[str, int, str]:
@@ -81,6 +85,12 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     (rules: the module docstring).
     ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
     a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
+
+    Partial updates (sources with ``carries``): the winner is chosen as above; then each column
+    the winning version does not carry takes its value from the best-placed version (the same
+    order: ordering value, then place) that carries it, among the versions after the key's last
+    plain delete. A delete carries every column, as null: a partial update after a delete (or of
+    a key the slice never held) reads null in the columns it omits, as an insert does.
 
     Each surviving row is returned exactly as stored. Row order: each key at its first
     appearance in the slice, i.e. the base file's rows in base order (an updated row stays at
@@ -130,13 +140,23 @@ class _Candidates:
     seq: list[np.ndarray]  # place in the slice's history (base rows: their base position)
     row: list[np.ndarray]  # the record's row in the stored rows; -1 for a delete
     plain: list[np.ndarray]  # a delete without an ordering value
+    pattern: list[np.ndarray]  # index of the columns it carries in ``carried`` (0: every column)
+    carried: list[frozenset[str] | None]  # the column sets of partial sources; [0] is None (all)
 
-    def add(self, keys, ordering, seq: np.ndarray, row: np.ndarray, plain: np.ndarray) -> None:
+    def add(self, keys, ordering, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, pattern: int = 0) -> None:
         self.keys.append(keys)
         self.ordering.append(ordering)
         self.seq.append(seq)
         self.row.append(row)
         self.plain.append(plain)
+        self.pattern.append(np.full(len(seq), pattern, np.int32))
+
+    def pattern_of(self, carries: frozenset[str] | None) -> int:
+        if carries is None:
+            return 0
+        if carries not in self.carried:
+            self.carried.append(carries)
+        return self.carried.index(carries)
 
 
 def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
@@ -147,7 +167,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     n_base = base.num_rows if base is not None else 0
     key_type = schema.field(key).type
     stored = [base] if base is not None else []
-    cands = _Candidates([], [], [], [], [])
+    cands = _Candidates([], [], [], [], [], [], [None])
     seq0 = row0 = n_base
     for s in logs:
         if _rows(s.records):
@@ -155,7 +175,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
             stored.append(t)
             n = t.num_rows
             cands.add(t.column(key), _ordering_of(t, ordering), np.arange(seq0, seq0 + n),
-                      np.arange(row0, row0 + n), np.zeros(n, bool))
+                      np.arange(row0, row0 + n), np.zeros(n, bool), cands.pattern_of(s.carries))
             seq0, row0 = seq0 + n, row0 + n
         if _rows(s.deletes):
             d = s.deletes
@@ -177,12 +197,27 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
-    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
-    return _assemble(stored, schema, key, n_base, at, winners, first_seq)
+        cands.pattern.insert(0, np.zeros(len(at), np.int32))
+    winners, first_seq, kept = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
+    filled = _filled_columns(cands, np.concatenate(codes), schema, kept) if len(cands.carried) > 1 else []
+    return _assemble(stored, schema, key, n_base, at, winners, first_seq, filled)
+
+
+@dataclass
+class _Kept:
+    """What :func:`_filled_columns` needs of :func:`_winners`' work: which candidates compete
+    for a key's columns, their packed (score, place), and which keys survive in what order."""
+
+    source: np.ndarray  # per candidate: may give its columns to its key's partial winner
+    packed: np.ndarray  # per candidate (score + 1) * span + place; -1 where it does not compete
+    span: int
+    seq: np.ndarray
+    row: np.ndarray
+    keys: np.ndarray  # the surviving keys' codes, in output order
 
 
 def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[np.ndarray, np.ndarray, _Kept]:
     """(stored row of each surviving key's winning record, the place of that key's first
     version), ordered by that first place; keys whose winner is a delete are left out.
 
@@ -192,23 +227,47 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     row = np.concatenate(cands.row)
     first_seq = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(first_seq, codes, seq)  # before any candidate is dropped
+    alive = source = np.ones(len(seq), bool)
     if ordering is None:
         score = np.zeros(len(seq), np.int64)
     else:
         plain = np.concatenate(cands.plain)
         score = _scores(_concat(cands.ordering, ordering.type), plain)
-        alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
-        if not alive.all():
-            codes, seq, row, score = codes[alive], seq[alive], row[alive], score[alive]
+        alive, source = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
     span = int(seq[-1]) + 1
     packed = (score + 1) * span + seq  # scores and places stay far below 2**31, so no overflow
+    packed[~alive] = -1
     best = np.full(n_keys, -1, np.int64)
     np.maximum.at(best, codes, packed)
     win_row = row[np.searchsorted(seq, best % span)]
     kept = win_row >= 0  # a winning delete removes the key
     places = first_seq[kept]
     order = np.argsort(places)
-    return win_row[kept][order], places[order]
+    return win_row[kept][order], places[order], _Kept(source & alive, packed, span, seq, row,
+                                                       np.flatnonzero(kept)[order])
+
+
+def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept
+                    ) -> list[tuple[list[str], np.ndarray]]:
+    """Partial updates: for the columns some versions do not carry, the stored row each
+    surviving key takes them from (aligned with the winners; -1: null), grouped by the versions
+    that carry them: the best-placed competing version that carries the column (a delete
+    carries every column, as null). A key whose winner carries the column gets the winner's."""
+    pattern = np.concatenate(cands.pattern)
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name in schema.names:
+        carriers = tuple(i for i, c in enumerate(cands.carried) if c is None or name in c)
+        if len(carriers) < len(cands.carried):
+            groups.setdefault(carriers, []).append(name)
+    out = []
+    for carriers, names in groups.items():
+        mask = kept.source & np.isin(pattern, carriers)
+        best = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, np.int64)
+        np.maximum.at(best, codes[mask], kept.packed[mask])
+        best = best[kept.keys]
+        rows = np.where(best >= 0, kept.row[np.searchsorted(kept.seq, np.maximum(best, 0) % kept.span)], -1)
+        out.append((names, rows))
+    return out
 
 
 def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
@@ -230,15 +289,17 @@ def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
 def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, n_keys: int,
                          n_base: int) -> np.ndarray:
     """Which candidates compete, as Hudi's JVM folds a key's log versions in order and then
-    merges the survivor with the base row (``EventTimeRecordMerger``): a plain delete replaces
-    what came before it in the logs and absorbs the deletes right after it
+    merges the survivor with the base row (``EventTimeRecordMerger``), and which of them may
+    give columns to a partial winner (those after the key's last plain delete): a plain delete
+    replaces what came before it in the logs and absorbs the deletes right after it
     (``deltaMergeDeleteRecord``); the first record after it replaces it (``shouldKeepNewerRecord``:
     a commit-time delete always yields), and from there versions compete by ordering value, the
     base row too (``finalMerge`` compares it with the logs' survivor, whatever plain delete came
     between). A key with no record after its last plain delete ends deleted. Base rows are the
     candidates placed before ``n_base``; deletes have ``row`` -1."""
     if not plain.any():
-        return np.ones(len(codes), bool)
+        everyone = np.ones(len(codes), bool)
+        return everyone, everyone
     cut = np.full(n_keys, -1, np.int64)
     np.maximum.at(cut, codes[plain], seq[plain])
     key_cut = cut[codes]
@@ -248,28 +309,54 @@ def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, pl
     np.minimum.at(first, codes[record_after], seq[record_after])
     key_first = first[codes]
     resumed = key_first < none
-    return (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
+    alive = (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
+    return alive, (key_cut < 0) | (seq >= key_first)
 
 
 def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
-              win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
+              win_rows: np.ndarray, win_places: np.ndarray,
+              filled: list[tuple[list[str], np.ndarray]] | None = None) -> pa.Table:
     """The output rows: untouched base rows and the winners, each at its key's first place.
 
     A key in the base file has its base position as first place, so the base rows keep their
     positions (a touched one replaced by its key's winner, or dropped when a delete won) and the
-    keys new to the slice follow, by first place. ``touched``: the base positions the logs touch."""
-    in_base = int(np.searchsorted(win_places, n_base))  # win_places ascend
-    replaced, replacing = win_places[:in_base], win_rows[:in_base]
-    if in_base == len(touched) == len(win_rows) and np.array_equal(replaced, replacing):
-        return stored[0] if n_base else schema.empty_table()  # the logs changed nothing
+    keys new to the slice follow, by first place. ``touched``: the base positions the logs touch.
+    ``filled``: columns whose winners' values come from other rows (:func:`_filled_columns`)."""
+    out = _assemble_rows(stored, schema, key, n_base, touched, win_rows, win_places)
+    if not filled or not out.num_rows:
+        return out
+    rows = pa.concat_tables(stored)
+    in_base = int(np.searchsorted(win_places, n_base))
+    for names, from_rows in filled:
+        idx = _take_index(n_base, touched, win_places[:in_base], from_rows, in_base)
+        at = pa.array(idx, mask=idx < 0)
+        for name in names:
+            i = out.schema.get_field_index(name)
+            out = out.set_column(i, out.schema.field(i), rows.column(name).take(at))
+    return out
+
+
+def _take_index(n_base: int, touched: np.ndarray, replaced: np.ndarray, win_rows: np.ndarray, in_base: int
+                ) -> np.ndarray:
+    """The stored row of each output row (see :func:`_assemble_rows`), -1 where ``win_rows`` is."""
     take = np.arange(n_base)
-    take[replaced] = replacing
+    take[replaced] = win_rows[:in_base]
     if len(touched) > in_base:  # a delete won over some base rows: drop them
         keep = np.ones(n_base, bool)
         keep[touched] = False
         keep[replaced] = True
         take = take[keep]
-    take = np.concatenate([take, win_rows[in_base:]])
+    return np.concatenate([take, win_rows[in_base:]])
+
+
+def _assemble_rows(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
+                   win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
+    """:func:`_assemble` of whole winning rows."""
+    in_base = int(np.searchsorted(win_places, n_base))  # win_places ascend
+    replaced, replacing = win_places[:in_base], win_rows[:in_base]
+    if in_base == len(touched) == len(win_rows) and np.array_equal(replaced, replacing):
+        return stored[0] if n_base else schema.empty_table()  # the logs changed nothing
+    take = _take_index(n_base, touched, replaced, win_rows, in_base)
     if not len(take):
         return schema.empty_table()
     rows = pa.concat_tables(stored)

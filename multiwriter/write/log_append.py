@@ -87,7 +87,9 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
                *, may_delete: bool = True, version: int = LOG_VERSION) -> WriteStat:
     """Write one log file holding ``incoming`` (deduplicated rows of one group): a data block of
     its upserts and a delete block of its deletes, whose ordering values let a delete lose to a
-    newer version written by a writer that completed earlier."""
+    newer version written by a writer that completed earlier. A partial update
+    (``ctx.keep_columns``, the columns the batch omitted) writes a data block without those
+    columns, marked partial: the merge rule keeps their earlier values (an insert reads null)."""
     started = time.monotonic()
     t = ctx.instant_time
     name = log_file_name(ctx, task, write_token, version)
@@ -99,8 +101,11 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
     records = _records(ctx, task, upserts) if upserts.num_rows else None
     dels = _deletes(ctx, task, deletes) if deletes is not None and deletes.num_rows else None
-    schema = _avro_schema(ctx)
-    data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
+    keep = ctx.keep_columns
+    if records is not None and keep:  # a partial update: the omitted columns keep earlier values
+        records = records.drop_columns([c for c in keep if c in records.column_names])
+    schema = _avro_schema(ctx, keep)
+    data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels, partial=bool(keep))
     check_alive(storage, ctx, rel)
     write_checked(storage, ctx, rel, lambda path: write_log(storage, path, data))
     faults.point("mid-log-append")
@@ -175,5 +180,8 @@ def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Ta
     return pa.table(cols)
 
 
-def _avro_schema(ctx: MergeContext) -> dict:
-    return json.loads(arrow_to_avro_json(ctx.data_schema, "record"))
+def _avro_schema(ctx: MergeContext, omit: tuple[str, ...] = ()) -> dict:
+    schema = ctx.data_schema
+    if omit:
+        schema = pa.schema([f for f in schema if f.name not in omit], metadata=schema.metadata)
+    return json.loads(arrow_to_avro_json(schema, "record"))

@@ -411,10 +411,6 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     """Columns every upsert batch must carry, and whether others may be omitted."""
     c = table.config
     required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
-    if config.partial_update and c.merge_on_read:
-        raise ConfigError(
-            f"partial_update is supported on Copy-on-Write tables only, and table {table.name!r} is Merge-on-Read: "
-            "send every column, or set allow_missing_columns=True to write omitted columns as null")
     return {"required": required, "allow_missing": config.allow_missing_columns or config.partial_update}
 
 
