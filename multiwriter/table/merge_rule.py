@@ -86,11 +86,12 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
     a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
 
-    Partial updates (sources with ``carries``): the winner is chosen as above; then each column
-    the winning version does not carry takes its value from the best-placed version (the same
-    order: ordering value, then place) that carries it, among the versions after the key's last
-    plain delete. A delete carries every column, as null: a partial update after a delete (or of
-    a key the slice never held) reads null in the columns it omits, as an insert does.
+    Partial updates (sources with ``carries``): the winner is chosen as above. When it is a log
+    version, its columns are those of the logs' versions folded in place order, as hudi-rs
+    merges them: a version that beats every earlier log version of its key (a new running
+    winner) overlays the columns it carries; a delete that does so clears them; the first
+    record after a plain delete starts afresh. A column no log version set since the last such
+    delete keeps the base row's value (null when the key is new to the slice).
 
     Each surviving row is returned exactly as stored. Row order: each key at its first
     appearance in the slice, i.e. the base file's rows in base order (an updated row stays at
@@ -199,21 +200,20 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.plain.insert(0, np.zeros(len(at), bool))
         cands.pattern.insert(0, np.zeros(len(at), np.int32))
     winners, first_seq, kept = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
-    filled = _filled_columns(cands, np.concatenate(codes), schema, kept) if len(cands.carried) > 1 else []
+    filled = _filled_columns(cands, np.concatenate(codes), schema, kept, n_base) if len(cands.carried) > 1 else []
     return _assemble(stored, schema, key, n_base, at, winners, first_seq, filled)
 
 
 @dataclass
 class _Kept:
-    """What :func:`_filled_columns` needs of :func:`_winners`' work: which candidates compete
-    for a key's columns, their packed (score, place), and which keys survive in what order."""
+    """What :func:`_filled_columns` needs of :func:`_winners`' work: the candidates' packed
+    (score, place), and which keys survive in what order with which winning row."""
 
-    source: np.ndarray  # per candidate: may give its columns to its key's partial winner
     packed: np.ndarray  # per candidate (score + 1) * span + place; -1 where it does not compete
-    span: int
     seq: np.ndarray
     row: np.ndarray
     keys: np.ndarray  # the surviving keys' codes, in output order
+    win_rows: np.ndarray  # their winning rows, alike
 
 
 def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
@@ -227,13 +227,13 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     row = np.concatenate(cands.row)
     first_seq = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(first_seq, codes, seq)  # before any candidate is dropped
-    alive = source = np.ones(len(seq), bool)
+    alive = np.ones(len(seq), bool)
     if ordering is None:
         score = np.zeros(len(seq), np.int64)
     else:
         plain = np.concatenate(cands.plain)
         score = _scores(_concat(cands.ordering, ordering.type), plain)
-        alive, source = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
+        alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
     span = int(seq[-1]) + 1
     packed = (score + 1) * span + seq  # scores and places stay far below 2**31, so no overflow
     packed[~alive] = -1
@@ -243,30 +243,50 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     kept = win_row >= 0  # a winning delete removes the key
     places = first_seq[kept]
     order = np.argsort(places)
-    return win_row[kept][order], places[order], _Kept(source & alive, packed, span, seq, row,
-                                                       np.flatnonzero(kept)[order])
+    win_rows = win_row[kept][order]
+    return win_rows, places[order], _Kept(packed, seq, row, np.flatnonzero(kept)[order], win_rows)
 
 
-def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept
+def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept, n_base: int
                     ) -> list[tuple[list[str], np.ndarray]]:
     """Partial updates: for the columns some versions do not carry, the stored row each
     surviving key takes them from (aligned with the winners; -1: null), grouped by the versions
-    that carry them: the best-placed competing version that carries the column (a delete
-    carries every column, as null). A key whose winner carries the column gets the winner's."""
+    that carry them (the rule: :func:`merge`). Vectorized: the log versions sorted by key, a
+    running maximum of their packed (score, place) per key marks the running winners; per
+    column the last running winner that carries it, after the key's last running-winner delete,
+    else the base row."""
     pattern = np.concatenate(cands.pattern)
     groups: dict[tuple[int, ...], list[str]] = {}
     for name in schema.names:
         carriers = tuple(i for i, c in enumerate(cands.carried) if c is None or name in c)
         if len(carriers) < len(cands.carried):
             groups.setdefault(carriers, []).append(name)
+    if not groups:
+        return []
+    n_keys = int(codes.max()) + 1
+    packed, seq, row = kept.packed, kept.seq, kept.row
+    base = (seq < n_base) & (packed >= 0)
+    base_row = np.full(n_keys, -1, np.int64)
+    base_row[codes[base]] = row[base]
+    logs = np.flatnonzero((seq >= n_base) & (packed >= 0))
+    logs = logs[np.lexsort((seq[logs], codes[logs]))]  # by key, then place
+    code, value = codes[logs], packed[logs]
+    shifted = code.astype(np.int64) * (int(packed.max()) + 2) + value  # keys apart: one running maximum
+    before = np.concatenate([[-1], np.maximum.accumulate(shifted)[:-1]])
+    leads = shifted > before  # a new running winner of its key (a key's first log version too)
+    cleared = np.full(n_keys, -1, np.int64)
+    deleted = leads & (row[logs] < 0)
+    np.maximum.at(cleared, code[deleted], seq[logs][deleted])
+    setter = leads & (row[logs] >= 0) & (seq[logs] > cleared[code])
+    by_log = kept.win_rows >= n_base  # keys whose winner is a log version
     out = []
     for carriers, names in groups.items():
-        mask = kept.source & np.isin(pattern, carriers)
-        best = np.full(int(codes.max()) + 1 if len(codes) else 0, -1, np.int64)
-        np.maximum.at(best, codes[mask], kept.packed[mask])
-        best = best[kept.keys]
-        rows = np.where(best >= 0, kept.row[np.searchsorted(kept.seq, np.maximum(best, 0) % kept.span)], -1)
-        out.append((names, rows))
+        mask = setter & np.isin(pattern[logs], carriers)
+        last = np.full(n_keys, -1, np.int64)
+        np.maximum.at(last, code[mask], seq[logs][mask])
+        last = last[kept.keys]
+        found = np.where(last >= 0, row[np.searchsorted(seq, np.maximum(last, 0))], base_row[kept.keys])
+        out.append((names, np.where(by_log, found, kept.win_rows)))
     return out
 
 
@@ -289,17 +309,15 @@ def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
 def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, n_keys: int,
                          n_base: int) -> np.ndarray:
     """Which candidates compete, as Hudi's JVM folds a key's log versions in order and then
-    merges the survivor with the base row (``EventTimeRecordMerger``), and which of them may
-    give columns to a partial winner (those after the key's last plain delete): a plain delete
-    replaces what came before it in the logs and absorbs the deletes right after it
+    merges the survivor with the base row (``EventTimeRecordMerger``): a plain delete replaces
+    what came before it in the logs and absorbs the deletes right after it
     (``deltaMergeDeleteRecord``); the first record after it replaces it (``shouldKeepNewerRecord``:
     a commit-time delete always yields), and from there versions compete by ordering value, the
     base row too (``finalMerge`` compares it with the logs' survivor, whatever plain delete came
     between). A key with no record after its last plain delete ends deleted. Base rows are the
     candidates placed before ``n_base``; deletes have ``row`` -1."""
     if not plain.any():
-        everyone = np.ones(len(codes), bool)
-        return everyone, everyone
+        return np.ones(len(codes), bool)
     cut = np.full(n_keys, -1, np.int64)
     np.maximum.at(cut, codes[plain], seq[plain])
     key_cut = cut[codes]
@@ -309,8 +327,7 @@ def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, pl
     np.minimum.at(first, codes[record_after], seq[record_after])
     key_first = first[codes]
     resumed = key_first < none
-    alive = (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
-    return alive, (key_cut < 0) | (seq >= key_first)
+    return (key_cut < 0) | (resumed & ((seq < n_base) | (seq >= key_first))) | (~resumed & (seq == key_cut))
 
 
 def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,

@@ -1,6 +1,7 @@
 """The merge rule with partial updates (log blocks marked ``IS_PARTIAL``): the winner is chosen as
-for full records, and each column the winner does not carry keeps the value of the best-placed
-version that carries it. Literal expected rows, derived by hand."""
+for full records; a log winner's columns are the logs folded in place order (each new running
+winner overlays the columns it carries, a delete that wins clears them), the rest the base
+row's, as hudi-rs merges them. Literal expected rows, derived by hand."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -72,13 +73,24 @@ def test_a_partial_update_with_a_lower_ordering_value_loses_every_column():
         ("k1", "100", 1, "a", 10), ("k2", "100", 1, "b", 20)]
 
 
-def test_a_lacking_column_comes_from_the_best_version_that_carries_it():
-    """Full versions at ts 1 (base) and 3 (log 1), a partial one at ts 5 lacking n: n comes from
-    ts 3, also when that full version arrived after the partial one."""
+def test_a_lacking_column_comes_from_the_last_running_winner_that_carries_it():
+    """Full versions at ts 1 (base) and 3, a partial one at ts 5 lacking n: n comes from ts 3
+    when that version came first; when it came after the partial one it never led, so n is the
+    base row's."""
     full = Versions(0, recs("200", {"k": "k1", "ts": 3, "v": "c", "n": 30}))
     later_full = Versions(1, recs("300", {"k": "k1", "ts": 3, "v": "c", "n": 30}))
     assert event(BASE, full, partial(1, "300", {"k": "k1", "ts": 5, "v": "P"}))[0] == ("k1", "300", 5, "P", 30)
-    assert event(BASE, partial(0, "200", {"k": "k1", "ts": 5, "v": "P"}), later_full)[0] == ("k1", "200", 5, "P", 30)
+    assert event(BASE, partial(0, "200", {"k": "k1", "ts": 5, "v": "P"}), later_full)[0] == ("k1", "200", 5, "P", 10)
+
+
+def test_the_logs_fold_before_the_base_row_joins():
+    """Base at ts 5; partial updates at ts 3 (v) then ts 6 (n): the logs' survivor (ts 6) beats
+    the base and carries v from ts 3, which led the logs when it came."""
+    base = Versions(-1, recs("100", {"k": "k1", "ts": 5, "v": "v5", "n": 5}))
+    got = event(base, partial(0, "200", {"k": "k1", "ts": 3, "v": "v3"}), partial(1, "300", {"k": "k1", "ts": 6, "n": 60}))
+    assert got == [("k1", "300", 6, "v3", 60)]
+    # without the later update the base (ts 5) wins whole
+    assert event(base, partial(0, "200", {"k": "k1", "ts": 3, "v": "v3"})) == [("k1", "100", 5, "v5", 5)]
 
 
 def test_a_full_record_after_a_partial_one_replaces_every_column():
@@ -94,14 +106,18 @@ def test_a_partial_insert_reads_null_in_the_columns_it_lacks():
     assert event(partial(0, "200", {"k": "k9", "ts": 2, "n": 5})) == [("k9", "200", 2, None, 5)]
 
 
-def test_after_a_delete_a_partial_update_inserts_with_nulls():
-    plain = Versions(0, None, dels(("k1", None)))
-    assert event(BASE, plain, partial(1, "300", {"k": "k1", "ts": 3, "v": "again"}))[0] == ("k1", "300", 3, "again", None)
-    ordered = Versions(0, None, dels(("k1", 2)))
-    assert event(BASE, ordered, partial(1, "300", {"k": "k1", "ts": 3, "v": "again"}))[0] == ("k1", "300", 3, "again", None)
-    # a delete the base outranks removes nothing: the base's values stay
-    stale = Versions(0, None, dels(("k1", 0)))
-    assert event(BASE, stale, partial(1, "300", {"k": "k1", "ts": 3, "v": "x"}))[0] == ("k1", "300", 3, "x", 10)
+def test_a_delete_clears_the_logs_columns_and_the_base_row_fills_the_rest():
+    """A partial update after a delete of its key in the same slice: the columns it lacks come
+    from the base row (as hudi-rs and Hudi's JVM reader fold them: logs first, then the base),
+    not from log versions before the delete."""
+    again = partial(2, "400", {"k": "k1", "ts": 4, "v": "again"})
+    before = Versions(0, recs("200", {"k": "k1", "ts": 2, "v": "x", "n": 50}))
+    for delete in (dels(("k1", None)), dels(("k1", 3))):
+        assert event(BASE, before, Versions(1, None, delete), again)[0] == ("k1", "400", 4, "again", 10)
+    # a delete older than the version before it (ts 0 < 2) loses to it and clears nothing
+    assert event(BASE, before, Versions(1, None, dels(("k1", 0))), again)[0] == ("k1", "400", 4, "again", 50)
+    # without a base row the key reads null in them, as a new key does
+    assert event(before, Versions(1, None, dels(("k1", 3))), again) == [("k1", "400", 4, "again", None)]
 
 
 def test_commit_time_merging_keeps_the_latest_value_of_each_column():
