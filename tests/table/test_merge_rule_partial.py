@@ -4,7 +4,10 @@ winner overlays the columns it carries, a delete that wins clears them), the res
 row's, as hudi-rs merges them. Literal expected rows, derived by hand."""
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
+import pytest
 
 from multiwriter.table.merge_rule import Versions, merge
 from multiwriter.table.schema import META_COLUMNS
@@ -138,3 +141,70 @@ def test_full_records_of_a_narrower_schema_are_not_partial():
     was added) reads that column as null."""
     narrow = Versions(0, recs("200", {"k": "k1", "ts": 2, "v": "A"}))
     assert event(BASE, narrow)[0] == ("k1", "200", 2, "A", None)
+
+
+# --- random histories against a plain fold ---------------------------------------------------
+
+
+def fold(base: dict[str, dict], logs: list[tuple[str, dict | None]], event_time: bool) -> dict[str, tuple]:
+    """(ts, v, n) per surviving key, by folding each key's versions one by one, as hudi-rs merges
+    partial updates: in the logs a version that wins (event time: ``ts`` at least the held one's,
+    a null below every value; a plain delete always wins and the first record after it replaces
+    it) overlays the columns it carries on the held record's (a delete holds none); then the
+    survivor meets the base row the same way."""
+    def at_least(a, b) -> bool:
+        return b is None if a is None else (b is None or a >= b)
+
+    state: dict[str, dict] = {}
+    for key, version in logs:
+        held = state.get(key)
+        if held is None or not event_time:
+            wins = True
+        elif version["kind"] == "rec":
+            wins = held.get("plain") or at_least(version["ts"], held["ts"])
+        else:
+            wins = not held.get("plain") and (version.get("plain") or at_least(version["ts"], held["ts"]))
+        if wins:
+            cols = {} if version["kind"] == "del" or held is None or held["kind"] == "del" else dict(held["cols"])
+            state[key] = {**version, "cols": {**cols, **version.get("cols", {})}}
+    out = {}
+    for key in {*base, *state}:
+        b, s = base.get(key), state.get(key)
+        if s is None:
+            win = b
+        elif b is None or not event_time or s.get("plain") or at_least(s["ts"], b["ts"]):
+            win = {**s, "cols": {**(b["cols"] if b is not None and s["kind"] == "rec" else {}), **s["cols"]}}
+        else:
+            win = b
+        if win["kind"] == "rec":
+            out[key] = (win["ts"], win["cols"].get("v"), win["cols"].get("n"))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_partial_histories_match_the_fold(seed: int):
+    rnd = random.Random(seed)
+    pool = [f"k{i}" for i in range(5)]
+    stamps = [None, 1, 2, 3]
+    serial = iter(range(1, 10_000))
+    base_rows = [{"k": k, "ts": rnd.choice(stamps), "v": f"v{next(serial)}", "n": next(serial)}
+                 for k in rnd.sample(pool, rnd.randint(0, len(pool)))]
+    sources = [Versions(-1, recs("100", *base_rows))] if base_rows else []
+    base = {r["k"]: {"kind": "rec", "ts": r["ts"], "cols": {"v": r["v"], "n": r["n"]}} for r in base_rows}
+    history: list[tuple[str, dict]] = []
+    for rank in range(rnd.randint(1, 5)):
+        carried = rnd.choice([("v", "n"), ("v",), ("n",)])
+        rows = [{"k": rnd.choice(pool), "ts": rnd.choice(stamps), **{c: next(serial) if c == "n" else f"v{next(serial)}"
+                                                                    for c in carried}}
+                for _ in range(rnd.randint(0, 4))]
+        deletes = [(rnd.choice(pool), rnd.choice(stamps)) for _ in range(rnd.randint(0, 2))]
+        t = recs(f"{200 + rank}", *rows) if rows else None
+        full = len(carried) == 2 and rnd.random() < 0.5
+        sources.append(Versions(rank, t, dels(*deletes) if deletes else None,
+                                None if full or t is None else frozenset(t.column_names)))
+        history += [(r["k"], {"kind": "rec", "ts": r["ts"], "cols": {c: r[c] for c in carried}}) for r in rows]
+        history += [(k, {"kind": "del", "ts": ts, "plain": ts is None}) for k, ts in deletes]
+    for event_time in (True, False):
+        got = merge(sources, ordering_field="ts" if event_time else None, schema=SCHEMA).to_pydict()
+        ours = {k: (ts, v, n) for k, ts, v, n in zip(got["_hoodie_record_key"], got["ts"], got["v"], got["n"], strict=True)}
+        assert ours == fold(base, history, event_time), (seed, event_time)
