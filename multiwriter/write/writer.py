@@ -245,7 +245,7 @@ class Writer:
             meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
-        instant = self._commit(txn, meta, batch_id, inserted, query_id)
+        instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
         return CommitResult(
@@ -265,7 +265,7 @@ class Writer:
         )
 
     def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,
-                query_id: str | None = None) -> Instant:
+                query_id: str | None = None, keep_columns: tuple[str, ...] = ()) -> Instant:
         """Commit; when the outcome is unknown, re-read the timeline instead of guessing. A
         non-blocking writer that lost the race to create a bucket's base file turns its file of
         that bucket into a log file and commits the same instant again: it never retries."""
@@ -276,15 +276,16 @@ class Writer:
             except WriteConflictError as e:
                 if not self.non_blocking or not e.file_groups:
                     raise
-                meta = self._rebase(txn, meta, set(e.file_groups))
+                meta = self._rebase(txn, meta, set(e.file_groups), keep_columns)
                 log.info("writer %s: buckets %s were created meanwhile; their rows now go to log files", wid,
                          sorted(e.file_groups)[:5])
         return self._commit_once(txn, meta, batch_id, inserted, query_id)
 
-    def _rebase(self, txn: Transaction, meta: CommitMetadata, groups: set[tuple[str, str]]) -> CommitMetadata:
+    def _rebase(self, txn: Transaction, meta: CommitMetadata, groups: set[tuple[str, str]],
+                keep_columns: tuple[str, ...] = ()) -> CommitMetadata:
         assert txn.instant is not None
         t = txn.instant.requested_time
-        stats = [rebase_as_log(self.table.storage, s, t) if (s.partition_path, s.file_id) in groups and s.creates_file_group
+        stats = [rebase_as_log(self.table.storage, s, t, keep_columns) if (s.partition_path, s.file_id) in groups and s.creates_file_group
                  else s for s in meta.all_stats()]
         p2s: dict[str, list[WriteStat]] = {}
         for s in stats:

@@ -178,3 +178,44 @@ def test_two_non_blocking_writers_updating_different_columns_of_one_key_both_lan
     assert _agreed(table_path) == want
     _compact(table_path)
     assert _agreed(table_path) == want
+
+
+def test_a_partial_writer_losing_the_race_to_create_a_bucket_keeps_the_other_writers_columns(table_path, tmp_path,
+                                                                                             monkeypatch):
+    """Non-blocking: writer a (partial, v only) writes a new bucket's base file and holds it while
+    writer b creates that bucket with full records; a's file becomes a log file of b's group,
+    still a partial update: n keeps b's value."""
+    import threading
+
+    from multiwriter import faults
+    from tests.conftest import wait_hanging
+
+    _mor(table_path, num_buckets=1)
+    monkeypatch.setenv("MULTIWRITER_FAULT_DIR", str(tmp_path))
+    faults.configure("after-data-files=hang")
+    box: dict = {}
+
+    def slow() -> None:
+        try:
+            box["a"] = mw.write(pa.table({"id": ["e"], "p": ["a"], "ts": [5], "v": ["va"]}), table_path,
+                                mw.WriterConfig(lock=mw.InProcessLock(), writer_id="a", partial_update=True,
+                                                heartbeat_interval_s=5.0))
+        except Exception as e:  # noqa: BLE001 - reported below
+            box["error"] = e
+
+    a = threading.Thread(target=slow)
+    try:
+        a.start()
+        assert wait_hanging(tmp_path, a)
+        faults.configure(None)
+        mw.write(pa.Table.from_pylist([{"id": "e", "p": "a", "ts": 3, "v": "vb", "n": 30}], schema=SCHEMA), table_path,
+                 mw.WriterConfig(lock=mw.InProcessLock(), writer_id="b"))
+    finally:
+        (tmp_path / "after-data-files.release").touch()
+        a.join(30)
+        faults.configure(None)
+    assert "error" not in box, box
+    assert [b.is_partial for b in _log_blocks(table_path)] == [True], "a's rows became a partial log block"
+    assert _agreed(table_path) == [("e", 5, "va", 30)]
+    _compact(table_path)
+    assert _agreed(table_path) == [("e", 5, "va", 30)]
