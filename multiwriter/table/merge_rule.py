@@ -24,7 +24,12 @@ within a source its records come before its deletes. Then, per key (Hudi's
   keeps an older version only for ``OrderingValues.isSameClass`` values).
 - **commit time** (no ordering field): the latest place wins, deletes included.
 
-A winning delete removes the key. The whole rule runs on arrays: the logs' keys are dictionary
+A winning delete removes the key. Partial updates (log blocks marked ``IS_PARTIAL``, holding
+only the columns a writer sent) change which columns a winning log version takes from where,
+never who wins: the logs fold in place order, each new running winner overlaying the columns
+it carries, and the base row fills the rest (:func:`merge`), as hudi-rs merges them.
+
+The whole rule runs on arrays: the logs' keys are dictionary
 encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
 only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
 base file with small logs costs little more than one copy of the base rows.
