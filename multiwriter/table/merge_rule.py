@@ -275,8 +275,10 @@ def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, ke
     base_row[codes[base]] = row[base]
     logs = np.flatnonzero((seq >= n_base) & (packed >= 0))
     logs = logs[np.lexsort((seq[logs], codes[logs]))]  # by key, then place
-    code, value = codes[logs], packed[logs]
-    shifted = code.astype(np.int64) * (int(packed.max()) + 2) + value  # keys apart: one running maximum
+    code = codes[logs]
+    rank = np.empty(len(logs), np.int64)  # packed values ranked: small enough to shift keys apart
+    rank[np.argsort(packed[logs], kind="stable")] = np.arange(len(logs))
+    shifted = code.astype(np.int64) * (len(logs) + 1) + rank  # one running maximum over every key
     before = np.concatenate([[-1], np.maximum.accumulate(shifted)[:-1]])
     leads = shifted > before  # a new running winner of its key (a key's first log version too)
     cleared = np.full(n_keys, -1, np.int64)

@@ -219,3 +219,15 @@ def test_a_partial_writer_losing_the_race_to_create_a_bucket_keeps_the_other_wri
     assert _agreed(table_path) == [("e", 5, "va", 30)]
     _compact(table_path)
     assert _agreed(table_path) == [("e", 5, "va", 30)]
+
+
+def test_merge_on_read_partial_update_from_a_spark_dataframe(spark, table_path):
+    """The executor path writes the same partial log blocks as the driver path."""
+    _mor(table_path, num_buckets=2)
+    mw.write(pa.Table.from_pylist([{"id": str(i), "p": "a", "ts": 1, "v": "v1", "n": i} for i in range(4)], schema=SCHEMA),
+             table_path, _cfg())
+    df = spark.createDataFrame(pa.table({"id": ["1", "7"], "p": ["a", "a"], "ts": [2, 2], "v": ["v2", "new"]}).to_pandas())
+    mw.write(df, table_path, _cfg(partial_update=True))
+    assert _log_blocks(table_path) and all(b.is_partial for b in _log_blocks(table_path))
+    want = [("0", 1, "v1", 0), ("1", 2, "v2", 1), ("2", 1, "v1", 2), ("3", 1, "v1", 3), ("7", 2, "new", None)]
+    assert _agreed(table_path) == want
