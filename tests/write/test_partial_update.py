@@ -63,12 +63,16 @@ def _log_blocks(path: str) -> list:
 
 def test_merge_on_read_partial_updates_agree_before_and_after_compaction(table_path):
     _mor(table_path)
-    mw.write(pa.Table.from_pylist([{"id": "e", "p": "a", "ts": 1, "v": "v1", "n": 7},
-                                   {"id": "f", "p": "a", "ts": 1, "v": "v1", "n": 8}], schema=SCHEMA), table_path, _cfg())
+    first = mw.write(pa.Table.from_pylist([{"id": "e", "p": "a", "ts": 1, "v": "v1", "n": 7},
+                                           {"id": "f", "p": "a", "ts": 1, "v": "v1", "n": 8}], schema=SCHEMA),
+                     table_path, _cfg())
     mw.write(pa.table({"id": ["e"], "p": ["a"], "ts": [2], "v": ["v2"]}), table_path, _cfg(partial_update=True))
     (block,) = _log_blocks(table_path)
     assert block.is_partial and "n" not in block.records.column_names, "the log block carries the sent columns only"
     assert _agreed(table_path) == [("e", 2, "v2", 7), ("f", 1, "v1", 8)]
+    t = mw.Table.open(table_path)
+    assert rows(t.read_incremental(first.instant.completion_time, None), ["id", "ts", "v", "n"]) == [("e", 2, "v2", 7)]
+    assert rows(t.read(columns=["id", "n"]), ["id", "n"]) == [("e", 7), ("f", 8)], "a projection merges alike"
     # a second partial update of another column keeps the first one's, an older one (lower ts) changes nothing
     mw.write(pa.table({"id": ["e", "f"], "p": ["a", "a"], "ts": [3, 0], "n": [70, 80]}), table_path,
              _cfg(partial_update=True))
