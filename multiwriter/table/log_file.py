@@ -331,13 +331,14 @@ def _encode_records(records: list[dict[str, Any]], parsed: Any) -> bytes:
 # -- encoding -----------------------------------------------------------------------
 
 
-def encode_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_time: str) -> bytes:
+def encode_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_time: str, partial: bool = False) -> bytes:
     """An Avro data block (``HoodieAvroDataBlock``) of ``records`` written by ``instant_time``.
 
     ``records`` holds the five meta columns (see :func:`with_log_meta_columns`) and the data
     columns; ``schema`` is the Avro record schema of the data columns (meta fields optional), e.g.
     from :func:`multiwriter.table.schema.arrow_to_avro`. The header carries INSTANT_TIME and the
-    writer schema as SCHEMA, which is what readers decode the records with.
+    writer schema as SCHEMA, which is what readers decode the records with; ``partial``: the
+    records are partial updates (:func:`_data_header`).
     """
     _check_instant(instant_time)
     full = writer_schema(schema)
@@ -346,8 +347,18 @@ def encode_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_t
     except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as e:
         raise SchemaMismatchError(f"not a usable Avro schema for log records ({e})") from e
     content = _encode_records(_records(records, full), parsed)
+    return encode_block(BlockType.AVRO_DATA, _data_header(instant_time, full, partial), content)
+
+
+def _data_header(instant_time: str, full: Mapping[str, Any], partial: bool) -> dict[HeaderKey, str]:
+    """A data block's header. ``partial``: its records carry only the columns of its schema and
+    each omitted column keeps an earlier version's value (Hudi's ``IS_PARTIAL`` header, "true",
+    as Hudi's partial-update writers mark such blocks); without it a column the schema lacks
+    reads as null."""
     header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: _schema_json(full)}
-    return encode_block(BlockType.AVRO_DATA, header, content)
+    if partial:
+        header[HeaderKey.IS_PARTIAL] = "true"
+    return header
 
 
 def encode_delete_block(
@@ -385,14 +396,15 @@ def encode_rollback_block(*, instant_time: str, target_instant_time: str) -> byt
     return encode_block(BlockType.COMMAND, header, b"")
 
 
-def encode_parquet_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_time: str) -> bytes:
+def encode_parquet_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_time: str,
+                              partial: bool = False) -> bytes:
     """A Parquet data block (``HoodieParquetDataBlock``, Hudi's ``hoodie.logfile.data.block.format
     =parquet``): the records as one Parquet file, headers as for an Avro block. Encoded and
     decoded by Arrow, column at a time, where an Avro block costs a Python call per record."""
     _check_instant(instant_time)
     buf = pa.BufferOutputStream()
     pq.write_table(records, buf, compression="snappy")
-    header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: _schema_json(writer_schema(schema))}
+    header = _data_header(instant_time, writer_schema(schema), partial)
     return encode_block(BlockType.PARQUET_DATA, header, buf.getvalue().to_pybytes())
 
 
@@ -407,10 +419,12 @@ def encode_log_file(
     records: pa.Table | None = None,
     deletes: pa.Table | None = None,
     data_format: str = "parquet",
+    partial: bool = False,
 ) -> bytes:
     """The bytes of one deltacommit's log file of one file group: a data block of ``records``
     (updates and inserts; ``data_format`` parquet or avro, both of which Hudi's readers and
-    hudi-rs read), then a delete block of ``deletes``, as Hudi's append handle writes them.
+    hudi-rs read; ``partial``: partial updates, marked ``IS_PARTIAL``), then a delete block of
+    ``deletes``, as Hudi's append handle writes them.
     Empty or absent parts are left out; a file with neither is an error, since an empty log
     file would only make readers open it for nothing."""
     if data_format not in DATA_BLOCK_FORMATS:
@@ -418,7 +432,7 @@ def encode_log_file(
     blocks = []
     if records is not None and records.num_rows:
         encode = encode_parquet_data_block if data_format == "parquet" else encode_data_block
-        blocks.append(encode(records, schema, instant_time=instant_time))
+        blocks.append(encode(records, schema, instant_time=instant_time, partial=partial))
     if deletes is not None and deletes.num_rows:
         blocks.append(encode_delete_block(deletes, instant_time=instant_time, schema=schema))
     if not blocks:
@@ -602,6 +616,12 @@ class LogBlock:
     def schema(self) -> dict[str, Any] | None:
         text = self.header.get(HeaderKey.SCHEMA.name)
         return json.loads(text) if text else None
+
+    @property
+    def is_partial(self) -> bool:
+        """A data block of partial updates (``IS_PARTIAL`` "true", read as Java's
+        ``Boolean.parseBoolean``): columns its schema lacks keep earlier values."""
+        return self.header.get(HeaderKey.IS_PARTIAL.name, "").strip().lower() == "true"
 
     @property
     def is_rollback(self) -> bool:

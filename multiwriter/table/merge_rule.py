@@ -24,7 +24,12 @@ within a source its records come before its deletes. Then, per key (Hudi's
   keeps an older version only for ``OrderingValues.isSameClass`` values).
 - **commit time** (no ordering field): the latest place wins, deletes included.
 
-A winning delete removes the key. The whole rule runs on arrays: the logs' keys are dictionary
+A winning delete removes the key. Partial updates (log blocks marked ``IS_PARTIAL``, holding
+only the columns a writer sent) change which columns a winning log version takes from where,
+never who wins: the logs fold in place order, each new running winner overlaying the columns
+it carries, and the base row fills the rest (:func:`merge`), as hudi-rs merges them.
+
+The whole rule runs on arrays: the logs' keys are dictionary
 encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
 only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
 base file with small logs costs little more than one copy of the base rows.
@@ -61,6 +66,10 @@ class Versions:
     rank: int  # place in the slice's history (:func:`log_order` of its log file); base file = -1
     records: pa.Table | None  # full rows: Hudi's 5 meta columns + data columns
     deletes: pa.Table | None = None  # columns record_key (string), partition_path (string), ordering_value (nullable)
+    #: partial updates (a block marked ``IS_PARTIAL``): the columns the records carry; every other
+    #: column keeps an earlier version's value (:func:`merge`). None: full records (a column they
+    #: lack, added by schema evolution since, is null)
+    carries: frozenset[str] | None = None
 
 
 def log_order(log: Any) -> tuple[str, int, str]:
@@ -81,6 +90,13 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     (rules: the module docstring).
     ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
     a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
+
+    Partial updates (sources with ``carries``): the winner is chosen as above. When it is a log
+    version, its columns are those of the logs' versions folded in place order, as hudi-rs
+    merges them: a version that beats every earlier log version of its key (a new running
+    winner) overlays the columns it carries; a delete that does so clears them; the first
+    record after a plain delete starts afresh. A column no log version set since the last such
+    delete keeps the base row's value (null when the key is new to the slice).
 
     Each surviving row is returned exactly as stored. Row order: each key at its first
     appearance in the slice, i.e. the base file's rows in base order (an updated row stays at
@@ -130,13 +146,23 @@ class _Candidates:
     seq: list[np.ndarray]  # place in the slice's history (base rows: their base position)
     row: list[np.ndarray]  # the record's row in the stored rows; -1 for a delete
     plain: list[np.ndarray]  # a delete without an ordering value
+    pattern: list[np.ndarray]  # index of the columns it carries in ``carried`` (0: every column)
+    carried: list[frozenset[str] | None]  # the column sets of partial sources; [0] is None (all)
 
-    def add(self, keys, ordering, seq: np.ndarray, row: np.ndarray, plain: np.ndarray) -> None:
+    def add(self, keys, ordering, seq: np.ndarray, row: np.ndarray, plain: np.ndarray, pattern: int = 0) -> None:
         self.keys.append(keys)
         self.ordering.append(ordering)
         self.seq.append(seq)
         self.row.append(row)
         self.plain.append(plain)
+        self.pattern.append(np.full(len(seq), pattern, np.int32))
+
+    def pattern_of(self, carries: frozenset[str] | None) -> int:
+        if carries is None:
+            return 0
+        if carries not in self.carried:
+            self.carried.append(carries)
+        return self.carried.index(carries)
 
 
 def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
@@ -147,7 +173,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     n_base = base.num_rows if base is not None else 0
     key_type = schema.field(key).type
     stored = [base] if base is not None else []
-    cands = _Candidates([], [], [], [], [])
+    cands = _Candidates([], [], [], [], [], [], [None])
     seq0 = row0 = n_base
     for s in logs:
         if _rows(s.records):
@@ -155,7 +181,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
             stored.append(t)
             n = t.num_rows
             cands.add(t.column(key), _ordering_of(t, ordering), np.arange(seq0, seq0 + n),
-                      np.arange(row0, row0 + n), np.zeros(n, bool))
+                      np.arange(row0, row0 + n), np.zeros(n, bool), cands.pattern_of(s.carries))
             seq0, row0 = seq0 + n, row0 + n
         if _rows(s.deletes):
             d = s.deletes
@@ -177,12 +203,26 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
-    winners, first_seq = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
-    return _assemble(stored, schema, key, n_base, at, winners, first_seq)
+        cands.pattern.insert(0, np.zeros(len(at), np.int32))
+    winners, first_seq, kept = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
+    filled = _filled_columns(cands, np.concatenate(codes), schema, kept, n_base) if len(cands.carried) > 1 else []
+    return _assemble(stored, schema, key, n_base, at, winners, first_seq, filled)
+
+
+@dataclass
+class _Kept:
+    """What :func:`_filled_columns` needs of :func:`_winners`' work: the candidates' packed
+    (score, place), and which keys survive in what order with which winning row."""
+
+    packed: np.ndarray  # per candidate (score + 1) * span + place; -1 where it does not compete
+    seq: np.ndarray
+    row: np.ndarray
+    keys: np.ndarray  # the surviving keys' codes, in output order
+    win_rows: np.ndarray  # their winning rows, alike
 
 
 def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
-             ) -> tuple[np.ndarray, np.ndarray]:
+             ) -> tuple[np.ndarray, np.ndarray, _Kept]:
     """(stored row of each surviving key's winning record, the place of that key's first
     version), ordered by that first place; keys whose winner is a delete are left out.
 
@@ -192,23 +232,69 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     row = np.concatenate(cands.row)
     first_seq = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(first_seq, codes, seq)  # before any candidate is dropped
+    alive = np.ones(len(seq), bool)
     if ordering is None:
         score = np.zeros(len(seq), np.int64)
     else:
         plain = np.concatenate(cands.plain)
         score = _scores(_concat(cands.ordering, ordering.type), plain)
         alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
-        if not alive.all():
-            codes, seq, row, score = codes[alive], seq[alive], row[alive], score[alive]
     span = int(seq[-1]) + 1
     packed = (score + 1) * span + seq  # scores and places stay far below 2**31, so no overflow
+    packed[~alive] = -1
     best = np.full(n_keys, -1, np.int64)
     np.maximum.at(best, codes, packed)
     win_row = row[np.searchsorted(seq, best % span)]
     kept = win_row >= 0  # a winning delete removes the key
     places = first_seq[kept]
     order = np.argsort(places)
-    return win_row[kept][order], places[order]
+    win_rows = win_row[kept][order]
+    return win_rows, places[order], _Kept(packed, seq, row, np.flatnonzero(kept)[order], win_rows)
+
+
+def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept, n_base: int
+                    ) -> list[tuple[list[str], np.ndarray]]:
+    """Partial updates: for the columns some versions do not carry, the stored row each
+    surviving key takes them from (aligned with the winners; -1: null), grouped by the versions
+    that carry them (the rule: :func:`merge`). Vectorized: the log versions sorted by key, a
+    running maximum of their packed (score, place) per key marks the running winners; per
+    column the last running winner that carries it, after the key's last running-winner delete,
+    else the base row."""
+    pattern = np.concatenate(cands.pattern)
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name in schema.names:
+        carriers = tuple(i for i, c in enumerate(cands.carried) if c is None or name in c)
+        if len(carriers) < len(cands.carried):
+            groups.setdefault(carriers, []).append(name)
+    if not groups:
+        return []
+    n_keys = int(codes.max()) + 1
+    packed, seq, row = kept.packed, kept.seq, kept.row
+    base = (seq < n_base) & (packed >= 0)
+    base_row = np.full(n_keys, -1, np.int64)
+    base_row[codes[base]] = row[base]
+    logs = np.flatnonzero((seq >= n_base) & (packed >= 0))
+    logs = logs[np.lexsort((seq[logs], codes[logs]))]  # by key, then place
+    code = codes[logs]
+    rank = np.empty(len(logs), np.int64)  # packed values ranked: small enough to shift keys apart
+    rank[np.argsort(packed[logs], kind="stable")] = np.arange(len(logs))
+    shifted = code.astype(np.int64) * (len(logs) + 1) + rank  # one running maximum over every key
+    before = np.concatenate([[-1], np.maximum.accumulate(shifted)[:-1]])
+    leads = shifted > before  # a new running winner of its key (a key's first log version too)
+    cleared = np.full(n_keys, -1, np.int64)
+    deleted = leads & (row[logs] < 0)
+    np.maximum.at(cleared, code[deleted], seq[logs][deleted])
+    setter = leads & (row[logs] >= 0) & (seq[logs] > cleared[code])
+    by_log = kept.win_rows >= n_base  # keys whose winner is a log version
+    out = []
+    for carriers, names in groups.items():
+        mask = setter & np.isin(pattern[logs], carriers)
+        last = np.full(n_keys, -1, np.int64)
+        np.maximum.at(last, code[mask], seq[logs][mask])
+        last = last[kept.keys]
+        found = np.where(last >= 0, row[np.searchsorted(seq, np.maximum(last, 0))], base_row[kept.keys])
+        out.append((names, np.where(by_log, found, kept.win_rows)))
+    return out
 
 
 def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
@@ -252,24 +338,49 @@ def _after_plain_deletes(codes: np.ndarray, seq: np.ndarray, row: np.ndarray, pl
 
 
 def _assemble(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
-              win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
+              win_rows: np.ndarray, win_places: np.ndarray,
+              filled: list[tuple[list[str], np.ndarray]] | None = None) -> pa.Table:
     """The output rows: untouched base rows and the winners, each at its key's first place.
 
     A key in the base file has its base position as first place, so the base rows keep their
     positions (a touched one replaced by its key's winner, or dropped when a delete won) and the
-    keys new to the slice follow, by first place. ``touched``: the base positions the logs touch."""
-    in_base = int(np.searchsorted(win_places, n_base))  # win_places ascend
-    replaced, replacing = win_places[:in_base], win_rows[:in_base]
-    if in_base == len(touched) == len(win_rows) and np.array_equal(replaced, replacing):
-        return stored[0] if n_base else schema.empty_table()  # the logs changed nothing
+    keys new to the slice follow, by first place. ``touched``: the base positions the logs touch.
+    ``filled``: columns whose winners' values come from other rows (:func:`_filled_columns`)."""
+    out = _assemble_rows(stored, schema, key, n_base, touched, win_rows, win_places)
+    if not filled or not out.num_rows:
+        return out
+    rows = pa.concat_tables(stored)
+    in_base = int(np.searchsorted(win_places, n_base))
+    for names, from_rows in filled:
+        idx = _take_index(n_base, touched, win_places[:in_base], from_rows, in_base)
+        at = pa.array(idx, mask=idx < 0)
+        for name in names:
+            i = out.schema.get_field_index(name)
+            out = out.set_column(i, out.schema.field(i), rows.column(name).take(at))
+    return out
+
+
+def _take_index(n_base: int, touched: np.ndarray, replaced: np.ndarray, win_rows: np.ndarray, in_base: int
+                ) -> np.ndarray:
+    """The stored row of each output row (see :func:`_assemble_rows`), -1 where ``win_rows`` is."""
     take = np.arange(n_base)
-    take[replaced] = replacing
+    take[replaced] = win_rows[:in_base]
     if len(touched) > in_base:  # a delete won over some base rows: drop them
         keep = np.ones(n_base, bool)
         keep[touched] = False
         keep[replaced] = True
         take = take[keep]
-    take = np.concatenate([take, win_rows[in_base:]])
+    return np.concatenate([take, win_rows[in_base:]])
+
+
+def _assemble_rows(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: int, touched: np.ndarray,
+                   win_rows: np.ndarray, win_places: np.ndarray) -> pa.Table:
+    """:func:`_assemble` of whole winning rows."""
+    in_base = int(np.searchsorted(win_places, n_base))  # win_places ascend
+    replaced, replacing = win_places[:in_base], win_rows[:in_base]
+    if in_base == len(touched) == len(win_rows) and np.array_equal(replaced, replacing):
+        return stored[0] if n_base else schema.empty_table()  # the logs changed nothing
+    take = _take_index(n_base, touched, replaced, win_rows, in_base)
     if not len(take):
         return schema.empty_table()
     rows = pa.concat_tables(stored)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Storage
 from .files import FileSlice, LogFile
-from .log_file import read_log_blocks
+from .log_file import LogBlock, read_log_blocks
 from .merge_rule import DELETE_ORDERING, RECORD_KEY, Versions, log_order, merge, plain_defaults
 from .properties import TableConfig
 from .schema import cast_column
@@ -55,19 +55,39 @@ def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema) -> pa.Table:
     return _aligned(t, schema)
 
 
-def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> Versions:
-    """One log file's record and delete blocks as one source of versions (Parquet data blocks
-    decode only the columns of ``schema``). Corrupt blocks (a torn append) are skipped, as
-    Hudi's reader does; command blocks are not written by table version 8 writers (a failed
-    deltacommit's log files are deleted instead)."""
+def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> list[Versions]:
+    """One log file's record and delete blocks as sources of versions, all of rank ``rank``
+    (Parquet data blocks decode only the columns of ``schema``): one source, unless its data
+    blocks differ in being partial updates (``IS_PARTIAL``) or in the columns such a block
+    carries; then one per run of alike blocks, in block order. The deletes go with the last.
+    Corrupt blocks (a torn append) are skipped, as Hudi's reader does; command blocks are not
+    written by table version 8 writers (a failed deltacommit's log files are deleted instead)."""
     blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
-    records = [_aligned(b.records, schema) for b in blocks if b.kind == "data" and b.records is not None]
+    runs: list[tuple[frozenset[str] | None, list[pa.Table]]] = []
+    for b in blocks:
+        if b.kind != "data" or b.records is None:
+            continue
+        carries = _carried(b)
+        if not runs or runs[-1][0] != carries:
+            runs.append((carries, []))
+        runs[-1][1].append(_aligned(b.records, schema))
     deletes = [_plain_zero(b.records) for b in blocks if b.kind == "delete" and b.records is not None and b.records.num_rows]
-    return Versions(
-        rank=rank,
-        records=pa.concat_tables(records) if records else None,
-        deletes=pa.concat_tables(deletes, promote_options="permissive") if deletes else None,
-    )
+    out = [Versions(rank=rank, records=pa.concat_tables(t), carries=c) for c, t in runs] or [Versions(rank, None)]
+    if deletes:
+        last = out[-1]
+        out[-1] = Versions(rank, last.records, pa.concat_tables(deletes, promote_options="permissive"), last.carries)
+    return out
+
+
+def _carried(block: LogBlock) -> frozenset[str] | None:
+    """The columns a partial-update data block carries (its schema's fields), None for a block
+    of full records (a column its schema lacks reads as null)."""
+    if not block.is_partial:
+        return None
+    schema = block.schema
+    if not schema:
+        return None
+    return frozenset(f["name"] for f in schema.get("fields", ()))
 
 
 def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_field: str | None,
@@ -86,7 +106,7 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_fiel
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
-    sources += [read_log(storage, lf, rank, schema) for rank, lf in enumerate(use)]
+    sources += [v for rank, lf in enumerate(use) for v in read_log(storage, lf, rank, schema)]
     return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
 
 

@@ -87,7 +87,9 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
                *, may_delete: bool = True, version: int = LOG_VERSION) -> WriteStat:
     """Write one log file holding ``incoming`` (deduplicated rows of one group): a data block of
     its upserts and a delete block of its deletes, whose ordering values let a delete lose to a
-    newer version written by a writer that completed earlier."""
+    newer version written by a writer that completed earlier. A partial update
+    (``ctx.keep_columns``, the columns the batch omitted) writes a data block without those
+    columns, marked partial: the merge rule keeps their earlier values (an insert reads null)."""
     started = time.monotonic()
     t = ctx.instant_time
     name = log_file_name(ctx, task, write_token, version)
@@ -99,8 +101,11 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
     records = _records(ctx, task, upserts) if upserts.num_rows else None
     dels = _deletes(ctx, task, deletes) if deletes is not None and deletes.num_rows else None
-    schema = _avro_schema(ctx)
-    data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels)
+    keep = ctx.keep_columns
+    if records is not None and keep:  # a partial update: the omitted columns keep earlier values
+        records = records.drop_columns([c for c in keep if c in records.column_names])
+    schema = _avro_schema(ctx, keep)
+    data = encode_log_file(instant_time=t, schema=schema, records=records, deletes=dels, partial=bool(keep))
     check_alive(storage, ctx, rel)
     write_checked(storage, ctx, rel, lambda path: write_log(storage, path, data))
     faults.point("mid-log-append")
@@ -121,12 +126,14 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     )
 
 
-def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> WriteStat:
+def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str, keep_columns: tuple[str, ...] = ()) -> WriteStat:
     """Turn a bucket's first base file into a log file of the same group: another writer
     created the bucket's base file meanwhile, and two base files of one group would hide each
     other's rows. The log completes after that base was requested, so it joins its slice; the
     merge rule then decides between their versions. The base file is deleted once the log is
-    written (its marker stays; the log gets its own)."""
+    written (its marker stays; the log gets its own). ``keep_columns``: a partial update's
+    omitted columns (null in the base file): left out of the log block, which is marked
+    partial, so they keep the other writer's values."""
     partition, _, base_name = stat.path.rpartition("/")
     parsed = layout.parse_data_file(base_name)
     assert parsed is not None and parsed.instant_time == instant_time
@@ -134,11 +141,12 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str) -> Write
         rows = pq.read_table(f)
     rows = rows.set_column(rows.schema.get_field_index("_hoodie_file_name"), "_hoodie_file_name",
                            pa.repeat(pa.scalar(stat.file_id, pa.string()), rows.num_rows))
+    rows = rows.drop_columns([c for c in keep_columns if c in rows.column_names])
     name = LogFileName(stat.file_id, instant_time, LOG_VERSION, parsed.write_token).name
     rel = layout.data_file_path(partition, name)
     markers.create(storage, instant_time, partition, name)
     schema = json.loads(arrow_to_avro_json(data_schema(rows.schema), "record"))
-    data = encode_log_file(instant_time=instant_time, schema=schema, records=rows)
+    data = encode_log_file(instant_time=instant_time, schema=schema, records=rows, partial=bool(keep_columns))
     # the writer's own process: its heartbeat client answers the check (no pending files to read)
     guard.write_checked(storage, instant_time, None, (), rel, lambda path: write_log(storage, path, data))
     storage.delete(stat.path)
@@ -175,5 +183,8 @@ def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Ta
     return pa.table(cols)
 
 
-def _avro_schema(ctx: MergeContext) -> dict:
-    return json.loads(arrow_to_avro_json(ctx.data_schema, "record"))
+def _avro_schema(ctx: MergeContext, omit: tuple[str, ...] = ()) -> dict:
+    schema = ctx.data_schema
+    if omit:
+        schema = pa.schema([f for f in schema if f.name not in omit], metadata=schema.metadata)
+    return json.loads(arrow_to_avro_json(schema, "record"))

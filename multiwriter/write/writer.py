@@ -244,7 +244,7 @@ class Writer:
             meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
-        instant = self._commit(txn, meta, batch_id, inserted, query_id)
+        instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
         return CommitResult(
@@ -264,7 +264,7 @@ class Writer:
         )
 
     def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,
-                query_id: str | None = None) -> Instant:
+                query_id: str | None = None, keep_columns: tuple[str, ...] = ()) -> Instant:
         """Commit; when the outcome is unknown, re-read the timeline instead of guessing. A
         non-blocking writer that lost the race to create a bucket's base file turns its file of
         that bucket into a log file and commits the same instant again: it never retries."""
@@ -275,15 +275,16 @@ class Writer:
             except WriteConflictError as e:
                 if not self.non_blocking or not e.file_groups:
                     raise
-                meta = self._rebase(txn, meta, set(e.file_groups))
+                meta = self._rebase(txn, meta, set(e.file_groups), keep_columns)
                 log.info("writer %s: buckets %s were created meanwhile; their rows now go to log files", wid,
                          sorted(e.file_groups)[:5])
         return self._commit_once(txn, meta, batch_id, inserted, query_id)
 
-    def _rebase(self, txn: Transaction, meta: CommitMetadata, groups: set[tuple[str, str]]) -> CommitMetadata:
+    def _rebase(self, txn: Transaction, meta: CommitMetadata, groups: set[tuple[str, str]],
+                keep_columns: tuple[str, ...] = ()) -> CommitMetadata:
         assert txn.instant is not None
         t = txn.instant.requested_time
-        stats = [rebase_as_log(self.table.storage, s, t) if (s.partition_path, s.file_id) in groups and s.creates_file_group
+        stats = [rebase_as_log(self.table.storage, s, t, keep_columns) if (s.partition_path, s.file_id) in groups and s.creates_file_group
                  else s for s in meta.all_stats()]
         p2s: dict[str, list[WriteStat]] = {}
         for s in stats:
@@ -410,10 +411,6 @@ def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     """Columns every upsert batch must carry, and whether others may be omitted."""
     c = table.config
     required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
-    if config.partial_update and c.merge_on_read:
-        raise ConfigError(
-            f"partial_update is supported on Copy-on-Write tables only, and table {table.name!r} is Merge-on-Read: "
-            "send every column, or set allow_missing_columns=True to write omitted columns as null")
     return {"required": required, "allow_missing": config.allow_missing_columns or config.partial_update}
 
 

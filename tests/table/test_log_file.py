@@ -511,3 +511,20 @@ def test_hudi_rs_orders_our_log_records_by_their_ordering_values(tmp_path):
     path = root / "city=sao_paulo" / lf.LogFileName(SP_GROUP, NEW_INSTANT, 1, "1-1-2").name
     path.write_bytes(lf.encode_delete_block(newer, instant_time=NEW_INSTANT, schema=schema))
     assert RIDER_F not in _snapshot(root)
+
+
+@pytest.mark.parametrize("data_format", lf.DATA_BLOCK_FORMATS)
+def test_a_partial_data_block_carries_hudis_is_partial_header(data_format):
+    """Key ordinal 7 (``HeaderMetadataType.IS_PARTIAL``) with the value "true", as Hudi's
+    partial-update writers mark a block; a block without it is full records."""
+    data = pa.table({"ts": pa.array([1], pa.int64())})
+    schema = arrow_to_avro(data.schema, "t")
+    encoded = lf.encode_log_file(instant_time=T1, schema=schema, records=_meta(data), data_format=data_format, partial=True)
+    assert struct.pack(">ii", 7, 4) + b"true" in encoded
+    (block,) = lf.read_log_blocks(encoded)
+    assert block.header["IS_PARTIAL"] == "true" and block.is_partial
+    (full,) = lf.read_log_blocks(lf.encode_log_file(instant_time=T1, schema=schema, records=_meta(data),
+                                                    data_format=data_format))
+    assert "IS_PARTIAL" not in full.header and not full.is_partial
+    assert not lf.LogBlock("data", {"IS_PARTIAL": "false"}).is_partial
+    assert lf.LogBlock("data", {"IS_PARTIAL": "TRUE"}).is_partial  # Java's Boolean.parseBoolean

@@ -14,7 +14,7 @@ import multiwriter as mw
 from multiwriter.table.merge_rule import RECORD_KEY, Versions, merge
 from multiwriter.table.merged_slice import key_column, merge_schema
 from multiwriter.table.properties import TableConfig
-from multiwriter.table.schema import with_meta
+from multiwriter.table.schema import META_COLUMNS, with_meta
 from tests.table.test_merge_rule import SCHEMA, dels, recs
 
 DATES = ("2024-01-01", "2024-01-02")
@@ -125,3 +125,35 @@ def test_a_column_equal_to_the_meta_key_merges_alike(seed):
         want = merge(sources, ordering_field=ordering, schema=schema)
         got = merge(sources, ordering_field=ordering, schema=schema, key="id")
         assert got.equals(want), (seed, ordering)
+
+
+def test_a_log_file_mixing_partial_and_full_blocks_is_read_as_runs_in_block_order(tmp_path):
+    """Blocks of one log file: a partial update (IS_PARTIAL, without ``val``), then full records
+    of a narrower schema (no header: ``val`` is null), then deletes. Each run is its own source
+    of the file's rank, the deletes with the last."""
+    from multiwriter.storage import Storage
+    from multiwriter.table.files import LogFile
+    from multiwriter.table.log_file import LogFileName, encode_data_block, encode_delete_block, encode_parquet_data_block
+    from multiwriter.table.merged_slice import read_log
+    from multiwriter.table.schema import arrow_to_avro_json, data_schema
+
+    import json
+
+    t = "20250101000000002"
+    narrow = json.loads(arrow_to_avro_json(pa.schema([("ts", pa.int64())]), "record"))
+    full = json.loads(arrow_to_avro_json(data_schema(SCHEMA), "record"))
+    part = recs(t, ("k1", 7, None)).drop_columns(["val"])
+    data = (encode_parquet_data_block(part, narrow, instant_time=t, partial=True)
+            + encode_data_block(recs(t, ("k2", 8, None)).drop_columns(["val"]), narrow, instant_time=t)
+            + encode_delete_block(dels(("k3", None)), instant_time=t, schema=full))
+    name = LogFileName("f1", t, 1, "1-0-1").name
+    (tmp_path / "p1").mkdir()
+    (tmp_path / "p1" / name).write_bytes(data)
+    got = read_log(Storage(str(tmp_path)), LogFile("p1", "f1", t, 1, name), 0, SCHEMA)
+    assert [v.carries for v in got] == [frozenset([*META_COLUMNS, "ts"]), None]
+    assert [v.records.column("_hoodie_record_key").to_pylist() for v in got] == [["k1"], ["k2"]]
+    assert got[0].deletes is None and got[1].deletes.column("record_key").to_pylist() == ["k3"]
+    base = Versions(-1, recs("100", ("k1", 1, "a"), ("k2", 1, "b"), ("k3", 1, "c")))
+    out = merge([base, *got], ordering_field="ts", schema=SCHEMA)
+    assert out.select(["_hoodie_record_key", "ts", "val"]).to_pylist() == [
+        {"_hoodie_record_key": "k1", "ts": 7, "val": "a"}, {"_hoodie_record_key": "k2", "ts": 8, "val": None}]
