@@ -29,8 +29,8 @@ def invariants(path: str) -> None:
     tl = t.timeline()
     assert tl.pending() == [], f"pending instants left: {tl.pending()}"
     listed = {s.path for i in tl.completed_writes() for s in tl.commit_metadata(i).all_stats()}
-    data = [e.path for e in t.storage.walk_files("")
-            if parse_data_file(e.path.rsplit("/", 1)[-1]) or parse_log_file(e.path.rsplit("/", 1)[-1])]
+    data = [e.path for e in t.storage.walk_files("") if not e.path.startswith(".hoodie/")  # the metadata table's own
+            and (parse_data_file(e.path.rsplit("/", 1)[-1]) or parse_log_file(e.path.rsplit("/", 1)[-1]))]
     assert set(data) <= listed, f"files of no completed instant: {set(data) - listed}"
     assert not list(Path(path, ".hoodie", ".temp").glob("*")), "markers left behind"
     assert not list(Path(path, ".hoodie", ".heartbeat").glob("*")), "heartbeats left behind"

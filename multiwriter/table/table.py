@@ -72,7 +72,7 @@ class Table:
         num_buckets: int | None = None,
         bucket_hash_fields: list[str] | tuple[str, ...] | None = None,
         table_version: int = props.WRITE_VERSION,
-        metadata: bool = False,
+        metadata: bool = True,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -89,8 +89,9 @@ class Table:
         ordering fields and merge mode in the properties, ``field:value`` keys under the complex
         key generator).
 
-        ``metadata=True`` (Hudi's ``hoodie.metadata.enable``): the table keeps Hudi's metadata
-        table (its ``files`` partition), from which Hudi 1.x readers and hudi-rs list its files.
+        ``metadata`` (Hudi's ``hoodie.metadata.enable``, on by default as in Hudi 1.x): the table
+        keeps Hudi's metadata table (its ``files`` partition), from which Hudi 1.x readers and
+        hudi-rs list its files.
         """
         if table_version not in props.WRITE_VERSIONS:
             raise ConfigError(f"table_version={table_version!r}: multiwriter writes table versions 8 and 9")

@@ -22,6 +22,16 @@ from tests.cleaner.conftest import BOUND, fake_failed_write, writer_config
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 
+@pytest.fixture()
+def trips_table(table_path):
+    """Without Hudi's metadata table: these tests are about the listing from storage (Hudi's rule
+    for files older than the timeline, which hudi-rs applies there)."""
+    from tests.conftest import TRIPS_SCHEMA
+
+    return mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                           ordering_field="ts", metadata=False)
+
+
 COLS = ["id", "value"]
 
 

@@ -13,6 +13,7 @@ import json
 import time
 
 import pyarrow as pa
+import pytest
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -28,6 +29,24 @@ from multiwriter.transaction import Transaction
 from tests.cleaner.conftest import BOUND, writer_config
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
+
+@pytest.fixture()
+def trips_table(table_path):
+    """Without Hudi's metadata table: these tests are about the listing from storage (Hudi's rule
+    for files older than the timeline, which hudi-rs applies there)."""
+    from tests.conftest import TRIPS_SCHEMA
+
+    return mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                           ordering_field="ts", metadata=False)
+
+
+@pytest.fixture()
+def mor_table(table_path):
+    from tests.conftest import TRIPS_SCHEMA
+
+    return mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                           ordering_field="ts", table_type="MERGE_ON_READ", num_buckets=4, metadata=False)
+
 
 COLS = ["id", "value"]
 NEVER = 10_000  # a sweep age (in heartbeat bounds) no test run reaches: the sweep leaves the file alone

@@ -127,7 +127,7 @@ def test_properties_rewrite_recovers_from_a_crash_between_backup_and_rewrite(tmp
 
 
 def _table_with_metadata(root: Path, partitions: str, inflight: str = "") -> Storage:
-    t = mw.Table.create(str(root), name="t", schema=pa.schema([("id", pa.string())]), record_key="id")
+    t = mw.Table.create(str(root), name="t", schema=pa.schema([("id", pa.string())]), record_key="id", metadata=False)
     p = dict(t.config.raw)
     p["hoodie.table.metadata.partitions"] = partitions
     p["hoodie.table.metadata.partitions.inflight"] = inflight

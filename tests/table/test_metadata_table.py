@@ -117,7 +117,8 @@ def test_a_crash_after_the_metadata_deltacommit_shows_nothing_and_is_rolled_back
 
 def test_a_table_without_it_stays_without_it(tmp_path):
     path = str(tmp_path / "t")
-    mw.Table.create(path, name="plain", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts")
+    mw.Table.create(path, name="plain", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    metadata=False)
     mw.write(_batch(range(3), ts=1, v=1.0), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
     assert not os.path.exists(os.path.join(path, ".hoodie", "metadata"))
     assert mf.PARTITIONS_KEY not in mw.Table.open(path).config.raw
@@ -165,7 +166,8 @@ def test_started_on_a_table_with_commits(kind, tmp_path):
     uncommitted file left by a failed writer is not listed); later commits go into it."""
     path = str(tmp_path / "t")
     kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
-    mw.Table.create(path, name="late", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts", **kw)
+    mw.Table.create(path, name="late", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    metadata=False, **kw)
     lock = mw.InProcessLock()
     cfg = mw.WriterConfig(writer_id="w", lock=lock)
     for i in range(3):
