@@ -117,10 +117,39 @@ def collect(
         table_type=table.config.table_type,
         pending_compactions=[i.requested_time for i in pending if i.action == inst.COMPACTION],
         uncompacted=[asdict(h) for _, h in sorted(log_health(snap).items())],
-        warnings=warnings,
+        warnings=warnings + _narrow_log_columns(table, tl, snap),
         metadata=_metadata(table),
         storage_lock=_storage_lock(table),
     )
+
+
+def _narrow_log_columns(table: Table, tl: Timeline, snap: Any) -> list[str]:
+    """Merge-on-Read log files not yet compacted that hold a column in a narrower type than the
+    table's (int32 under int64, float under double, a smaller decimal): hudi-rs cannot read some
+    such slices until compaction rewrites them (README, "Schema evolution"). From the commit
+    metadata of the deltacommits those log files came from; no data file is read."""
+    if not table.config.merge_on_read:
+        return []
+    from .table.schema import avro_to_arrow
+
+    times = {lf.instant_time for fs in snap.files() for lf in fs.logs}
+    if not times:
+        return []
+    current = table.schema(tl)
+    out = []
+    for i in tl.completed_writes():
+        if i.requested_time not in times:
+            continue
+        recorded = tl.commit_metadata(i).extra_metadata.get("schema")
+        if not recorded:
+            continue
+        old = avro_to_arrow(recorded, source=tl.path_of(i))
+        narrow = [f"{f.name} as {f.type} (table: {current.field(f.name).type})" for f in old
+                  if current.get_field_index(f.name) >= 0 and not f.type.equals(current.field(f.name).type)]
+        if narrow:
+            out.append(f"log files of deltacommit {i.requested_time} hold {', '.join(narrow)}: hudi-rs may not read "
+                       "their file slices until they are compacted (multiwriter compact)")
+    return out
 
 
 def _metadata(table: Table) -> dict[str, Any]:

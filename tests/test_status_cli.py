@@ -186,3 +186,22 @@ def test_status_shows_the_metadata_table(tmp_path):
     logs = [f for f in os.listdir(f"{path}/.hoodie/metadata/files") if f.startswith(".files")]
     assert s["metadata"]["partitions"] == ["files"] and s["metadata"]["files_log_files"] == len(logs) == 3
     assert "metadata table: files; files partition based at 00000000000000000 with 3 log files" in cli("status", path).stdout
+
+
+def test_status_warns_of_log_files_hudi_rs_may_not_read_until_compaction(tmp_path):
+    """A Merge-on-Read column widened int32 -> int64 while log files of the narrower type wait
+    for compaction: status says so, and stops saying so once they are compacted."""
+    import pyarrow as pa
+
+    path = str(tmp_path / "t")
+    narrow = pa.schema([("id", pa.string()), ("v", pa.int32())])
+    mw.Table.create(path, name="m", schema=narrow, record_key="id", table_type="MERGE_ON_READ", num_buckets=1)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(pa.table({"id": ["a", "b"], "v": pa.array([1, 2], pa.int32())}), path, cfg)
+    mw.write(pa.table({"id": ["a"], "v": pa.array([3], pa.int32())}), path, cfg)  # a log file, v int32
+    mw.write(pa.table({"id": ["b"], "v": pa.array([4], pa.int64()), "n": ["x"]}), path, cfg)  # widened, gained n
+    warnings = json.loads(cli("status", path, "--json").stdout)["warnings"]
+    assert any("v as int32 (table: int64)" in w for w in warnings), warnings
+    with mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, compaction=mw.CompactionConfig(delta_commits=1)) as c:
+        assert c.run_once().compaction_instants
+    assert not any("hudi-rs may not read" in w for w in json.loads(cli("status", path, "--json").stdout)["warnings"])
