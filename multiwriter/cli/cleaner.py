@@ -25,14 +25,7 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of ``multiwriter clean`` (the CLI module adds them to its subparser)."""
     p.add_argument("path", help="table root")
-    p.add_argument("--zk", help="ZooKeeper HOST:PORT of the writers' table lock")
-    p.add_argument("--zk-base-path", default=None, help="ZooKeeper base path of the writers' locks "
-                   "(default: the one the table records, else /multiwriter)")
-    _add_zk_auth(p)
-    p.add_argument("--file-lock", action="store_true", help="use a lock file in the table (writers on one machine)")
-    p.add_argument("--storage-lock", action="store_true", help="use the lock object in the table's storage "
-                   "(Hudi's StorageBasedLockProvider: S3 without ZooKeeper); with Hudi's validity and renew keys "
-                   "pass --hoodie-conf instead")
+    add_lock_arguments(p)
     p.add_argument("--once", action="store_true", help="one run, then exit (exit code 1 if a step failed)")
     p.add_argument("--interval", type=float, default=30.0, help="seconds between runs")
     p.add_argument("--heartbeat-interval", type=float, default=10.0, help="the cleaner's heartbeat interval (s); "
