@@ -1,8 +1,8 @@
 """Liveness under clock skew, with real processes.
 
-Writers, the companion cleaner and the store disagree about the time by 60 s or more (Debian's
-libfaketime shifts one process's clock; ``NO_FAKE_STAT=1`` keeps file times on the real clock, as
-on a shared store). The cleaner must roll back no live instant (one writer holds every batch in
+Writers, the companion cleaner and the store disagree about the time by 60 s or more (a shim
+shifts one process's Python wall clock, see tests/faketime.py; file times stay on the real
+clock, as on a shared store). The cleaner must roll back no live instant (one writer holds every batch in
 flight longer than its heartbeat bound) and still roll back a SIGKILLed writer within its bound
 plus the cleaner's interval plus one observation interval.
 

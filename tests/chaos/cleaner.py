@@ -12,8 +12,9 @@ def main() -> None:
     from multiwriter.errors import MultiWriterError
 
     a = json.loads(sys.argv[1])
-    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0, connection_timeout_s=5.0,
-                            acquire_timeout_s=20.0)
+    from tests.chaos.writer import make_lock
+
+    lock = make_lock(a["lock"])
     # clustering beside the writers: every few small file groups are stitched together
     clustering = mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, max_bytes_per_run=64 << 20,
                                      min_file_groups=3)

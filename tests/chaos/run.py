@@ -8,7 +8,9 @@ time is up and prints the seed of any failure; the test suite runs one small see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -30,6 +32,11 @@ CLEANER_POINTS = ["mid-rollback", "mid-clean", "mid-clustering"]
 MOR_CLEANER_POINTS = ["mid-rollback", "mid-clean", "compaction-after-files", "compaction-before-complete"]
 TABLE_TYPES = ("COPY_ON_WRITE", "MERGE_ON_READ")
 ZOOKEEPERS = ("single", "ensemble")
+#: the table lock of a round: ZooKeeper, or Hudi's storage lock object on S3 (moto's server)
+LOCKS = ("zookeeper", "storage")
+#: the storage lock's lease in a round: short, so pauses (3.5-14 s) outlast the fence's half of
+#: it and the long ones the whole of it (another writer takes the lock over from the frozen one)
+STORAGE_LOCK = {"validity_s": 6.0, "renew_interval_s": 1.0, "acquire_timeout_s": 20.0}
 #: wall-clock offsets a skewed round gives its processes (the store keeps the real clock)
 SKEWS_S = (-60.0, -30.0, 0.0, 30.0, 60.0)
 SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("tag", pa.string())])
@@ -49,7 +56,8 @@ class Summary:
     leader_kills: int = 0
     quorum_losses: int = 0
     table_type: str = "COPY_ON_WRITE"
-    zookeeper: str = "single"
+    zookeeper: str = "single"  # "s3" when the round's lock is the storage lock
+    kills: int = 0  # writers SIGKILLed at a random moment (storage-lock rounds)
     metadata: bool = False  # the table keeps Hudi's metadata table (files partition)
     skews: dict[str, float] = field(default_factory=dict)
     rounds_by: dict[str, int] = field(default_factory=dict)
@@ -60,7 +68,7 @@ class Summary:
         skews = ",".join(f"{k}{v:+.0f}" for k, v in self.skews.items() if v) or "none"
         return (f"seed={self.seed} {self.table_type}{'+mdt' if self.metadata else ''} zk={self.zookeeper} skew={skews} "
                 f"batches={self.batches} "
-                f"crashes={self.crashes} pauses={self.pauses} zk_restarts={self.zk_restarts} "
+                f"crashes={self.crashes} kills={self.kills} pauses={self.pauses} zk_restarts={self.zk_restarts} "
                 f"leader_kills={self.leader_kills} quorum_losses={self.quorum_losses} rollbacks={self.rollbacks} clusterings={self.clusterings} "
                 f"compactions={self.compactions} violations={len(self.violations)} "
                 f"({self.seconds:.0f}s)")
@@ -110,12 +118,15 @@ def _fail_over(ensemble, rng: random.Random, s: Summary) -> None:
 
 def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 240.0,
               table_type: str | None = None, zookeeper: str | None = None, skew: bool | None = None,
-              metadata: bool | None = None) -> Summary:
+              metadata: bool | None = None, lock: str | None = None) -> Summary:
     """One round; ``table_type`` None picks Copy-on-Write or Merge-on-Read (4 buckets,
-    non-blocking writers, compaction in the cleaner) from the seed; ``zookeeper`` None picks one
+    non-blocking writers, compaction in the cleaner) from the seed; ``lock`` None picks
+    ZooKeeper or, one round in three, the storage lock on a table in S3 (moto's server: writers
+    SIGKILLed at random moments instead of server restarts); ``zookeeper`` None picks one
     server (restarted) or, one round in three, a three-server ensemble (its leader killed, at
-    times with a follower so the quorum is lost); ``skew`` (default: where libfaketime works)
-    shifts each process's wall clock by up to 60 s either way."""
+    times with a follower so the quorum is lost); ``skew`` (default on) shifts each process's
+    wall clock by up to 60 s either way, on ZooKeeper rounds only: a lease in storage assumes
+    clocks that agree to within its drift allowance, as Hudi's does."""
     import multiwriter as mw
 
     rng = random.Random(seed)
@@ -123,85 +134,136 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
     mor = table_type == "MERGE_ON_READ"
     setup = random.Random(seed ^ 0x5EED)  # its own stream: the seeded rounds above stay as they were
     zookeeper = zookeeper or ("ensemble" if setup.random() < 1 / 3 else "single")
+    lock = lock or ("storage" if random.Random(seed ^ 0x10C4).random() < 1 / 3 else "zookeeper")
+    on_s3 = lock == "storage"
     if skew is None:
-        skew = faketime.works() is None
+        skew = not on_s3
     skews = {name: setup.choice(SKEWS_S) if skew else 0.0 for name in [*WRITERS, "cleaner"]}
     if metadata is None:  # its own stream too: half the rounds keep Hudi's metadata table
         metadata = random.Random(seed ^ 0x3D7).random() < 0.5
-    s = Summary(seed, table_type=table_type, zookeeper=zookeeper, skews=skews, metadata=metadata)
+    s = Summary(seed, table_type=table_type, zookeeper="s3" if on_s3 else zookeeper, skews=skews, metadata=metadata)
     t0 = time.monotonic()
-    path = str(workdir / "table")
-    mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
-                    table_type=table_type, num_buckets=4 if mor else None, metadata=metadata)
-    cleaner_points = MOR_CLEANER_POINTS if mor else CLEANER_POINTS
-    log = open(workdir / "processes.log", "a")
-    with (mw.LocalZooKeeperEnsemble(3) if zookeeper == "ensemble" else mw.LocalZooKeeper(port=0)) as zk:
-        base = "/chaos"
-        procs: dict[str, subprocess.Popen] = {}
-        args = {w: dict(writer=w, mode=m, zk=zk.connect, base=base, path=path, batches=batches,
-                        ledger=str(workdir / f"ledger-{w}.jsonl")) for w, m in WRITERS.items()}
-        stop = workdir / "stop-cleaner"
-        cl_args = dict(zk=zk.connect, base=base, path=path, stop=str(stop), compaction=mor)
-        for w in WRITERS:
-            procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log, skews[w])
-        procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log, skews["cleaner"])
-        while time.monotonic() - t0 < max_seconds:
-            time.sleep(0.5)
-            done = True
-            for name in list(procs):
-                p = procs[name]
-                rc = p.poll()
-                if name == "cleaner":
-                    if rc is not None:
-                        s.crashes += 1
-                        procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.3), log,
-                                             skews[name])
-                    continue
-                if rc is None:
-                    done = False
-                    continue
-                from tests.chaos.writer import acked
-
-                if acked(args[name]["ledger"]) + 1 < batches:  # died before finishing: restart it
-                    s.crashes += 1
-                    done = False
-                    procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log,
-                                         skews[name])
-            if done:
-                break
-            r = rng.random()
-            if r < 0.02:
-                if zookeeper == "ensemble":
-                    _fail_over(zk, setup, s)
-                else:
-                    zk.restart()
-                    s.zk_restarts += 1
-            elif r < 0.04:
-                victim = procs[rng.choice(list(WRITERS))]
-                if victim.poll() is None:  # a GC pause longer than the heartbeat bound
-                    os.kill(victim.pid, signal.SIGSTOP)
-                    time.sleep(_pause_s(rng))
-                    os.kill(victim.pid, signal.SIGCONT)
-                    s.pauses += 1
-        stop.touch()
-        for name, p in procs.items():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                if name != "cleaner":
-                    s.violations.append(f"writer {name} did not finish its {batches} batches in time")
-        time.sleep(3.5)  # let every dead writer's heartbeat lapse, then one final clean
-        lock = mw.ZooKeeperLock(connect=zk.connect, base_path=base)
-        final = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, retain_commits=5,
-                           failed_write_min_age_bounds=1.0)
-        final.run_once()
-        lock.close()
-    log.close()
-    check(path, workdir, batches, s)
+    with contextlib.ExitStack() as stack:
+        path = stack.enter_context(_s3_table(workdir)) if on_s3 else str(workdir / "table")
+        _round(mw, s, rng, setup, path, workdir, batches, max_seconds, mor, metadata, on_s3, zookeeper, stack)
+        check(path, workdir, batches, s)
     s.seconds = time.monotonic() - t0
     return s
+
+
+@contextlib.contextmanager
+def _s3_table(workdir: Path):
+    """A bucket on moto's S3 server (127.0.0.1, a free port) with the standard AWS variables set
+    for this process and its children while the round runs: the round's table URI."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket="chaos")
+        yield "s3://chaos/table"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _round(mw, s: Summary, rng: random.Random, setup: random.Random, path: str, workdir: Path, batches: int,
+           max_seconds: float, mor: bool, metadata: bool, on_s3: bool, zookeeper: str,
+           stack: contextlib.ExitStack) -> None:
+    """Run the writers and the cleaner until every writer is done (or time is up), then one final clean."""
+    from tests.chaos.writer import make_lock
+
+    t0 = time.monotonic()
+    skews = s.skews
+    mw.Table.create(path, name="chaos", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
+                    table_type=s.table_type, num_buckets=4 if mor else None, metadata=metadata)
+    cleaner_points = MOR_CLEANER_POINTS if mor else CLEANER_POINTS
+    log = stack.enter_context(open(workdir / "processes.log", "a"))
+    zk = None if on_s3 else stack.enter_context(
+        mw.LocalZooKeeperEnsemble(3) if zookeeper == "ensemble" else mw.LocalZooKeeper(port=0))
+    lock_spec = {"kind": "storage", **STORAGE_LOCK} if on_s3 else {"kind": "zookeeper", "zk": zk.connect, "base": "/chaos"}
+    procs: dict[str, subprocess.Popen] = {}
+    args = {w: dict(writer=w, mode=m, lock=lock_spec, path=path, batches=batches,
+                    ledger=str(workdir / f"ledger-{w}.jsonl")) for w, m in WRITERS.items()}
+    stop = workdir / "stop-cleaner"
+    cl_args = dict(lock=lock_spec, path=path, stop=str(stop), compaction=mor)
+    for w in WRITERS:
+        procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log, skews[w])
+    procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log, skews["cleaner"])
+    while time.monotonic() - t0 < max_seconds:
+        time.sleep(0.5)
+        done = True
+        for name in list(procs):
+            p = procs[name]
+            rc = p.poll()
+            if name == "cleaner":
+                if rc is not None:
+                    s.crashes += 1
+                    procs[name] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.3), log,
+                                         skews[name])
+                continue
+            if rc is None:
+                done = False
+                continue
+            from tests.chaos.writer import acked
+
+            if acked(args[name]["ledger"]) + 1 < batches:  # died before finishing: restart it
+                s.crashes += 1
+                done = False
+                procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log,
+                                     skews[name])
+        if done:
+            break
+        r = rng.random()
+        if r < 0.02 and on_s3:  # a holder (or a waiter) killed outright: its lease must run out
+            victim = procs[rng.choice(list(WRITERS))]
+            if victim.poll() is None:
+                victim.kill()
+                s.kills += 1
+        elif r < 0.02:
+            if zookeeper == "ensemble":
+                _fail_over(zk, setup, s)
+            else:
+                zk.restart()
+                s.zk_restarts += 1
+        elif r < 0.04:
+            victim = procs[rng.choice(list(WRITERS))]
+            if victim.poll() is None:  # a GC pause longer than the heartbeat bound
+                os.kill(victim.pid, signal.SIGSTOP)
+                time.sleep(_pause_s(rng))
+                os.kill(victim.pid, signal.SIGCONT)
+                s.pauses += 1
+    stop.touch()
+    for name, p in procs.items():
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            if name != "cleaner":
+                s.violations.append(f"writer {name} did not finish its {batches} batches in time")
+    time.sleep(3.5)  # let every dead writer's heartbeat lapse, then one final clean
+    lock = make_lock(lock_spec)
+    final = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, retain_commits=5,
+                       failed_write_min_age_bounds=1.0)
+    final.run_once()
+    lock.close()
 
 
 def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
@@ -215,7 +277,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     from multiwriter.table.log_file import parse_log_file
     from multiwriter.table.view import TimelineView
     from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
-    from tests.oracle import hudi_read, rows
+    from tests.oracle import hudi_read, rows, s3_storage_options
 
     t = mw.Table.open(path)
     tl = t.timeline()
@@ -266,7 +328,7 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     s.violations += [f"schema: {v}" for v in history_violations(tl)]
     for p in tl.pending():
         s.violations.append(f"pending instant {p} left behind by a dead writer")
-    if rows(ours, ["id", "tag"]) != rows(hudi_read(path), ["id", "tag"]):
+    if rows(ours, ["id", "tag"]) != rows(hudi_read(path, storage_options=s3_storage_options(path)), ["id", "tag"]):
         s.violations.append("hudi-rs and our reader disagree")
     if metadata_files.enabled(t.config):
         view = TimelineView(tl).with_history()
@@ -330,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zookeeper", choices=ZOOKEEPERS, default=None,
                    help="default: chosen per round from its seed (a three-server ensemble one round in three)")
     p.add_argument("--no-skew", action="store_true", help="leave every process on the real clock")
+    p.add_argument("--lock", choices=LOCKS, default=None,
+                   help="default: chosen per round from its seed (the storage lock on S3 one round in three)")
     a = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     deadline = time.monotonic() + a.minutes * 60
@@ -339,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         with tempfile.TemporaryDirectory(prefix="mw-chaos-") as d:
             s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
-                          zookeeper=a.zookeeper, skew=False if a.no_skew else None)
+                          zookeeper=a.zookeeper, skew=False if a.no_skew else None, lock=a.lock)
         rounds += 1
         print(s.line(), flush=True)
         for v in s.violations:
@@ -347,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         totals.rounds_by[s.zookeeper] = totals.rounds_by.get(s.zookeeper, 0) + 1
         if any(s.skews.values()):
             totals.rounds_by["skewed"] = totals.rounds_by.get("skewed", 0) + 1
-        for f in ("batches", "crashes", "pauses", "zk_restarts", "leader_kills", "quorum_losses", "rollbacks",
+        for f in ("batches", "crashes", "kills", "pauses", "zk_restarts", "leader_kills", "quorum_losses", "rollbacks",
                   "clusterings", "compactions"):
             setattr(totals, f, getattr(totals, f) + getattr(s, f))
         totals.violations += s.violations
@@ -355,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         seed = random.randrange(1 << 30)
     kinds = ", ".join(f"{k}={v}" for k, v in sorted(totals.rounds_by.items()))
-    print(f"chaos: {rounds} rounds ({kinds}), batches={totals.batches} crashes={totals.crashes} pauses={totals.pauses} "
+    print(f"chaos: {rounds} rounds ({kinds}), batches={totals.batches} crashes={totals.crashes} kills={totals.kills} pauses={totals.pauses} "
           f"zk_restarts={totals.zk_restarts} leader_kills={totals.leader_kills} quorum_losses={totals.quorum_losses} "
           f"rollbacks={totals.rollbacks} clusterings={totals.clusterings} "
           f"compactions={totals.compactions} violations={len(totals.violations)}")

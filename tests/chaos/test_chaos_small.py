@@ -7,11 +7,13 @@ from tests.chaos.run import run_round
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("table_type", "metadata"), [("COPY_ON_WRITE", True), ("MERGE_ON_READ", False)])
-def test_seeded_chaos_round_keeps_every_invariant(tmp_path, table_type, metadata):
-    """One round per table type; the Copy-on-Write one keeps Hudi's metadata table, whose
-    listing must end equal to storage's committed files."""
+@pytest.mark.parametrize(("table_type", "metadata", "lock"), [
+    ("COPY_ON_WRITE", True, "zookeeper"), ("MERGE_ON_READ", False, "zookeeper"), ("MERGE_ON_READ", True, "storage")])
+def test_seeded_chaos_round_keeps_every_invariant(tmp_path, table_type, metadata, lock):
+    """One ZooKeeper round per table type, and a Merge-on-Read round on S3 (moto) under the
+    storage lock; the rounds with Hudi's metadata table also require its listing to end equal
+    to storage's committed files."""
     s = run_round(seed=20261122, workdir=tmp_path, batches=6, max_seconds=180, table_type=table_type,
-                  metadata=metadata)
+                  metadata=metadata, lock=lock)
     assert s.violations == [], f"{s.line()}\n" + "\n".join(s.violations)
     assert s.batches == 4 * 6

@@ -72,6 +72,17 @@ def simulate_task_retries(rate: float, seed: int) -> None:
     log_append.append_log = append
 
 
+def make_lock(spec: dict):
+    """The round's lock provider: ZooKeeper (``zk``, ``base``) or the storage lock (its lease)."""
+    import multiwriter as mw
+
+    if spec["kind"] == "storage":
+        return mw.StorageLock(validity_s=spec["validity_s"], renew_interval_s=spec["renew_interval_s"],
+                              acquire_timeout_s=spec["acquire_timeout_s"])
+    return mw.ZooKeeperLock(connect=spec["zk"], base_path=spec["base"], session_timeout_s=4.0, connection_timeout_s=5.0,
+                            acquire_timeout_s=20.0)
+
+
 def main() -> None:
     import multiwriter as mw
     from multiwriter.errors import CommitStateUnknownError, MultiWriterError
@@ -79,8 +90,7 @@ def main() -> None:
 
     a = json.loads(sys.argv[1])
     cfg = mw.WriterConfig(
-        writer_id=a["writer"], lock=mw.ZooKeeperLock(connect=a["zk"], base_path=a["base"], session_timeout_s=4.0,
-                                                     connection_timeout_s=5.0, acquire_timeout_s=20.0),
+        writer_id=a["writer"], lock=make_lock(a["lock"]),
         heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, max_conflict_retries=20, retry_backoff_s=0.05,
         lock_timeout_s=20.0, executor="driver",
         # hot-b and own-d leave small-file handling off: their inserts keep making small groups
