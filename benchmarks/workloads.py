@@ -330,13 +330,13 @@ SIZES = {
                   micro_batches=200, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                   long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                   peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                  read_upserts=6, read_reps=3, lock_acquisitions=2000, **{k: v["small"] for k, v in _MOR_NBCC.items()}),
+                  read_upserts=6, read_reps=3, lock_acquisitions=2000, lock_failure_trials=3, **{k: v["small"] for k, v in _MOR_NBCC.items()}),
     "full": dict(table_rows=10_000_000, batch_rows=100_000, batches=10, iceberg_table_rows=1_000_000, iceberg_batch_rows=100_000,
                  iceberg_batches=2, timeline_sizes=[100, 1000, 10_000], tiny_batches=20, concurrent_batches=40, kills=5,
                  micro_batches=1000, stream_table_rows=1_000_000, stream_batch_rows=50_000, stream_batches=10,
                  long_run_batches=3000, long_run_clean_every=50, long_run_sample_every=10, memory_stream_batches=1000,
                  peak_table_rows=1_000_000, peak_batch_rows=1_000_000, read_table_rows=1_000_000, read_batch_rows=100_000,
-                 read_upserts=6, read_reps=5, lock_acquisitions=4000, **{k: v["full"] for k, v in _MOR_NBCC.items()}),
+                 read_upserts=6, read_reps=5, lock_acquisitions=4000, lock_failure_trials=5, **{k: v["full"] for k, v in _MOR_NBCC.items()}),
 }
 
 
