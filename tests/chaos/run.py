@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
 
 @contextlib.contextmanager
 def _s3_table(workdir: Path):
-    """A bucket on moto's S3 server (127.0.0.1, a free port) with the standard AWS variables set
-    for this process and its children while the round runs: the round's table URI."""
+    """A fresh bucket on moto's S3 server (127.0.0.1, a free port) with the standard AWS variables
+    set for this process and its children while the round runs: the round's table URI. (moto
+    keeps its buckets per process, not per server: each round makes its own.)"""
     import socket
 
     import boto3
@@ -172,8 +174,9 @@ def _s3_table(workdir: Path):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket="chaos")
-        yield "s3://chaos/table"
+        bucket = f"chaos-{uuid.uuid4().hex[:16]}"
+        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
+        yield f"s3://{bucket}/table"
     finally:
         server.stop()
         for k, v in saved.items():
