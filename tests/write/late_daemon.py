@@ -5,6 +5,10 @@ attempt: it waits until the instant completed, then writes the file and goes on 
 would have (the check before publishing, then the publish).
 It leaves ``resumed-<pid>`` (holding the path it wrote) in ``$MULTIWRITER_LATE_HOOK_DIR``.
 
+The data source's tasks (``df.write``) write no table file: they hand their rows to the driver,
+which commits them. Their first attempt is lost the same way, and the late one finishes its
+task once the batch committed (whatever it would write then must not show).
+
 The patch is made in the daemon, before it forks the Python workers, so every worker has it.
 """
 from __future__ import annotations
@@ -13,6 +17,7 @@ import glob
 import os
 import time
 
+from multiwriter.spark import source
 from multiwriter.write import executor, merge
 
 _original = merge._write_parquet
@@ -42,7 +47,33 @@ def _late_first_attempt(storage, rel, out, *rest, **options):
     return _original(storage, rel, out, *rest, **options)
 
 
+def _late_first_task(write):
+    def late(self, iterator):
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if tc is None or tc.attemptNumber() != 0 or _forked[0]:
+            return write(self, iterator)
+        _forked[0] = True
+        rows = list(iterator)  # past the point of no return: the task has its input
+        if os.fork() != 0:
+            raise RuntimeError(f"injected: attempt 0 of task {tc.partitionId()} is lost after reading its rows")
+        os.setsid()
+        table = self.options["path"]
+        deadline = time.time() + 90
+        while not glob.glob(os.path.join(table, ".hoodie/timeline/*.commit")) and time.time() < deadline:
+            time.sleep(0.05)
+        with open(os.path.join(os.environ["MULTIWRITER_LATE_HOOK_DIR"], f"resumed-{os.getpid()}"), "w") as f:
+            f.write("data source task")
+        out = write(self, iter(rows))
+        os._exit(0)  # the late attempt's result has nowhere to go
+        return out
+
+    return late
+
+
 merge._write_parquet = _late_first_attempt
+source.MultiWriterWriter.write = _late_first_task(source.MultiWriterWriter.write)
 executor.MAX_PARALLEL_MERGES = 1  # a forked child has no thread pool: its merges must run in its own thread
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import multiwriter as mw
 from tests.oracle import hudi_read, rows
 
@@ -36,14 +38,15 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_late_attempt_after_the_commit_writes_no_duplicate(tmp_path, trips_table, table_path):
+@pytest.mark.parametrize("api", ["mw.write", "df.write"])
+def test_a_late_attempt_after_the_commit_writes_no_duplicate(tmp_path, trips_table, table_path, api):
     hook_dir = tmp_path / "late"
     hook_dir.mkdir()
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                MULTIWRITER_LATE_HOOK_DIR=str(hook_dir),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("MULTIWRITER_FAULTS", None)
-    out = subprocess.run([sys.executable, "-m", "tests.write.late_job", table_path, "200"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "tests.write.late_job", table_path, "200", api], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=240)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     assert lines, out.stderr[-3000:]
