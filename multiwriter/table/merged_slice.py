@@ -44,14 +44,16 @@ def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_fi
     return pa.schema([f for f in schema if f.name in keep], metadata=schema.metadata)
 
 
-def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema) -> pa.Table:
+def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool = True) -> pa.Table:
     """The base file's rows in ``schema`` (columns added since it was written read as null);
-    only the columns of ``schema`` are read."""
+    only the columns of ``schema`` are read. ``threads``: decode its columns on Arrow's threads
+    (no gain when slices are already read side by side, one per core)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
         pf = pq.ParquetFile(f)
         wanted = set(schema.names)
         stored = pf.schema_arrow.names
-        t = pf.read() if wanted.issuperset(stored) else pf.read(columns=[n for n in stored if n in wanted])
+        cols = None if wanted.issuperset(stored) else [n for n in stored if n in wanted]
+        t = pf.read(columns=cols, use_threads=threads)
     return _aligned(t, schema)
 
 
@@ -92,17 +94,17 @@ def _carried(block: LogBlock) -> frozenset[str] | None:
 
 def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_field: str | None,
                logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
-               key: str = RECORD_KEY) -> pa.Table:
+               key: str = RECORD_KEY, threads: bool = True) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
     else base and logs merged (``logs``: a subset of the slice's; all of them by default; they
     merge in :func:`~.merge_rule.log_order` whatever their order here). A log-only slice (no
     base file, as Hudi's non-blocking writers start a bucket) merges its logs alone.
     ``columns``: read and merge only these (plus ``key`` and the ordering field: the rows come
     in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
-    The same rows win either way."""
+    The same rows win either way. ``threads``: as :func:`read_base`."""
     schema = merge_schema(schema, columns, ordering_field, key)
     use = sorted(fs.logs if logs is None else logs, key=log_order)
-    base = read_base(storage, fs, schema) if fs.has_base else schema.empty_table()
+    base = read_base(storage, fs, schema, threads) if fs.has_base else schema.empty_table()
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
