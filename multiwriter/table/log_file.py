@@ -31,6 +31,7 @@ import struct
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from typing import Any
 
 import fastavro
@@ -115,9 +116,11 @@ class LogFileName:
         return f".{self.file_id}_{self.instant_time}.log.{self.version}_{self.write_token}"
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_log_file(name: str) -> LogFileName | None:
     """The parts of a log file name, or None for any other name (base files, ``.cdc`` logs,
-    markers, resource forks): listing code calls this on every file of a partition."""
+    markers, resource forks): listing code calls this on every file of a partition, so the
+    answer is remembered."""
     m = _LOG_NAME.fullmatch(name)
     if m is None:
         return None
