@@ -499,8 +499,15 @@ def java_class(t: pa.DataType) -> str:
 
 
 def _delete_keys(d: pa.Table, key_type: pa.DataType) -> pa.ChunkedArray:
+    """A delete block's record keys in the type of the key column (an integer key field's keys
+    are its values' text)."""
     keys = d.column(DELETE_KEY)
-    return keys if keys.type == key_type else keys.cast(key_type)
+    if keys.type == key_type:
+        return keys
+    try:
+        return keys.cast(key_type)
+    except _CAST_ERRORS as e:
+        raise TableFormatError(f"delete record keys cannot be read as the key column's {key_type}: {e}") from e
 
 
 def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -19,16 +19,22 @@ from .schema import cast_column
 
 def key_column(config: TableConfig, schema: pa.Schema) -> str:
     """The column a merge takes each record's key from: the record key field itself when the
-    table's key generator makes Hudi's record key that field's value unchanged (one string key
-    field, Hudi's simple key generator), so a read that returns that field does not read the key
-    twice; else Hudi's ``_hoodie_record_key`` meta column."""
+    table's key generator makes Hudi's record key that field's value (one key field, Hudi's
+    simple key generator) and equal keys are equal values: a string field, or an integer one
+    (its key is the integer's decimal text, which names one integer). A read that returns that
+    field then neither reads the key twice nor hashes text; else Hudi's ``_hoodie_record_key``
+    meta column."""
     if len(config.record_key) != 1 or not _simple_key_generator(config):
         return RECORD_KEY
     (name,) = config.record_key
     i = schema.get_field_index(name)
-    if i < 0 or not (pa.types.is_string(schema.field(i).type) or pa.types.is_large_string(schema.field(i).type)):
+    if i < 0 or not _key_type(schema.field(i).type):
         return RECORD_KEY
     return name
+
+
+def _key_type(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
 
 
 def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_field: str | None,
