@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import multiwriter as mw
 
 from . import data
-from .goals import _interleave
+from .goals import _interleave, read_ratio
 from .peers import DeltaLake, reset
 from .stream import Query, publish, stage
 
@@ -246,6 +246,13 @@ def hudi_rs_read(path: str, columns: list[str] | None = None) -> pa.Table:
 
 
 def read(size: dict, work: Path, spark) -> dict:
+    """:func:`read_shape` for string keys and for int64 keys."""
+    shapes = {shape: read_shape(size, work, keys) for shape, keys in SHAPES.items()}
+    first = next(iter(shapes.values()))
+    return {**{k: v for k, v in first.items() if k != "readers"}, "shapes": shapes}
+
+
+def read_shape(size: dict, work: Path, keys: str = "string") -> dict:
     """Two tables written alike (the initial rows, then ``mor_read_delta_commits`` upserts); the
     second is compacted by the companion cleaner (``mw.Cleaner(compaction=CompactionConfig(...))``).
     ``Table.read()`` of each, of all columns and of a few (``FEW``), and hudi-rs's snapshot read
@@ -256,14 +263,14 @@ def read(size: dict, work: Path, spark) -> dict:
     buckets = size["mor_buckets"]
     reset(work)
     model = Model(n)
-    init = model.initial()
+    init = model.initial(keys)
     lock = mw.InProcessLock()
-    tables = {"uncompacted": MorTable(work / "uncompacted", buckets, lock=lock),
-              "compacted": MorTable(work / "compacted", buckets, lock=lock)}
+    tables = {"uncompacted": MorTable(work / "uncompacted", buckets, keys, lock=lock),
+              "compacted": MorTable(work / "compacted", buckets, keys, lock=lock)}
     for t in tables.values():
         t.load(init)
     for b in range(commits):
-        up = model.batch(b, batch)
+        up = model.batch(b, batch, keys)
         for t in tables.values():
             t.upsert(up)
     for t in tables.values():
@@ -281,8 +288,8 @@ def read(size: dict, work: Path, spark) -> dict:
     after = delta_commits_per_group(tables["compacted"].path)
     if after["max"] != 0:
         raise AssertionError(f"log files left after compaction: {after}")
-    once = MorTable(work / "once", buckets, lock=lock)
-    once.load(model.initial())
+    once = MorTable(work / "once", buckets, keys, lock=lock)
+    once.load(model.initial(keys))
     once.close()
     want = model.checksum()
     unc, comp = tables["uncompacted"].path, tables["compacted"].path
@@ -309,6 +316,8 @@ def read(size: dict, work: Path, spark) -> dict:
     out = {k: {"median_s": _median(v), "min_s": min(v), "all_s": v} for k, v in times.items()}
     out["read-optimized (uncompacted table, base files only), a few columns"] = {"median_s": _median(ro),
                                                                                   "min_s": min(ro), "all_s": ro}
+    ratios = ", ".join(f"{label} {read_ratio(out, commits, label):.2f}" for label in ("all columns", "a few columns"))
+    print(f"   {keys} keys, uncompacted / compacted: {ratios}", flush=True)
     return {"table_rows": n, "batch_rows": batch, "delta_commits": commits, "buckets": buckets, "few_columns": FEW,
             "compacted_by": "mw.Cleaner(compaction=mw.CompactionConfig(delta_commits=1)).run_once()",
             "compaction_s": compact_s, "compacted_file_groups": rep.compacted_file_groups,

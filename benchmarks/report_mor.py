@@ -58,10 +58,13 @@ def _read(r: dict) -> list[str]:
            f"(`{r['compacted_by']}`: {r['compacted_file_groups']} file groups, {r['compacted_log_files']} log files, "
            f"{r['compaction_s']:.2f} s; before it up to {b['max']} delta commits per file group). `Table.read()` of "
            f"all columns and of ({', '.join(r.get('few_columns', ['id', 'ts', 'amount']))}), and hudi-rs's read of "
-           "the same tables, interleaved, every read checked against the model.", "",
-           "| read | median s | fastest s |", "| --- | ---: | ---: |"]
-    out += [f"| {k} | {_s(v['median_s'])} | {_s(v['min_s']) if 'min_s' in v else ''} |" for k, v in r["readers"].items()]
-    return out + [""]
+           "the same tables, interleaved, every read checked against the model.", ""]
+    for shape, v in (r["shapes"].items() if "shapes" in r else [("string keys", r)]):
+        out += [f"| read, {shape} | median s | fastest s |", "| --- | ---: | ---: |"]
+        out += [f"| {k} | {_s(x['median_s'])} | {_s(x['min_s']) if 'min_s' in x else ''} |"
+                for k, x in v["readers"].items()]
+        out.append("")
+    return out
 
 
 def _long_run(lr: dict, plots_dir: Path) -> list[str]:
