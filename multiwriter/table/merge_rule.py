@@ -32,7 +32,8 @@ it carries, and the base row fills the rest (:func:`merge`), as hudi-rs merges t
 The whole rule runs on arrays: the logs' keys are dictionary
 encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
 only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
-base file with small logs costs little more than one copy of the base rows.
+base file with small logs costs at most one copy of the base rows, and none of a column whose
+winning values equal the base values they replace.
 """
 from __future__ import annotations
 
