@@ -32,6 +32,28 @@ def _per_batch(res: dict, title: str, ours: str) -> list[str]:
     return lines + [""]
 
 
+def _flatness(lr: dict) -> list[str]:
+    """The 25th percentile per 100 batches (the batch after each companion run left out) and
+    the line fitted through them (:func:`benchmarks.streaming.flatness`)."""
+    fl = lr.get("flatness")
+    if not fl:
+        return []
+    names = list(fl)
+    out = ["| 25th percentile s | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+
+    def row(label: str, get) -> None:
+        vals = [get(fl[n]) for n in names]
+        out.append(f"| {label} | " + " | ".join("" if v is None else f"{v:.4f}" for v in vals) + " |")
+
+    row("batches 10-49", lambda f: f.get("early_p25_s"))
+    row("batches 351-399", lambda f: f.get("near_400_p25_s"))
+    row("351-399 / 10-49", lambda f: f.get("near_400_over_early"))
+    for i, w in enumerate(fl[names[0]]["windows"]):
+        row(f"batches {w['from']}-{w['to'] - 1}", lambda f, i=i: f["windows"][i]["p25_s"])
+    row("fitted line, last window / batches 100-199", lambda f: f.get("trend_last_over_first"))
+    return out + [""]
+
+
 def _long_run(lr: dict, plots_dir: Path, title: str = "Long run", plot_prefix: str = "long_run") -> list[str]:
     lat = lr["latency_s"]
     out = [f"## {title} ({lr['batches']} micro-batches of {lr['rows_per_batch']} new rows into {lr['partitions']} "
@@ -55,6 +77,7 @@ def _long_run(lr: dict, plots_dir: Path, title: str = "Long run", plot_prefix: s
         out.append(f"| live files per partition just before the last maintenance (max) | "
                    f"{lr['files_per_partition_before_last_cleaner']} | |")
     out.append("")
+    out += _flatness(lr)
     out += ["| snapshot read (id, ts, amount) | median s |", "| --- | ---: |"]
     out += [f"| {k} | {v['median_s']:.3f} |" for k, v in lr["reads"].items()] + [""]
     xs = list(range(1, lr["batches"] + 1))

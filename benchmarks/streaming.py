@@ -145,6 +145,35 @@ def long_run_event(size: dict, work: Path, spark) -> dict:
     return _long_run(size, work, spark, batches, data.EVENT_SCHEMA, "bench_long_run_event")
 
 
+def flatness(lat: list[float], every: int, window: int = 100) -> dict:
+    """Statistics of one system's per-batch times that background noise cannot fake: the 25th
+    percentile per ``window`` batches and a least-squares line through them, leaving out the
+    batch right after each companion run (every ``every`` batches, untimed, but it changes what
+    the next batch finds). ``early``: batches 10-49, ``near_400``: 351-399 (the first batches
+    between two companion runs, as "batch ~20" and "batch ~400"); ``trend``: the fitted value at
+    the last window over the one at batches 100-199."""
+    xs = np.arange(len(lat))
+    keep = (xs % every != 0) | (xs == 0)
+
+    def p25(a: int, b: int) -> float | None:
+        sel = np.asarray(lat)[(xs >= a) & (xs < b) & keep]
+        return float(np.percentile(sel, 25)) if len(sel) else None
+
+    windows = [{"from": a, "to": min(a + window, len(lat)), "p25_s": p25(a, a + window)}
+               for a in range(0, len(lat) - window + 1, window)]
+    out: dict = {"window": window, "windows": windows, "early_p25_s": p25(10, 50), "near_400_p25_s": p25(351, 400)}
+    if out["early_p25_s"] and out["near_400_p25_s"]:
+        out["near_400_over_early"] = out["near_400_p25_s"] / out["early_p25_s"]
+    fit = [w for w in windows[1:] if w["p25_s"] is not None]
+    if len(fit) >= 2:
+        centers = np.array([(w["from"] + w["to"]) / 2 for w in fit])
+        slope, icept = np.polyfit(centers, [w["p25_s"] for w in fit], 1)
+        first, last = icept + slope * centers[0], icept + slope * centers[-1]
+        out.update({"trend_slope_s_per_batch": float(slope), "trend_first_s": float(first), "trend_last_s": float(last),
+                    "trend_last_over_first": float(last / first) if first > 0 else None})
+    return out
+
+
 def _long_run(size: dict, work: Path, spark, batches: list[pa.Table], schema: pa.Schema, query_name: str) -> dict:
     """One long-lived sink and cleaner over ``batches``, deltalake appending beside it."""
     from deltalake import DeltaTable
@@ -229,6 +258,7 @@ def _long_run(size: dict, work: Path, spark, batches: list[pa.Table], schema: pa
         "files_per_partition_end": last["multiwriter_max"],
         "files_per_partition_before_last_cleaner": before_last[-1]["multiwriter_max"] if before_last else None,
         "reads": {k: {"median_s": _median(v), "all_s": v} for k, v in reads.items()},
+        "flatness": {k: flatness(v, every) for k, v in lat.items()},
     }
 
 

@@ -132,6 +132,27 @@ class Storage:
                 out.append(FileEntry(prefix + e.name, st.st_size if stat.S_ISREG(st.st_mode) else 0, st.st_mtime_ns / 1e9))
         return out
 
+    def list_names(self, rel: str, prefix: str = "") -> list[str]:
+        """Names of the files directly in ``rel`` that start with ``prefix``. On a local disk
+        the other entries are not stat'ed: a writer looks for one instant's files in a timeline
+        of hundreds before it publishes each data file. Symbolic links count as in
+        :meth:`list_dir`."""
+        if not self.is_local:
+            names = (e.path.rsplit("/", 1)[-1] for e in self.list_dir(rel, files_only=True))
+            return [n for n in names if n.startswith(prefix)]
+        try:
+            it = os.scandir(self.abs(rel))
+        except FileNotFoundError:
+            return []
+        out = []
+        with it:
+            for e in it:
+                if not e.name.startswith(prefix) or (e.is_symlink() and not self._link_stays_inside(e.path)):
+                    continue
+                if e.is_file():  # follows a link; an entry gone meanwhile is no file
+                    out.append(e.name)
+        return out
+
     def list_subdirs(self, rel: str) -> list[str]:
         if self.is_local:
             return [e.path for e in self._list_local(rel, False) if os.path.isdir(self.abs(e.path))]

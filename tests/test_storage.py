@@ -49,3 +49,24 @@ def test_local_exists_matches_pyarrows(tmp_path, rel):
     os.symlink(tmp_path / "gone", tmp_path / "a" / "dangling")
     want = pafs.LocalFileSystem().get_file_info(os.path.join(str(tmp_path), rel.lstrip("/"))).type != pafs.FileType.NotFound
     assert Storage(str(tmp_path)).exists(rel) is want
+
+
+@pytest.mark.parametrize("rel", ["", "a", "missing"])
+@pytest.mark.parametrize("prefix", ["", "f", "20", "zz"])
+def test_names_listing_is_the_files_listing_filtered_by_prefix(tmp_path, rel, prefix):
+    """``list_names`` (no stat of the other entries) names what ``list_dir(files_only=True)``
+    lists: plain files, links to files inside the root; not directories, dangling links or links
+    that leave the root."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s")
+    root = tmp_path / "root"
+    os.makedirs(root / "a" / "20b")
+    for name in ("f1", "20_1.commit", "a/f2", "a/20_2.commit", "a/fz"):
+        (root / name).write_bytes(b"x")
+    os.symlink(root / "f1", root / "a" / "f_link")
+    os.symlink(root / "gone", root / "a" / "f_dangling")
+    os.symlink(outside / "secret", root / "a" / "f_out")
+    storage = Storage(str(root))
+    want = sorted(e.path.rsplit("/", 1)[-1] for e in storage.list_dir(rel, files_only=True))
+    assert sorted(storage.list_names(rel, prefix)) == [n for n in want if n.startswith(prefix)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..errors import InvalidRecordError, UnsafePathError
@@ -36,8 +37,10 @@ class DataFileName:
         return f"{self.file_id}_{self.write_token}_{self.instant_time}.parquet"
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_data_file(name: str) -> DataFileName | None:
-    """Parse ``<fileId>_<writeToken>_<T>.parquet``; None for any other file."""
+    """Parse ``<fileId>_<writeToken>_<T>.parquet``; None for any other file. Remembered: every
+    listing of a partition parses its file names again, a writer's once per batch."""
     m = _FILE_RE.match(name)
     return DataFileName(m.group("fid"), m.group("token"), m.group("t")) if m else None
 

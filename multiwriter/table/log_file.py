@@ -31,6 +31,7 @@ import struct
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from typing import Any
 
 import fastavro
@@ -115,9 +116,11 @@ class LogFileName:
         return f".{self.file_id}_{self.instant_time}.log.{self.version}_{self.write_token}"
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_log_file(name: str) -> LogFileName | None:
     """The parts of a log file name, or None for any other name (base files, ``.cdc`` logs,
-    markers, resource forks): listing code calls this on every file of a partition."""
+    markers, resource forks): listing code calls this on every file of a partition, so the
+    answer is remembered."""
     m = _LOG_NAME.fullmatch(name)
     if m is None:
         return None
@@ -871,11 +874,13 @@ def _ordering_column(wrapped: list[Any]) -> pa.Array:
 
 
 def _decode_parquet(content: bytes, where: str, columns: Collection[str] | None = None) -> pa.Table:
-    try:  # ParquetFile: a log block is small, and read_table's dataset layer costs more than the read
-        f = pq.ParquetFile(pa.BufferReader(content))
+    try:  # the plain reader: a log block is small, and every layer above it costs more than the read
+        f = pq.ParquetReader()
+        f.open(pa.BufferReader(content), pre_buffer=False)
         if columns is None:
-            return f.read(use_threads=False)
+            return f.read_all(use_threads=False)
         wanted = set(columns)
-        return f.read(columns=[n for n in f.schema_arrow.names if n in wanted], use_threads=False)
+        return f.read_all(column_indices=[i for i, p in enumerate(f.column_paths) if p[0] in wanted],
+                          use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise TableFormatError(f"{where}: Parquet data block does not decode ({e})") from e

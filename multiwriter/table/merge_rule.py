@@ -32,7 +32,8 @@ it carries, and the base row fills the rest (:func:`merge`), as hudi-rs merges t
 The whole rule runs on arrays: the logs' keys are dictionary
 encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
 only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
-base file with small logs costs little more than one copy of the base rows.
+base file with small logs costs at most one copy of the base rows, and none of a column whose
+winning values equal the base values they replace.
 """
 from __future__ import annotations
 
@@ -383,15 +384,43 @@ def _assemble_rows(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: 
     take = _take_index(n_base, touched, replaced, win_rows, in_base)
     if not len(take):
         return schema.empty_table()
-    rows = pa.concat_tables(stored)
     if not n_base or len(touched) > in_base:
-        return rows.take(pa.array(take))
-    # every base row stays, so the key column is the base's as stored (a replacing row has the
-    # key of the row it replaces) followed by the new keys: no copy of the (string) keys
-    new_keys = rows.column(key).take(pa.array(win_rows[in_base:]))
-    out = rows.select([n for n in schema.names if n != key]).take(pa.array(take))
-    return out.add_column(schema.get_field_index(key), schema.field(key),
-                          pa.chunked_array(stored[0].column(key).chunks + new_keys.chunks, schema.field(key).type))
+        return _take_rows(stored, schema, pa.array(take))
+    # every base row stays: a column whose replacing values equal the values they replace (the
+    # key always; often the partition path and columns an update does not change) is the base's
+    # as stored followed by the new keys' values, no copy of its (string) values. Small takes
+    # read the logs' rows alone (a take from many chunks first joins them)
+    logs = pa.concat_tables(stored[1:]).combine_chunks()
+    changed = replacing != replaced  # else the base row itself won
+    at, by = pa.array(replaced[changed]), pa.array(replacing[changed] - n_base)
+    new, everything = pa.array(win_rows[in_base:] - n_base), pa.array(take)
+    cols = []
+    for name in schema.names:
+        kept, logged = stored[0].column(name), logs.column(name)
+        if name == key or (_exact(kept.type) and kept.take(at).equals(logged.take(by))):
+            cols.append(pa.chunked_array(kept.chunks + (logged.take(new).chunks if len(new) else []), kept.type))
+        else:
+            cols.append(_joined(kept.chunks + logged.chunks, kept.type).take(everything))
+    return pa.Table.from_arrays(cols, schema=stored[0].schema)
+
+
+def _take_rows(stored: list[pa.Table], schema: pa.Schema, idx: pa.Array) -> pa.Table:
+    """Rows ``idx`` of the stored tables one after another, each column joined before the take."""
+    cols = [_joined([c for t in stored for c in t.column(name).chunks], f.type).take(idx)
+            for name, f in zip(schema.names, schema, strict=True)]
+    return pa.Table.from_arrays(cols, schema=stored[0].schema)
+
+
+def _joined(chunks: list[pa.Array], type_: pa.DataType) -> pa.Array:
+    return chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks) if chunks else pa.array([], type_)
+
+
+def _exact(t: pa.DataType) -> bool:
+    """Whether equal values of type ``t`` are identical (not floats: 0.0 equals -0.0), so a
+    column may keep a stored value in place of an equal one."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
+            or pa.types.is_temporal(t) or pa.types.is_decimal(t))
 
 
 def _ordering_field(schema: pa.Schema, name: str | None) -> pa.Field | None:
@@ -471,8 +500,15 @@ def java_class(t: pa.DataType) -> str:
 
 
 def _delete_keys(d: pa.Table, key_type: pa.DataType) -> pa.ChunkedArray:
+    """A delete block's record keys in the type of the key column (an integer key field's keys
+    are its values' text)."""
     keys = d.column(DELETE_KEY)
-    return keys if keys.type == key_type else keys.cast(key_type)
+    if keys.type == key_type:
+        return keys
+    try:
+        return keys.cast(key_type)
+    except _CAST_ERRORS as e:
+        raise TableFormatError(f"delete record keys cannot be read as the key column's {key_type}: {e}") from e
 
 
 def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -19,16 +19,22 @@ from .schema import cast_column
 
 def key_column(config: TableConfig, schema: pa.Schema) -> str:
     """The column a merge takes each record's key from: the record key field itself when the
-    table's key generator makes Hudi's record key that field's value unchanged (one string key
-    field, Hudi's simple key generator), so a read that returns that field does not read the key
-    twice; else Hudi's ``_hoodie_record_key`` meta column."""
+    table's key generator makes Hudi's record key that field's value (one key field, Hudi's
+    simple key generator) and equal keys are equal values: a string field, or an integer one
+    (its key is the integer's decimal text, which names one integer). A read that returns that
+    field then neither reads the key twice nor hashes text; else Hudi's ``_hoodie_record_key``
+    meta column."""
     if len(config.record_key) != 1 or not _simple_key_generator(config):
         return RECORD_KEY
     (name,) = config.record_key
     i = schema.get_field_index(name)
-    if i < 0 or not (pa.types.is_string(schema.field(i).type) or pa.types.is_large_string(schema.field(i).type)):
+    if i < 0 or not _key_type(schema.field(i).type):
         return RECORD_KEY
     return name
+
+
+def _key_type(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
 
 
 def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_field: str | None,
@@ -44,14 +50,16 @@ def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_fi
     return pa.schema([f for f in schema if f.name in keep], metadata=schema.metadata)
 
 
-def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema) -> pa.Table:
+def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool = True) -> pa.Table:
     """The base file's rows in ``schema`` (columns added since it was written read as null);
-    only the columns of ``schema`` are read."""
+    only the columns of ``schema`` are read. ``threads``: decode its columns on Arrow's threads
+    (no gain when slices are already read side by side, one per core)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
         pf = pq.ParquetFile(f)
         wanted = set(schema.names)
         stored = pf.schema_arrow.names
-        t = pf.read() if wanted.issuperset(stored) else pf.read(columns=[n for n in stored if n in wanted])
+        cols = None if wanted.issuperset(stored) else [n for n in stored if n in wanted]
+        t = pf.read(columns=cols, use_threads=threads)
     return _aligned(t, schema)
 
 
@@ -92,17 +100,17 @@ def _carried(block: LogBlock) -> frozenset[str] | None:
 
 def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_field: str | None,
                logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
-               key: str = RECORD_KEY) -> pa.Table:
+               key: str = RECORD_KEY, threads: bool = True) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
     else base and logs merged (``logs``: a subset of the slice's; all of them by default; they
     merge in :func:`~.merge_rule.log_order` whatever their order here). A log-only slice (no
     base file, as Hudi's non-blocking writers start a bucket) merges its logs alone.
     ``columns``: read and merge only these (plus ``key`` and the ordering field: the rows come
     in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
-    The same rows win either way."""
+    The same rows win either way. ``threads``: as :func:`read_base`."""
     schema = merge_schema(schema, columns, ordering_field, key)
     use = sorted(fs.logs if logs is None else logs, key=log_order)
-    base = read_base(storage, fs, schema) if fs.has_base else schema.empty_table()
+    base = read_base(storage, fs, schema, threads) if fs.has_base else schema.empty_table()
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []

@@ -258,11 +258,11 @@ class Table:
         need = None if columns is None else _filter_columns(filters, schema, columns)
         key = key_column(self.config, schema) if need is not None else RECORD_KEY
 
-        def one(f: FileSlice) -> pa.Table:
-            return read_slice(self.storage, f, schema, ordering, columns=need, key=key)
+        def one(f: FileSlice, threads: bool = False) -> pa.Table:
+            return read_slice(self.storage, f, schema, ordering, columns=need, key=key, threads=threads)
 
         if len(merged) == 1:
-            parts = [one(merged[0])]
+            parts = [one(merged[0], threads=True)]
         else:  # reading and merging release the GIL: slices side by side on every core
             parts = list(SLICE_READERS.get().map(one, merged))
         t = pa.concat_tables(parts)

@@ -88,10 +88,7 @@ def _check_heartbeat_file(storage: Storage, instant_time: str, bound_s: float, w
 def _check_not_completed(storage: Storage, instant_time: str, pending: tuple[str, ...], what: str) -> None:
     """Raise when the timeline holding ``pending`` has a completed instant ``instant_time``."""
     timeline_dir = pending[0].rpartition("/")[0]
-    for e in storage.list_dir(timeline_dir, files_only=True):
-        name = e.path.rsplit("/", 1)[-1]
-        if not name.startswith(instant_time):
-            continue
+    for name in storage.list_names(timeline_dir, instant_time):
         i = inst.decode_file_name(name)
         if i is not None and i.requested_time == instant_time and i.is_completed:
             raise InstantCompletedError(

@@ -85,7 +85,8 @@ def test_the_key_field_stands_in_for_the_meta_key_only_under_the_simple_key_gene
     assert key_column(cfg(parts=("date", "ts")), schema) == RECORD_KEY  # complex key generator
     assert key_column(cfg(parts=()), schema) == RECORD_KEY  # non-partitioned
     assert key_column(cfg(keys=("id", "date")), schema) == RECORD_KEY
-    assert key_column(cfg(), with_meta(_schema(pa.int64()))) == RECORD_KEY  # a number's text is another value
+    assert key_column(cfg(), with_meta(_schema(pa.int64()))) == "id"  # an integer's text names one integer
+    assert key_column(cfg(), with_meta(_schema(pa.float64()))) == RECORD_KEY  # 1.0 and 1.00 name one number
     assert key_column(cfg(**{"hoodie.table.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator"}), schema) == "id"
     custom = cfg(**{"hoodie.table.keygenerator.class": "com.example.MyKeyGenerator"})
     assert key_column(custom, schema) == RECORD_KEY
@@ -100,16 +101,18 @@ def test_merge_schema_keeps_the_asked_columns_the_key_and_the_ordering_field_in_
     assert merge_schema(schema, ["value", "id"], None, key="id").names == ["id", "value"]
 
 
+@pytest.mark.parametrize("key_type", [pa.string(), pa.int64()])
 @pytest.mark.parametrize("seed", range(200))
-def test_a_column_equal_to_the_meta_key_merges_alike(seed):
-    """merge(key="id") on sources whose id equals _hoodie_record_key gives the rows of merge()."""
+def test_a_column_equal_to_the_meta_key_merges_alike(seed, key_type):
+    """merge(key="id") on sources whose id equals _hoodie_record_key (an integer id: its text
+    is the key, deletes name it so) gives the rows of merge()."""
     rnd = random.Random(seed)
-    pool = [f"k{i}" for i in range(6)]
+    pool = [f"k{i}" for i in range(6)] if key_type == pa.string() else [str(i) for i in (-3, 0, 7, 42, 10**12, 5)]
     serial = iter(range(10_000))
-    schema = SCHEMA.append(pa.field("id", pa.string()))
+    schema = SCHEMA.append(pa.field("id", key_type))
 
     def with_id(t: pa.Table) -> pa.Table:
-        return t.append_column("id", t.column(RECORD_KEY))
+        return t.append_column("id", t.column(RECORD_KEY).cast(key_type))
 
     def rows_of(keys):
         return [(k, rnd.choice([None, 0, 1, 2]), f"v{next(serial)}") for k in keys]
