@@ -26,7 +26,10 @@ log files is on storage and a base file of that log's group was requested after 
 and at or before it completed (a compaction planned while it ran). Readers slice a log file by its
 commit's completion time, and an archived commit's completion time is not on the active timeline:
 readers (ours and hudi-rs) then use its requested time, which would put the log under the older
-base, and its changes would vanish from the snapshot.
+base, and its changes would vanish from the snapshot. On a table that keeps Hudi's metadata table,
+X is held behind the files partition's newest compaction, as Hudi's archiver holds it: no instant
+whose metadata records are still in log files of the open slice is archived (Hudi's readers check
+those against the active timeline), so nothing is archived before the first compaction.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
 under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
@@ -46,6 +49,7 @@ from .. import checkpoint as ckpt
 from ..table import instant as inst
 from ..table import history
 from ..table import lsm_timeline as lsm
+from ..table import metadata_files
 from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
 from ..table.instant import Instant
@@ -122,6 +126,20 @@ def sliced_by_completion(tl: Timeline, bases: list[FileSlice], logs: list[LogFil
     return min(held, default=None)
 
 
+def behind_metadata_compaction(tl: Timeline, states: list[Instant]) -> str | None:
+    """The requested time archival must stay below for the metadata table, None when nothing
+    holds it. Hudi (``TimelineArchiverV2``) archives nothing before the metadata table's files
+    partition first compacts, then keeps every instant that completed after its newest
+    compaction: their records are in log files of the open slice, which Hudi's readers check
+    against the active data timeline. Every data action with files writes such a log, so here
+    the rule reads the open slice itself: the oldest instant that has a log file there stays
+    (an action with no files, which writes no log, holds nothing)."""
+    if not metadata_files.enabled(tl.config):
+        return None
+    open_slice = metadata_files.uncompacted_instants(tl.storage, tl.config)
+    return min((i.requested_time for i in states if i.requested_time in open_slice), default=None)
+
+
 def choose(
     tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None,
     logs: list[LogFile] | None = None,
@@ -157,6 +175,9 @@ def choose(
     straddling = sliced_by_completion(tl, files, logs or [])
     if straddling is not None:
         bounds["a deltacommit that completed after a newer base of its log's group was requested"] = straddling
+    mdt = behind_metadata_compaction(tl, states)
+    if mdt is not None:
+        bounds["the metadata table's newest compaction"] = mdt
     rule, cutoff = min(bounds.items(), key=lambda kv: kv[1])
     prefix = [i for i in states if i.requested_time < cutoff]
     n = _completion_prefix(states, len(prefix))

@@ -230,6 +230,13 @@ class MetadataTable:
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
 
+    def latest_compaction(self) -> str | None:
+        """The requested time of the newest completed compaction of the files partition (Hudi's
+        ``getLatestCompactionTime``: the last completed commit on the metadata timeline), None
+        before the first one."""
+        done = [t for t, (action, _) in self._completed().items() if action in (inst.COMMIT, inst.REPLACE_COMMIT)]
+        return max(done, default=None)
+
     # -- reading ----------------------------------------------------------------------------
     def latest_slice(self) -> tuple[str | None, str, list[str]]:
         if self._slice is None:
@@ -517,6 +524,18 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     mt.maybe_compact(completion, _after(completion))
     mt.append(t, completion, recs)
     faults.point("after-metadata-table")
+
+
+def latest_compaction_time(storage: Storage, config: props.TableConfig) -> str | None:
+    """The files partition's newest compaction (see :meth:`MetadataTable.latest_compaction`)."""
+    return MetadataTable(storage, config).latest_compaction()
+
+
+def uncompacted_instants(storage: Storage, config: props.TableConfig) -> set[str]:
+    """The data instants whose records are in log files of the files partition's open slice
+    (no base holds them yet): the deltacommits since its newest compaction."""
+    _, _, logs = MetadataTable(storage, config).latest_slice()
+    return {p.instant_time for n in logs if (p := parse_log_file(n)) is not None}
 
 
 def now_time() -> str:
