@@ -374,6 +374,12 @@ _DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
+def forget_decoded() -> None:
+    """Drop the decoded files kept for this process (a cold read, as a new reader process does)."""
+    with _CACHE_LOCK:
+        _DECODED.clear()
+
+
 def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:
     try:
         mt._put_instant(t, action, state)
