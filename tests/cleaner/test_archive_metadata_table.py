@@ -86,3 +86,43 @@ def test_writes_with_the_cleaner_archive_only_behind_compactions_and_hudi_rs_agr
     ours = rows(mw.Table.open(table_path).read(), cols)
     assert ours == rows(hudi_read(table_path), cols)
     assert len(ours) == 29
+
+
+def test_the_cleaner_compacts_the_files_partition_when_archival_waits_for_it(table_path, trips_table):
+    _writes(table_path, 6)
+    assert _compactions(table_path) == []
+    lock = mw.InProcessLock()
+    with mw.Cleaner(table_path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1, retain_commits=1,
+                    archive_keep_min=1, archive_keep_max=2, clustering=None, compaction=None) as cleaner:
+        report = cleaner.run_once()
+    assert not report.errors and report.archived >= 4
+    (done,) = _compactions(table_path)
+    newest = max(i.completion_time for i in mw.Table.open(table_path).timeline().completed())
+    assert done > newest, "timed after every completion, so later actions' logs open the new slice"
+    assert mf.uncompacted_instants(trips_table.storage, trips_table.config) == set()
+    cfg = mw.WriterConfig(writer_id="w2", lock=lock, executor="driver")
+    mw.write(trips([100], ts=9), table_path, cfg)
+    cols = ["id", "ts", "value"]
+    ours = rows(mw.Table.open(table_path).read(), cols)
+    assert ours == rows(hudi_read(table_path), cols) and len(ours) == 7
+
+
+def test_no_compaction_over_a_log_that_completed_after_the_data_timeline(table_path, trips_table):
+    """A crash after the metadata deltacommit leaves a log completed later than anything on the
+    data timeline: a base timed below it would also leave it in the new slice, so the cleaner's
+    compaction is skipped (the pending instant holds archival anyway)."""
+    from multiwriter import faults
+
+    _writes(table_path, 2)
+    faults.configure("after-metadata-table=error")
+    try:
+        try:
+            mw.write(trips([50], ts=5), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+        except faults.InjectedFault:
+            pass
+    finally:
+        faults.configure(None)
+    t = mw.Table.open(table_path)
+    newest = max(i.completion_time for i in t.timeline().completed())
+    assert not mf.compact_open_slice(t.storage, t.config, newest)
+    assert _compactions(table_path) == []
