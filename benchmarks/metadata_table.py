@@ -10,7 +10,8 @@ table.
 partitions) on tables of 100 and 1,000 partitions, with and without the metadata table, on moto's
 S3 server (127.0.0.1). Requests are counted by the server itself (a WSGI wrapper around moto's
 application): every request pyarrow's S3 client sends, by kind (LIST = ListObjects(V2) on the
-bucket, HEAD, GET, PUT, DELETE, other).
+bucket, HEAD, GET, PUT (objects, upload parts and copies), MULTIPART (a multipart upload's start
+and completion), DELETE, other).
 
 ``long_run`` (goal 3): micro-batches into a table that keeps the metadata table, the cleaner every
 N batches; per batch the metadata table's file count and the time of a cold load of its files
@@ -86,7 +87,7 @@ def render(r: dict) -> list[str]:
 
 # -- goal 2: S3 requests against the number of partitions ---------------------------------------
 
-KINDS = ("LIST", "HEAD", "GET", "PUT", "DELETE", "other")
+KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
 #: partitions an upsert touches, whatever the table's number of partitions
 TOUCHED = 20
 
@@ -100,6 +101,8 @@ def request_kind(method: str, path: str, query: str) -> str:
         return "LIST" if not q or {"list-type", "prefix", "delimiter", "continuation-token", "marker"} & set(q) else "other"
     if method == "POST" and "delete" in q:
         return "DELETE"
+    if method == "POST" and {"uploads", "uploadId"} & set(q):
+        return "MULTIPART"  # a multipart upload's start or completion (its parts are PUTs)
     return {"HEAD": "HEAD", "GET": "GET", "PUT": "PUT", "DELETE": "DELETE"}.get(method, "other")
 
 
@@ -236,33 +239,41 @@ def render_listing(r: dict) -> list[str]:
     out = [f"## Hudi's metadata table: S3 requests against partitions (goal: list requests flat with it; "
            f"moto on 127.0.0.1, {r['upsert_rows']:,}-row upserts into {r['touched_partitions']} partitions, "
            "median of the runs)", "",
-           "| table | operation | LIST | HEAD | GET | PUT | DELETE | s |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| table | operation | LIST | HEAD | GET | PUT | MULTIPART | DELETE | s |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, d in r.items():
         if not isinstance(d, dict):
             continue
         for op in ("read", "upsert"):
             q = d[op]["requests"]
             out.append(f"| {label} | {'snapshot read' if op == 'read' else 'upsert'} | {q['LIST']:.0f} | "
-                       f"{q['HEAD']:.0f} | {q['GET']:.0f} | {q['PUT']:.0f} | {q['DELETE']:.0f} | {d[op]['s']:.2f} |")
+                       f"{q['HEAD']:.0f} | {q['GET']:.0f} | {q['PUT']:.0f} | {q['MULTIPART']:.0f} | {q['DELETE']:.0f} | "
+                       f"{d[op]['s']:.2f} |")
     return out + [""]
 
 
 # -- goal 3: the metadata table over a long run --------------------------------------------------
 
 
-def _mdt_files(path: str) -> tuple[int, int]:
-    """(files of the files partition, instant files on the metadata timeline)."""
+def _mdt_files(path: str) -> tuple[int, int, int]:
+    """(files of the files partition, their bytes, instant files on the metadata timeline)."""
     root = Path(path) / mf.MDT_DIR
-    files = sum(1 for p in (root / mf.PARTITION).iterdir() if p.is_file())
+    files = [p for p in (root / mf.PARTITION).iterdir() if p.is_file()]
     timeline = sum(1 for p in (root / ".hoodie" / "timeline").iterdir() if p.is_file())
-    return files, timeline
+    return len(files), sum(p.stat().st_size for p in files), timeline
 
 
-def _cold_load_s(storage: Storage, table: mw.Table) -> float:
-    mf.forget_decoded()
-    t0 = time.perf_counter()
-    mf.MetadataTable(storage, table.config).listing()
-    return time.perf_counter() - t0
+def _cold_load_s(storage: Storage, table: mw.Table, reps: int = 3) -> tuple[float, int]:
+    """The best of ``reps`` cold loads of the files partition (the machine's noise only adds),
+    and the number of files it lists."""
+    best, listed = float("inf"), 0
+    for _ in range(reps):
+        mf.forget_decoded()
+        t0 = time.perf_counter()
+        listing = mf.MetadataTable(storage, table.config).listing()
+        best = min(best, time.perf_counter() - t0)
+        listed = sum(len(v) for v in listing.values())
+    return best, listed
 
 
 def long_run(size: dict, work: Path, spark=None) -> dict:
@@ -289,9 +300,10 @@ def long_run(size: dict, work: Path, spark=None) -> dict:
                 report = cleaner.run_once()
                 if report.errors:
                     raise AssertionError(f"cleaner errors: {report.errors}")
-            files, timeline = _mdt_files(path)
-            samples.append({"batch": b + 1, "write_s": write_s, "mdt_files": files, "mdt_timeline": timeline,
-                            "mdt_load_s": _cold_load_s(storage, table),
+            files, size, timeline = _mdt_files(path)
+            load_s, listed = _cold_load_s(storage, table)
+            samples.append({"batch": b + 1, "write_s": write_s, "mdt_files": files, "mdt_bytes": size,
+                            "mdt_timeline": timeline, "mdt_load_s": load_s, "mdt_listed": listed,
                             "data_timeline": len(mw.Table.open(path).timeline().instants)})
     finally:
         cleaner.close()
@@ -300,7 +312,7 @@ def long_run(size: dict, work: Path, spark=None) -> dict:
         raise AssertionError(f"rows {got} != {n * rows}")
     out = {"batches": n, "clean_every": every, "rows": rows, "partitions": parts,
            "wall_s": time.perf_counter() - t_all, "samples": samples}
-    for key in ("mdt_files", "mdt_timeline", "mdt_load_s", "write_s", "data_timeline"):
+    for key in ("mdt_files", "mdt_bytes", "mdt_timeline", "mdt_load_s", "mdt_listed", "write_s", "data_timeline"):
         early = [s[key] for s in samples[19:70]]
         late = [s[key] for s in samples[-50:]]
         out[key] = {"batches_20_70": statistics.median(early), "last_50": statistics.median(late),
@@ -313,9 +325,9 @@ def render_long_run(r: dict) -> list[str]:
     out = [f"## Hudi's metadata table over {r['batches']:,} micro-batches ({r['rows']}-row inserts over "
            f"{r['partitions']} partitions, the cleaner every {r['clean_every']}; goal: last 50 / batches 20-70 <= 1.3)",
            "", "| per batch | batches 20-70 (median) | last 50 (median) | max | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
-    names = {"mdt_files": "files of the files partition", "mdt_timeline": "metadata timeline files",
-             "mdt_load_s": "cold load of the files partition, s", "write_s": "write, s",
-             "data_timeline": "data timeline instant files"}
+    names = {"mdt_files": "files of the files partition", "mdt_bytes": "their bytes",
+             "mdt_timeline": "metadata timeline files", "mdt_load_s": "cold load of the files partition (best of 3), s",
+             "mdt_listed": "data files it lists", "write_s": "write, s", "data_timeline": "data timeline instant files"}
     for key, name in names.items():
         d = r[key]
         ratio = f"{d['ratio']:.2f}" if d["ratio"] is not None else "-"

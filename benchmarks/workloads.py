@@ -327,7 +327,7 @@ _MOR_NBCC = {
     "mdt_list_upsert_rows": {"small": 2000, "full": 2000},
     "mdt_list_reps": {"small": 3, "full": 3},
     "mdt_long_run_batches": {"small": 3000, "full": 3000},
-    "mdt_long_run_clean_every": {"small": 50, "full": 50},
+    "mdt_long_run_clean_every": {"small": 10, "full": 10},
     "mdt_long_run_rows": {"small": 100, "full": 100},
     "mdt_long_run_partitions": {"small": 5, "full": 5},
 }
