@@ -176,17 +176,18 @@ def partitioned_initial(partitions: int, per: int) -> pa.Table:
 
 
 def partitioned_upsert(partitions: int, per: int, rows: int, b: int) -> pa.Table:
-    """``rows`` rows into the newest :data:`TOUCHED` partitions: 10 % update keys there, the rest
-    are new keys."""
+    """``rows`` rows into the newest :data:`TOUCHED` partitions (all of them in a smaller table):
+    10 % update keys there, the rest are new keys."""
     rng = np.random.default_rng(1000 + b)
     days = _days(partitions)
-    newest = np.arange(partitions - TOUCHED, partitions)
+    touched = min(TOUCHED, partitions)
+    newest = np.arange(partitions - touched, partitions)
     n_upd = rows // 10
     upd = rng.choice(per, n_upd) * partitions + rng.choice(newest, n_upd)
     upd = np.unique(upd)
     new = partitions * per + b * rows + np.arange(rows - len(upd))
     ids = np.concatenate([upd, new])
-    dates = np.where(ids < partitions * per, days[ids % partitions], days[newest[ids % TOUCHED]])
+    dates = np.where(ids < partitions * per, days[ids % partitions], days[newest[ids % touched]])
     return data.rows(ids, dates, ts=b + 1, seed=2000 + b)
 
 
