@@ -176,6 +176,14 @@ def render(run: dict, plots_dir: Path) -> str:
         from .metadata_table import render as render_metadata_table
 
         out += render_metadata_table(r["metadata_table"])
+    if "metadata_table_listing" in r:
+        from .metadata_table import render_listing
+
+        out += render_listing(r["metadata_table_listing"])
+    if "metadata_table_long_run" in r:
+        from .metadata_table import render_long_run
+
+        out += render_long_run(r["metadata_table_long_run"])
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

@@ -322,6 +322,14 @@ _MOR_NBCC = {
     "mdt_mor_rows": {"small": 200_000, "full": 2_000_000},
     "mdt_mor_batch": {"small": 2000, "full": 2000},
     "mdt_mor_batches": {"small": 20, "full": 30},
+    "mdt_list_partitions": {"small": [100, 1000], "full": [100, 1000]},
+    "mdt_list_rows_per_partition": {"small": 5, "full": 5},
+    "mdt_list_upsert_rows": {"small": 2000, "full": 2000},
+    "mdt_list_reps": {"small": 3, "full": 3},
+    "mdt_long_run_batches": {"small": 3000, "full": 3000},
+    "mdt_long_run_clean_every": {"small": 10, "full": 10},
+    "mdt_long_run_rows": {"small": 100, "full": 100},
+    "mdt_long_run_partitions": {"small": 5, "full": 5},
 }
 
 SIZES = {
@@ -353,4 +361,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "concurrent": concurrent, "failure": failure_detection, "memory": memory,
              "mor_upsert_scaling": mor.upsert_scaling, "mor_foreach_batch": mor.foreach_batch, "mor_read": mor.read,
              "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
-             "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost}
+             "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
+             "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run}

@@ -26,7 +26,12 @@ log files is on storage and a base file of that log's group was requested after 
 and at or before it completed (a compaction planned while it ran). Readers slice a log file by its
 commit's completion time, and an archived commit's completion time is not on the active timeline:
 readers (ours and hudi-rs) then use its requested time, which would put the log under the older
-base, and its changes would vanish from the snapshot.
+base, and its changes would vanish from the snapshot. On a table that keeps Hudi's metadata table,
+X is held behind the files partition's newest compaction, as Hudi's archiver holds it: no instant
+whose metadata records are still in log files of the open slice is archived (Hudi's readers check
+those against the active timeline), so nothing is archived before the first compaction. When that
+rule is what holds archival back, the archiver compacts the files partition first (under the
+lock), as the table's companion job.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
 under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
@@ -46,6 +51,7 @@ from .. import checkpoint as ckpt
 from ..table import instant as inst
 from ..table import history
 from ..table import lsm_timeline as lsm
+from ..table import metadata_files
 from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
 from ..table.instant import Instant
@@ -122,6 +128,36 @@ def sliced_by_completion(tl: Timeline, bases: list[FileSlice], logs: list[LogFil
     return min(held, default=None)
 
 
+#: the rule that holds archival behind the metadata table (:func:`behind_metadata_compaction`)
+METADATA_RULE = "the metadata table's newest compaction"
+
+
+def compact_metadata_table(tl: Timeline) -> bool:
+    """Compact the metadata table's files partition now, so that archival need not wait for the
+    writers' next compaction of it (every ``MAX_DELTA_COMMITS`` actions). Call under the table
+    lock; False when there was nothing to compact or it could not be (see
+    :func:`~multiwriter.table.metadata_files.compact_open_slice`)."""
+    newest = max((i.completion_time or i.requested_time for i in tl.completed()), default=None)
+    if newest is None or not metadata_files.compact_open_slice(tl.storage, tl.config, newest):
+        return False
+    log.info("compacted the metadata table's files partition of %s: archival waited for it", tl.storage.uri)
+    return True
+
+
+def behind_metadata_compaction(tl: Timeline, states: list[Instant]) -> str | None:
+    """The requested time archival must stay below for the metadata table, None when nothing
+    holds it. Hudi (``TimelineArchiverV2``) archives nothing before the metadata table's files
+    partition first compacts, then keeps every instant that completed after its newest
+    compaction: their records are in log files of the open slice, which Hudi's readers check
+    against the active data timeline. Every data action with files writes such a log, so here
+    the rule reads the open slice itself: the oldest instant that has a log file there stays
+    (an action with no files, which writes no log, holds nothing)."""
+    if not metadata_files.enabled(tl.config):
+        return None
+    open_slice = metadata_files.uncompacted_instants(tl.storage, tl.config)
+    return min((i.requested_time for i in states if i.requested_time in open_slice), default=None)
+
+
 def choose(
     tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None,
     logs: list[LogFile] | None = None,
@@ -157,6 +193,9 @@ def choose(
     straddling = sliced_by_completion(tl, files, logs or [])
     if straddling is not None:
         bounds["a deltacommit that completed after a newer base of its log's group was requested"] = straddling
+    mdt = behind_metadata_compaction(tl, states)
+    if mdt is not None:
+        bounds[METADATA_RULE] = mdt
     rule, cutoff = min(bounds.items(), key=lambda kv: kv[1])
     prefix = [i for i in states if i.requested_time < cutoff]
     n = _completion_prefix(states, len(prefix))
@@ -366,6 +405,9 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
         if result.finished:
             tl = ctx.table.timeline()
         chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
+        if result.held_back_by == METADATA_RULE and compact_metadata_table(tl):
+            chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max,
+                                                 retain_commits=retain_commits)
         if chosen:
             name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
         if chosen or migrated:

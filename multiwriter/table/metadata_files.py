@@ -230,6 +230,13 @@ class MetadataTable:
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
 
+    def latest_compaction(self) -> str | None:
+        """The requested time of the newest completed compaction of the files partition (Hudi's
+        ``getLatestCompactionTime``: the last completed commit on the metadata timeline), None
+        before the first one."""
+        done = [t for t, (action, _) in self._completed().items() if action in (inst.COMMIT, inst.REPLACE_COMMIT)]
+        return max(done, default=None)
+
     # -- reading ----------------------------------------------------------------------------
     def latest_slice(self) -> tuple[str | None, str, list[str]]:
         if self._slice is None:
@@ -295,14 +302,14 @@ class MetadataTable:
         return {_partition(p): {n: s for n, (s, d) in recs.get(p, {}).items() if not d} for p in parts}
 
     # -- compaction -------------------------------------------------------------------------
-    def maybe_compact(self, t: str, completion: str) -> bool:
-        """Merge the latest slice into a new base HFile at ``t`` once it holds
-        :data:`MAX_DELTA_COMMITS` log files; then delete the slices before the previous one.
+    def maybe_compact(self, t: str, completion: str, *, min_logs: int = MAX_DELTA_COMMITS) -> bool:
+        """Merge the latest slice into a new base HFile at ``t`` once it holds ``min_logs`` log
+        files (:data:`MAX_DELTA_COMMITS`); then delete the slices before the previous one.
         ``t`` must be later than every log's completion (no log may be both in the base and,
         by the slicing rule, in the new slice: hudi-rs would apply it again after later
         tombstones)."""
         base, base_t, logs = self.latest_slice()
-        if len(logs) < MAX_DELTA_COMMITS:
+        if not logs or len(logs) < min_logs:
             return False
         self._undo_pending_compactions()
         recs = self.read()
@@ -365,6 +372,12 @@ class MetadataTable:
 _CACHE_FILES = 256
 _DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+
+
+def forget_decoded() -> None:
+    """Drop the decoded files kept for this process (a cold read, as a new reader process does)."""
+    with _CACHE_LOCK:
+        _DECODED.clear()
 
 
 def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:
@@ -517,6 +530,35 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     mt.maybe_compact(completion, _after(completion))
     mt.append(t, completion, recs)
     faults.point("after-metadata-table")
+
+
+def latest_compaction_time(storage: Storage, config: props.TableConfig) -> str | None:
+    """The files partition's newest compaction (see :meth:`MetadataTable.latest_compaction`)."""
+    return MetadataTable(storage, config).latest_compaction()
+
+
+def compact_open_slice(storage: Storage, config: props.TableConfig, newest_completion: str) -> bool:
+    """Compact the files partition now, however few log files its open slice holds (the cleaner
+    does, under the table lock, when archival waits for it). The base is timed right after
+    ``newest_completion``, the greatest completion time on the data timeline: every log so far
+    completed by then, and every later data action completes above it (its completion is issued
+    above every time on the timeline, where that instant stays), so its log opens the new slice.
+    Skipped (False) when a log on the metadata timeline completed later than that (an action
+    that never completed on the data timeline): the base would hold a log the new slice takes too."""
+    if not enabled(config):
+        return False
+    mt = MetadataTable(storage, config)
+    t = _after(newest_completion)
+    if any(c >= t for _, c in mt._completed().values()):
+        return False
+    return mt.maybe_compact(t, _after(t), min_logs=1)
+
+
+def uncompacted_instants(storage: Storage, config: props.TableConfig) -> set[str]:
+    """The data instants whose records are in log files of the files partition's open slice
+    (no base holds them yet): the deltacommits since its newest compaction."""
+    _, _, logs = MetadataTable(storage, config).latest_slice()
+    return {p.instant_time for n in logs if (p := parse_log_file(n)) is not None}
 
 
 def now_time() -> str:

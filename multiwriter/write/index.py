@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
-from ..table import bucket
+from ..table import bucket, metadata_files
 from ..table.properties import TableConfig
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
@@ -240,10 +240,13 @@ class KeyIndex:
         self.key_reads = 0  # key columns read to confirm candidates
 
     def snapshot(self, timeline: Timeline, prepared: pa.Table) -> Snapshot:
-        """The latest slices of the partitions the batch touches."""
-        parts = pc.unique(prepared.column(PARTITION)).to_pylist()
-        existing = [p for p in sorted(parts) if p == "" or self.storage.is_dir(p)]
-        return Snapshot.build(self.storage, timeline, partitions=existing)
+        """The latest slices of the partitions the batch touches. Storage is asked which of them
+        exist only when it is listed: the metadata table lists no file of a new partition, and on
+        an object store each check costs requests that grow with the partitions touched."""
+        parts = sorted(pc.unique(prepared.column(PARTITION)).to_pylist())
+        if not metadata_files.enabled(timeline.config):
+            parts = [p for p in parts if p == "" or self.storage.is_dir(p)]
+        return Snapshot.build(self.storage, timeline, partitions=parts)
 
     def footer(self, fs: FileSlice, key_column: str | None = None) -> FooterKeys:
         key = (self.storage.uri, fs.path)

@@ -359,6 +359,7 @@ def test_retention_and_archival_follow_the_slicing_rule_across_a_compaction(
     # archival must not archive D while its log is on storage: readers would then slice it by
     # its requested time (no completion time off the active timeline), under the old base
     tl = mor_table.timeline()
+    archive.compact_metadata_table(tl)  # as archive() does when archival waits for it
     chosen, rule = archive.choose(tl, keep_min=1, keep_max=2, retain_commits=2)
     assert chosen and all(i.requested_time < d.requested_time for i in chosen)
     assert rule is not None and "deltacommit" in rule

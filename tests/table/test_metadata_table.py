@@ -222,3 +222,41 @@ def test_a_crash_mid_compaction_of_the_files_partition_is_undone(tmp_path):
     assert not [n for n in timeline if n.startswith(dead_t)]
     assert {r[2] for r in _agreed(path)} == {r[2] for r in before} | {"k060"}
     _listing_is_storage(path)
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_a_withdrawn_commit_stays_invisible_while_its_entries_outlive_compactions(kind, tmp_path):
+    """A commit withdrawn by the completion fence (its completed file deleted right after it was
+    written) leaves its files in the metadata table until a rollback tombstones them. Through
+    compactions of the files partition (its entries move into the new base) neither reader shows
+    them; the rollback then removes them from the listing."""
+    path = str(tmp_path / "t")
+    _create(path, kind)
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0)
+    mw.write(_batch(range(6), ts=1, v=1.0), path, cfg)
+    r = mw.write(_batch(range(3, 9), ts=2, v=2.0), path, cfg)
+    t = mw.Table.open(path)
+    withdrawn = r.instant.requested_time
+    t.storage.delete(f"{t.config.timeline_dir}/{r.instant.file_name(t.config.version)}")  # as the fence withdraws
+    assert [i.requested_time for i in t.timeline().pending()] == [withdrawn]
+    expect = {f"k{i:03d}": 1.0 for i in range(6)}
+    for i in range(mf.MAX_DELTA_COMMITS + 2):
+        mw.write(_batch([20 + i], ts=3 + i, v=3.0), path, cfg)
+        expect[f"k{20 + i:03d}"] = 3.0
+    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    base = mf.MetadataTable(t.storage, t.config).latest_slice()[0]
+    assert base is not None and not base.endswith(f"{mf.BOOTSTRAP_TIME}.hfile"), "the files partition compacted"
+    assert any(withdrawn in n for n in listed), "its entries are still listed"
+    assert {r[2]: r[4] for r in _agreed(path)} == expect
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
+                    compaction=None) as clean:
+        for _ in range(40):
+            if clean.run_once().rolled_back:
+                break
+            time.sleep(0.25)
+    assert not mw.Table.open(path).timeline().pending()
+    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    assert not any(withdrawn in n for n in listed)
+    assert {r[2]: r[4] for r in _agreed(path)} == expect
+    _listing_is_storage(path)
