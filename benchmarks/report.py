@@ -153,6 +153,10 @@ def render(run: dict, plots_dir: Path) -> str:
         from .metadata_table import render as render_metadata_table
 
         out += render_metadata_table(r["metadata_table"])
+    if "executors" in r:
+        from .executors import render as render_executors
+
+        out += render_executors(r["executors"])
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]
