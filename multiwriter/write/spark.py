@@ -1,22 +1,23 @@
 """The Spark side of the write path: small batches go to the driver; large ones are written by
 Spark tasks and committed by the driver.
 
-A batch of at most :data:`ONE_TASK_MAX_ROWS` rows (and, when Spark can estimate it, at most
-:data:`ONE_TASK_MAX_BYTES`) runs as ONE Spark job of one task, which does what the driver path
-does (:func:`~multiwriter.write.plan.plan_batch` against the instant's base, then
+A batch Spark estimates at most :data:`ONE_TASK_MAX_BYTES` runs as ONE Spark job of one task
+(it reads at most :data:`ONE_TASK_MAX_ROWS` + 1 rows), which does what the driver path does
+(:func:`~multiwriter.write.plan.plan_batch` against the instant's base, then
 :func:`~multiwriter.write.executor.run_on_driver`, file groups on a thread pool) and hands back
 its write stats: an exchange that spreads so few rows over more tasks costs more than it saves.
-A batch Spark cannot size is read once into Spark's cache and counted first, so the input is
-read once whichever way it goes.
 
-A larger batch is spread over tasks, and no key ever reaches the driver: each task tags its
-rows (partition path, and the file group of each key: the driver path's index against the
-attempt's base, a few hundred thousand rows at a time) and the tagged rows are cached; the
-driver plans from counts alone (rows per partition and file group, new rows per partition),
-routes in the JVM (one broadcast join of that small table), and the rows are exchanged once by
-precomputed Spark partition and merged there, one file group at a time. Bad input (null keys,
-a partition value that escapes its directory) is reported by the task that found it as its
-typed error, nothing committed. Executors call the same pure functions as the driver path
+A larger batch (or one Spark cannot size) of a partitioned table goes to tasks by table
+partition: one exchange hashed on the partition columns (the input is read once, by it), and
+each task runs the one task's driver path over its partitions' rows, so no two tasks touch one
+file group. An unpartitioned table's batch is spread by file group instead, and no key ever
+reaches the driver: each task tags its rows (the driver path's index against the attempt's
+base, a few hundred thousand rows at a time) and the tagged rows are cached (the input's one
+read); the driver plans from counts alone (rows per partition and file group), routes in the
+JVM (one broadcast join of that small table), and the rows are exchanged once by precomputed
+Spark partition and merged there, one file group at a time. Bad input (null keys, a partition
+value that escapes its directory) is reported by the task that found it as its typed error,
+nothing committed. Executors call the same pure functions as the driver path
 (:func:`records.prepare`, :func:`merge.merge_file_group`), so both paths write the same rows.
 """
 from __future__ import annotations
@@ -121,27 +122,24 @@ def run_on_executors(
     fill = small_file_limit if operation == "upsert" and not cfg.merge_on_read else 0
     limit = ONE_TASK_MAX_ROWS
     size = estimated_bytes(df)
-    cached = None
-    try:
-        if limit > 0 and size is None:  # unknown size: read the input once, into Spark's cache, and count it
-            cached = df.persist(_storage_level())
-            rows = _with_job(spark, "multiwriter: read and count the batch", cached.count)
-            df = cached
-            size = 0 if rows <= limit else None
-        if limit > 0 and size is not None and size <= ONE_TASK_MAX_BYTES:
+    if limit > 0 and size is not None and size <= ONE_TASK_MAX_BYTES:
+        on_planned(planned_metadata([], operation))
+        done = _with_job(spark, "multiwriter: write the batch in one task",
+                         lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit, fill))
+        if done is not None:
+            log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
+            return done, InsertedKeys(table.storage, done)
+        log.debug("executor path: more than %d rows, spread over tasks", limit)
+        on_planned = None
+    if cfg.partition_by and TASKS_BY_PARTITION:
+        if on_planned is not None:
             on_planned(planned_metadata([], operation))
-            done = _with_job(spark, "multiwriter: write the batch in one task",
-                             lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit, fill))
-            if done is not None:
-                log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
-                return done, InsertedKeys(table.storage, done)
-            log.debug("executor path: more than %d rows, spread over tasks", limit)
-            on_planned = None
-        stats = _spread(df, cfg, ctx, table, timeline, index or KeyIndex(table.storage), operation, target_file_size,
-                        fill, on_planned, uncache=cached)
-    finally:
-        if cached is not None:
-            cached.unpersist()
+        bins = _bins(spark, size)
+        stats = _with_job(spark, "multiwriter: write the batch, partitions by task",
+                          lambda: _by_partition(df, cfg, ctx, timeline, operation, target_file_size, fill, bins))
+    else:
+        stats = _spread(df, cfg, ctx, table, timeline, index or KeyIndex(table.storage), operation,
+                        target_file_size, fill, on_planned)
     log.debug("executor path: spread over tasks, %.2fs", time.monotonic() - started)
     return stats, InsertedKeys(table.storage, stats)
 
@@ -184,6 +182,13 @@ ONE_TASK_MAX_BYTES = 160 << 20
 TAG_CHUNK_ROWS = 500_000
 #: about this many rows (incoming and old) per merge task: a Python worker holds its task's rows
 MERGE_TASK_ROWS = 1_000_000
+#: a partitioned table's batch too large for one task goes to tasks by table partition
+#: (:func:`_by_partition`); an unpartitioned table's is tagged first and its file groups spread
+#: (:func:`_spread`), as is every batch when this is False
+TASKS_BY_PARTITION = True
+#: Spark partitions of a batch sent to tasks by table partition: one per this many bytes of
+#: Spark's estimate of the batch (at least one per core)
+BIN_BYTES = 64 << 20
 
 TASK = "_mw_task"
 BIN = "_mw_bin"
@@ -192,9 +197,30 @@ NEW_TASKS = "_mw_new_tasks"
 ROWS = "_mw_rows"
 
 
+# -- partitions by task ---------------------------------------------------------------------------
+def _bins(spark: Any, size: int | None) -> int:
+    """Spark partitions for a batch sent to tasks by table partition: at least one per core and
+    ``spark.sql.shuffle.partitions``, and one per :data:`BIN_BYTES` of Spark's estimate."""
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    return max(spark.sparkContext.defaultParallelism, shuffle, -(-(size or 0) // BIN_BYTES))
+
+
+def _by_partition(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, target_file_size: int, fill: int,
+                  bins: int) -> list[WriteStat]:
+    """Each table partition's rows to one Spark task (one exchange, hashed on the partition
+    columns: the input is read once, by that exchange), where the driver path runs over them
+    as in the one task: a task owns every file group of its partitions, so no two tasks touch
+    one group, and each tags its own keys. Rows are put back in batch order first."""
+    fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, 1 << 62, fill)
+    job = df.withColumn(ORDER, _order()).repartition(bins, *cfg.partition_by).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
+    stats = _one_task_results(job, ctx)
+    assert stats is not None
+    return stats
+
+
 # -- spread over tasks ----------------------------------------------------------------------------
 def _spread(df: Any, cfg: Any, ctx: Any, table: Any, timeline: Any, index: KeyIndex, operation: str,
-            target_file_size: int, fill: int, on_planned: Any, uncache: Any = None) -> list[WriteStat]:
+            target_file_size: int, fill: int, on_planned: Any) -> list[WriteStat]:
     """Tag on executors, plan on the driver from counts, merge on executors (module docstring)."""
     spark = df.sparkSession
     parallelism = spark.sparkContext.defaultParallelism
@@ -202,17 +228,21 @@ def _spread(df: Any, cfg: Any, ctx: Any, table: Any, timeline: Any, index: KeyIn
     tagged = df.withColumn(ORDER, _order()).coalesce(parallelism)
     tagged = tagged.mapInArrow(tag, _spark_schema(tag.output_schema(arrow_schema(tagged)))).persist(_storage_level())
     try:
+        t0 = time.monotonic()
         counts = _with_job(spark, "multiwriter: tag the batch", lambda: _counts(tagged))
-        if uncache is not None:
-            uncache.unpersist()  # the tagged rows are cached now
+        t1 = time.monotonic()
         route = _plan(counts, cfg, table, timeline, index, operation, len(ctx.data_schema), target_file_size,
                       parallelism, fill, ctx.instant_time)
         if on_planned is not None:
             on_planned(planned_metadata(route.tasks, operation))
         if not route.tasks:
             return []
-        return _with_job(spark, "multiwriter: route and merge",
-                         lambda: _merge(tagged, df.columns, cfg, ctx.data_schema, operation, route, ctx))
+        t2 = time.monotonic()
+        stats = _with_job(spark, "multiwriter: route and merge",
+                          lambda: _merge(tagged, df.columns, cfg, ctx.data_schema, operation, route, ctx))
+        log.debug("executor path, spread: tag %.2fs, plan %.2fs, merge %.2fs (%d file groups, %d Spark partitions)",
+                  t1 - t0, t2 - t1, time.monotonic() - t2, len(route.tasks), route.bins)
+        return stats
     finally:
         tagged.unpersist()
 
@@ -373,10 +403,11 @@ def _pack(cost: list[int], bins: int) -> list[int]:
 ONE_TASK_MAX_ROWS = 1_000_000
 
 
-def _routed(tagged: Any, cfg: Any, r: Routing) -> Any:
+def _routed(tagged: Any, cfg: Any, r: Routing, operation: str) -> Any:
     """The tagged rows with each row's task and Spark partition, computed in the JVM: one
-    broadcast join against the (small) routing table on (partition path, file group). A row
-    no task takes (a delete of an absent key) is dropped."""
+    broadcast join against the (small) routing table on (partition path, file group). A delete
+    of an absent key has no task and is dropped; any other row without one (its tag changed
+    since the plan: the batch was computed again, and differently) fails its merge task."""
     from pyspark.sql import functions as F
 
     right = tagged.sparkSession.createDataFrame(r.table).toDF("_mw_jp", "_mw_jf", TASK, NEW_TASKS)
@@ -386,8 +417,10 @@ def _routed(tagged: Any, cfg: Any, r: Routing) -> Any:
     pick = F.pmod(F.hash(*[F.col(c) for c in cfg.record_key]), F.size(new)) + 1
     task = F.coalesce(F.col(TASK), F.when(new.isNotNull(), F.element_at(new, pick)))
     bins = F.array(*[F.lit(b) for b in r.bin_of]).cast("array<int>")
-    out = out.withColumn(TASK, task.cast("int")).filter(F.col(TASK).isNotNull())
-    return out.withColumn(BIN, F.element_at(bins, F.col(TASK) + 1))
+    out = out.withColumn(TASK, task.cast("int"))
+    if operation == "delete":
+        out = out.filter(F.col(TASK).isNotNull())
+    return out.withColumn(BIN, F.coalesce(F.element_at(bins, F.col(TASK) + 1), F.lit(0)))
 
 
 def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, operation: str, r: Routing,
@@ -410,7 +443,7 @@ def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, op
         except RELAYED as e:
             yield _marker(FAILED, type(e).__name__, str(e))
 
-    job = _routed(tagged, cfg, r).select(*columns, TASK, ORDER, BIN).repartitionById(r.bins, BIN)
+    job = _routed(tagged, cfg, r, operation).select(*columns, TASK, ORDER, BIN).repartitionById(r.bins, BIN)
     out = _results(job.mapInArrow(merge_partition, _spark_schema(ONE_TASK_SCHEMA)), ctx)
     kind = out.column(KIND).to_pylist()
     if FAILED in kind:
@@ -477,8 +510,11 @@ class _OneTask:
             return
         if n == 0:
             return
+        rows = pa.Table.from_batches(got)
+        if ORDER in rows.column_names:  # exchanged rows of several input partitions: back in batch order
+            rows = rows.take(pa.array(np.argsort(rows.column(ORDER).to_numpy(), kind="stable")))
         try:
-            stats = self.write(pa.Table.from_batches(got), storage, base, took)
+            stats = self.write(rows, storage, base, took)
         except RELAYED as e:
             yield _marker(FAILED, type(e).__name__, str(e))
             return
@@ -560,7 +596,12 @@ def _in_one_task(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, tar
     """One job, one task (it reads at most ``limit + 1`` rows, no exchange): the write stats, or
     None when the batch has more than ``limit`` rows (nothing written)."""
     fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, limit, fill)
-    job = df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
+    return _one_task_results(df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA)), ctx)
+
+
+def _one_task_results(job: Any, ctx: Any) -> list[WriteStat] | None:
+    """The write stats of ``job``'s tasks (:class:`_OneTask`), None when one found the batch too
+    large; the typed error one of them reported."""
     submitted = time.time()
     out = _results(job, ctx)
     done = time.time()
@@ -633,7 +674,7 @@ def _stat_batch(st: WriteStat) -> pa.RecordBatch:
 
 def _changed_batch(n: int) -> InvalidRecordError:
     return InvalidRecordError(
-        f"{n} row(s) of the batch were not there when its keys were read: the DataFrame gives other rows each "
+        f"{n} row(s) of the batch were not there when it was tagged: the DataFrame gives other rows each "
         "time it is computed; cache or checkpoint it before writing (nothing was committed)"
     )
 
@@ -648,7 +689,7 @@ def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any) -> list[W
 
 def _groups(t: pa.Table, operation: str):
     """The rows of each task in ``t``, in batch order. Rows of no task are deletes of absent
-    keys, or rows the key job did not see: the batch changed between its two reads."""
+    keys, or rows the plan did not count: the batch changed (Spark computed it again)."""
     task = t.column(TASK)
     if task.null_count:
         if operation != "delete":

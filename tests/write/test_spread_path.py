@@ -1,6 +1,7 @@
-"""A Spark batch too large for one task: tagged on executors, planned on the driver from counts
-alone, merged on executors. Same rows as the driver path (random batches, read by hudi-rs),
-typed errors with nothing committed, and no key crossing to the driver."""
+"""A Spark batch too large for one task: its table partitions packed into tasks, or (a
+partition too large for a task) tagged on executors, planned on the driver from counts alone
+and merged on executors. Same rows as the driver path (random batches, read by hudi-rs), typed
+errors with nothing committed, and no key crossing to the driver."""
 from __future__ import annotations
 
 import os
@@ -38,16 +39,27 @@ def _random_batch(rng: np.random.Generator, n: int, key_space: int, ts: int) -> 
     })
 
 
+def _spread(monkeypatch, how: str) -> None:
+    """No batch is written by one task; ``tagged``: no partition is small enough for a task of its own."""
+    monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    if how == "tagged":
+        monkeypatch.setattr(spark_path, "TASKS_BY_PARTITION", False)
+
+
+HOW = ["by-partition", "tagged"]
+
+
 def _cfg(executor: str, operation: str = "upsert", **kw) -> mw.WriterConfig:
     return mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor=executor, operation=operation, **kw)
 
 
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_the_spread_path_writes_what_the_driver_path_writes(spark, tmp_path, monkeypatch, layout):
+def test_the_spread_path_writes_what_the_driver_path_writes(spark, tmp_path, monkeypatch, layout, how):
     """Random upserts (updates, new keys, keys repeated in a batch), an insert and a delete,
     through the driver path and through executors with every batch spread over tasks (in
     pieces of 40 rows per tagging step): the same rows, as hudi-rs reads them too."""
-    monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    _spread(monkeypatch, how)
     monkeypatch.setattr(spark_path, "TAG_CHUNK_ROWS", 40)
     monkeypatch.setattr(spark_path, "MERGE_TASK_ROWS", 100)
     rng = np.random.default_rng(7)
@@ -66,13 +78,14 @@ def test_the_spread_path_writes_what_the_driver_path_writes(spark, tmp_path, mon
     assert len(want) > 500
 
 
-def test_only_counts_cross_to_the_driver(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", HOW)
+def test_only_counts_cross_to_the_driver(spark, tmp_path, monkeypatch, how):
     """What the driver collects of a spread batch: rows per (partition, file group) and its
     write stats; never a key column, and far fewer rows than the batch has."""
     path = str(tmp_path / "t")
     _table(path)
     mw.write(trips(range(2000), ts=1), path, _cfg("driver"))
-    monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    _spread(monkeypatch, how)
     collected: list[pa.Table] = []
     to_arrow = spark_path.to_arrow
 
@@ -95,15 +108,19 @@ def test_only_counts_cross_to_the_driver(spark, tmp_path, monkeypatch):
     assert collected, "the driver collected nothing it planned from"
     for t in collected:
         assert t.num_rows < 20 and not {"id", "_mw_key", "_hoodie_record_key"} & set(t.column_names)
-    counts = collected[0]
-    assert {PARTITION, FILE_ID}.issubset(counts.column_names) and sum(counts.column("_mw_rows").to_pylist()) == 2500
+    if how == "tagged":  # first rows per (partition, file group), then the stats
+        assert {PARTITION, FILE_ID}.issubset(collected[0].column_names)
+        assert sum(collected[0].column("_mw_rows").to_pylist()) == 2500
+    else:  # the stats alone
+        assert len(collected) == 1
     got = {(r[0], r[1]): r[2] for r in rows(hudi_read(path), ["id", "date", "value"])}
     assert len(got) == 3500 and got[("1500", DAYS[0])] == 2.0 and got[("10", DAYS[0])] == 1.0 and got[("10", DAYS[1])] == 1.0
 
 
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("bad", ["null key", "escaping partition"])
-def test_bad_input_of_a_spread_batch_is_its_typed_error_and_commits_nothing(spark, tmp_path, monkeypatch, bad):
-    monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+def test_bad_input_of_a_spread_batch_is_its_typed_error_and_commits_nothing(spark, tmp_path, monkeypatch, bad, how):
+    _spread(monkeypatch, how)
     path = str(tmp_path / "t")
     _table(path)
     mw.write(trips(range(10), ts=1), path, _cfg("driver"))
@@ -121,12 +138,12 @@ def test_bad_input_of_a_spread_batch_is_its_typed_error_and_commits_nothing(spar
     assert not os.path.exists(os.path.join(path, "..", "escape"))
 
 
-@pytest.mark.parametrize("spread", [False, True])
-def test_executor_upserts_fill_a_small_group_they_rewrite_as_the_driver_path_does(spark, tmp_path, monkeypatch, spread):
+@pytest.mark.parametrize("how", ["one task"] + HOW)
+def test_executor_upserts_fill_a_small_group_they_rewrite_as_the_driver_path_does(spark, tmp_path, monkeypatch, how):
     """``small_file_limit_bytes``: a Copy-on-Write upsert's new keys join the small group it
     rewrites (one task and spread alike), and still count as inserted keys for the conflict check."""
-    if spread:
-        monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    if how != "one task":
+        _spread(monkeypatch, how)
     paths = {ex: str(tmp_path / ex) for ex in ("driver", "spark")}
     batch = pa.concat_tables([trips(range(5), ts=2, value=2.0), trips(range(100, 120), ts=2, value=3.0)])
     for ex, p in paths.items():
@@ -158,9 +175,12 @@ def test_the_one_task_names_each_file_with_its_own_token(spark, tmp_path):
     assert rows(hudi_read(path), ["id", "value"]) == sorted((str(i), 2.0) for i in range(30))
 
 
-def test_a_batch_spark_cannot_size_is_read_once_and_written_by_one_task(spark, tmp_path):
-    """An RDD-backed batch (no size estimate) is read into Spark's cache and counted, then
-    written by one task reading that cache: the input's own stage runs once."""
+@pytest.mark.parametrize("how", HOW)
+def test_a_batch_spark_cannot_size_is_read_once(spark, tmp_path, monkeypatch, how):
+    """An RDD-backed batch (no size estimate) is read once, by the exchange that sends it to
+    tasks by partition, or by the job that tags it (the tagged rows are then cached)."""
+    if how == "tagged":
+        monkeypatch.setattr(spark_path, "TASKS_BY_PARTITION", False)
     path = str(tmp_path / "t")
     _table(path)
     sc = spark.sparkContext
