@@ -4,8 +4,9 @@ before is in its memory), and a much larger batch with a small driver JVM (``exe
 
 The table (``exec_table_rows``, driver path) is built in the same child; the batch
 (:func:`data.wide_upsert_batch`: 10% updates over every partition, 90% new keys) reaches the
-executor path as ``spark.createDataFrame`` of the Arrow table, which Spark cannot size (so the
-path reads it once into Spark's cache and counts it), and the driver path as the Arrow table.
+executor path as ``spark.createDataFrame`` of the Arrow table, which Spark cannot size (so it
+goes to tasks by table partition without a one-task attempt), and the driver path as the Arrow
+table.
 The much larger batch is read from Parquet files (``spark.read.parquet``): a batch built in the
 driver would not fit a 1 GB driver JVM whatever the write does with it. Each child checks the
 table's row count afterwards.
