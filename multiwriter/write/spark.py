@@ -175,8 +175,8 @@ def _key_columns(cfg: Any) -> list[str]:
     return list(dict.fromkeys(list(cfg.record_key) + list(cfg.partition_by)))
 
 
-#: a batch Spark estimates at more than this many bytes is spread over tasks at once (a batch
-#: of unknown size is counted first: see :func:`run_on_executors`)
+#: a batch Spark estimates at more than this many bytes, or cannot size, is spread over tasks
+#: at once (no one-task attempt that would read a million rows to give up)
 ONE_TASK_MAX_BYTES = 160 << 20
 #: rows one tagging step of a task holds at once (the index keeps the keys it read between steps)
 TAG_CHUNK_ROWS = 500_000
