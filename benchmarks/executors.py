@@ -9,7 +9,8 @@ goes to tasks by table partition without a one-task attempt), and the driver pat
 table.
 The much larger batch is read from Parquet files (``spark.read.parquet``): a batch built in the
 driver would not fit a 1 GB driver JVM whatever the write does with it. Each child checks the
-table's row count afterwards.
+table's row count afterwards; a Spark child writes a small batch first (the JVM's warm-up is
+not the write's).
 
     python -m benchmarks.executors child PATH ROWS TABLE_ROWS DRIVER_MEMORY WORK OUT   (one measurement)
 
@@ -122,6 +123,11 @@ def child(path: str, rows: int, table_rows: int, driver_memory: str, work: str, 
         cfg = mw.WriterConfig(writer_id="bench", executor="spark", lock=mw.InProcessLock())
     else:
         payload = batch
+    if spark is not None:  # a warm session, as a long-lived driver's: Spark's first jobs pay its JVM's warm-up
+        warm = os.path.join(work, "warm-up")
+        shutil.rmtree(warm, ignore_errors=True)
+        mw.Table.create(warm, name="warm", schema=data.SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+        mw.write(spark.createDataFrame(data.initial(1000)), warm, cfg)
     gc.collect()
     with _Peak() as peak:
         t0 = time.perf_counter()
