@@ -184,6 +184,10 @@ def render(run: dict, plots_dir: Path) -> str:
         from .metadata_table import render_long_run
 
         out += render_long_run(r["metadata_table_long_run"])
+    if "executors" in r:
+        from .executors import render as render_executors
+
+        out += render_executors(r["executors"])
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

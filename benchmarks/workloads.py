@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import data, goals, locks, metadata_table, mor, nbcc, streaming
+from . import data, executors, goals, locks, metadata_table, mor, nbcc, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,6 +318,10 @@ _MOR_NBCC = {
     "nbcc_scaling_batch_rows": {"small": 1000, "full": 1000},
     "mdt_cow_rows": {"small": 1_000_000, "full": 1_000_000},
     "mdt_cow_batch": {"small": 100_000, "full": 100_000},
+    "exec_table_rows": {"small": 1_000_000, "full": 1_000_000},
+    "exec_batch_rows": {"small": 3_000_000, "full": 3_000_000},
+    "exec_big_batch_rows": {"small": 10_000_000, "full": 10_000_000},
+    "exec_big_driver_memory": {"small": "1g", "full": "1g"},
     "mdt_batches": {"small": 6, "full": 10},
     "mdt_mor_rows": {"small": 200_000, "full": 2_000_000},
     "mdt_mor_batch": {"small": 2000, "full": 2000},
@@ -362,4 +366,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "mor_upsert_scaling": mor.upsert_scaling, "mor_foreach_batch": mor.foreach_batch, "mor_read": mor.read,
              "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
-             "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run}
+             "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
+             "executors": executors.large_batch}

@@ -17,9 +17,11 @@ tasks, and calls ``commit`` (or ``abort``) in a Python worker on the driver afte
 * **commit** (driver): under the lock, the ordinary commit (conflict check, checkpoint
   ``{writer id: batch id}``, fence) of the tasks' write stats. The commit is redone from the
   staged rows through the driver path (:class:`~multiwriter.write.writer.Writer`, with its
-  retries) when it cannot stand as written: two tasks rewrote the same file group or inserted
-  the same new key (the input is not partitioned by key), another writer won a conflict, or the
-  instant's heartbeat lapsed. The executor-written attempt is rolled back first.
+  retries) when it cannot stand as written: two tasks rewrote the same file group, appended the
+  same key to one Merge-on-Read group's log or inserted the same new key (the input is not
+  partitioned by key; two tasks appending other keys to one group's log stand, as Hudi's log
+  files of one instant), another writer won a conflict, or the instant's heartbeat lapsed. The
+  executor-written attempt is rolled back first.
 
 A batch id at or below the writer's checkpoint commits nothing when the same query sent it (a
 micro-batch Spark replays after a crash between our commit and its own commit log); its instant
@@ -49,6 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -78,12 +81,13 @@ from ..table.table import Table
 from ..table.timeline import Timeline
 from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
-from ..write import guard
+from ..write import bloom, guard
 from ..write.executor import run_on_driver
 from ..write.index import KeyIndex
+from ..write.log_append import is_log_append
 from ..write.merge import armed, context
 from ..write.plan import planned_metadata
-from ..write.records import prepare
+from ..write.records import KEY, prepare
 from ..write.spark import stable_new_ids
 from ..write.plan import plan_batch
 from ..write.writer import Writer, commit_metadata, evolve_schema
@@ -109,6 +113,8 @@ class _TaskResult(WriterCommitMessage):
     stats: list[WriteStat] = field(default_factory=list)
     inserted: dict[str, pa.Array] = field(default_factory=dict)  # new keys per partition
     redo: str | None = None  # why the task wrote no data files (the driver path then writes the batch)
+    #: (partition, file id) -> 64-bit hashes of the keys the task appended to that group's log
+    appended: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     begun: _Begun | None = None  # the micro-batch's instant (the committing process knows it from here)
     query_id: str | None = None  # Spark's persistent id of the query (a task's local property)
 
@@ -185,15 +191,15 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         token = layout.task_write_token(tc)
         kept = [staged] if staged is not None else []
         try:
-            stats, inserted = _write_task(Table.open(self.path), self.begun, self.writer_id, self.operation,
-                                          rows, self.target_file_size, token)
+            stats, inserted, appended = _write_task(Table.open(self.path), self.begun, self.writer_id, self.operation,
+                                                    rows, self.target_file_size, token)
         except (HeartbeatExpiredError, InstantRolledBackError) as e:  # the instant is (being) rolled back
             return _TaskResult(kept, redo=str(e), begun=self.begun, query_id=query_id)
         except InstantCompletedError:  # a late attempt: the batch committed without it, its staged rows go too
             if staged is not None:
                 storage.delete(staged.path)
             raise
-        return _TaskResult(kept, stats, compact(inserted), begun=self.begun, query_id=query_id)
+        return _TaskResult(kept, stats, compact(inserted), begun=self.begun, query_id=query_id, appended=appended)
 
     # -- driver ------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 -- Spark's name
@@ -357,8 +363,9 @@ def _pending(storage: Storage, config: Any, t: str) -> bool:
 
 # -- write (executors) --------------------------------------------------------------------------
 def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, rows: pa.Table,
-                target_file_size: int, token: str) -> tuple[list[WriteStat], dict[str, pa.Array]]:
-    """The driver path's index, plan and merge over one task's rows, against the instant's base."""
+                target_file_size: int, token: str) -> tuple[list[WriteStat], dict[str, pa.Array], dict[tuple[str, str], np.ndarray]]:
+    """The driver path's index, plan and merge over one task's rows, against the instant's base;
+    also the hashes of the keys appended to each existing group's log (:func:`_overlap`)."""
 
     t = begun.instant_time
     _check_heartbeat(table, begun)  # the driver beats the instant; a task never does (it would outlive an abort)
@@ -372,7 +379,16 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
                                             tuple(cfg.record_key), log_append=cfg.merge_on_read), heartbeat_bound_s=bound), cfg)
     # one file per group; the footers of the files written go to the cache, as the driver path's do
     stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
-    return stats, plan.inserted_keys()
+    appended = {(t.partition, t.file_id): key_hashes(plan.rows_for(t).column(KEY)) for t in plan.tasks
+                if is_log_append(ctx, t)}
+    return stats, plan.inserted_keys(), appended
+
+
+def key_hashes(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """64-bit hashes of ``keys`` (two of their bloom hashes side by side): what a task reports
+    of the keys it appended, 8 bytes a key."""
+    h = bloom.key_hashes(keys, 2).astype(np.uint64)
+    return (h[:, 0] << np.uint64(32)) | h[:, 1]
 
 
 def compact(inserted: dict[str, pa.Array]) -> dict[str, pa.Array]:
@@ -453,13 +469,25 @@ def _heartbeat_writer(storage: Storage, t: str) -> str | None:
 
 def _overlap(results: list[_TaskResult]) -> str | None:
     """Why the tasks' files cannot be committed together, if they cannot: each task routed its
-    own rows, so two of them may have rewritten one file group or inserted one new key."""
+    own rows, so two of them may have rewritten one file group or inserted one new key. Two
+    tasks appending log files to one Merge-on-Read group stand together (as Hudi's log files
+    of one instant with their own write tokens) when no key is in both: the order of the two
+    files then decides nothing."""
     seen: dict[tuple[str, str], int] = {}
+    shared: set[tuple[str, str]] = set()
     for n, r in enumerate(results):
         for s in r.stats:
-            other = seen.setdefault((s.partition_path, s.file_id), n)
-            if other != n:
+            group = (s.partition_path, s.file_id)
+            other = seen.setdefault(group, n)
+            if other == n:
+                continue
+            if group not in r.appended or group not in results[other].appended:
                 return f"tasks {other} and {n} both rewrote file group {s.file_id} in {s.partition_path!r}"
+            shared.add(group)
+    for group in sorted(shared):
+        hashes = [r.appended[group] for r in results if group in r.appended]
+        if len(np.unique(np.concatenate(hashes))) != sum(len(h) for h in hashes):
+            return f"two tasks appended the same key to file group {group[1]} in {group[0]!r}"
     for part, ks in _inserts_by_partition(results).items():  # a task's own new keys are distinct (deduplicated rows)
         if len(ks) > 1 and pc.count_distinct(pa.concat_arrays(ks)).as_py() != sum(len(k) for k in ks):
             return f"two tasks inserted the same new key in {part!r}"

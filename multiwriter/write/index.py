@@ -233,9 +233,13 @@ SHARED_FOOTERS = FooterCache()
 class KeyIndex:
     """The index of one writer: footers come from (and go to) a :class:`FooterCache`."""
 
-    def __init__(self, storage: Storage, *, cache: FooterCache | None = None) -> None:
+    def __init__(self, storage: Storage, *, cache: FooterCache | None = None,
+                 keep_keys: bool = False) -> None:
+        """``keep_keys``: keep the key columns read to confirm candidates, for an index that tags
+        one batch in several parts (each part would otherwise read the same files again)."""
         self.storage = storage
         self.cache = cache if cache is not None else SHARED_FOOTERS
+        self.kept_keys: dict[str, pa.Array] | None = {} if keep_keys else None
         self.footer_reads = 0  # footers read from storage (cache misses), for tests and metrics
         self.key_reads = 0  # key columns read to confirm candidates
 
@@ -340,12 +344,20 @@ class KeyIndex:
             if check.any():
                 cand = np.flatnonzero(check)
                 self.key_reads += 1
-                held = np.union1d(held, cand[_held(keys.take(pa.array(cand)), read_keys(self.storage, fs))])
+                held = np.union1d(held, cand[_held(keys.take(pa.array(cand)), self._stored_keys(fs))])
             if len(held):
                 out.append((fs.file_id, held))
                 if on_found is not None:
                     on_found(fs)
         return out
+
+
+    def _stored_keys(self, fs: FileSlice) -> pa.Array:
+        if self.kept_keys is None:
+            return read_keys(self.storage, fs)
+        if fs.path not in self.kept_keys:
+            self.kept_keys[fs.path] = read_keys(self.storage, fs)
+        return self.kept_keys[fs.path]
 
 
 def _held(candidates: pa.Array, stored: pa.Array) -> np.ndarray:

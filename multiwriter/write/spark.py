@@ -1,17 +1,23 @@
 """The Spark side of the write path: small batches go to the driver; large ones are written by
 Spark tasks and committed by the driver.
 
-A write of at most :data:`ONE_TASK_MAX_ROWS` rows runs as ONE Spark job of one task, which does
-what the driver path does (:func:`~multiwriter.write.plan.plan_batch` against the instant's
-base, then :func:`~multiwriter.write.executor.run_on_driver`, file groups on a thread pool) and
-hands back its write stats and inserted keys: the input is read once, and no keys travel to the
-driver first (an exchange that spreads so few rows over more tasks costs more than it saves).
-Bad input (null keys, a partition value that escapes its directory) is reported by the task as
-its typed error, nothing committed. The job reads at most ``ONE_TASK_MAX_ROWS + 1`` rows; a
-task that sees more writes nothing, and the batch is then planned on the driver from its keys
-(one Spark job over the key columns, tagged with the index the driver path uses), routed in the
-JVM (broadcast joins on the key columns), exchanged once by precomputed Spark partition and
-merged there. Executors call the same pure functions as the driver path
+A batch Spark estimates at most :data:`ONE_TASK_MAX_BYTES` runs as ONE Spark job of one task
+(it reads at most :data:`ONE_TASK_MAX_ROWS` + 1 rows), which does what the driver path does
+(:func:`~multiwriter.write.plan.plan_batch` against the instant's base, then
+:func:`~multiwriter.write.executor.run_on_driver`, file groups on a thread pool) and hands back
+its write stats: an exchange that spreads so few rows over more tasks costs more than it saves.
+
+A larger batch (or one Spark cannot size) of a partitioned table goes to tasks by table
+partition: one exchange hashed on the partition columns (the input is read once, by it), and
+each task runs the one task's driver path over its partitions' rows, so no two tasks touch one
+file group. An unpartitioned table's batch is spread by file group instead, and no key ever
+reaches the driver: each task tags its rows (the driver path's index against the attempt's
+base, a few hundred thousand rows at a time) and the tagged rows are cached (the input's one
+read); the driver plans from counts alone (rows per partition and file group), routes in the
+JVM (one broadcast join of that small table), and the rows are exchanged once by precomputed
+Spark partition and merged there, one file group at a time. Bad input (null keys, a partition
+value that escapes its directory) is reported by the task that found it as its typed error,
+nothing committed. Executors call the same pure functions as the driver path
 (:func:`records.prepare`, :func:`merge.merge_file_group`), so both paths write the same rows.
 """
 from __future__ import annotations
@@ -35,10 +41,10 @@ from ..table import bucket, layout
 from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
-from . import records
-from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
+from . import bloom, records
+from .index import FILE_ID, KeyIndex, integral_key, tag_buckets
 from .plan import FileGroupTask, Plan, insert_buckets, plan_batch, planned_metadata
-from .records import KEY, OP, OP_DELETE, OP_UPSERT, PARTITION
+from .records import KEY, PARTITION
 
 STAT_FIELDS = [
     ("file_id", pa.string()), ("path", pa.string()), ("partition_path", pa.string()), ("prev_commit", pa.string()),
@@ -84,14 +90,6 @@ def check_columns(df: Any, table_config: Any) -> None:
             raise SchemaMismatchError(f"{kind} columns {missing} are missing from the batch")
 
 
-def validate(df: Any, table_config: Any, operation: str) -> pa.Table:
-    """The batch's keys (one Spark job over the key columns), typed errors for missing columns,
-    null or empty keys and unsafe partition values: what a batch too large for one task is
-    planned from."""
-    check_columns(df, table_config)
-    return _with_job(df.sparkSession, "multiwriter: keys of the batch", lambda: _batch_keys(df, table_config, operation))
-
-
 def _spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -108,39 +106,58 @@ def run_on_executors(
     target_file_size: int,
     on_planned: Any,
     index: KeyIndex | None = None,
+    small_file_limit: int = 0,
 ) -> tuple[list[WriteStat], Mapping[str, pa.Array]]:
     """Write ``df`` as instant ``ctx.instant_time`` begun on ``timeline``: the write stats and, per
     partition, the keys inserted as new (:class:`InsertedKeys`). One Spark task when
-    the batch is small enough, else planned on the driver: see the module docstring. The
-    inflight file names no file groups when one task plans them (as a streaming write's)."""
+    the batch is small enough, else spread over tasks: see the module docstring. The
+    inflight file names no file groups when one task plans them (as a streaming write's).
+    ``small_file_limit``: a Copy-on-Write upsert's new keys may join a small group it rewrites."""
     from .merge import armed
 
     started = time.monotonic()
     spark = df.sparkSession
     cfg = table.config
     ctx = armed(ctx, cfg)  # executors check the heartbeat file and pending instant before each file
+    fill = small_file_limit if operation == "upsert" and not cfg.merge_on_read else 0
     limit = ONE_TASK_MAX_ROWS
-    if limit > 0:
+    size = estimated_bytes(df)
+    if limit > 0 and size is not None and size <= ONE_TASK_MAX_BYTES:
         on_planned(planned_metadata([], operation))
         done = _with_job(spark, "multiwriter: write the batch in one task",
-                         lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit))
+                         lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit, fill))
         if done is not None:
             log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
             return done, InsertedKeys(table.storage, done)
-        log.debug("executor path: more than %d rows, planned on the driver", limit)
+        log.debug("executor path: more than %d rows, spread over tasks", limit)
         on_planned = None
-    keys = validate(df, cfg, operation)
-    t_keys = time.monotonic()
-    route = _plan(keys, cfg, table, timeline, index or KeyIndex(table.storage), operation,
-                  len(ctx.data_schema), target_file_size, spark.sparkContext.defaultParallelism)
-    t_plan = time.monotonic()
-    if on_planned is not None:
-        on_planned(planned_metadata(route.tasks, operation))
-    stats = [] if not route.tasks else _with_job(
-        spark, "multiwriter: route and merge", lambda: _merge(df, cfg, ctx.data_schema, operation, route, ctx))
-    log.debug("executor path: keys %.2fs, plan %.2fs, merge %.2fs (%d rows, %d file groups, %d Spark partitions)",
-              t_keys - started, t_plan - t_keys, time.monotonic() - t_plan, keys.num_rows, len(route.tasks), route.bins)
+    if cfg.partition_by and TASKS_BY_PARTITION:
+        if on_planned is not None:
+            on_planned(planned_metadata([], operation))
+        bins = _bins(spark, size)
+        stats = _with_job(spark, "multiwriter: write the batch, partitions by task",
+                          lambda: _by_partition(df, cfg, ctx, timeline, operation, target_file_size, fill, bins))
+    else:
+        stats = _spread(df, cfg, ctx, table, timeline, index or KeyIndex(table.storage), operation,
+                        target_file_size, fill, on_planned)
+    log.debug("executor path: spread over tasks, %.2fs", time.monotonic() - started)
     return stats, InsertedKeys(table.storage, stats)
+
+
+def estimated_bytes(df: Any) -> int | None:
+    """Spark's estimate of the batch's size in bytes, None when it has none (an RDD, a Python
+    data source: Spark then says ``spark.sql.defaultSizeInBytes``, the largest long)."""
+    try:
+        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # noqa: BLE001 -- no JVM plan (Spark Connect): no estimate
+        return None
+    return None if size >= 1 << 62 else size
+
+
+def _storage_level() -> Any:
+    from pyspark import StorageLevel
+
+    return StorageLevel.MEMORY_AND_DISK
 
 
 def _with_job(spark: Any, description: str, fn: Any) -> Any:
@@ -158,74 +175,215 @@ def _key_columns(cfg: Any) -> list[str]:
     return list(dict.fromkeys(list(cfg.record_key) + list(cfg.partition_by)))
 
 
-def _batch_keys(df: Any, cfg: Any, operation: str) -> pa.Table:
-    """The key columns of every row with its Hudi key and partition path: the key columns are
-    collected as Arrow (one job, no Python worker, no shuffle) and the driver path's functions
-    compute the rest on the driver (so their typed errors are raised as themselves)."""
-    t = to_arrow(df.select(*_key_columns(cfg)))
-    t = t.append_column(KEY, records.record_keys(t, cfg)).append_column(PARTITION, records.partition_paths(t, cfg))
-    op = OP_DELETE if operation == "delete" else OP_UPSERT
-    t = t.append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), t.num_rows))
-    if records.has_duplicates(t):  # one row per key, as the batch spells it (routing joins on that)
-        t = t.group_by(t.column_names).aggregate([]).select(t.column_names)
-    return t
+#: a batch Spark estimates at more than this many bytes, or cannot size, is spread over tasks
+#: at once (no one-task attempt that would read a million rows to give up)
+ONE_TASK_MAX_BYTES = 160 << 20
+#: rows one tagging step of a task holds at once (the index keeps the keys it read between steps)
+TAG_CHUNK_ROWS = 500_000
+#: about this many rows (incoming and old) per merge task: a Python worker holds its task's rows
+MERGE_TASK_ROWS = 1_000_000
+#: a partitioned table's batch too large for one task goes to tasks by table partition
+#: (:func:`_by_partition`); an unpartitioned table's is tagged first and its file groups spread
+#: (:func:`_spread`), as is every batch when this is False
+TASKS_BY_PARTITION = True
+#: Spark partitions of a batch sent to tasks by table partition: one per this many bytes of
+#: Spark's estimate of the batch (at least one per core)
+BIN_BYTES = 64 << 20
+
+TASK = "_mw_task"
+BIN = "_mw_bin"
+ORDER = "_mw_order"
+NEW_TASKS = "_mw_new_tasks"
+ROWS = "_mw_rows"
+
+
+# -- partitions by task ---------------------------------------------------------------------------
+def _bins(spark: Any, size: int | None) -> int:
+    """Spark partitions for a batch sent to tasks by table partition: at least one per core and
+    ``spark.sql.shuffle.partitions``, and one per :data:`BIN_BYTES` of Spark's estimate."""
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    return max(spark.sparkContext.defaultParallelism, shuffle, -(-(size or 0) // BIN_BYTES))
+
+
+def _by_partition(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, target_file_size: int, fill: int,
+                  bins: int) -> list[WriteStat]:
+    """Each table partition's rows to one Spark task (one exchange, hashed on the partition
+    columns: the input is read once, by that exchange), where the driver path runs over them
+    as in the one task: a task owns every file group of its partitions, so no two tasks touch
+    one group, and each tags its own keys. Rows are put back in batch order first."""
+    fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, 1 << 62, fill)
+    job = df.withColumn(ORDER, _order()).repartition(bins, *cfg.partition_by).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
+    stats = _one_task_results(job, ctx)
+    assert stats is not None
+    return stats
+
+
+# -- spread over tasks ----------------------------------------------------------------------------
+def _spread(df: Any, cfg: Any, ctx: Any, table: Any, timeline: Any, index: KeyIndex, operation: str,
+            target_file_size: int, fill: int, on_planned: Any) -> list[WriteStat]:
+    """Tag on executors, plan on the driver from counts, merge on executors (module docstring)."""
+    spark = df.sparkSession
+    parallelism = spark.sparkContext.defaultParallelism
+    tag = _Tag(cfg, list(timeline.instants), ctx.table_uri, operation)
+    tagged = df.withColumn(ORDER, _order()).coalesce(parallelism)
+    tagged = tagged.mapInArrow(tag, _spark_schema(tag.output_schema(arrow_schema(tagged)))).persist(_storage_level())
+    try:
+        t0 = time.monotonic()
+        counts = _with_job(spark, "multiwriter: tag the batch", lambda: _counts(tagged))
+        t1 = time.monotonic()
+        route = _plan(counts, cfg, table, timeline, index, operation, len(ctx.data_schema), target_file_size,
+                      parallelism, fill, ctx.instant_time)
+        if on_planned is not None:
+            on_planned(planned_metadata(route.tasks, operation))
+        if not route.tasks:
+            return []
+        t2 = time.monotonic()
+        stats = _with_job(spark, "multiwriter: route and merge",
+                          lambda: _merge(tagged, df.columns, cfg, ctx.data_schema, operation, route, ctx))
+        log.debug("executor path, spread: tag %.2fs, plan %.2fs, merge %.2fs (%d file groups, %d Spark partitions)",
+                  t1 - t0, t2 - t1, time.monotonic() - t2, len(route.tasks), route.bins)
+        return stats
+    finally:
+        tagged.unpersist()
+
+
+def _order() -> Any:
+    from pyspark.sql import functions as F
+
+    return F.monotonically_increasing_id()
+
+
+@dataclass(frozen=True)
+class _Tag:
+    """Tags a task's rows with their partition path and file group (the driver path's index
+    against the attempt's base), a few hundred thousand rows at a time; a typed error for bad
+    input comes back as one row naming it (the data columns null)."""
+
+    cfg: Any
+    base: list[Any]
+    table_uri: str
+    operation: str
+
+    def output_schema(self, schema: pa.Schema) -> pa.Schema:
+        fields = [f.with_nullable(True) for f in schema]
+        return pa.schema(fields + [(PARTITION, pa.string()), (FILE_ID, pa.string()), (ERROR, pa.string()),
+                                   (MESSAGE, pa.string())])
+
+    def __call__(self, batches: Any) -> Any:  # runs in the task
+        storage = Storage(self.table_uri)
+        base = Timeline(storage, self.cfg, list(self.base))
+        index = KeyIndex(storage, keep_keys=True)
+        got, n = [], 0
+        try:
+            for b in batches:
+                got.append(b)
+                n += b.num_rows
+                if n >= TAG_CHUNK_ROWS:
+                    yield from self.tag(pa.Table.from_batches(got), base, index)
+                    got, n = [], 0
+            if n:
+                yield from self.tag(pa.Table.from_batches(got), base, index)
+        except (InvalidRecordError, SchemaMismatchError) as e:
+            schema = self.output_schema(got[0].schema if got else pa.schema([]))
+            row = {f.name: None for f in schema} | {ERROR: type(e).__name__, MESSAGE: str(e)}
+            yield pa.RecordBatch.from_pylist([row], schema=schema)
+
+    def tag(self, rows: pa.Table, base: Timeline, index: KeyIndex) -> Iterator[pa.RecordBatch]:
+        keys = rows.select(_key_columns(self.cfg))
+        keys = keys.append_column(KEY, records.record_keys(keys, self.cfg)).append_column(
+            PARTITION, records.partition_paths(keys, self.cfg))
+        if self.cfg.bucket_index:
+            fids = tag_buckets(index.snapshot(base, keys), keys, self.cfg).column(FILE_ID)
+        elif self.operation == "insert":  # as Hudi: no lookup against the table
+            fids = pa.nulls(rows.num_rows, pa.string())
+        else:
+            keys = bloom.with_hashes(keys, KEY)
+            fids = index.tag(index.snapshot(base, keys), keys, integral_key(keys, self.cfg.record_key)).column(FILE_ID)
+        none = pa.nulls(rows.num_rows, pa.string())
+        out = rows.append_column(PARTITION, keys.column(PARTITION)).append_column(FILE_ID, fids)
+        out = out.append_column(ERROR, none).append_column(MESSAGE, none)
+        yield from out.cast(self.output_schema(rows.schema)).to_batches()
+
+
+def _counts(tagged: Any) -> pa.Table:
+    """What crosses to the driver to plan from: rows per (partition, file group) (null: new
+    keys), and any typed error a tagging task reported. Never a key."""
+    from pyspark.sql import functions as F
+
+    return to_arrow(tagged.groupBy(PARTITION, FILE_ID, ERROR, MESSAGE).agg(F.count(F.lit(1)).alias(ROWS)))
 
 
 @dataclass(frozen=True)
 class Routing:
-    """Where each row of the batch goes: existing keys (by their key columns) to the task of
-    their file group, new keys (by their partition columns) to one of their partition's new
-    file groups (a stable hash of the key columns picks one), and each task's Spark partition."""
+    """The tasks of the batch, each (partition, file group) with its task (existing and bucket
+    groups) or its partition's new tasks (new keys: a stable hash of the key columns picks
+    one), and each task's Spark partition."""
 
     tasks: list[FileGroupTask]
-    existing: pa.Table  # key columns of rows whose key a file group holds, and TASK
-    new: pa.Table  # partition columns, and the list of new tasks (NEW_TASKS)
+    table: pa.Table  # PARTITION, FILE_ID (null: the partition's new keys), TASK, NEW_TASKS
     bin_of: list[int]  # task index -> Spark partition
     bins: int
 
 
-def _plan(
-    keys: pa.Table, cfg: Any, table: Any, timeline: Any, index: KeyIndex, operation: str, n_cols: int,
-    target_file_size: int, parallelism: int,
-) -> Routing:
-    """The driver's share: tag the keys with the index the driver path uses, then the tasks."""
-    if timeline.config.bucket_index:  # every key's group is its bucket's: none is new
-        snap = index.snapshot(timeline, keys)
-        tagged = tag_buckets(snap, keys, timeline.config)
-    elif operation == "insert":  # as Hudi: no lookup against the table
-        snap, tagged = Snapshot({}, timeline, None), untagged(keys)
-    else:
-        snap = index.snapshot(timeline, keys)
-        tagged = index.tag(snap, keys, integral_key(keys, timeline.config.record_key))
-    fids = tagged.column(FILE_ID)
-    found = tagged.filter(pc.is_valid(fids))
-    new = tagged.filter(pc.and_(pc.is_null(fids), pc.not_equal(tagged.column(OP), OP_DELETE)))
+def _plan(counts: pa.Table, cfg: Any, table: Any, timeline: Any, index: KeyIndex, operation: str, n_cols: int,
+          target_file_size: int, parallelism: int, fill: int, instant_time: str) -> Routing:
+    """The driver's share, from counts alone: the tasks, new file groups named from the instant
+    and their partition (every attempt of a merge task writes the same names), a Copy-on-Write
+    upsert's new keys into the smallest group it rewrites in their partition when that group
+    is below ``fill`` bytes and they fit (as the driver path's :func:`make_plan`)."""
+    errors = counts.filter(pc.is_valid(counts.column(ERROR)))
+    if errors.num_rows:
+        row = errors.slice(0, 1).to_pylist()[0]
+        raise _relayed(row[ERROR], row[MESSAGE])
+    found: dict[tuple[str, str], int] = {}
+    new: dict[str, int] = {}
+    for item in counts.to_pylist():
+        if item[FILE_ID] is not None:
+            found[(item[PARTITION], item[FILE_ID])] = item[ROWS]
+        elif operation != "delete":
+            new[item[PARTITION]] = new.get(item[PARTITION], 0) + item[ROWS]
+    parts = sorted({p for p, _ in found} | set(new))
+    existing = [p for p in parts if p == "" or table.storage.is_dir(p)]
+    snap = Snapshot.build(table.storage, timeline, partitions=existing) if existing else Snapshot({}, timeline, None)
     row_bytes = 16.0 * max(n_cols, 1)
-    groups: dict[tuple[str, str], int] = {}  # (partition, file id) -> incoming rows
-    for item in found.group_by([PARTITION, FILE_ID]).aggregate([([], "count_all")]).to_pylist():
-        groups[(item[PARTITION], item[FILE_ID])] = item["count_all"]
+    groups = dict(found)
+    hosts: dict[str, str] = {}  # partition -> the rewritten group its new keys join
     new_ids: dict[str, list[str]] = {}
-    for item in pc.value_counts(new.column(PARTITION)).to_pylist():
-        n = item["counts"]
-        ids = [layout.new_file_id() for _ in range(insert_buckets(n, row_bytes, target_file_size))]
-        new_ids[item["values"]] = ids
-        for f in ids:
-            groups[(item["values"], f)] = n // len(ids) + 1
+    for p, n in sorted(new.items()):
+        host = _host(p, n, found, snap, fill, row_bytes, target_file_size) if fill else None
+        if host is not None:
+            hosts[p] = host
+            groups[(p, host)] += n
+            continue
+        k = insert_buckets(n, row_bytes, target_file_size)
+        new_ids[p] = [f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{instant_time}/{p}/{i}')}-0" for i in range(k)]
+        for f in new_ids[p]:
+            groups[(p, f)] = n // k + 1
     tasks, cost = [], []
     log_append = timeline.config.merge_on_read  # a log append costs its rows, not the group's
     for i, (p, f) in enumerate(sorted(groups)):
         old = snap.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
-        cost.append(groups[(p, f)] + (index.footer(old).num_rows if old and not log_append else 0))
+        cost.append(groups[(p, f)] + (index.footer(old).num_rows if old and old.has_base and not log_append else 0))
     task_of = {(t.partition, t.file_id): t.task_index for t in tasks}
-    existing_task = [task_of[pf] for pf in zip(found.column(PARTITION).to_pylist(), found.column(FILE_ID).to_pylist(), strict=True)]
-    existing = found.select(_key_columns(cfg)).append_column(TASK, pa.array(existing_task, pa.int32()))
-    by = list(cfg.partition_by) + [PARTITION]
-    new_parts = new.select(by).group_by(by).aggregate([])
-    new_tasks = [[task_of[(p, f)] for f in new_ids[p]] for p in new_parts.column(PARTITION).to_pylist()]
-    new_parts = new_parts.select(list(cfg.partition_by)).append_column(NEW_TASKS, pa.array(new_tasks, pa.list_(pa.int32())))
-    bins = max(1, min(len(tasks), parallelism))
-    return Routing(tasks, existing, new_parts, _pack(cost, bins), bins)
+    rows = [{PARTITION: p, FILE_ID: f, TASK: task_of[(p, f)], NEW_TASKS: None} for p, f in found]
+    rows += [{PARTITION: p, FILE_ID: None, TASK: None, NEW_TASKS: [task_of[(p, hosts[p])]] if p in hosts else
+              [task_of[(p, f)] for f in new_ids[p]]} for p in new]
+    routing = pa.Table.from_pylist(rows, schema=pa.schema([(PARTITION, pa.string()), (FILE_ID, pa.string()),
+                                                           (TASK, pa.int32()), (NEW_TASKS, pa.list_(pa.int32()))]))
+    bins = max(1, min(len(tasks), max(parallelism, -(-sum(cost) // MERGE_TASK_ROWS))))
+    return Routing(tasks, routing, _pack(cost, bins), bins)
+
+
+def _host(p: str, n: int, found: dict[tuple[str, str], int], snap: Snapshot, fill: int, row_bytes: float,
+          target_file_size: int) -> str | None:
+    """The smallest group of partition ``p`` the batch rewrites, if below ``fill`` bytes with
+    room for ``n`` more rows under the target file size."""
+    sizes = sorted((fs.size, f) for (q, f) in found if q == p and (fs := snap.slices.get((q, f))) is not None
+                   and fs.has_base and fs.size < fill)
+    if not sizes or sizes[0][0] + n * row_bytes > target_file_size:
+        return None
+    return sizes[0][1]
 
 
 def _pack(cost: list[int], bins: int) -> list[int]:
@@ -242,73 +400,56 @@ def _pack(cost: list[int], bins: int) -> list[int]:
 #: on a thread pool as on the driver: below this, an exchange that spreads the rows over more
 #: tasks costs more time than it saves (and one Python worker can hold them, as the driver
 #: does on the driver path: the batch, and the old rows of the file groups being merged)
-ONE_TASK_MAX_ROWS = 2_000_000
-
-TASK = "_mw_task"
-BIN = "_mw_bin"
-ORDER = "_mw_order"
-NEW_TASKS = "_mw_new_tasks"
+ONE_TASK_MAX_ROWS = 1_000_000
 
 
-def _routed(df: Any, cfg: Any, r: Routing) -> Any:
-    """``df`` with each row's task and Spark partition, computed in the JVM: broadcast joins
-    against the (small) routing tables, on the key columns as the batch has them. A row no
-    task takes (a delete of an absent key) gets no task; ORDER keeps the batch order."""
+def _routed(tagged: Any, cfg: Any, r: Routing, operation: str) -> Any:
+    """The tagged rows with each row's task and Spark partition, computed in the JVM: one
+    broadcast join against the (small) routing table on (partition path, file group). A delete
+    of an absent key has no task and is dropped; any other row without one (its tag changed
+    since the plan: the batch was computed again, and differently) fails its merge task."""
     from pyspark.sql import functions as F
 
-    spark = df.sparkSession
-    cols = df.columns
-    out = df.withColumn(ORDER, F.monotonically_increasing_id())
-    out = _join_small(out, spark, r.existing, _key_columns(cfg))
-    if cfg.partition_by:
-        out = _join_small(out, spark, r.new, list(cfg.partition_by))
-    elif r.new.num_rows:
-        out = out.withColumn(NEW_TASKS, F.array(*[F.lit(t) for t in r.new.column(NEW_TASKS)[0].as_py()]))
-    for name, kind in ((TASK, "int"), (NEW_TASKS, "array<int>")):
-        out = out.withColumn(name, F.col(name).cast(kind) if name in out.columns else F.lit(None).cast(kind))
+    right = tagged.sparkSession.createDataFrame(r.table).toDF("_mw_jp", "_mw_jf", TASK, NEW_TASKS)
+    cond = (tagged[PARTITION] == right["_mw_jp"]) & tagged[FILE_ID].eqNullSafe(right["_mw_jf"])
+    out = tagged.join(F.broadcast(right), on=cond, how="left")
     new = F.col(NEW_TASKS)
-    bucket = F.pmod(F.hash(*[F.col(c) for c in cfg.record_key]), F.size(new)) + 1
-    task = F.coalesce(F.col(TASK), F.when(new.isNotNull(), F.element_at(new, bucket)))
-    out = out.withColumn(TASK, task.cast("int"))
+    pick = F.pmod(F.hash(*[F.col(c) for c in cfg.record_key]), F.size(new)) + 1
+    task = F.coalesce(F.col(TASK), F.when(new.isNotNull(), F.element_at(new, pick)))
     bins = F.array(*[F.lit(b) for b in r.bin_of]).cast("array<int>")
-    out = out.withColumn(BIN, F.when(F.col(TASK).isNotNull(), F.element_at(bins, F.col(TASK) + 1)))
-    return out.select(*cols, TASK, ORDER, BIN)
+    out = out.withColumn(TASK, task.cast("int"))
+    if operation == "delete":
+        out = out.filter(F.col(TASK).isNotNull())
+    return out.withColumn(BIN, F.coalesce(F.element_at(bins, F.col(TASK) + 1), F.lit(0)))
 
 
-def _join_small(df: Any, spark: Any, small: pa.Table, on: list[str]) -> Any:
-    """Left join with a broadcast of ``small`` on ``on`` (null-safe: a null partition value
-    is a value); ``small``'s other columns are added."""
-    from pyspark.sql import functions as F
-
-    if small.num_rows == 0:
-        return df
-    alias = {c: f"_mw_j{i}" for i, c in enumerate(on)}
-    right = spark.createDataFrame(small).toDF(*[alias.get(c, c) for c in small.column_names])
-    cond = None
-    for c in on:
-        e = df[c].eqNullSafe(right[alias[c]])
-        cond = e if cond is None else cond & e
-    return df.join(F.broadcast(right), on=cond, how="left").drop(*alias.values())
-
-
-def _merge(df: Any, cfg: Any, data_schema: pa.Schema, operation: str, r: Routing, ctx: Any) -> list[WriteStat]:
-    """A batch too large for one task: one exchange by precomputed Spark partition, then per
-    file group of a partition: the rows prepared (in batch order, so the later of two rows with one key wins, as on the
-    driver) and merged."""
+def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, operation: str, r: Routing,
+           ctx: Any) -> list[WriteStat]:
+    """One exchange by precomputed Spark partition, then per file group of a partition: its
+    rows prepared (in batch order, so the later of two rows with one key wins, as on the
+    driver) and merged, one group after the other (a worker holds its task's rows and one
+    group's merge). Bad input the merge finds comes back as its typed error."""
     tasks = r.tasks
 
     def merge_partition(batches):  # runs on executors, every file group of one Spark partition
         got = list(batches)
         if not got:
             return
-        groups = []
-        for group in _groups(pa.Table.from_batches(got), operation):
-            groups.append((tasks[group.column(TASK)[0].as_py()], records.prepare(group, cfg, data_schema, operation=operation)))
-        for st in _merge_all(groups, ctx):
-            yield _stat_batch(st)
+        try:
+            for group in _groups(pa.Table.from_batches(got), operation):
+                task = tasks[group.column(TASK)[0].as_py()]
+                prepared = records.prepare(group, cfg, data_schema, operation=operation)
+                yield _stats_batch(_merge_all([(task, prepared)], ctx))
+        except RELAYED as e:
+            yield _marker(FAILED, type(e).__name__, str(e))
 
-    job = _routed(df, cfg, r).repartitionById(r.bins, BIN).mapInArrow(merge_partition, _spark_schema(STAT_SCHEMA))
-    return [WriteStat(**row) for row in _results(job, ctx).to_pylist()]
+    job = _routed(tagged, cfg, r, operation).select(*columns, TASK, ORDER, BIN).repartitionById(r.bins, BIN)
+    out = _results(job.mapInArrow(merge_partition, _spark_schema(ONE_TASK_SCHEMA)), ctx)
+    kind = out.column(KIND).to_pylist()
+    if FAILED in kind:
+        row = out.slice(kind.index(FAILED), 1).to_pylist()[0]
+        raise _relayed(row[ERROR], row[MESSAGE])
+    return [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row in out.to_pylist()]
 
 
 def _results(job: Any, ctx: Any) -> pa.Table:
@@ -345,6 +486,7 @@ class _OneTask:
     operation: str
     target_file_size: int
     limit: int
+    fill: int = 0  # small_file_limit of a Copy-on-Write upsert
 
     def __call__(self, batches: Any) -> Any:  # runs in the task
         took = {"start": time.time()}
@@ -368,8 +510,11 @@ class _OneTask:
             return
         if n == 0:
             return
+        rows = pa.Table.from_batches(got)
+        if ORDER in rows.column_names:  # exchanged rows of several input partitions: back in batch order
+            rows = rows.take(pa.array(np.argsort(rows.column(ORDER).to_numpy(), kind="stable")))
         try:
-            stats = self.write(pa.Table.from_batches(got), storage, base, took)
+            stats = self.write(rows, storage, base, took)
         except RELAYED as e:
             yield _marker(FAILED, type(e).__name__, str(e))
             return
@@ -379,22 +524,23 @@ class _OneTask:
 
     def write(self, rows: pa.Table, storage: Storage, base: Timeline,
               took: dict[str, float]) -> list[WriteStat]:
-        """The driver path over every row, against the attempt's base timeline; the token names
-        the task attempt (Hudi's ``<partition>-<stage>-<taskAttemptId>``), the new file groups
-        are named from the instant and their rows, so every attempt names them alike."""
+        """The driver path over every row, against the attempt's base timeline; each file's
+        token names its group's place in the plan and the task attempt (Hudi's
+        ``<partition>-<stage>-<taskAttemptId>``), the new file groups are named from the instant
+        and their rows, so every attempt names them alike."""
         from pyspark import TaskContext
 
         from .executor import run_on_driver
 
-        tc = TaskContext.get()
-        token = layout.task_write_token(tc)
+        token = file_tokens(TaskContext.get())
         t0 = time.perf_counter()
         prepared = records.prepare(rows, self.cfg, self.ctx.data_schema, operation=self.operation, hashes=True)
         t1 = time.perf_counter()
-        plan = stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size),
+        plan = stable_new_ids(plan_batch(prepared, base, KeyIndex(storage), self.operation, self.target_file_size,
+                                         small_file_limit=self.fill),
                                self.ctx.instant_time, bucketed=self.cfg.bucket_index)
         t2 = time.perf_counter()
-        stats = run_on_driver(storage, self.ctx, plan, self.cfg, token=lambda _: token)
+        stats = run_on_driver(storage, self.ctx, plan, self.cfg, token=token)
         took.update(prepare=t1 - t0, plan=t2 - t1, merge=time.perf_counter() - t2)
         return stats
 
@@ -437,12 +583,25 @@ class _Prefetch:
         self.pool.shutdown(wait=True)
 
 
+def file_tokens(tc: Any) -> Any:
+    """Each file's write token in a task that writes several groups: Hudi's
+    ``<partition>-<stage>-<taskAttemptId>``, the partition being the group's task index (as if
+    each group had a Spark partition of its own), so no two files of an instant share a token."""
+    stage, attempt = (tc.stageId(), tc.taskAttemptId()) if tc is not None else (0, 0)
+    return lambda task: layout.write_token(task.task_index, stage, attempt)
+
+
 def _in_one_task(df: Any, cfg: Any, ctx: Any, timeline: Any, operation: str, target_file_size: int,
-                 limit: int) -> list[WriteStat] | None:
+                 limit: int, fill: int = 0) -> list[WriteStat] | None:
     """One job, one task (it reads at most ``limit + 1`` rows, no exchange): the write stats, or
     None when the batch has more than ``limit`` rows (nothing written)."""
-    fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, limit)
-    job = df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA))
+    fn = _OneTask(cfg, ctx, list(timeline.instants), operation, target_file_size, limit, fill)
+    return _one_task_results(df.coalesce(1).limit(limit + 1).mapInArrow(fn, _spark_schema(ONE_TASK_SCHEMA)), ctx)
+
+
+def _one_task_results(job: Any, ctx: Any) -> list[WriteStat] | None:
+    """The write stats of ``job``'s tasks (:class:`_OneTask`), None when one found the batch too
+    large; the typed error one of them reported."""
     submitted = time.time()
     out = _results(job, ctx)
     done = time.time()
@@ -515,7 +674,7 @@ def _stat_batch(st: WriteStat) -> pa.RecordBatch:
 
 def _changed_batch(n: int) -> InvalidRecordError:
     return InvalidRecordError(
-        f"{n} row(s) of the batch were not there when its keys were read: the DataFrame gives other rows each "
+        f"{n} row(s) of the batch were not there when it was tagged: the DataFrame gives other rows each "
         "time it is computed; cache or checkpoint it before writing (nothing was committed)"
     )
 
@@ -524,14 +683,13 @@ def _merge_all(groups: list[tuple[FileGroupTask, pa.Table]], ctx: Any) -> list[W
     """Merge file groups (prepared rows, one row per key), one after the other."""
     from pyspark import TaskContext
 
-    tc = TaskContext.get()
-    stage, attempt = (tc.stageId(), tc.attemptNumber()) if tc else (0, 0)
-    return [st for t, g in groups for st in _merge_one(g, t, ctx, stage, attempt)]
+    token = file_tokens(TaskContext.get())
+    return [st for t, g in groups for st in _merge_one(g, t, ctx, token(t))]
 
 
 def _groups(t: pa.Table, operation: str):
     """The rows of each task in ``t``, in batch order. Rows of no task are deletes of absent
-    keys, or rows the key job did not see: the batch changed between its two reads."""
+    keys, or rows the plan did not count: the batch changed (Spark computed it again)."""
     task = t.column(TASK)
     if task.null_count:
         if operation != "delete":
@@ -548,10 +706,10 @@ def _groups(t: pa.Table, operation: str):
         yield t.slice(lo, hi - lo)
 
 
-def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, stage: int, attempt: int) -> list[WriteStat]:
+def _merge_one(prepared: pa.Table, task: FileGroupTask, ctx: Any, token: str) -> list[WriteStat]:
     from .log_append import write_group
 
-    return write_group(Storage(ctx.table_uri), ctx, task, prepared, layout.write_token(task.task_index, stage, attempt))
+    return write_group(Storage(ctx.table_uri), ctx, task, prepared, token)
 
 
 class InsertedKeys(Mapping[str, pa.Array]):
@@ -563,15 +721,24 @@ class InsertedKeys(Mapping[str, pa.Array]):
     def __init__(self, storage: Storage, stats: list[WriteStat]) -> None:
         self.storage = storage
         self.paths: dict[str, list[str]] = {}
+        self.old: dict[str, str] = {}  # a rewritten group's new file -> its old file (it took new keys in)
         for st in stats:
             if st.creates_file_group and st.path:
                 self.paths.setdefault(st.partition_path, []).append(st.path)
+            elif st.num_inserts and st.path and st.prev_base_file and st.path.endswith(".parquet"):
+                self.paths.setdefault(st.partition_path, []).append(st.path)
+                self.old[st.path] = layout.data_file_path(st.partition_path, st.prev_base_file)
         self.read: dict[str, pa.Array] = {}
 
     def __getitem__(self, partition: str) -> pa.Array:
         if partition not in self.read:
-            self.read[partition] = pa.concat_arrays([self._keys(p) for p in self.paths[partition]])
+            self.read[partition] = pa.concat_arrays([self._inserted(p) for p in self.paths[partition]])
         return self.read[partition]
+
+    def _inserted(self, path: str) -> pa.Array:
+        keys = self._keys(path)
+        old = self.old.get(path)
+        return keys if old is None else keys.filter(pc.invert(pc.is_in(keys, value_set=self._keys(old))))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.paths)

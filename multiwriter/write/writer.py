@@ -212,6 +212,7 @@ class Writer:
             stats, inserted = spark_path.run_on_executors(
                 batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
                 target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight, index=self.index,
+                small_file_limit=self.config.small_file_limit_bytes,
             )
             phases["index"] = 0.0
         else:

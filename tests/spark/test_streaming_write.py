@@ -484,3 +484,52 @@ def test_a_micro_batch_aborted_before_any_task_reported_is_rolled_back_and_no_lo
     time.sleep(2.5)  # more than two beat intervals: nothing writes it again
     assert not os.path.exists(beat)
     assert _files_outside_hoodie(path) == [] and _staged(path) == []
+
+
+MOR_BUCKETS = {"hoodie.datasource.write.table.type": "MERGE_ON_READ", "hoodie.index.type": "BUCKET",
+               "hoodie.bucket.index.num.buckets": "2"}
+
+
+def _log_tokens(path: str) -> list[str]:
+    """The write tokens of the last commit's files (``.<file id>_<instant>.log.<version>_<token>``)."""
+    tl = mw.Table.open(path).timeline()
+    stats = [s for ss in tl.commit_metadata(tl.completed_writes()[-1]).partition_to_write_stats.values() for s in ss]
+    return sorted(os.path.basename(s.path).rsplit("_", 1)[1] for s in stats)
+
+
+def test_tasks_appending_other_keys_to_one_bucket_commit_their_own_log_files(sp, tmp_path, zk_server, zk_base):
+    """Merge-on-Read buckets: two tasks each append the log file of both buckets (their keys
+    are not partitioned by bucket) with keys of their own: the commit is the tasks' files, each
+    named by its task, never redone on the driver. A key in both tasks still goes through the
+    driver path (which of two log files of one instant wins would be left to their names)."""
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = _opts(zk_server, zk_base) | MOR_BUCKETS
+    sp.createDataFrame(trips(range(40)).to_pandas()).write.format(FMT).options(**opts).mode("append").save(path)
+    a, b = sorted(_two_ts_in_different_tasks(sp))
+    _add(src, "a", trips(range(0, 20), ts=a, value=2.0))
+    _add(src, "b", trips(range(20, 40), ts=b, value=3.0))
+    q = _split_stream(sp, src, path, ck, opts)
+    q.awaitTermination(180)
+    assert q.exception() is None
+    tokens = _log_tokens(path)
+    parts = [t.split("-") for t in tokens]
+    # four log files, two per bucket, each named by the Spark task that wrote it (never the driver path's i-0-0)
+    assert len(tokens) == 4 and sorted(p[0] for p in parts) == ["0", "0", "1", "1"]
+    assert len({p[2] for p in parts}) == 2 and all(p[1:] != ["0", "0"] for p in parts)
+    assert len([f for f in _files_outside_hoodie(path) if ".log." in f]) == 4
+    expect = sorted([(str(i), "2024-01-01", a, 2.0) for i in range(20)] + [(str(i), "2024-01-01", b, 3.0) for i in range(20, 40)],
+                    key=repr)
+    assert rows(hudi_read(path), COLS) == _ours(path) == expect
+    # keys in both tasks: redone through the driver path (the driver path's tokens)
+    where = _spark_partition_of(sp, range(100, 140))
+    c = next(t for t in where if where[t] == 0)
+    d = next(t for t in where if where[t] == 1)
+    _add(src, "c", trips(range(0, 3), ts=c, value=4.0))
+    _add(src, "d", trips(range(0, 3), ts=d, value=5.0))
+    q = _split_stream(sp, src, path, ck, opts)
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert all(t.split("-")[1:] == ["0", "0"] for t in _log_tokens(path))
+    got = {r[0]: r[3] for r in _ours(path)}
+    assert {k: got[k] for k in ("0", "1", "2")} == {k: 5.0 if d > c else 4.0 for k in ("0", "1", "2")}
+    assert rows(hudi_read(path), COLS) == _ours(path)
