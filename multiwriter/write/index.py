@@ -230,6 +230,15 @@ class FooterCache:
 SHARED_FOOTERS = FooterCache()
 
 
+def listable_partitions(storage: Storage, config: TableConfig, parts: list[str]) -> list[str]:
+    """``parts`` that a snapshot may list: all of them when the metadata table lists the files
+    (a new partition just has none there), else those that exist on storage (an object store
+    then costs a request or two per partition)."""
+    if metadata_files.enabled(config):
+        return list(parts)
+    return [p for p in parts if p == "" or storage.is_dir(p)]
+
+
 class KeyIndex:
     """The index of one writer: footers come from (and go to) a :class:`FooterCache`."""
 
@@ -248,9 +257,7 @@ class KeyIndex:
         exist only when it is listed: the metadata table lists no file of a new partition, and on
         an object store each check costs requests that grow with the partitions touched."""
         parts = sorted(pc.unique(prepared.column(PARTITION)).to_pylist())
-        if not metadata_files.enabled(timeline.config):
-            parts = [p for p in parts if p == "" or self.storage.is_dir(p)]
-        return Snapshot.build(self.storage, timeline, partitions=parts)
+        return Snapshot.build(self.storage, timeline, partitions=listable_partitions(self.storage, timeline.config, parts))
 
     def footer(self, fs: FileSlice, key_column: str | None = None) -> FooterKeys:
         key = (self.storage.uri, fs.path)

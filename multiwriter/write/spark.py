@@ -42,7 +42,7 @@ from ..table.metadata import WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from . import bloom, records
-from .index import FILE_ID, KeyIndex, integral_key, tag_buckets
+from .index import FILE_ID, KeyIndex, integral_key, listable_partitions, tag_buckets
 from .plan import FileGroupTask, Plan, insert_buckets, plan_batch, planned_metadata
 from .records import KEY, PARTITION
 
@@ -343,7 +343,7 @@ def _plan(counts: pa.Table, cfg: Any, table: Any, timeline: Any, index: KeyIndex
         elif operation != "delete":
             new[item[PARTITION]] = new.get(item[PARTITION], 0) + item[ROWS]
     parts = sorted({p for p, _ in found} | set(new))
-    existing = [p for p in parts if p == "" or table.storage.is_dir(p)]
+    existing = listable_partitions(table.storage, timeline.config, parts)
     snap = Snapshot.build(table.storage, timeline, partitions=existing) if existing else Snapshot({}, timeline, None)
     row_bytes = 16.0 * max(n_cols, 1)
     groups = dict(found)
@@ -571,7 +571,7 @@ class _Prefetch:
     def _read(self, partitions: list[str]) -> None:
         try:
             index = KeyIndex(self.storage)
-            existing = [p for p in partitions if p == "" or self.storage.is_dir(p)]
+            existing = listable_partitions(self.storage, self.base.config, partitions)
             for fs in Snapshot.build(self.storage, self.base, partitions=existing).slices.values():
                 if fs.has_base:
                     index.footer(fs)
