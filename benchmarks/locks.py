@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,41 +30,21 @@ PROCESSES = 4
 
 
 def storage_vs_zookeeper(size: dict, work: Path, spark=None) -> dict:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
     import multiwriter as mw
+    from tools.moto_s3 import MotoS3
 
     per = int(size["lock_acquisitions"]) // PROCESSES
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
-           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     out: dict = {"processes": PROCESSES, "acquisitions": per * PROCESSES}
-    try:
-        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")
-        with mw.LocalZooKeeper(port=0) as zk:
-            for kind in ("storage", "zookeeper"):
-                bucket = f"bench-{uuid.uuid4().hex[:12]}"
-                client.create_bucket(Bucket=bucket)
-                client.put_object(Bucket=bucket, Key="counter", Body=b"0")
-                args = {"kind": kind, "uri": f"s3://{bucket}/tbl", "bucket": bucket, "n": per, "zk": zk.connect,
-                        "base": f"/bench-{uuid.uuid4().hex[:8]}"}
-                out[kind] = _run(args, client)
-        out["takeover"] = _takeovers(client, int(size["lock_failure_trials"]))
-        out["frozen"] = _frozen_writers(client, work, int(size["lock_failure_trials"]))
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with MotoS3(prefix="bench") as s3, mw.LocalZooKeeper(port=0) as zk:
+        client = s3.client
+        for kind in ("storage", "zookeeper"):
+            bucket = s3.bucket()[len("s3://"):]
+            client.put_object(Bucket=bucket, Key="counter", Body=b"0")
+            args = {"kind": kind, "uri": f"s3://{bucket}/tbl", "bucket": bucket, "n": per, "zk": zk.connect,
+                    "base": f"/bench-{uuid.uuid4().hex[:8]}"}
+            out[kind] = _run(args, client)
+        out["takeover"] = _takeovers(s3, int(size["lock_failure_trials"]))
+        out["frozen"] = _frozen_writers(s3, work, int(size["lock_failure_trials"]))
     return out
 
 
@@ -132,7 +111,7 @@ def _child(mode: str, args: dict, **env: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _takeovers(client, trials: int) -> dict:
+def _takeovers(s3, trials: int) -> dict:
     """A holder SIGKILLed at a random moment of its renewal cycle: seconds until a waiter has
     the lock (the waiter polls from the moment of the kill)."""
     import random
@@ -143,9 +122,7 @@ def _takeovers(client, trials: int) -> dict:
 
     took = []
     for _ in range(trials):
-        bucket = f"bench-{uuid.uuid4().hex[:12]}"
-        client.create_bucket(Bucket=bucket)
-        uri = f"s3://{bucket}/tbl"
+        uri = f"{s3.bucket()}/tbl"
         proc = _child("hold", {"uri": uri})
         if proc.stdout.readline().strip() != "held":
             raise RuntimeError(f"holder did not take the lock: {proc.communicate(timeout=30)[1][-2000:]}")
@@ -162,7 +139,7 @@ def _takeovers(client, trials: int) -> dict:
             "bound_s": TRIAL_VALIDITY_S + TRIAL_RENEW_S}
 
 
-def _frozen_writers(client, work: Path, trials: int) -> dict:
+def _frozen_writers(s3, work: Path, trials: int) -> dict:
     """A writer frozen past its lease inside its commit's lock hold while another commits:
     refused commits, and rows of the frozen writer that hudi-rs shows."""
     import signal
@@ -174,9 +151,7 @@ def _frozen_writers(client, work: Path, trials: int) -> dict:
 
     refused, visible, live_rows = 0, 0, 0
     for t in range(trials):
-        bucket = f"bench-{uuid.uuid4().hex[:12]}"
-        client.create_bucket(Bucket=bucket)
-        uri = f"s3://{bucket}/trips"
+        uri = f"{s3.bucket()}/trips"
         schema = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("who", pa.string())])
         mw.Table.create(uri, name="trips", schema=schema, record_key="id", ordering_field="ts", lock=StorageLock())
         faults = work / f"frozen-{t}"

@@ -19,12 +19,9 @@ partition (no decoded file kept), compared between the last 50 batches and batch
 """
 from __future__ import annotations
 
-import os
-import socket
 import statistics
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -129,41 +126,21 @@ class RequestCounter:
 
 
 class CountingS3:
-    """moto's S3 server on 127.0.0.1 with a :class:`RequestCounter`; sets the AWS variables."""
+    """moto's S3 server on 127.0.0.1 with a :class:`RequestCounter` (:class:`tools.moto_s3.MotoS3`,
+    which sets the AWS variables meanwhile)."""
 
     def __enter__(self) -> CountingS3:
-        import logging
+        from tools.moto_s3 import MotoS3
 
-        import boto3
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self.server.start()
-        self.counter = RequestCounter(self.server._server.app)
-        self.server._server.app = self.counter
-        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
-               "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-        self.saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        self.client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")
+        self.s3 = MotoS3(prefix="bench", wrap=RequestCounter).__enter__()
+        self.counter, self.client = self.s3.app, self.s3.client
         return self
 
     def bucket(self) -> str:
-        name = f"bench-{uuid.uuid4().hex[:12]}"
-        self.client.create_bucket(Bucket=name)
-        return f"s3://{name}"
+        return self.s3.bucket()
 
     def __exit__(self, *exc) -> None:
-        self.server.stop()
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        self.s3.__exit__(*exc)
 
 
 def _days(n: int) -> np.ndarray:

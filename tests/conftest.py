@@ -152,49 +152,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """A real S3 endpoint (moto's server) on 127.0.0.1 with a free port, started on first use.
+    """A real S3 endpoint (moto's server) on 127.0.0.1 with a free port, started on first use
+    (:class:`tools.moto_s3.MotoS3`: the standard AWS variables point this process and its
+    children at it). Yields a factory of fresh buckets: ``s3_server()`` -> ``"s3://<bucket>"``,
+    with ``.client`` (boto3) and ``.endpoint``."""
+    from tools.moto_s3 import MotoS3
 
-    Sets the standard AWS variables for this process and its children, so ``s3://`` URIs reach
-    only this server (an endpoint and a region: nothing asks AWS where a bucket lives). Yields
-    a factory of fresh buckets: ``s3_server()`` -> ``"s3://<bucket>"``."""
-    import socket
+    with MotoS3() as s3:
+        def bucket(versioned: bool = False) -> str:
+            return s3.bucket(versioned)
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")
-
-    def bucket(versioned: bool = False) -> str:
-        name = f"mwtest-{uuid.uuid4().hex[:12]}"
-        client.create_bucket(Bucket=name)
-        if versioned:
-            client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-        return f"s3://{name}"
-
-    bucket.client = client
-    bucket.endpoint = env["AWS_ENDPOINT_URL"]
-    yield bucket
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+        bucket.client = s3.client
+        bucket.endpoint = s3.endpoint
+        yield bucket

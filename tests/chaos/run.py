@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import random
 import signal
@@ -18,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,36 +152,12 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
 
 @contextlib.contextmanager
 def _s3_table(workdir: Path):
-    """A fresh bucket on moto's S3 server (127.0.0.1, a free port) with the standard AWS variables
-    set for this process and its children while the round runs: the round's table URI. (moto
-    keeps its buckets per process, not per server: each round makes its own.)"""
-    import socket
+    """A fresh bucket on moto's S3 server (:class:`tools.moto_s3.MotoS3`: the AWS variables point
+    this process and its children at it while the round runs): the round's table URI."""
+    from tools.moto_s3 import MotoS3
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        bucket = f"chaos-{uuid.uuid4().hex[:16]}"
-        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(Bucket=bucket)
-        yield f"s3://{bucket}/table"
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with MotoS3(prefix="chaos") as s3:
+        yield f"{s3.bucket()}/table"
 
 
 def _round(mw, s: Summary, rng: random.Random, setup: random.Random, path: str, workdir: Path, batches: int,
