@@ -2,10 +2,13 @@
 call :func:`merge_file_group`, so both paths write the same rows).
 
 A marker is created before the data file, so a failed attempt's files can always be found and
-deleted. Right before the marker, the task checks that its instant is still alive, and every
-data file is written under a staged name and published only after that check passed again
-(:func:`write_checked`, :mod:`.guard`): a writer paused past its heartbeat bound, or a task
-attempt that outlived its instant's commit, makes nothing visible.
+deleted. Right before the marker, the task checks that its instant is still alive (so a dead
+writer wastes no work), and every data file is written under a staged name and published only
+after that check passed again (:func:`write_checked`, :mod:`.guard`): a writer paused past its
+heartbeat bound, or a task attempt that outlived its instant's commit, makes nothing visible.
+On the driver, whose markers go into one list before the merges start, the check before that
+list stands for the one before each file: what makes a file visible is the check before its
+publication, which every file still passes.
 Untouched rows keep their commit time and sequence number.
 """
 from __future__ import annotations
@@ -182,7 +185,8 @@ def merge_file_group(
         if has_kept:
             keys_filter.add(kept.column("_hoodie_record_key"))
         keys_filter.add_rows(upserts, KEY)
-    check_alive(storage, ctx, rel)
+    if not ctx.markers_listed:  # listed: the check before the instant's markers was moments ago
+        check_alive(storage, ctx, rel)
     plain = ctx.unique_columns + ctx.plain_columns
     size, footer = write_checked(storage, ctx, rel,
                                  lambda path: _write_parquet(storage, path, out, keys_filter, plain, constants=constants))

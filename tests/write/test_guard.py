@@ -3,8 +3,10 @@ staged name, published when its instant is still pending and not completed, dele
 Oracles: the files on storage (plain directory walks) and hudi-rs."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
+import pyarrow as pa
 import pytest
 
 import multiwriter as mw
@@ -73,3 +75,42 @@ def test_a_live_writer_publishes_under_the_final_name(trips_table, table_path):
                                lambda path: storage.write_bytes(path, b"x") or 7) == 7
     assert storage.read_bytes(rel) == b"x"
     assert not [e for e in storage.walk_files(f".hoodie/.temp/{t}")], "the staged name is gone"
+
+
+def test_a_late_attempt_with_listed_markers_publishes_nothing(trips_table, table_path):
+    """On the driver the markers are listed before the merges (``markers_listed``) and a merge
+    makes no check of its own before writing: the check before publication still stops a file
+    of a completed instant, and its staged copy is deleted."""
+    mw.write(trips(range(4), value=1.0), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    before = _data_files(table_path)
+    [done] = trips_table.timeline().completed_writes()
+    t = done.requested_time
+    ctx = merge.armed(merge.context(table_path, t, trips_table.schema(), "ts", 1, ("id",)), trips_table.config)
+    ctx = dataclasses.replace(ctx, markers_listed=True)
+    late = prepare(trips(range(4), value=99.0), trips_table.config, trips_table.schema(), operation="upsert")
+    task = FileGroupTask("2024-01-01", layout.new_file_id(), 0)
+    with pytest.raises(InstantCompletedError, match=t):
+        merge.merge_file_group(trips_table.storage, ctx, task, late, "0-0-1")
+    assert _data_files(table_path) == before, "no new base file, not even a staged one"
+    assert rows(hudi_read(table_path), ["id", "value"]) == [(str(i), 1.0) for i in range(4)]
+
+
+def test_a_driver_write_checks_once_before_its_markers_and_once_per_published_file(trips_table, table_path, monkeypatch):
+    """Every file is published after a check of its own; the driver adds one check before the
+    markers of all files, not one more per file."""
+    calls: list[str] = []
+    real = guard.check_alive
+
+    def counting(storage, instant_time, bound_s, pending, what):
+        calls.append(what)
+        return real(storage, instant_time, bound_s, pending, what)
+
+    monkeypatch.setattr(guard, "check_alive", counting)
+    data = pa.concat_tables([trips(range(20), date="2024-01-01"), trips(range(20, 40), date="2024-01-02")])
+    r = mw.write(data, table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), operation="insert"))
+    published = [p for p in _data_files(table_path) if not p.startswith(".hoodie")]
+    assert r.files_written == len(published) > 1
+    assert len(calls) == 1 + len(published)
+    assert calls[0].startswith("the markers of")
+    assert sorted(calls[1:]) == sorted(published)
+    assert sorted(rows(hudi_read(table_path), ["id", "value"])) == sorted((str(i), 1.0) for i in range(40))
