@@ -30,7 +30,8 @@ never who wins: the logs fold in place order, each new running winner overlaying
 it carries, and the base row fills the rest (:func:`merge`), as hudi-rs merges them.
 
 The whole rule runs on arrays: the logs' keys are dictionary
-encoded, the base keys are looked up in that dictionary once (one hash probe per base row), and
+encoded, the base keys are looked up in that dictionary once (one hash probe per base row; for
+integer keys a base file stores sorted, a binary search per log key instead), and
 only the versions of keys the logs touch compete, as integers (no sort of the rows). So a large
 base file with small logs costs at most one copy of the base rows, and none of a column whose
 winning values equal the base values they replace.
@@ -197,9 +198,8 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     codes = [_numpy(encoded.indices)]
     at = np.zeros(0, np.int64)  # the base positions the logs touch
     if n_base:
-        base_codes = _numpy(pc.fill_null(pc.index_in(base.column(key), value_set=encoded.dictionary), -1))
-        at = np.flatnonzero(base_codes >= 0)
-        codes.insert(0, base_codes[at])
+        at, base_codes = touched(base.column(key), encoded.dictionary)
+        codes.insert(0, base_codes)
         cands.ordering.insert(0, base.column(ordering.name).take(pa.array(at)) if ordering is not None else None)
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
@@ -208,6 +208,36 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     winners, first_seq, kept = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
     filled = _filled_columns(cands, np.concatenate(codes), schema, kept, n_base) if len(cands.carried) > 1 else []
     return _assemble(stored, schema, key, n_base, at, winners, first_seq, filled)
+
+
+def touched(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of ``keys`` (the base rows' keys) that hold a key of ``dictionary`` (the
+    logs' distinct keys), ascending, and the index in ``dictionary`` of each one's key."""
+    found = _touched_sorted(keys, dictionary)
+    if found is not None:
+        return found
+    codes = _numpy(pc.fill_null(pc.index_in(keys, value_set=dictionary), -1))
+    at = np.flatnonzero(codes >= 0)
+    return at, codes[at]
+
+
+def _touched_sorted(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`touched` of integer keys without nulls stored in ascending order (a base file
+    written sorted by key): a binary search for each of the logs' few keys, where a hash probe
+    of every base key costs more than the rest of a small merge. None for other keys."""
+    if not pa.types.is_integer(keys.type) or keys.null_count or dictionary.null_count:
+        return None
+    base = _numpy(keys)
+    if len(base) > 1 and not (base[1:] >= base[:-1]).all():
+        return None
+    wanted = dictionary.to_numpy()
+    lo, hi = np.searchsorted(base, wanted, "left"), np.searchsorted(base, wanted, "right")
+    n = hi - lo  # how many base rows hold each key (one, when the base holds each key once)
+    starts = np.cumsum(n) - n
+    at = np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(starts, n)
+    code = np.repeat(np.arange(len(wanted)), n)
+    order = np.argsort(at, kind="stable")
+    return at[order], code[order]
 
 
 @dataclass
@@ -392,16 +422,52 @@ def _assemble_rows(stored: list[pa.Table], schema: pa.Schema, key: str, n_base: 
     # read the logs' rows alone (a take from many chunks first joins them)
     logs = pa.concat_tables(stored[1:]).combine_chunks()
     changed = replacing != replaced  # else the base row itself won
-    at, by = pa.array(replaced[changed]), pa.array(replacing[changed] - n_base)
-    new, everything = pa.array(win_rows[in_base:] - n_base), pa.array(take)
+    rows = _Replacement(replaced[changed], replacing[changed] - n_base, win_rows[in_base:] - n_base)
+    at, by = pa.array(rows.at), pa.array(rows.by)
+    new, everything = pa.array(rows.new), pa.array(take)
     cols = []
     for name in schema.names:
         kept, logged = stored[0].column(name), logs.column(name)
-        if name == key or (_exact(kept.type) and kept.take(at).equals(logged.take(by))):
+        if name != key and _scatterable(kept, logged):
+            cols.append(_scattered(kept, _joined(logged.chunks, kept.type), rows))
+        elif name == key or (_exact(kept.type) and kept.take(at).equals(logged.take(by))):
             cols.append(pa.chunked_array(kept.chunks + (logged.take(new).chunks if len(new) else []), kept.type))
         else:
             cols.append(_joined(kept.chunks + logged.chunks, kept.type).take(everything))
     return pa.Table.from_arrays(cols, schema=stored[0].schema)
+
+
+@dataclass(frozen=True)
+class _Replacement:
+    """How the logs change a slice whose base rows all stay: base rows ``at`` take log rows
+    ``by``; the keys new to the slice, log rows ``new``, follow the base rows."""
+
+    at: np.ndarray
+    by: np.ndarray
+    new: np.ndarray
+
+
+def _scatterable(kept: pa.ChunkedArray, logged: pa.ChunkedArray) -> bool:
+    """Whether :func:`_scattered` may assemble a column: numbers without nulls."""
+    t = kept.type
+    return ((pa.types.is_integer(t) or t in (pa.float32(), pa.float64())) and logged.type == t
+            and kept.num_chunks > 0 and not kept.null_count and not logged.null_count)
+
+
+def _scattered(kept: pa.ChunkedArray, logged: pa.Array, rows: _Replacement) -> pa.ChunkedArray:
+    """A column of numbers without nulls assembled in numpy: the base values as stored when the
+    replacing values are identical to them (compared by their bits: a 0.0 does not stand in for
+    a -0.0), else one copy of them with the replacing values written over; the new keys' values
+    after them. A take over the base and log chunks joined would copy and gather every row."""
+    from_logs = logged.to_numpy()
+    base = kept.chunks[0].to_numpy() if kept.num_chunks == 1 else np.concatenate([c.to_numpy() for c in kept.chunks])
+    bits = np.dtype(f"u{base.dtype.itemsize}")
+    tail = [pa.array(from_logs[rows.new], kept.type)] if len(rows.new) else []
+    if np.array_equal(base[rows.at].view(bits), from_logs[rows.by].view(bits)):
+        return pa.chunked_array(kept.chunks + tail, kept.type)
+    values = base.copy()
+    values[rows.at] = from_logs[rows.by]
+    return pa.chunked_array([pa.array(values, kept.type), *tail], kept.type)
 
 
 def _take_rows(stored: list[pa.Table], schema: pa.Schema, idx: pa.Array) -> pa.Table:

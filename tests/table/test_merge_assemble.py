@@ -1,6 +1,7 @@
 """How a merged slice's rows are assembled: when every base row stays, a column whose winning
-values equal the base values they replace is kept as stored (no copy), the others are taken row
-by row. On random slices (hypothesis) the result equals, value for value, both a plain model
+values equal the base values they replace is kept as stored (no copy), a column of numbers
+without nulls is assembled in numpy (the base values with the winners' written over), the others
+are taken row by row. On random slices (hypothesis) the result equals, value for value, both a plain model
 that applies each key's versions in order and the plain path (every column taken row by row);
 floats are compared by their bits, so a 0.0 replacing a -0.0 (equal, not identical) shows.
 A table written with such updates reads the same through hudi-rs."""
@@ -94,13 +95,15 @@ def _model(base: list[tuple], logs: list[tuple[list[tuple], list[tuple[int, int]
 
 
 def _plain(stored_sources: list[Versions]) -> list[tuple]:
-    """The plain path: the same merge with every column taken row by row."""
-    keep = merge_rule._exact
+    """The plain path: the same merge with every column taken row by row (neither kept as
+    stored nor assembled in numpy)."""
+    keep, scatter = merge_rule._exact, merge_rule._scatterable
     merge_rule._exact = lambda t: False
+    merge_rule._scatterable = lambda kept, logged: False
     try:
         return _exact(merge(stored_sources, ordering_field="ts", schema=SCHEMA))
     finally:
-        merge_rule._exact = keep
+        merge_rule._exact, merge_rule._scatterable = keep, scatter
 
 
 @pytest.mark.parametrize("floats", [FLOATS, [0.0, -0.0]], ids=["values", "signed zeros"])
@@ -125,15 +128,18 @@ def _check_slice(base: list[tuple], logs: list[tuple]) -> None:
 
 
 def test_unchanged_columns_are_the_stored_base_columns_and_changed_ones_are_replaced():
-    """The fast path itself: an update that changes ``f`` (0.0 over -0.0) and ``ts`` keeps
-    ``s``, ``n`` and ``b`` as the base stored them, and appends a new key's values."""
+    """The fast paths themselves: an update that changes ``f`` (0.0 over -0.0) and ``ts`` keeps
+    ``s``, ``n`` (numbers without nulls: compared by their bits in numpy) and ``b`` as the base
+    stored them, and appends a new key's values."""
     base = _table("b", [(i, 0, "x", 1, -0.0, b"p") for i in range(6)])
     log = _table("l0", [(2, 1, "x", 1, 0.0, b"p"), (9, 1, "y", 2, 1.5, None)])
     out = merge([Versions(-1, base), Versions(0, log)], ordering_field="ts", schema=SCHEMA)
     for name in ("s", "n", "b"):  # the base's buffers themselves, then the new key's value
         assert out.column(name).num_chunks == 2
         assert out.column(name).chunk(0).buffers()[1].address == base.column(name).chunk(0).buffers()[1].address
-    assert out.column("f").num_chunks == 1  # taken row by row: 0.0 equals -0.0 but is another value
+    f = out.column("f")  # a copy with 0.0 written over: 0.0 equals -0.0 but is another value
+    assert f.chunk(0).buffers()[1].address != base.column("f").chunk(0).buffers()[1].address
+    assert f.to_pylist()[6] == 1.5
     assert _exact(out) == _model([(i, 0, "x", 1, -0.0, b"p") for i in range(6)],
                                  [([(2, 1, "x", 1, 0.0, b"p"), (9, 1, "y", 2, 1.5, None)], [])])
     assert struct.pack("<d", out.column("f")[2].as_py()) == struct.pack("<d", 0.0)
@@ -169,3 +175,15 @@ def test_a_table_whose_updates_leave_columns_unchanged_reads_as_hudi_rs_reads_it
         theirs.select(cols).cast(ours.select(cols).schema).take(pc.sort_indices(theirs, order)))
     few = mw.Table.open(path).read(columns=["id", "ts", "amount"])
     assert few.take(pc.sort_indices(few, order)).equals(ours.select(["id", "ts", "amount"]).take(pc.sort_indices(ours, order)))
+
+
+def test_numbers_with_nulls_are_taken_row_by_row_and_equal_the_numpy_assembly_without_them():
+    """A column of numbers is assembled in numpy only when neither the base nor the logs hold a
+    null; with one it takes the plain path, and either way the rows are the model's."""
+    base = [(i, 0, "x", i, float(i), b"p") for i in range(8)]
+    for n_new in (None, 5):
+        logs = [([(1, 1, "y", n_new, -0.0, b"q"), (10, 1, "y", 3, 2.5, b"q")], [])]
+        sources = [Versions(-1, _table("b", base)), Versions(0, _table("l0", logs[0][0]))]
+        out = merge(sources, ordering_field="ts", schema=SCHEMA)
+        assert merge_rule._scatterable(sources[0].records.column("n"), sources[1].records.column("n")) is (n_new is not None)
+        assert _exact(out) == _model(base, logs) == _plain(sources)
