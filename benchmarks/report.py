@@ -106,6 +106,15 @@ def _goal_upserts(r: dict, sizes: dict) -> list[str]:
                   "and the key in both); the string-key one with deltalake's default, as it always ran.", ""]
 
 
+def _module_sections(r: dict) -> list[str]:
+    """The sections whose own module renders them, in this order."""
+    from . import executors, locks, metadata_table
+
+    renderers = {"locks": locks.render, "metadata_table": metadata_table.render,
+                 "metadata_table_listing": metadata_table.render_listing,
+                 "metadata_table_long_run": metadata_table.render_long_run, "executors": executors.render}
+    return [line for name, fn in renderers.items() if name in r for line in fn(r[name])]
+
 def render(run: dict, plots_dir: Path) -> str:
     r = run["results"]
     out = [f"# Benchmark results ({run['size']} size, {run['when'][:19]} UTC)", "",
@@ -168,26 +177,7 @@ def render(run: dict, plots_dir: Path) -> str:
     from .report_mor import render as render_mor
 
     out += render_mor(r, plots_dir)
-    if "locks" in r:
-        from .locks import render as render_locks
-
-        out += render_locks(r["locks"])
-    if "metadata_table" in r:
-        from .metadata_table import render as render_metadata_table
-
-        out += render_metadata_table(r["metadata_table"])
-    if "metadata_table_listing" in r:
-        from .metadata_table import render_listing
-
-        out += render_listing(r["metadata_table_listing"])
-    if "metadata_table_long_run" in r:
-        from .metadata_table import render_long_run
-
-        out += render_long_run(r["metadata_table_long_run"])
-    if "executors" in r:
-        from .executors import render as render_executors
-
-        out += render_executors(r["executors"])
+    out += _module_sections(r)
     if "upsert" in r:
         out += ["## Upsert (10% updates of the newest partitions, 90% inserts)", ""]
         out += _ratio_table(r["upsert"], ["multiwriter (driver)", "multiwriter (executors)"]) + [""]

@@ -38,6 +38,21 @@ def _agreed(path: str) -> list[tuple]:
     return ours
 
 
+def _listed_names(t: mw.Table) -> set[str]:
+    """Every file name the metadata table's files partition lists now."""
+    return {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+
+
+def _roll_back_the_failed_write(path: str, lock) -> None:
+    """The companion job, run until it has rolled a failed write back (at most ~10 s)."""
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
+                    compaction=None) as clean:
+        for _ in range(40):
+            if clean.run_once().rolled_back:
+                break
+            time.sleep(0.25)
+
+
 def _listing_is_storage(path: str) -> None:
     """The metadata table lists exactly the committed files on storage."""
     t = mw.Table.open(path)
@@ -101,15 +116,10 @@ def test_a_crash_after_the_metadata_deltacommit_shows_nothing_and_is_rolled_back
     t = mw.Table.open(path)
     pending = [i.requested_time for i in t.timeline().pending()]
     assert pending, "the data instant did not complete"
-    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    listed = _listed_names(t)
     assert any(pending[0] in n for n in listed), "the metadata table named its files"
     assert _agreed(path) == before
-    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
-                    compaction=None) as clean:
-        for _ in range(40):
-            if clean.run_once().rolled_back:
-                break
-            time.sleep(0.25)
+    _roll_back_the_failed_write(path, lock)
     assert not mw.Table.open(path).timeline().pending()
     assert _agreed(path) == before
     _listing_is_storage(path)
@@ -178,7 +188,7 @@ def test_started_on_a_table_with_commits(kind, tmp_path):
     t = mw.Table.open(path)
     assert t.enable_metadata(lock) is True and mf.enabled(t.config)
     assert t.enable_metadata(lock) is False
-    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    listed = _listed_names(t)
     assert os.path.basename(stray) not in listed
     os.remove(stray)
     _agreed(path)
@@ -208,12 +218,7 @@ def test_a_crash_mid_compaction_of_the_files_partition_is_undone(tmp_path):
     dead = [n for n in os.listdir(files_dir) if n.endswith(".hfile") and not n.endswith("00000000000000000.hfile")]
     assert len(dead) == 1, "the dead compaction's base is on storage"
     assert _agreed(path) == before, "no reader takes a base whose compaction did not complete"
-    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
-                    compaction=None) as clean:
-        for _ in range(40):
-            if clean.run_once().rolled_back:
-                break
-            time.sleep(0.25)
+    _roll_back_the_failed_write(path, lock)
     mw.write(_batch([60], ts=60, v=60.0), path, cfg)
     names = os.listdir(files_dir)
     assert dead[0] not in names and sum(n.endswith(".hfile") for n in names) == 2
@@ -244,19 +249,14 @@ def test_a_withdrawn_commit_stays_invisible_while_its_entries_outlive_compaction
     for i in range(mf.MAX_DELTA_COMMITS + 2):
         mw.write(_batch([20 + i], ts=3 + i, v=3.0), path, cfg)
         expect[f"k{20 + i:03d}"] = 3.0
-    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    listed = _listed_names(t)
     base = mf.MetadataTable(t.storage, t.config).latest_slice()[0]
     assert base is not None and not base.endswith(f"{mf.BOOTSTRAP_TIME}.hfile"), "the files partition compacted"
     assert any(withdrawn in n for n in listed), "its entries are still listed"
     assert {r[2]: r[4] for r in _agreed(path)} == expect
-    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
-                    compaction=None) as clean:
-        for _ in range(40):
-            if clean.run_once().rolled_back:
-                break
-            time.sleep(0.25)
+    _roll_back_the_failed_write(path, lock)
     assert not mw.Table.open(path).timeline().pending()
-    listed = {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
+    listed = _listed_names(t)
     assert not any(withdrawn in n for n in listed)
     assert {r[2]: r[4] for r in _agreed(path)} == expect
     _listing_is_storage(path)

@@ -9,20 +9,15 @@ import json
 import sys
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
 import multiwriter as mw
+from tests.write.retrying_spark import session
 
 
 def main() -> None:
     path, n = sys.argv[1], int(sys.argv[2])
     api = sys.argv[3] if len(sys.argv) > 3 else "mw.write"
-    spark = (SparkSession.builder.master("local[2,2]").appName("multiwriter-late-attempt")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.default.parallelism", "2").config("spark.python.daemon.module", "tests.write.late_daemon")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
+    spark = session("multiwriter-late-attempt", "tests.write.late_daemon")
     batch = pa.table({"id": [str(i) for i in range(n)], "date": ["2024-01-01" if i % 2 else "2024-01-02" for i in range(n)],
                       "ts": pa.array([1] * n, pa.int64()), "value": [1.0] * n})
     if api == "df.write":

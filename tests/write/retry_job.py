@@ -8,9 +8,9 @@ import json
 import sys
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
 
 import multiwriter as mw
+from tests.write.retrying_spark import session
 
 
 def _batch(ids: range, value: float) -> pa.Table:
@@ -21,12 +21,7 @@ def _batch(ids: range, value: float) -> pa.Table:
 
 def main() -> None:
     path = sys.argv[1]
-    spark = (SparkSession.builder.master("local[2,2]").appName("multiwriter-task-retry")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.default.parallelism", "2").config("spark.python.daemon.module", "tests.write.retry_daemon")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
+    spark = session("multiwriter-task-retry", "tests.write.retry_daemon")
     cfg = mw.WriterConfig(writer_id="retry", executor="spark", lock=mw.InProcessLock())
     results = [mw.write(spark.createDataFrame(_batch(range(n), 1.0)), path, cfg) for n in map(int, sys.argv[2:])]
     print(json.dumps({"inserts": [r.num_inserts for r in results], "updates": [r.num_updates for r in results],

@@ -26,6 +26,20 @@ def _data_files(root: str) -> list[str]:
                   if f.endswith(".parquet") and "/history" not in d)
 
 
+def _late_merge_publishes_nothing(trips_table, table_path: str, t: str, before: list[str], *,
+                                  markers_listed: bool) -> None:
+    """A merge of 4 rows into a new file group of the completed instant ``t`` is refused, leaves
+    no file (staged or not) and hudi-rs still reads the committed rows."""
+    ctx = merge.armed(merge.context(table_path, t, trips_table.schema(), "ts", 1, ("id",)), trips_table.config)
+    ctx = dataclasses.replace(ctx, markers_listed=markers_listed)
+    late = prepare(trips(range(4), value=99.0), trips_table.config, trips_table.schema(), operation="upsert")
+    task = FileGroupTask("2024-01-01", layout.new_file_id(), 0)
+    with pytest.raises(InstantCompletedError, match=t):
+        merge.merge_file_group(trips_table.storage, ctx, task, late, "0-0-1")
+    assert _data_files(table_path) == before, "no new base file, not even a staged one"
+    assert rows(hudi_read(table_path), ["id", "value"]) == [(str(i), 1.0) for i in range(4)]
+
+
 def test_a_task_attempt_that_outlived_the_commit_publishes_nothing(trips_table, table_path):
     """A rerun task's late attempt of a completed instant: its requested and inflight files are
     still on the timeline, so only the completed instant tells it the commit happened."""
@@ -36,13 +50,7 @@ def test_a_task_attempt_that_outlived_the_commit_publishes_nothing(trips_table, 
     t = done.requested_time
     assert all(trips_table.storage.exists(p) for p in guard.pending_files(trips_table.config, t)), \
         "Hudi keeps the requested and inflight files after completion"
-    ctx = merge.armed(merge.context(table_path, t, trips_table.schema(), "ts", 1, ("id",)), trips_table.config)
-    late = prepare(trips(range(4), value=99.0), trips_table.config, trips_table.schema(), operation="upsert")
-    task = FileGroupTask("2024-01-01", layout.new_file_id(), 0)
-    with pytest.raises(InstantCompletedError, match=t):
-        merge.merge_file_group(trips_table.storage, ctx, task, late, "0-0-1")
-    assert _data_files(table_path) == before, "no new base file, not even a staged one"
-    assert rows(hudi_read(table_path), ["id", "value"]) == [(str(i), 1.0) for i in range(4)]
+    _late_merge_publishes_nothing(trips_table, table_path, t, before, markers_listed=False)
 
 
 def test_a_writer_rolled_back_while_writing_deletes_what_it_wrote(trips_table, table_path):
@@ -85,14 +93,7 @@ def test_a_late_attempt_with_listed_markers_publishes_nothing(trips_table, table
     before = _data_files(table_path)
     [done] = trips_table.timeline().completed_writes()
     t = done.requested_time
-    ctx = merge.armed(merge.context(table_path, t, trips_table.schema(), "ts", 1, ("id",)), trips_table.config)
-    ctx = dataclasses.replace(ctx, markers_listed=True)
-    late = prepare(trips(range(4), value=99.0), trips_table.config, trips_table.schema(), operation="upsert")
-    task = FileGroupTask("2024-01-01", layout.new_file_id(), 0)
-    with pytest.raises(InstantCompletedError, match=t):
-        merge.merge_file_group(trips_table.storage, ctx, task, late, "0-0-1")
-    assert _data_files(table_path) == before, "no new base file, not even a staged one"
-    assert rows(hudi_read(table_path), ["id", "value"]) == [(str(i), 1.0) for i in range(4)]
+    _late_merge_publishes_nothing(trips_table, table_path, t, before, markers_listed=True)
 
 
 def test_a_driver_write_checks_once_before_its_markers_and_once_per_published_file(trips_table, table_path, monkeypatch):
