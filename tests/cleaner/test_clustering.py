@@ -220,8 +220,10 @@ def test_two_streaming_writers_and_continuous_clustering(trips_table, table_path
             "ts": pa.array([1] * len(data), pa.int64()),
             "value": pa.array([v for _, v in data.values()], pa.float64()),
         })
+        # no small-file filling: each batch's new keys start new groups, so clustering always has
+        # small groups to merge whatever order the writers happen to commit in
         cfg = mw.WriterConfig(writer_id=f"w{writer}", lock=mw.InProcessLock(), max_conflict_retries=20,
-                              retry_backoff_s=0.01, retry_backoff_max_s=0.05)
+                              retry_backoff_s=0.01, retry_backoff_max_s=0.05, small_file_limit_bytes=0)
         try:
             r = mw.write(tbl, table_path, cfg, batch_id=b)
         except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
