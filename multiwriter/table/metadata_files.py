@@ -434,7 +434,7 @@ def _parsed(schema_json: str) -> Any:
 
 def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
     parsed = _parsed(schema_json)
-    names = [f["name"] for f in json.loads(schema_json)["fields"]]
+    names = [f["name"] for f in parsed["fields"]]  # the parsed schema's, not the JSON parsed again
     cells = []
     for key, files in recs.items():
         rtype = TYPE_ALL_PARTITIONS if key == ALL_PARTITIONS else TYPE_FILES
@@ -472,13 +472,14 @@ def _decode_hfile(data: bytes, source: str) -> Records:
 
 
 # -- what each action adds ----------------------------------------------------------------------
-def records_of(action: str, data: bytes, *, source: str) -> Records:
-    """The metadata records of one completed data action (its instant file's content)."""
+def records_of(action: str, data: bytes, *, source: str, metadata: CommitMetadata | None = None) -> Records:
+    """The metadata records of one completed data action (its instant file's content).
+    ``metadata``: a write's commit metadata that ``data`` encodes, so it is not decoded again."""
     if inst.instant_action(action) in (inst.CLEAN, inst.ROLLBACK):
         return _deletions(data, source)
-    if not data:
+    if metadata is None and not data:
         return {}
-    meta = decode_commit_metadata(action, data, source=source)
+    meta = metadata if metadata is not None else decode_commit_metadata(action, data, source=source)
     recs: Records = {}
     for s in meta.all_stats():
         if not s.path:
@@ -517,12 +518,13 @@ def _safe_partition(part: object, source: str) -> bool:
 
 
 def on_completed(storage: Storage, config: props.TableConfig, t: str, completion: str, action: str,
-                 data: bytes) -> None:
+                 data: bytes, metadata: CommitMetadata | None = None) -> None:
     """Before ``<t>_<completion>.<action>`` is written on the data timeline: its files go into
-    the metadata table (when the table keeps one), and the files partition is compacted when due."""
+    the metadata table (when the table keeps one), and the files partition is compacted when due.
+    ``metadata``: the commit metadata ``data`` encodes, when the caller has it."""
     if not enabled(config):
         return
-    recs = records_of(action, data, source=f"{t}.{action}")
+    recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
     mt = MetadataTable(storage, config)
     # compaction first, at this action's completion time: every log so far completed before it
     # (the base holds them), and this action's log, completing at that very time, is the first
