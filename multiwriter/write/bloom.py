@@ -460,6 +460,8 @@ class _Murmur:
                 for j in range(tail):
                     self.tail ^= signed[:, j] << np.uint32(8 * j)
         self.n = n
+        # :meth:`next_into` xors the last block and the tail in one step (neither depends on the seed)
+        self._last = self.blocks[-1] ^ self.tail if self.blocks and self.tail is not None else None
 
     def start(self) -> np.ndarray:
         return np.zeros(self.n, dtype=np.uint32)
@@ -470,12 +472,20 @@ class _Murmur:
         400 KB; without them the hashing takes about a tenth less)."""
         with np.errstate(over="ignore"):
             np.bitwise_xor(seed, np.uint32(self.length), out=h)
-            for k in self.blocks:
+            if self._last is not None:
+                for k in self.blocks[:-1]:
+                    h *= _M
+                    h ^= k
                 h *= _M
-                h ^= k
-            if self.tail is not None:
-                h ^= self.tail
+                h ^= self._last
                 h *= _M
+            else:
+                for k in self.blocks:
+                    h *= _M
+                    h ^= k
+                if self.tail is not None:
+                    h ^= self.tail
+                    h *= _M
             np.right_shift(h, np.uint32(13), out=scratch)
             h ^= scratch
             h *= _M
