@@ -254,7 +254,8 @@ class HeartbeatClient:
         self._paused = False
         self._skipped = False  # a beat was skipped while paused
         self._overdue = False  # beat at once, whatever the schedule says
-        self._running = False  # the beat loop is running (or about to) on a beat thread
+        self._running = False  # the beat loop is running (or about to) on a beat thread...
+        self._loop_pid = 0  # ...of this process (a forked child has none of its parent's threads)
         self._loop_done = threading.Event()  # set whenever no beat loop runs
         self._loop_done.set()
         self._loop_thread: threading.Thread | None = None  # the thread running the loop now
@@ -321,9 +322,9 @@ class HeartbeatClient:
             self.stop(t)
         with self._mu:
             self._closing = True
-            own = self._loop_thread is threading.current_thread()
+            wait = self._loop_alive() and self._loop_thread is not threading.current_thread()
         self._wake.set()
-        if not own:
+        if wait:
             self._loop_done.wait(timeout=self.interval_s + 5.0)
 
     # -- test hooks: a GC pause or a hung writer ------------------------------------------------
@@ -360,7 +361,7 @@ class HeartbeatClient:
         now = self.clock()
         with self._mu:
             b = self._inflight.get(instant_time)
-            alive = self._running
+            alive = self._loop_alive()
             problem = self._problem(b, alive, now)
             age = None if b is None else now - b.last_ok
         if problem is None:
@@ -389,11 +390,11 @@ class HeartbeatClient:
     # -- the beat thread --------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
         """Run the beat loop on a beat thread unless it runs (caller holds ``_mu``)."""
-        if self._running:
+        if self._loop_alive():
             return
         self._thread_error = None
         self._wake.clear()
-        self._running = True
+        self._running, self._loop_pid = True, os.getpid()
         self._loop_done.clear()
         try:
             _THREADS.run(self._run, f"heartbeat-{self.writer_id}")
@@ -431,6 +432,10 @@ class HeartbeatClient:
                 self._ended()
                 return True
             return False
+
+    def _loop_alive(self) -> bool:
+        """Does a beat loop of this process run (caller holds ``_mu``)?"""
+        return self._running and self._loop_pid == os.getpid()
 
     def _ended(self) -> None:
         """The loop ends (caller holds ``_mu``): a later start runs a new one."""

@@ -366,3 +366,36 @@ def test_hand_over_keeps_the_file_and_stops_beating(storage, tmp_path, clients):
     assert read_beat(tmp_path, t)["ts_ms"] == before
     c.close()  # closing deletes only what the client still beats
     assert hb_file(tmp_path, t).exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients):
+    """A child forked while its parent beats has none of the parent's threads: the inherited
+    client's instant fails the fence there, closing does not wait for a loop that is not there,
+    and a new instant gets a beat loop of the child's own."""
+    c = clients(storage)
+    t1 = instant()
+    c.start(t1)
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code, never return into pytest
+        code = 1
+        try:
+            try:
+                c.check(t1)
+            except HeartbeatExpiredError:
+                t2 = instant(1)
+                c.start(t2)
+                before = read_beat(tmp_path, t2)["ts_ms"]
+                wait_until(lambda: read_beat(tmp_path, t2)["ts_ms"] > before, timeout=3, what="a beat in the child")
+                c.check(t2)
+                c.stop(t2)
+                c.hand_over(t1)  # the parent's instant: its file stays
+                took = time.monotonic()
+                c.close()
+                code = 0 if time.monotonic() - took < 1.0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert hb_file(tmp_path, t1).exists()
+    c.check(t1)  # the parent's own beats go on
