@@ -111,7 +111,7 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 
 
 def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False,
-            on_keys: Callable[[pa.Array], None] | None = None) -> pa.Table:
+            on_keys: Callable[[pa.Array], None] | None = None, keys: pa.Array | None = None) -> pa.Table:
     """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns
     (and, with ``hashes``, the keys' bloom hashes: computed once, they also tell in one sort
     that no key repeats).
@@ -121,9 +121,10 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     already checked which columns may be omitted; delete batches may carry only the key and
     partition columns. ``on_keys`` hears the record keys of every row of ``batch``, in its order,
     as soon as they are known (a caller starts hashing them while the rest is validated).
+    ``keys``: :func:`record_keys` of ``batch``, when the caller computed them already.
     """
     batch = batch.select([n for n in batch.schema.names if n not in META_COLUMNS and not n.startswith("_mw_")])
-    keys = record_keys(batch, config)
+    keys = record_keys(batch, config) if keys is None else keys
     if on_keys is not None:
         on_keys(keys)
     parts = partition_paths(batch, config)
