@@ -379,7 +379,8 @@ class Transaction:
         t = self.instant.requested_time
         rel = f"{self.table.config.timeline_dir}/{t}_{completion}.{self.instant.action}"
         try:
-            tlmod.create_completed(self.table.storage, self.table.config, t, completion, self.instant.action, metadata.to_bytes())
+            tlmod.create_completed(self.table.storage, self.table.config, t, completion, self.instant.action, metadata.to_bytes(),
+                                   metadata)
         except (tlmod.InstantExistsError, FileExists) as e:
             raise CommitStateUnknownError(f"completed file of instant {t} already exists: {e}", instant=t) from e
         except OSError as e:

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import queue
 import socket
 import threading
 import time
@@ -131,6 +132,67 @@ def _ts_inside(storage: Storage, rel: str) -> float | None:
     return ts if math.isfinite(ts) else None  # "Infinity" would make a writer immortal
 
 
+# -- the beat threads -------------------------------------------------------------------------------
+#: how long a beat thread whose client has nothing left in flight waits for the next client
+LINGER_S = 60.0
+IDLE_NAME = "heartbeat-idle"
+
+
+class _BeatThreads:
+    """The process's beat threads. A client whose instants are all done hands its thread back
+    here, where it waits up to :data:`LINGER_S` for the next client that starts beating (the
+    next batch of this writer, or the next ``mw.write`` of this process) instead of ending.
+    Starting a thread is paid on the critical path of every batch, and on a busy machine it
+    waits for the new thread to be scheduled (milliseconds); a waiting one is handed its job
+    through a queue. Each beating client still has a thread of its own (a hung store delays
+    only the writer that uses it); idle threads are daemons and end after the linger."""
+
+    def __init__(self) -> None:
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:  # a forked child has none of its parent's threads
+        self._mu = threading.Lock()
+        self._idle: list[_Waiting] = []  # threads waiting for a job, the latest last
+
+    def run(self, job: Callable[[], None], name: str) -> None:
+        """Run ``job`` on a waiting thread (renamed ``name`` while it runs), else a new one."""
+        with self._mu:
+            waiting = self._idle.pop() if self._idle else None
+        if waiting is None:
+            threading.Thread(target=self._serve, args=(job,), name=name, daemon=True).start()
+            return
+        waiting.thread.name = name
+        waiting.jobs.put(job)
+
+    def _serve(self, job: Callable[[], None]) -> None:
+        me = _Waiting(threading.current_thread(), queue.SimpleQueue())
+        while True:
+            job()  # never raises: a client's loop records its own errors
+            me.thread.name = IDLE_NAME
+            with self._mu:
+                self._idle.append(me)
+            try:
+                job = me.jobs.get(timeout=LINGER_S)
+            except queue.Empty:
+                with self._mu:
+                    if me in self._idle:  # nobody took this thread: it ends
+                        self._idle.remove(me)
+                        return
+                job = me.jobs.get()  # taken just now: its job is on the way
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A beat thread waiting for its next job."""
+
+    thread: threading.Thread
+    jobs: queue.SimpleQueue[Callable[[], None]]
+
+
+_THREADS = _BeatThreads()
+
+
 # -- the writer's side ----------------------------------------------------------------------------
 @dataclass
 class _InFlight:
@@ -145,7 +207,9 @@ class HeartbeatClient:
     """Beats every in-flight instant of one writer from one daemon thread.
 
     One thread per client, not per instant: a writer may have a batch in flight while the next
-    one starts, and beating them together keeps the cost at one thread per writer. ::
+    one starts, and beating them together keeps the cost at one thread per writer. The thread
+    comes from the process's beat threads (:class:`_BeatThreads`) and goes back there when
+    nothing is in flight, so a batch does not wait for a new thread to start. ::
 
         hb = HeartbeatClient(storage, writer_id="ingest")
         hb.start(t)   # first beat written now; raises if it cannot be
@@ -190,7 +254,11 @@ class HeartbeatClient:
         self._paused = False
         self._skipped = False  # a beat was skipped while paused
         self._overdue = False  # beat at once, whatever the schedule says
-        self._thread: threading.Thread | None = None
+        self._running = False  # the beat loop is running (or about to) on a beat thread...
+        self._loop_pid = 0  # ...of this process (a forked child has none of its parent's threads)
+        self._loop_done = threading.Event()  # set whenever no beat loop runs
+        self._loop_done.set()
+        self._loop_thread: threading.Thread | None = None  # the thread running the loop now
         self._thread_error: BaseException | None = None
         self._host = socket.gethostname()
         self._seq = 0  # grows with every beat written by this client (any instant)
@@ -254,10 +322,10 @@ class HeartbeatClient:
             self.stop(t)
         with self._mu:
             self._closing = True
-            thread = self._thread
+            wait = self._loop_alive() and self._loop_thread is not threading.current_thread()
         self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.interval_s + 5.0)
+        if wait:
+            self._loop_done.wait(timeout=self.interval_s + 5.0)
 
     # -- test hooks: a GC pause or a hung writer ------------------------------------------------
     def pause(self) -> None:
@@ -293,7 +361,7 @@ class HeartbeatClient:
         now = self.clock()
         with self._mu:
             b = self._inflight.get(instant_time)
-            alive = self._thread is not None and self._thread.is_alive()
+            alive = self._loop_alive()
             problem = self._problem(b, alive, now)
             age = None if b is None else now - b.last_ok
         if problem is None:
@@ -321,17 +389,25 @@ class HeartbeatClient:
 
     # -- the beat thread --------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
-        """Start the beat thread unless one is running (caller holds ``_mu``)."""
-        if self._thread is not None and self._thread.is_alive():
+        """Run the beat loop on a beat thread unless it runs (caller holds ``_mu``)."""
+        if self._loop_alive():
             return
         self._thread_error = None
         self._wake.clear()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.writer_id}", daemon=True)
-        self._thread.start()
+        self._running, self._loop_pid = True, os.getpid()
+        self._loop_done.clear()
+        try:
+            _THREADS.run(self._run, f"heartbeat-{self.writer_id}")
+        except BaseException:  # no thread could be started: nothing beats, check() must fail
+            self._ended()
+            raise
 
     def _run(self) -> None:
-        """Beat on a fixed schedule (write time does not push beats later); after a round's
-        first failure, retry once after a quarter interval. End when nothing is in flight."""
+        """The beat loop: beat on a fixed schedule (write time does not push beats later);
+        after a round's first failure, retry once after a quarter interval. End when nothing is
+        in flight (the thread then waits for another client's loop)."""
+        with self._mu:
+            self._loop_thread = threading.current_thread()
         try:
             due = time.monotonic() + self.interval_s
             while True:
@@ -347,15 +423,25 @@ class HeartbeatClient:
         except BaseException as e:  # a bug here must not look like a healthy writer: check() fails
             with self._mu:
                 self._thread_error = e
+                self._ended()
             log.exception("heartbeat thread of writer %r died; check() now fails its instants", self.writer_id)
 
     def _should_exit(self) -> bool:
         with self._mu:
             if self._closing or not self._inflight:
-                if self._thread is threading.current_thread():
-                    self._thread = None
+                self._ended()
                 return True
             return False
+
+    def _loop_alive(self) -> bool:
+        """Does a beat loop of this process run (caller holds ``_mu``)?"""
+        return self._running and self._loop_pid == os.getpid()
+
+    def _ended(self) -> None:
+        """The loop ends (caller holds ``_mu``): a later start runs a new one."""
+        self._running = False
+        self._loop_thread = None
+        self._loop_done.set()
 
     def _take_overdue(self) -> bool:
         with self._mu:

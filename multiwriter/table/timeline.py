@@ -265,12 +265,15 @@ def create_inflight(storage: Storage, config: TableConfig, t: str, action: str =
 
 
 def create_completed(
-    storage: Storage, config: TableConfig, t: str, completion_time: str, action: str = inst.COMMIT, data: bytes = b""
+    storage: Storage, config: TableConfig, t: str, completion_time: str, action: str = inst.COMMIT, data: bytes = b"",
+    metadata: CommitMetadata | None = None,
 ) -> Instant:
+    """``metadata``: the commit metadata ``data`` encodes, when the caller has it (the metadata
+    table then takes the files from it rather than decoding ``data`` again)."""
     if completion_time <= t:
         raise ValueError(f"completion time {completion_time} must be greater than requested time {t}")
     i = Instant(t, action, inst.COMPLETED, completion_time)
-    metadata_files.on_completed(storage, config, t, completion_time, action, data)
+    metadata_files.on_completed(storage, config, t, completion_time, action, data, metadata)
     _create(storage, config, i, data)
     return i
 

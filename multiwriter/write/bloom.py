@@ -336,9 +336,12 @@ def key_hashes(keys: pa.Array | pa.ChunkedArray, hashes: int) -> np.ndarray:
 
 
 def start_hashes(keys: pa.Array | pa.ChunkedArray) -> Callable[[], np.ndarray]:
-    """Start computing the :data:`HASHES` of ``keys`` on one hash thread and return the call
-    that waits for them, so a writer can go on (begin its instant, plan) on another core."""
-    return _start(keys, _HASH_COUNT, parts=1)
+    """Start computing the :data:`HASHES` of ``keys`` on the hash threads and return the call
+    that waits for them, so a writer can go on (begin its instant, plan) meanwhile. In parts,
+    one per core, although the writer's thread runs too: each of the ~360 array operations
+    needs the GIL back from that thread, so one part alone took twice its CPU time and the
+    merges waited for it."""
+    return _start(keys, _HASH_COUNT)
 
 
 def _start(keys: pa.Array | pa.ChunkedArray, hashes: int, parts: int | None = None) -> Callable[[], np.ndarray]:
@@ -460,6 +463,8 @@ class _Murmur:
                 for j in range(tail):
                     self.tail ^= signed[:, j] << np.uint32(8 * j)
         self.n = n
+        # :meth:`next_into` xors the last block and the tail in one step (neither depends on the seed)
+        self._last = self.blocks[-1] ^ self.tail if self.blocks and self.tail is not None else None
 
     def start(self) -> np.ndarray:
         return np.zeros(self.n, dtype=np.uint32)
@@ -470,12 +475,20 @@ class _Murmur:
         400 KB; without them the hashing takes about a tenth less)."""
         with np.errstate(over="ignore"):
             np.bitwise_xor(seed, np.uint32(self.length), out=h)
-            for k in self.blocks:
+            if self._last is not None:
+                for k in self.blocks[:-1]:
+                    h *= _M
+                    h ^= k
                 h *= _M
-                h ^= k
-            if self.tail is not None:
-                h ^= self.tail
+                h ^= self._last
                 h *= _M
+            else:
+                for k in self.blocks:
+                    h *= _M
+                    h ^= k
+                if self.tail is not None:
+                    h ^= self.tail
+                    h *= _M
             np.right_shift(h, np.uint32(13), out=scratch)
             h ^= scratch
             h *= _M

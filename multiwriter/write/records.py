@@ -111,7 +111,7 @@ def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 
 
 def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False,
-            on_keys: Callable[[pa.Array], None] | None = None) -> pa.Table:
+            on_keys: Callable[[pa.Array], None] | None = None, keys: pa.Array | None = None) -> pa.Table:
     """Validated, cast, de-duplicated batch with ``_mw_key``, ``_mw_partition``, ``_mw_op`` columns
     (and, with ``hashes``, the keys' bloom hashes: computed once, they also tell in one sort
     that no key repeats).
@@ -121,9 +121,10 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     already checked which columns may be omitted; delete batches may carry only the key and
     partition columns. ``on_keys`` hears the record keys of every row of ``batch``, in its order,
     as soon as they are known (a caller starts hashing them while the rest is validated).
+    ``keys``: :func:`record_keys` of ``batch``, when the caller computed them already.
     """
     batch = batch.select([n for n in batch.schema.names if n not in META_COLUMNS and not n.startswith("_mw_")])
-    keys = record_keys(batch, config)
+    keys = record_keys(batch, config) if keys is None else keys
     if on_keys is not None:
         on_keys(keys)
     parts = partition_paths(batch, config)
@@ -194,6 +195,8 @@ def has_duplicates(data: pa.Table) -> bool:
     the batch has them, else :func:`_fingerprints`."""
     if data.num_rows <= 1:
         return False
+    if _strictly_increasing(data.column(KEY)):
+        return False
     h = bloom.hashes_of(data)
     if h is not None:
         values = (h[:, 0].astype(np.uint64) << np.uint64(32)) | h[:, 1]
@@ -207,6 +210,23 @@ def has_duplicates(data: pa.Table) -> bool:
         return False
     pairs = data.select([PARTITION, KEY]).group_by([PARTITION, KEY]).aggregate([])
     return pairs.num_rows != data.num_rows
+
+
+#: leading keys compared before all of them: a batch whose keys are not in order is told at once
+_ORDER_SAMPLE = 256
+
+
+def _strictly_increasing(keys: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether every key sorts after the one before (then none repeats): the keys of an ordered
+    stream (auto-increment or time-ordered ids) are told unique in one comparison pass instead of
+    a hash and a sort. A batch out of order costs a comparison of its first keys."""
+    arr = _one_array(keys)
+    if arr.null_count:
+        return False
+    for n in (min(len(arr), _ORDER_SAMPLE), len(arr)):
+        if not pc.all(pc.less(arr.slice(0, n - 1), arr.slice(1, n - 1))).as_py():
+            return False
+    return True
 
 
 _FOLD = np.uint64(0x9E3779B97F4A7C15)

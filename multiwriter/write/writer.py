@@ -47,7 +47,7 @@ from .index import KeyIndex, untagged
 from .log_append import rebase_as_log
 from .merge import context
 from .plan import OPERATION_TYPES, make_plan, plan_batch, planned_metadata
-from .records import KEY, prepare
+from .records import KEY, prepare, record_keys
 
 log = logging.getLogger(__name__)
 #: a non-blocking commit that found buckets created meanwhile rebases them and tries again
@@ -346,6 +346,7 @@ class _Batch:
         self.prepared: pa.Table | None = None
         self.prepared_schema: pa.Schema | None = None
         self.hashes: Callable[[], np.ndarray] | None = None
+        self._keys: tuple[pa.Array, Callable[[], np.ndarray]] | None = None  # an insert's keys, being hashed
 
     @classmethod
     def of(cls, data: Any, table: Table, config: WriterConfig) -> _Batch:
@@ -375,6 +376,7 @@ class _Batch:
         b = cls(data, None, data.schema, config.operation, **_column_rules(table, config))
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
+        b._start_hashing(table.config)
         b.prepared_schema = b.evolved_schema(table.schema())
         b.prepared, b.hashes = b._prepare(table.config, b.prepared_schema)
         return b
@@ -386,21 +388,38 @@ class _Batch:
             return self.prepared, self.hashes
         return self._prepare(config, schema)
 
+    def _start_hashing(self, config: Any) -> None:
+        """An insert's record keys, hashed on the hash thread from the start: neither depends on
+        the table schema, which is looked up meanwhile. Keys that do not compute are left to
+        :func:`prepare`, which reports them in its usual order."""
+        if self.operation != "insert" or self.arrow is None:
+            return
+        try:
+            keys = record_keys(self.arrow, config)
+        except MultiWriterError:
+            return
+        self._keys = (keys, bloom.start_hashes(keys))
+
     def _prepare(self, config: Any, schema: pa.Schema) -> tuple[pa.Table, Callable[[], np.ndarray] | None]:
         """An insert looks nothing up, so its keys' hashes (for the new files' bloom filters)
         are computed on the hash threads while the batch is validated, the attempt begins its
         instant and plans; any other operation needs them for the index first. They are started
-        on the keys of the batch as given, and again on the kept rows' keys in the rare batch
-        whose repeated keys were dropped."""
+        on the keys of the batch as given (:meth:`_start_hashing`), and again on the kept rows'
+        keys in the rare batch whose repeated keys were dropped."""
         assert self.arrow is not None
         if self.operation != "insert":
             return prepare(self.arrow, config, schema, operation=self.operation, hashes=True), None
-        started: list[Callable[[], np.ndarray]] = []
-        prepared = prepare(self.arrow, config, schema, operation=self.operation,
-                           on_keys=lambda keys: started.append(bloom.start_hashes(keys)))
+        if self._keys is not None:
+            keys, pending = self._keys
+            prepared = prepare(self.arrow, config, schema, operation=self.operation, keys=keys)
+        else:
+            started: list[Callable[[], np.ndarray]] = []
+            prepared = prepare(self.arrow, config, schema, operation=self.operation,
+                               on_keys=lambda keys: started.append(bloom.start_hashes(keys)))
+            pending = started[0]
         if prepared.num_rows != self.arrow.num_rows:  # rows were dropped: the hashes must follow the kept ones
             return prepared, bloom.start_hashes(prepared.column(KEY))
-        return prepared, started[0]
+        return prepared, pending
 
     def evolved_schema(self, table_schema: pa.Schema) -> pa.Schema:
         """The schema this attempt writes: the table's, evolved by the batch. Called again on

@@ -14,6 +14,7 @@ import pytest
 
 from multiwriter.errors import ConfigError, HeartbeatExpiredError
 from multiwriter.heartbeat import HeartbeatClient, is_lapsed
+from multiwriter.heartbeat import client as client_module
 from multiwriter.heartbeat.client import beating_client
 from multiwriter.instant_time import format_time
 from multiwriter.storage import Storage
@@ -160,13 +161,42 @@ def test_start_writes_at_once_beats_while_in_flight_and_stop_deletes(storage, tm
     c.stop(t1)  # idempotent
     c.stop(t2)
     assert not hb_file(tmp_path, t2).exists()
-    wait_until(lambda: not beat_threads(c), timeout=2, what="the thread to end with nothing in flight")
+    wait_until(lambda: not beat_threads(c), timeout=2, what="the beat loop to end with nothing in flight")
 
     t3 = instant(2)
-    c.start(t3)  # a new batch gets a new thread
+    c.start(t3)  # a new batch gets a beat loop again
     assert len(beat_threads(c)) == 1 and hb_file(tmp_path, t3).exists()
     c.close()
-    assert not hb_file(tmp_path, t3).exists() and not beat_threads(c)
+    assert not hb_file(tmp_path, t3).exists()
+    wait_until(lambda: not beat_threads(c), timeout=2, what="the beat loop to end on close")
+
+
+def test_a_beat_thread_waits_for_the_next_client_then_ends(storage, tmp_path, clients, monkeypatch):
+    """Batches one after the other (``mw.write`` makes a client per call) reuse one beat thread
+    instead of starting one each; the next client's heartbeat is as live as ever; a thread
+    nobody takes ends after the linger."""
+    monkeypatch.setattr(client_module, "LINGER_S", 0.5)
+    first, second = clients(storage), clients(storage)
+    t1 = instant()
+    first.start(t1)
+    [served] = beat_threads(first)
+    first.stop(t1)
+    first.close()
+    wait_until(lambda: served.name == client_module.IDLE_NAME, timeout=2, what="the thread to wait for a client")
+
+    t2 = instant(1)
+    second.start(t2)
+    assert beat_threads(second) == [served], "the waiting thread runs the next client's beats"
+    before = read_beat(tmp_path, t2)["ts_ms"]
+    wait_until(lambda: read_beat(tmp_path, t2)["ts_ms"] > before, timeout=3, what="a beat from the reused thread")
+    second.check(t2)
+    second.pause()  # a hang of the next batch still fails its fence
+    wait_until(lambda: second.last_beat_age_s(t2) > second.bound_s, timeout=5, what="the bound to pass")
+    with pytest.raises(HeartbeatExpiredError, match="older than the bound"):
+        second.check(t2)
+    second.resume()
+    second.stop(t2)
+    wait_until(lambda: not served.is_alive(), timeout=3, what="the idle thread to end after the linger")
 
 
 def test_stop_of_an_unknown_instant_deletes_a_leftover_file(storage, tmp_path, clients):
@@ -336,3 +366,36 @@ def test_hand_over_keeps_the_file_and_stops_beating(storage, tmp_path, clients):
     assert read_beat(tmp_path, t)["ts_ms"] == before
     c.close()  # closing deletes only what the client still beats
     assert hb_file(tmp_path, t).exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients):
+    """A child forked while its parent beats has none of the parent's threads: the inherited
+    client's instant fails the fence there, closing does not wait for a loop that is not there,
+    and a new instant gets a beat loop of the child's own."""
+    c = clients(storage)
+    t1 = instant()
+    c.start(t1)
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code, never return into pytest
+        code = 1
+        try:
+            try:
+                c.check(t1)
+            except HeartbeatExpiredError:
+                t2 = instant(1)
+                c.start(t2)
+                before = read_beat(tmp_path, t2)["ts_ms"]
+                wait_until(lambda: read_beat(tmp_path, t2)["ts_ms"] > before, timeout=3, what="a beat in the child")
+                c.check(t2)
+                c.stop(t2)
+                c.hand_over(t1)  # the parent's instant: its file stays
+                took = time.monotonic()
+                c.close()
+                code = 0 if time.monotonic() - took < 1.0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert hb_file(tmp_path, t1).exists()
+    c.check(t1)  # the parent's own beats go on

@@ -260,3 +260,49 @@ def test_a_withdrawn_commit_stays_invisible_while_its_entries_outlive_compaction
     assert not any(withdrawn in n for n in listed)
     assert {r[2]: r[4] for r in _agreed(path)} == expect
     _listing_is_storage(path)
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_a_commit_records_from_its_metadata_what_its_instant_file_says(kind, tmp_path):
+    """The writer hands the metadata table the commit metadata it encoded (no decode): the
+    records are those decoded from each completed instant file, and hudi-rs lists the same."""
+    path = str(tmp_path / "t")
+    t = _create(path, kind)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(_batch(range(12), ts=1, v=1.0), path, cfg)
+    mw.write(_batch(range(6, 20), ts=2, v=2.0), path, cfg)
+    mw.write(_batch(range(30, 40), ts=3, v=3.0), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(),
+                                                                       operation="insert"))
+    tl = mw.Table.open(path).timeline()
+    for i in tl.completed():
+        data = t.storage.read_bytes(tl.path_of(i))
+        decoded = mf.records_of(i.action, data, source="x")
+        assert decoded and mf.records_of(i.action, data, source="x", metadata=tl.commit_metadata(i)) == decoded
+        listed = mf.MetadataTable(t.storage, t.config).read()
+        assert all(listed[p][n] == v for p, files in decoded.items() for n, v in files.items())
+    _agreed(path)
+    _listing_is_storage(path)
+
+
+def test_deltacommits_after_a_compaction_read_the_base_schema_once(tmp_path, monkeypatch):
+    """Each deltacommit writes its log block with the record schema of the group's base file;
+    base files never change, so it is read once per process (reading one parses all of it),
+    however many deltacommits follow, and readers agree with every one of them (hudi-rs)."""
+    path = str(tmp_path / "t")
+    _create(path, "cow")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), operation="insert")
+    for b in range(mf.MAX_DELTA_COMMITS + 1):  # the files partition is compacted on the way
+        mw.write(_batch(range(b * 10, b * 10 + 10), ts=1, v=float(b)), path, cfg)
+    t = mw.Table.open(path)
+    base, _, _ = mf.MetadataTable(t.storage, t.config).latest_slice()
+    assert base is not None
+    reads: list[int] = []
+    real_read = mf.hfile.read
+    monkeypatch.setattr(mf.hfile, "read", lambda data, **kw: reads.append(1) or real_read(data, **kw))
+    for b in range(100, 104):
+        mw.write(_batch(range(b * 10, b * 10 + 10), ts=1, v=1.0), path, cfg)
+    assert mf.MetadataTable(t.storage, t.config).latest_slice()[0] == base, "no compaction meanwhile"
+    assert len(reads) <= 1
+    assert mf.MetadataTable(t.storage, t.config).schema_json == mf._SCHEMA_JSON
+    _agreed(path)
+    _listing_is_storage(path)

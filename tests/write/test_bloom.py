@@ -281,6 +281,32 @@ def test_a_large_insert_hashed_while_its_instant_begins_carries_exact_filters(tr
     assert rows(got.filter(pc.equal(got["id"], "7")), ["id", "ts", "value"]) == [("7", 9, 2.0) if repeated else ("7", 1, 1.0)]
 
 
+@pytest.mark.parametrize("bad", ["null key", "no key column", "key and schema both wrong"])
+def test_an_insert_whose_keys_do_not_compute_fails_as_before_and_writes_nothing(trips_table, bad):
+    """An insert hashes its keys while the table schema is looked up; a batch whose keys cannot
+    be computed raises the typed error it always did (the schema's first when both are wrong),
+    and nothing reaches the table."""
+    from multiwriter.errors import InvalidRecordError, SchemaMismatchError
+
+    batch = trips(range(5))
+    if bad == "null key":
+        batch = batch.set_column(0, "id", pa.array(["1", None, "3", "4", "5"], pa.string()))
+        want = InvalidRecordError
+    elif bad == "no key column":
+        batch = batch.drop_columns(["id"])
+        want = SchemaMismatchError
+    else:  # a key column of another type than the table's, holding a null
+        batch = batch.set_column(0, "id", pa.array([1, None, 3, 4, 5], pa.int64()))
+        want = SchemaMismatchError
+    cfg = mw.WriterConfig(writer_id="i", lock=mw.InProcessLock(), operation="insert")
+    with pytest.raises(want):
+        mw.write(batch, trips_table.path, cfg)
+    assert mw.Table.open(trips_table.path).timeline().completed() == []
+    assert _base_files(trips_table.path) == []
+    mw.write(trips(range(5)), trips_table.path, cfg)
+    assert hudi_read(trips_table.path).num_rows == 5
+
+
 def _reference_row(keys: list[str], hashes: int, bits: int) -> np.ndarray:
     """The filter row Hudi's writer builds, bit by bit from the scalar Java positions."""
     row = np.zeros((bits + 7) // 8, dtype=np.uint8)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from multiwriter.write import bloom, records
 from multiwriter.write.records import KEY, PARTITION
@@ -62,7 +64,7 @@ def test_equal_length_keys_are_checked_by_their_words():
 
 
 def test_fingerprints_that_collide_leave_the_decision_to_the_keys(monkeypatch):
-    t = pa.table({KEY: [f"k{i:09d}" for i in range(100)], PARTITION: ["p"] * 100})
+    t = pa.table({KEY: [f"k{i:09d}" for i in range(100)][::-1], PARTITION: ["p"] * 100})  # not in order
     monkeypatch.setattr(records, "_fingerprints", lambda keys: np.zeros(len(keys), np.uint64))
     assert not records.has_duplicates(t)
     assert records.has_duplicates(pa.concat_tables([t, t.slice(5, 1)]))
@@ -107,3 +109,30 @@ def test_record_keys_of_float_and_timestamp_columns_are_what_hudis_jvm_key_gener
     # a version 8 table created before keys were printed as Java does keeps its rows' keys
     old = {k: v for k, v in one.raw.items() if k != "multiwriter.record.key.strings"}
     assert record_keys(batch, TableConfig.from_properties(old)).to_pylist() == ["1", "10000000", "0.5"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), max_size=400), st.sampled_from(["sorted", "shuffled", "as drawn"]),
+       st.integers(0, 3), st.integers(1, 3))
+def test_duplicates_as_python_sees_them_whatever_the_order(ints, order, offset, chunks):
+    """Keys in order (the one-comparison fast path), out of order and as drawn, sliced and in
+    several chunks, with and without hashes: duplicate (partition, key) pairs as a set says,
+    and dedupe keeps exactly the distinct pairs."""
+    keys = [f"k{i:05d}" for i in ints]
+    if order == "sorted":
+        keys = sorted(set(keys))
+    elif order == "shuffled":
+        keys = keys[::-1]
+    parts = ["p" if i % 7 else "q" for i in range(len(keys))]
+    want = len(set(zip(parts, keys, strict=True))) < len(keys)
+    padded_k, padded_p = pa.array(["pad"] * offset + keys, pa.string()), pa.array(["pad"] * offset + parts, pa.string())
+    bounds = np.linspace(0, len(keys), chunks + 1).astype(int).tolist()
+    pieces = list(zip(bounds, bounds[1:], strict=False))
+    t = pa.table({KEY: pa.chunked_array([padded_k.slice(offset + a, b - a) for a, b in pieces], pa.string()),
+                  PARTITION: pa.chunked_array([padded_p.slice(offset + a, b - a) for a, b in pieces], pa.string()),
+                  "ts": pa.array(range(len(keys)), pa.int64())})
+    assert records.has_duplicates(t) is want
+    assert records.has_duplicates(bloom.with_hashes(t, KEY)) is want
+    kept = records.dedupe(t, "ts")
+    assert sorted(zip(kept.column(PARTITION).to_pylist(), kept.column(KEY).to_pylist(), strict=True)) == sorted(
+        set(zip(parts, keys, strict=True)))
