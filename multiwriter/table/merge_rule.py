@@ -434,22 +434,51 @@ def touched(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.
 
 
 def _touched_sorted(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`touched` of integer keys without nulls stored in ascending order (a base file
-    written sorted by key): a binary search for each of the logs' few keys, where a hash probe
-    of every base key costs more than the rest of a small merge. None for other keys."""
-    if not pa.types.is_integer(keys.type) or keys.null_count or dictionary.null_count:
+    """:func:`touched` of keys without nulls stored in ascending order (a base file written
+    sorted by key): a binary search for each of the logs' few keys, where a hash probe of every
+    base key costs more than the rest of a small merge. Integer keys, and string keys of one
+    length (compared as fixed-width bytes, no copy: ``k000000123``, UUIDs). None for others."""
+    if keys.null_count or dictionary.null_count:
         return None
-    base = _numpy(keys)
+    if pa.types.is_integer(keys.type):
+        base, wanted, codes = _numpy(keys), dictionary.to_numpy(), None
+    else:
+        base = _fixed_width(keys)
+        if base is None:
+            return None
+        wanted, codes = _of_width(dictionary, base.dtype.itemsize)
     if len(base) > 1 and not (base[1:] >= base[:-1]).all():
         return None
-    wanted = dictionary.to_numpy()
     lo, hi = np.searchsorted(base, wanted, "left"), np.searchsorted(base, wanted, "right")
     n = hi - lo  # how many base rows hold each key (one, when the base holds each key once)
     starts = np.cumsum(n) - n
     at = np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(starts, n)
-    code = np.repeat(np.arange(len(wanted)), n)
+    code = np.repeat(np.arange(len(wanted)) if codes is None else codes, n)
     order = np.argsort(at, kind="stable")
     return at[order], code[order]
+
+
+def _fixed_width(keys: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """String keys that all have one length (in bytes) as a numpy ``S<width>`` view of their
+    data, which sorts and compares as the bytes do; None for other keys."""
+    if not pa.types.is_string(keys.type) or not len(keys):
+        return None
+    a = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    offsets = np.frombuffer(a.buffers()[1], np.int32, len(a) + 1, a.offset * 4)
+    width = int(offsets[1] - offsets[0])
+    if width == 0 or int(offsets[-1] - offsets[0]) != width * len(a) or not (np.diff(offsets) == width).all():
+        return None
+    return np.frombuffer(a.buffers()[2], f"S{width}", len(a), int(offsets[0]))
+
+
+def _of_width(dictionary: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``dictionary`` (strings) that are ``width`` bytes long, as ``S<width>``,
+    and their indices; no other value can equal a key of that width."""
+    lengths = _numpy(pc.binary_length(dictionary))
+    codes = np.flatnonzero(lengths == width)
+    same = dictionary.take(pa.array(codes)) if len(codes) < len(dictionary) else dictionary
+    view = _fixed_width(same) if len(same) else None
+    return (view if view is not None else np.zeros(0, f"S{width}")), codes
 
 
 @dataclass
