@@ -358,12 +358,11 @@ def _assemble_many(bases: list[pa.Table], logs: list[pa.Table], schema: pa.Schem
     new_counts = np.bincount(new_slice, minlength=len(offsets.base) - 1)
     ends = base_ends + np.cumsum(new_counts)
 
-    stored = ([pa.concat_tables(bases)] if bases else []) + logs
-    if not stored:  # deletes alone
+    base = pa.concat_tables(bases) if bases else None
+    if base is None and not logs:  # deletes alone
         return schema.empty_table(), ends
-    all_stay = n_base and len(touched) == in_base  # else no base rows, or a delete won over some
-    base = stored[0]
     logged_rows = (pa.concat_tables(logs) if logs else base.schema.empty_table()).combine_chunks()
+    all_stay = n_base and len(touched) == in_base  # else no base rows, or a delete won over some
     changed = replacing != replaced
     rows = _Replacement(replaced[changed], replacing[changed] - n_base, new - n_base)
     by = pa.array(rows.by)
@@ -371,30 +370,72 @@ def _assemble_many(bases: list[pa.Table], logs: list[pa.Table], schema: pa.Schem
     def kind(name: str) -> str:
         if not all_stay:
             return "take"
-        kept, logged = base.column(name), logged_rows.column(name)
-        if name != key and _scatterable(kept, logged):
+        kept, logged = base.column(name), logged_rows.column(name).chunk(0)
+        if name != key and _scatterable(kept, logged_rows.column(name)):
             return "scatter"
-        if name == key or (_exact(kept.type) and _take_ascending(kept, rows.at).equals(_joined(logged.chunks, kept.type).take(by))):
+        if name == key or (_exact(kept.type) and _take_ascending(kept, rows.at).equals(logged.take(by))):
             return "kept"
         return "take"
 
     kinds = {name: kind(name) for name in schema.names}
-    order = None
-    if "take" in kinds.values():  # the stored row of each output row
-        take = _take_index(n_base, touched, replaced, win_rows, in_base)
-        order = pa.array(np.insert(take[:len(take) - len(new)], base_ends[new_slice], new))
+    orders = _local_orders(offsets, touched, replaced, replacing, new, new_counts) if "take" in kinds.values() else []
 
-    def column(name: str) -> pa.ChunkedArray | pa.Array:
-        if not all_stay:
-            return _joined([c for t in stored for c in t.column(name).chunks], schema.field(name).type).take(order)
-        kept, logged = base.column(name), logged_rows.column(name)
+    def column(name: str) -> pa.ChunkedArray:
+        kept = base.column(name) if base is not None else None
+        logged = logged_rows.column(name).chunk(0)
         if kinds[name] == "take":
-            return _joined(kept.chunks + logged.chunks, kept.type).take(order)
-        col = _replaced(kept, _joined(logged.chunks, kept.type), rows) if kinds[name] == "scatter" else kept
+            return _taken(kept, logged, orders, offsets)
+        col = _replaced_chunks(kept, logged, rows) if kinds[name] == "scatter" else kept
         return _interleaved(col, logged.take(pa.array(rows.new)), offsets.base, new_counts) if len(new) else col
 
     cols = list(map_(column, schema.names))  # columns side by side: takes and copies release the GIL
-    return pa.Table.from_arrays(cols, schema=stored[0].schema), ends
+    return pa.Table.from_arrays(cols, schema=(base if base is not None else logged_rows).schema), ends
+
+
+def _local_orders(offsets: _Offsets, touched: np.ndarray, replaced: np.ndarray, replacing: np.ndarray,
+                  new: np.ndarray, new_counts: np.ndarray) -> list[np.ndarray]:
+    """Per slice, the row of its own base rows, then its own log rows, that each of its output
+    rows takes (:func:`_take_index` of the slice alone): no array as long as every slice's rows."""
+    n_base = int(offsets.base[-1])
+    t_cut, r_cut = np.searchsorted(touched, offsets.base), np.searchsorted(replaced, offsets.base)
+    n_cut = np.concatenate([[0], np.cumsum(new_counts)])
+    out = []
+    for s in range(len(offsets.base) - 1):
+        b0, n_s, r0 = int(offsets.base[s]), int(offsets.base[s + 1] - offsets.base[s]), int(offsets.row[s])
+
+        def local(rows: np.ndarray, b0: int = b0, n_s: int = n_s, r0: int = r0) -> np.ndarray:
+            return np.where(rows < n_base, rows - b0, rows - r0 + n_s)
+
+        rep = replaced[r_cut[s]:r_cut[s + 1]] - b0
+        wins = np.concatenate([local(replacing[r_cut[s]:r_cut[s + 1]]), local(new[n_cut[s]:n_cut[s + 1]])])
+        out.append(_take_index(n_s, touched[t_cut[s]:t_cut[s + 1]] - b0, rep, wins, len(rep)))
+    return out
+
+
+def _taken(kept: pa.ChunkedArray | None, logged: pa.Array, orders: list[np.ndarray], offsets: _Offsets
+           ) -> pa.ChunkedArray:
+    """A column taken row by row, slice by slice from that slice's own base and log rows
+    (``orders``: :func:`_local_orders`): small takes stay in the cache, where one take over
+    every slice's rows joined would not."""
+    n_base, out = int(offsets.base[-1]), []
+    for s, idx in enumerate(orders):
+        if not len(idx):
+            continue
+        b0, b1, r0, r1 = (int(x) for x in (offsets.base[s], offsets.base[s + 1], offsets.row[s], offsets.row[s + 1]))
+        chunks = kept.slice(b0, b1 - b0).chunks if kept is not None else []
+        out.append(_joined([*chunks, logged.slice(r0 - n_base, r1 - r0)], logged.type).take(pa.array(idx)))
+    return pa.chunked_array(out, logged.type)
+
+
+def _replaced_chunks(kept: pa.ChunkedArray, logged: pa.Array, rows: _Replacement) -> pa.ChunkedArray:
+    """:func:`_replaced` chunk by chunk of ``kept`` (each slice's base rows): small copies stay in the cache."""
+    starts = np.concatenate([[0], np.cumsum([len(c) for c in kept.chunks])])
+    cuts = np.searchsorted(rows.at, starts)
+    out = []
+    for c, s, a, b in zip(kept.chunks, starts.tolist(), cuts.tolist(), cuts[1:].tolist(), strict=False):
+        part = _Replacement(rows.at[a:b] - s, rows.by[a:b], rows.new[:0])
+        out += _replaced(pa.chunked_array([c], c.type), logged, part).chunks if b > a else [c]
+    return pa.chunked_array(out, kept.type)
 
 
 def _take_ascending(col: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
