@@ -38,6 +38,7 @@ winning values equal the base values they replace.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -377,15 +378,22 @@ def _assemble_many(bases: list[pa.Table], logs: list[pa.Table], schema: pa.Schem
             return "kept"
         return "take"
 
-    kinds = {name: kind(name) for name in schema.names}
-    orders = _local_orders(offsets, touched, replaced, replacing, new, new_counts) if "take" in kinds.values() else []
+    orders: list[list[np.ndarray]] = []
+    lock = threading.Lock()
+
+    def local_orders() -> list[np.ndarray]:  # worked out once, by the first column that needs them
+        with lock:
+            if not orders:
+                orders.append(_local_orders(offsets, touched, replaced, replacing, new, new_counts))
+            return orders[0]
 
     def column(name: str) -> pa.ChunkedArray:
+        how = kind(name)
         kept = base.column(name) if base is not None else None
         logged = logged_rows.column(name).chunk(0)
-        if kinds[name] == "take":
-            return _taken(kept, logged, orders, offsets)
-        col = _replaced_chunks(kept, logged, rows) if kinds[name] == "scatter" else kept
+        if how == "take":
+            return _taken(kept, logged, local_orders(), offsets)
+        col = _replaced_chunks(kept, logged, rows) if how == "scatter" else kept
         return _interleaved(col, logged.take(pa.array(rows.new)), offsets.base, new_counts) if len(new) else col
 
     cols = list(map_(column, schema.names))  # columns side by side: takes and copies release the GIL
