@@ -631,6 +631,11 @@ class LogBlock:
         return self.kind == COMMAND and self.header.get(HeaderKey.COMMAND_BLOCK_TYPE.name) == ROLLBACK_COMMAND
 
 
+#: the on-disk codes of header keys and block types, looked up once per block without the enums' calls
+_HEADER_NAMES = {k.value: k.name for k in HeaderKey}
+_BLOCK_TYPES = {t.value: t for t in BlockType}
+
+
 class _Truncated(Exception):
     """A block's framing runs past its end: the block is corrupt, not the file unreadable."""
 
@@ -647,10 +652,17 @@ class _Cursor:
         return out
 
     def read_int(self) -> int:
-        return _INT.unpack(self.take(4))[0]
+        return self._unpack(_INT)
 
     def read_long(self) -> int:
-        return _LONG.unpack(self.take(8))[0]
+        return self._unpack(_LONG)
+
+    def _unpack(self, fmt: struct.Struct) -> int:
+        if self.pos + fmt.size > self.end:
+            raise _Truncated(f"needs {fmt.size} bytes at offset {self.pos}, the block ends at {self.end}")
+        value = fmt.unpack_from(self.data, self.pos)[0]
+        self.pos += fmt.size
+        return value
 
 
 def read_log_blocks(data: bytes, *, source: str = "log file", columns: Collection[str] | None = None) -> list[LogBlock]:
@@ -717,12 +729,12 @@ def _read_block(data: bytes, pos: int, end: int, source: str, columns: Collectio
     if cur.pos != cur.end:
         return None
     where = f"{source}: block at offset {pos}"
-    if code not in BlockType._value2member_map_:
+    if code not in _BLOCK_TYPES:
         raise TableFormatError(f"{where} has unknown block type {code}")
-    kind = _KIND[BlockType(code)]
+    block_type = _BLOCK_TYPES[code]
     records = _decode_content(code, content, header, where, columns)
     raw = content if code == BlockType.HFILE_DATA else None
-    return LogBlock(kind, header, records, BlockType(code), pos, end - pos, raw)
+    return LogBlock(_KIND[block_type], header, records, block_type, pos, end - pos, raw)
 
 
 def _read_metadata(cur: _Cursor) -> dict[str, str]:
@@ -733,7 +745,7 @@ def _read_metadata(cur: _Cursor) -> dict[str, str]:
     for _ in range(count):
         key = cur.read_int()
         value = cur.take(cur.read_int())
-        name = HeaderKey(key).name if key in HeaderKey._value2member_map_ else str(key)
+        name = _HEADER_NAMES.get(key) or str(key)
         try:
             out[name] = value.decode()
         except UnicodeDecodeError as e:

@@ -38,7 +38,8 @@ winning values equal the base values they replace.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,9 @@ DELETE_PARTITION = "partition_path"
 DELETE_ORDERING = "ordering_value"
 
 _CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+#: ``map`` or a thread pool's: how work that releases the GIL is spread
+Mapper = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
 
 
 @dataclass(frozen=True)
@@ -110,17 +114,69 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     ordering values cannot be compared with the ordering column.
     """
     ordering = _ordering_field(schema, ordering_field)
-    ordered = sorted(sources, key=lambda s: s.rank)  # stable: equal ranks keep the caller's order
-    base: Versions | None = None
-    if ordered and ordered[0].rank == BASE_RANK and _rows(ordered[0].deletes) == 0:
-        base, ordered = ordered[0], ordered[1:]
-    base_rows = align(base.records, schema) if base is not None and base.records is not None else None
-    logs = [s for s in ordered if _rows(s.records) or _rows(s.deletes)]
+    base_rows, logs = _split(sources, schema)
     if not logs:
         return base_rows if base_rows is not None else schema.empty_table()
     if schema.get_field_index(key) < 0:
         raise TableFormatError(f"record key column {key!r} is not a column of the file schema")
     return _merge_logs(base_rows, logs, ordering, schema, key)
+
+
+@dataclass
+class Prepared:
+    """One slice's share of a merge of many slices (:func:`prepare`): its merged rows when they
+    need no shared work (no log versions, or partial updates), else its candidates."""
+
+    done: pa.Table | None = None
+    collected: _Collected | None = None
+
+
+def prepare(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema,
+            key: str = RECORD_KEY) -> Prepared:
+    """The per-slice part of :func:`merge_prepared` (slices may be prepared side by side): the
+    slice's rows read and its candidates keyed, its winners not yet chosen."""
+    ordering = _ordering_field(schema, ordering_field)
+    base, logs = _split(sources, schema)
+    if not logs:
+        return Prepared(done=base if base is not None else schema.empty_table())
+    if schema.get_field_index(key) < 0:
+        raise TableFormatError(f"record key column {key!r} is not a column of the file schema")
+    if any(s.carries is not None for s in logs):
+        return Prepared(done=_merge_logs(base, logs, ordering, schema, key))
+    return Prepared(collected=_collect(base, logs, ordering, schema, key))
+
+
+def merge_prepared(parts: Sequence[Prepared], *, ordering_field: str | None, schema: pa.Schema,
+                   key: str = RECORD_KEY, map_: Mapper = map) -> pa.Table:
+    """The rows of many slices (:func:`prepare` of each), each slice's as :func:`merge` returns
+    them, one slice after another. The winners of every slice are chosen at once (each key
+    qualified by its slice), and each column is assembled once for all of them: the work per
+    slice that stays is reading and keying its rows. ``map_``: how the columns are assembled
+    (a thread pool's ``map`` assembles them side by side)."""
+    ordering = _ordering_field(schema, ordering_field)
+    pending = [p.collected for p in parts if p.collected is not None]
+    if len(pending) == 1:
+        c = pending[0]
+        winners, first_seq, _ = _winners(c.cands, c.codes, c.n_keys, ordering, c.n_base)
+        merged = [_assemble(c.stored, schema, key, c.n_base, c.at, winners, first_seq)]
+    else:
+        merged = _merge_many(pending, ordering, schema, key, map_) if pending else []
+    out, it = [], iter(merged)
+    for p in parts:
+        out.append(p.done if p.done is not None else next(it))
+    if not out:
+        return schema.empty_table()
+    return out[0] if len(out) == 1 else pa.concat_tables(out)
+
+
+def _split(sources: Sequence[Versions], schema: pa.Schema) -> tuple[pa.Table | None, list[Versions]]:
+    """The base rows (aligned with ``schema``; None without a base file) and the sources that hold versions."""
+    ordered = sorted(sources, key=lambda s: s.rank)  # stable: equal ranks keep the caller's order
+    base: Versions | None = None
+    if ordered and ordered[0].rank == BASE_RANK and _rows(ordered[0].deletes) == 0:
+        base, ordered = ordered[0], ordered[1:]
+    base_rows = align(base.records, schema) if base is not None and base.records is not None else None
+    return base_rows, [s for s in ordered if _rows(s.records) or _rows(s.deletes)]
 
 
 def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -167,11 +223,36 @@ class _Candidates:
         return self.carried.index(carries)
 
 
+@dataclass
+class _Collected:
+    """One slice's merge up to its winners: the rows the output is taken from (``stored``: the
+    base, then each log's records) and the candidates, each key as an integer (``codes``,
+    0..n_keys-1; the touched base rows' candidates first)."""
+
+    stored: list[pa.Table]
+    cands: _Candidates
+    codes: np.ndarray
+    n_keys: int
+    at: np.ndarray  # the base positions the logs touch
+    n_base: int
+    n_places: int  # places of the logs' versions: n_base .. n_places-1
+    logs_from: int  # where the logs' records begin in ``stored`` (1 after a base file)
+
+
 def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
                 key: str) -> pa.Table:
     """:func:`merge` when some log holds rows: the candidates are every log version plus the
-    base rows of the keys the logs touch; ``stored`` (base, then each log's records) holds the
-    rows the output is taken from."""
+    base rows of the keys the logs touch (:func:`_collect`)."""
+    c = _collect(base, logs, ordering, schema, key)
+    winners, first_seq, kept = _winners(c.cands, c.codes, c.n_keys, ordering, c.n_base)
+    filled = _filled_columns(c.cands, c.codes, schema, kept, c.n_base) if len(c.cands.carried) > 1 else []
+    return _assemble(c.stored, schema, key, c.n_base, c.at, winners, first_seq, filled)
+
+
+def _collect(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
+             key: str) -> _Collected:
+    """The candidates of one slice whose logs hold versions: every log version plus the base
+    rows of the keys the logs touch."""
     n_base = base.num_rows if base is not None else 0
     key_type = schema.field(key).type
     stored = [base] if base is not None else []
@@ -196,7 +277,7 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
     # logs touch and every candidate's key as a small integer (its index in the logs' keys)
     encoded = pc.dictionary_encode(_concat(cands.keys, key_type))
     codes = [_numpy(encoded.indices)]
-    at = np.zeros(0, np.int64)  # the base positions the logs touch
+    at = np.zeros(0, np.int64)
     if n_base:
         at, base_codes = touched(base.column(key), encoded.dictionary)
         codes.insert(0, base_codes)
@@ -205,9 +286,189 @@ def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field 
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
         cands.pattern.insert(0, np.zeros(len(at), np.int32))
-    winners, first_seq, kept = _winners(cands, np.concatenate(codes), len(encoded.dictionary), ordering, n_base)
-    filled = _filled_columns(cands, np.concatenate(codes), schema, kept, n_base) if len(cands.carried) > 1 else []
-    return _assemble(stored, schema, key, n_base, at, winners, first_seq, filled)
+    return _Collected(stored, cands, np.concatenate(codes), len(encoded.dictionary), at, n_base, seq0,
+                      int(base is not None))
+
+
+def _merge_many(cs: list[_Collected], ordering: pa.Field | None, schema: pa.Schema, key: str,
+                map_: Mapper = map) -> list[pa.Table]:
+    """:func:`merge_prepared` of slices without partial updates: their candidates as one set
+    (places, rows and key codes shifted past those of the slices before, so equal keys of two
+    slices stay two keys), one choice of winners and one assembly, cut back into slices."""
+    offsets = _Offsets.of(cs)
+    front: list[tuple] = []  # the touched base rows' candidates, then the logs' ones: places ascend
+    back: list[tuple] = []
+    for i, c in enumerate(cs):
+        seq, row = np.concatenate(c.cands.seq), np.concatenate(c.cands.row)
+        in_base = seq < c.n_base
+        seq = np.where(in_base, seq + offsets.base[i], seq - c.n_base + offsets.place[i])
+        row = np.where(row < 0, -1, np.where(row < c.n_base, row + offsets.base[i], row - c.n_base + offsets.row[i]))
+        codes, plain = c.codes + offsets.key[i], np.concatenate(c.cands.plain)
+        k = len(c.at)
+        ords = c.cands.ordering
+        front.append((seq[:k], row[:k], plain[:k], codes[:k], ords[:1] if c.n_base else []))
+        back.append((seq[k:], row[k:], plain[k:], codes[k:], ords[1:] if c.n_base else ords))
+    parts = front + back
+    cands = _Candidates([], [o for p in parts for o in p[4]], [np.concatenate([p[0] for p in parts])],
+                        [np.concatenate([p[1] for p in parts])], [np.concatenate([p[2] for p in parts])], [], [None])
+    codes = np.concatenate([p[3] for p in parts])
+    n_base = int(offsets.base[-1])
+    win_rows, win_places, _ = _winners(cands, codes, int(offsets.key[-1]), ordering, n_base)
+    bases = [c.stored[0] for c in cs if c.logs_from]
+    logs = [t for c in cs for t in c.stored[c.logs_from:]]
+    touched_at = np.concatenate([c.at + offsets.base[i] for i, c in enumerate(cs)])
+    out, ends = _assemble_many(bases, logs, schema, key, offsets, touched_at, win_rows, win_places, map_)
+    starts = np.concatenate([[0], ends[:-1]])
+    return [out.slice(int(a), int(b - a)) for a, b in zip(starts, ends, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Offsets:
+    """Where each slice's base rows, log places, log rows and keys begin in a merge of many
+    slices (:func:`_merge_many`); one more entry, the end, than slices."""
+
+    base: np.ndarray
+    place: np.ndarray
+    row: np.ndarray
+    key: np.ndarray
+
+    @classmethod
+    def of(cls, cs: list[_Collected]) -> _Offsets:
+        def starts(sizes: list[int], first: int = 0) -> np.ndarray:
+            return first + np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))]).astype(np.int64)
+
+        base = starts([c.n_base for c in cs])
+        n = int(base[-1])
+        return cls(base, starts([c.n_places - c.n_base for c in cs], n),
+                   starts([sum(t.num_rows for t in c.stored[c.logs_from:]) for c in cs], n),
+                   starts([c.n_keys for c in cs]))
+
+
+def _assemble_many(bases: list[pa.Table], logs: list[pa.Table], schema: pa.Schema, key: str, offsets: _Offsets,
+                   touched: np.ndarray, win_rows: np.ndarray, win_places: np.ndarray, map_: Mapper = map
+                   ) -> tuple[pa.Table, np.ndarray]:
+    """:func:`_assemble_rows` of many slices' winners at once, each slice's keys new to it
+    after its own base rows; also where each slice's rows end in the output."""
+    n_base = int(offsets.base[-1])
+    in_base = int(np.searchsorted(win_places, n_base))
+    replaced, replacing = win_places[:in_base], win_rows[:in_base]
+    new = win_rows[in_base:]
+    new_slice = np.searchsorted(offsets.place, win_places[in_base:], "right") - 1
+    dropped = np.setdiff1d(touched, replaced, assume_unique=True)  # base rows a winning delete removes
+    base_ends = offsets.base[1:] - np.searchsorted(dropped, offsets.base[1:])  # kept base rows to each slice's end
+    new_counts = np.bincount(new_slice, minlength=len(offsets.base) - 1)
+    ends = base_ends + np.cumsum(new_counts)
+
+    base = pa.concat_tables(bases) if bases else None
+    if base is None and not logs:  # deletes alone
+        return schema.empty_table(), ends
+    logged_rows = (pa.concat_tables(logs) if logs else base.schema.empty_table()).combine_chunks()
+    all_stay = n_base and len(touched) == in_base  # else no base rows, or a delete won over some
+    changed = replacing != replaced
+    rows = _Replacement(replaced[changed], replacing[changed] - n_base, new - n_base)
+    by = pa.array(rows.by)
+
+    def kind(name: str) -> str:
+        if not all_stay:
+            return "take"
+        kept, logged = base.column(name), logged_rows.column(name).chunk(0)
+        if name != key and _scatterable(kept, logged_rows.column(name)):
+            return "scatter"
+        if name == key or (_exact(kept.type) and _take_ascending(kept, rows.at).equals(logged.take(by))):
+            return "kept"
+        return "take"
+
+    orders: list[list[np.ndarray]] = []
+    lock = threading.Lock()
+
+    def local_orders() -> list[np.ndarray]:  # worked out once, by the first column that needs them
+        with lock:
+            if not orders:
+                orders.append(_local_orders(offsets, touched, replaced, replacing, new, new_counts))
+            return orders[0]
+
+    def column(name: str) -> pa.ChunkedArray:
+        how = kind(name)
+        kept = base.column(name) if base is not None else None
+        logged = logged_rows.column(name).chunk(0)
+        if how == "take":
+            return _taken(kept, logged, local_orders(), offsets)
+        col = _replaced_chunks(kept, logged, rows) if how == "scatter" else kept
+        return _interleaved(col, logged.take(pa.array(rows.new)), offsets.base, new_counts) if len(new) else col
+
+    cols = list(map_(column, schema.names))  # columns side by side: takes and copies release the GIL
+    return pa.Table.from_arrays(cols, schema=(base if base is not None else logged_rows).schema), ends
+
+
+def _local_orders(offsets: _Offsets, touched: np.ndarray, replaced: np.ndarray, replacing: np.ndarray,
+                  new: np.ndarray, new_counts: np.ndarray) -> list[np.ndarray]:
+    """Per slice, the row of its own base rows, then its own log rows, that each of its output
+    rows takes (:func:`_take_index` of the slice alone): no array as long as every slice's rows."""
+    n_base = int(offsets.base[-1])
+    t_cut, r_cut = np.searchsorted(touched, offsets.base), np.searchsorted(replaced, offsets.base)
+    n_cut = np.concatenate([[0], np.cumsum(new_counts)])
+    out = []
+    for s in range(len(offsets.base) - 1):
+        b0, n_s, r0 = int(offsets.base[s]), int(offsets.base[s + 1] - offsets.base[s]), int(offsets.row[s])
+
+        def local(rows: np.ndarray, b0: int = b0, n_s: int = n_s, r0: int = r0) -> np.ndarray:
+            return np.where(rows < n_base, rows - b0, rows - r0 + n_s)
+
+        rep = replaced[r_cut[s]:r_cut[s + 1]] - b0
+        wins = np.concatenate([local(replacing[r_cut[s]:r_cut[s + 1]]), local(new[n_cut[s]:n_cut[s + 1]])])
+        out.append(_take_index(n_s, touched[t_cut[s]:t_cut[s + 1]] - b0, rep, wins, len(rep)))
+    return out
+
+
+def _taken(kept: pa.ChunkedArray | None, logged: pa.Array, orders: list[np.ndarray], offsets: _Offsets
+           ) -> pa.ChunkedArray:
+    """A column taken row by row, slice by slice from that slice's own base and log rows
+    (``orders``: :func:`_local_orders`): small takes stay in the cache, where one take over
+    every slice's rows joined would not."""
+    n_base, out = int(offsets.base[-1]), []
+    for s, idx in enumerate(orders):
+        if not len(idx):
+            continue
+        b0, b1, r0, r1 = (int(x) for x in (offsets.base[s], offsets.base[s + 1], offsets.row[s], offsets.row[s + 1]))
+        chunks = kept.slice(b0, b1 - b0).chunks if kept is not None else []
+        out.append(_joined([*chunks, logged.slice(r0 - n_base, r1 - r0)], logged.type).take(pa.array(idx)))
+    return pa.chunked_array(out, logged.type)
+
+
+def _replaced_chunks(kept: pa.ChunkedArray, logged: pa.Array, rows: _Replacement) -> pa.ChunkedArray:
+    """:func:`_replaced` chunk by chunk of ``kept`` (each slice's base rows): small copies stay in the cache."""
+    starts = np.concatenate([[0], np.cumsum([len(c) for c in kept.chunks])])
+    cuts = np.searchsorted(rows.at, starts)
+    out = []
+    for c, s, a, b in zip(kept.chunks, starts.tolist(), cuts.tolist(), cuts[1:].tolist(), strict=False):
+        part = _Replacement(rows.at[a:b] - s, rows.by[a:b], rows.new[:0])
+        out += _replaced(pa.chunked_array([c], c.type), logged, part).chunks if b > a else [c]
+    return pa.chunked_array(out, kept.type)
+
+
+def _take_ascending(col: pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
+    """``col.take(idx)`` for ascending ``idx``, chunk by chunk: a take from a column of many
+    chunks would join them first (a copy of every row)."""
+    if col.num_chunks == 1:
+        return col.chunks[0].take(pa.array(idx))
+    starts = np.concatenate([[0], np.cumsum([len(c) for c in col.chunks])])
+    cuts = np.searchsorted(idx, starts)
+    parts = [c.take(pa.array(idx[a:b] - s)) for c, s, a, b in zip(col.chunks, starts, cuts, cuts[1:], strict=False) if b > a]
+    return pa.concat_arrays(parts) if parts else pa.array([], col.type)
+
+
+def _interleaved(col: pa.ChunkedArray, new: pa.ChunkedArray | pa.Array, base_starts: np.ndarray,
+                 new_counts: np.ndarray) -> pa.ChunkedArray:
+    """``col`` (every slice's base rows) with each slice's new values after its own rows."""
+    chunks: list[pa.Array] = []
+    done = 0
+    for s, k in enumerate(new_counts.tolist()):
+        a, b = int(base_starts[s]), int(base_starts[s + 1])
+        chunks += col.slice(a, b - a).chunks
+        if k:
+            chunks += new.slice(done, k).chunks if isinstance(new, pa.ChunkedArray) else [new.slice(done, k)]
+            done += k
+    return pa.chunked_array(chunks, col.type)
 
 
 def touched(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -222,22 +483,51 @@ def touched(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.
 
 
 def _touched_sorted(keys: pa.ChunkedArray | pa.Array, dictionary: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`touched` of integer keys without nulls stored in ascending order (a base file
-    written sorted by key): a binary search for each of the logs' few keys, where a hash probe
-    of every base key costs more than the rest of a small merge. None for other keys."""
-    if not pa.types.is_integer(keys.type) or keys.null_count or dictionary.null_count:
+    """:func:`touched` of keys without nulls stored in ascending order (a base file written
+    sorted by key): a binary search for each of the logs' few keys, where a hash probe of every
+    base key costs more than the rest of a small merge. Integer keys, and string keys of one
+    length (compared as fixed-width bytes, no copy: ``k000000123``, UUIDs). None for others."""
+    if keys.null_count or dictionary.null_count:
         return None
-    base = _numpy(keys)
+    if pa.types.is_integer(keys.type):
+        base, wanted, codes = _numpy(keys), dictionary.to_numpy(), None
+    else:
+        base = _fixed_width(keys)
+        if base is None:
+            return None
+        wanted, codes = _of_width(dictionary, base.dtype.itemsize)
     if len(base) > 1 and not (base[1:] >= base[:-1]).all():
         return None
-    wanted = dictionary.to_numpy()
     lo, hi = np.searchsorted(base, wanted, "left"), np.searchsorted(base, wanted, "right")
     n = hi - lo  # how many base rows hold each key (one, when the base holds each key once)
     starts = np.cumsum(n) - n
     at = np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(starts, n)
-    code = np.repeat(np.arange(len(wanted)), n)
+    code = np.repeat(np.arange(len(wanted)) if codes is None else codes, n)
     order = np.argsort(at, kind="stable")
     return at[order], code[order]
+
+
+def _fixed_width(keys: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """String keys that all have one length (in bytes) as a numpy ``S<width>`` view of their
+    data, which sorts and compares as the bytes do; None for other keys."""
+    if not pa.types.is_string(keys.type) or not len(keys):
+        return None
+    a = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    offsets = np.frombuffer(a.buffers()[1], np.int32, len(a) + 1, a.offset * 4)
+    width = int(offsets[1] - offsets[0])
+    if width == 0 or int(offsets[-1] - offsets[0]) != width * len(a) or not (np.diff(offsets) == width).all():
+        return None
+    return np.frombuffer(a.buffers()[2], f"S{width}", len(a), int(offsets[0]))
+
+
+def _of_width(dictionary: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``dictionary`` (strings) that are ``width`` bytes long, as ``S<width>``,
+    and their indices; no other value can equal a key of that width."""
+    lengths = _numpy(pc.binary_length(dictionary))
+    codes = np.flatnonzero(lengths == width)
+    same = dictionary.take(pa.array(codes)) if len(codes) < len(dictionary) else dictionary
+    view = _fixed_width(same) if len(same) else None
+    return (view if view is not None else np.zeros(0, f"S{width}")), codes
 
 
 @dataclass
@@ -459,15 +749,21 @@ def _scattered(kept: pa.ChunkedArray, logged: pa.Array, rows: _Replacement) -> p
     replacing values are identical to them (compared by their bits: a 0.0 does not stand in for
     a -0.0), else one copy of them with the replacing values written over; the new keys' values
     after them. A take over the base and log chunks joined would copy and gather every row."""
+    tail = [pa.array(logged.to_numpy()[rows.new], kept.type)] if len(rows.new) else []
+    return pa.chunked_array(_replaced(kept, logged, rows).chunks + tail, kept.type)
+
+
+def _replaced(kept: pa.ChunkedArray, logged: pa.Array, rows: _Replacement) -> pa.ChunkedArray:
+    """:func:`_scattered` without the new keys' values."""
     from_logs = logged.to_numpy()
-    base = kept.chunks[0].to_numpy() if kept.num_chunks == 1 else np.concatenate([c.to_numpy() for c in kept.chunks])
+    one = kept.num_chunks == 1
+    base = kept.chunks[0].to_numpy() if one else np.concatenate([c.to_numpy() for c in kept.chunks])
     bits = np.dtype(f"u{base.dtype.itemsize}")
-    tail = [pa.array(from_logs[rows.new], kept.type)] if len(rows.new) else []
     if np.array_equal(base[rows.at].view(bits), from_logs[rows.by].view(bits)):
-        return pa.chunked_array(kept.chunks + tail, kept.type)
-    values = base.copy()
+        return kept
+    values = base.copy() if one else base  # chunks joined are a copy already
     values[rows.at] = from_logs[rows.by]
-    return pa.chunked_array([pa.array(values, kept.type), *tail], kept.type)
+    return pa.chunked_array([pa.array(values, kept.type)], kept.type)
 
 
 def _take_rows(stored: list[pa.Table], schema: pa.Schema, idx: pa.Array) -> pa.Table:

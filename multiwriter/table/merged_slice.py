@@ -12,7 +12,18 @@ import pyarrow.parquet as pq
 from ..storage import Storage
 from .files import FileSlice, LogFile
 from .log_file import LogBlock, read_log_blocks
-from .merge_rule import DELETE_ORDERING, RECORD_KEY, Versions, log_order, merge, plain_defaults
+from .merge_rule import (
+    DELETE_ORDERING,
+    RECORD_KEY,
+    Mapper,
+    Prepared,
+    Versions,
+    log_order,
+    merge,
+    merge_prepared,
+    plain_defaults,
+    prepare,
+)
 from .properties import TableConfig
 from .schema import cast_column
 
@@ -109,13 +120,41 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_fiel
     in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
     The same rows win either way. ``threads``: as :func:`read_base`."""
     schema = merge_schema(schema, columns, ordering_field, key)
+    sources = _sources(storage, fs, schema, logs, threads)
+    if isinstance(sources, pa.Table):
+        return sources
+    return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
+
+
+def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa.Schema, ordering_field: str | None,
+                columns: Collection[str] | None = None, key: str = RECORD_KEY,
+                map_: Mapper = map) -> pa.Table:
+    """:func:`read_slice` of each slice (all their logs), the rows one slice after another.
+    Each slice is read and keyed by ``map_`` (a thread pool's ``map`` reads them side by
+    side); the winners of all of them are then chosen at once
+    (:func:`~.merge_rule.merge_prepared`), so the fixed cost of a merge is paid once, not per slice."""
+    schema = merge_schema(schema, columns, ordering_field, key)
+
+    def one(fs: FileSlice) -> Prepared:
+        sources = _sources(storage, fs, schema, None, threads=False)
+        if isinstance(sources, pa.Table):
+            return Prepared(done=sources)
+        return prepare(sources, ordering_field=ordering_field, schema=schema, key=key)
+
+    return merge_prepared(list(map_(one, slices)), ordering_field=ordering_field, schema=schema, key=key, map_=map_)
+
+
+def _sources(storage: Storage, fs: FileSlice, schema: pa.Schema, logs: Sequence[LogFile] | None,
+             threads: bool) -> list[Versions] | pa.Table:
+    """The slice's base rows and its logs' versions (``logs``: all of the slice's by default),
+    or the base rows alone as a table when there are no logs."""
     use = sorted(fs.logs if logs is None else logs, key=log_order)
     base = read_base(storage, fs, schema, threads) if fs.has_base else schema.empty_table()
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
     sources += [v for rank, lf in enumerate(use) for v in read_log(storage, lf, rank, schema)]
-    return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
+    return sources
 
 
 def _plain_zero(deletes: pa.Table) -> pa.Table:

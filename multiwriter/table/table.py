@@ -34,7 +34,7 @@ from .schema import (
 )
 from .files import FileSlice, list_data_files, list_files
 from .merge_rule import RECORD_KEY
-from .merged_slice import key_column, read_slice
+from .merged_slice import key_column, read_merged_slices, read_slice
 from .snapshot import Snapshot
 from .timeline import Timeline
 from .view import IncrementalPlan, TimelineView
@@ -258,14 +258,11 @@ class Table:
         need = None if columns is None else _filter_columns(filters, schema, columns)
         key = key_column(self.config, schema) if need is not None else RECORD_KEY
 
-        def one(f: FileSlice, threads: bool = False) -> pa.Table:
-            return read_slice(self.storage, f, schema, ordering, columns=need, key=key, threads=threads)
-
         if len(merged) == 1:
-            parts = [one(merged[0], threads=True)]
-        else:  # reading and merging release the GIL: slices side by side on every core
-            parts = list(SLICE_READERS.get().map(one, merged))
-        t = pa.concat_tables(parts)
+            t = read_slice(self.storage, merged[0], schema, ordering, columns=need, key=key, threads=True)
+        else:  # reading and keying release the GIL: slices side by side on every core, one merge
+            t = read_merged_slices(self.storage, merged, schema, ordering, columns=need, key=key,
+                                    map_=SLICE_READERS.get().map)
         if expr is not None:
             t = t.filter(expr)
         if columns is not None:

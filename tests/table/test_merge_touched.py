@@ -1,8 +1,9 @@
-"""Which base rows the logs touch (:func:`~multiwriter.table.merge_rule.touched`): integer keys a
-base file stores sorted are found by a binary search per log key, other keys by a hash probe of
-every base key. On random keys (hypothesis: sorted or not, repeated or not, every integer width)
-both give the same rows, and a merge over a sorted integer base equals the merge with the binary
-search turned off; a table with int64 keys reads as hudi-rs reads it."""
+"""Which base rows the logs touch (:func:`~multiwriter.table.merge_rule.touched`): integer keys,
+and string keys of one length, that a base file stores sorted are found by a binary search per
+log key, other keys by a hash probe of every base key. On random keys (hypothesis: sorted or
+not, repeated or not, every integer width; strings of one length or not, with NUL and multibyte
+characters) both give the same rows, and a merge over a sorted base equals the merge with the
+binary search turned off; a table with int64 keys reads as hudi-rs reads it."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,9 +45,37 @@ def test_touched_equals_the_hash_probe_of_every_base_key(t, base, logs, sort, ch
         assert merge_rule._touched_sorted(keys, dictionary) is not None
 
 
+CHARS = ["a", "b", "\x00", "\u00e9", "z"]  # a NUL byte sorts first; the accented letter is 2 bytes
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(width=st.integers(1, 3), base=st.lists(st.lists(st.sampled_from(CHARS), min_size=1, max_size=3), max_size=30),
+       logs=st.lists(st.lists(st.sampled_from(CHARS), min_size=1, max_size=3), max_size=12), sort=st.booleans(),
+       one_width=st.booleans(), chunks=st.integers(1, 3))
+def test_touched_string_keys_equals_the_hash_probe_of_every_base_key(width, base, logs, sort, one_width, chunks):
+    def text(chars: list[str]) -> str:
+        return ("".join(chars) * 3)[:width] if one_width else "".join(chars)
+
+    values = [text(c) for c in base]
+    values = sorted(values, key=lambda v: v.encode()) if sort else values
+    cut = len(values) // chunks
+    parts = [values[i * cut:(i + 1) * cut] for i in range(chunks - 1)] + [values[(chunks - 1) * cut:]]
+    keys = pa.chunked_array([pa.array(p, pa.string()) for p in parts], pa.string())
+    dictionary = pa.array(list(dict.fromkeys(text(c) for c in logs)), pa.string())
+    at, code = touched(keys, dictionary)
+    want_at, want_code = _hashed(keys.combine_chunks(), dictionary)
+    assert at.tolist() == want_at.tolist()
+    assert code.tolist() == want_code.tolist()
+    if sort and values and len({len(v.encode()) for v in values}) == 1:
+        assert merge_rule._touched_sorted(keys, dictionary) is not None
+
+
 def test_keys_with_nulls_or_of_other_types_take_the_hash_probe():
     assert merge_rule._touched_sorted(pa.array([1, None, 3]), pa.array([3])) is None
-    assert merge_rule._touched_sorted(pa.array(["a", "b"]), pa.array(["b"])) is None
+    assert merge_rule._touched_sorted(pa.array(["a", "bb"]), pa.array(["bb"])) is None
+    assert merge_rule._touched_sorted(pa.array(["b", "a"]), pa.array(["b"])) is None
+    assert merge_rule._touched_sorted(pa.array(["a", None]), pa.array(["a"])) is None
+    assert merge_rule._touched_sorted(pa.array([b"a", b"b"]), pa.array([b"b"])) is None
     assert merge_rule._touched_sorted(pa.array([3, 1]), pa.array([3])) is None
     assert touched(pa.array([1, None, 3]), pa.array([3]))[0].tolist() == [2]
 
@@ -113,3 +142,40 @@ def test_a_table_with_int64_keys_reads_as_hudi_rs_reads_it(tmp_path):
         ours = mw.Table.open(path).read(columns=cols)
         want = theirs.select(cols).cast(ours.schema)
         assert ours.take(pc.sort_indices(ours, order)).equals(want.take(pc.sort_indices(want, order)))
+
+
+STRING_SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.lists(st.integers(0, 30), max_size=20, unique=True),
+       logs=st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 35), st.integers(0, 3), st.sampled_from("xyz")),
+                                        max_size=6),
+                               st.lists(st.tuples(st.integers(0, 35), st.integers(0, 3)), max_size=2)),
+                     min_size=1, max_size=4),
+       width=st.sampled_from([2, 3]))
+def test_a_merge_over_a_sorted_fixed_width_string_base_equals_the_merge_with_the_hash_probe(base, logs, width):
+    """Keys ``k07`` (or ``k007``): the logs' keys of other widths (``k100`` among ``k07``) are
+    never found in the base, as in the hash probe."""
+    def key(k: int) -> str:
+        return f"k{k:0{width}d}" if k < 33 else f"k{k:0{width + 1}d}"
+
+    def rows(items: list[tuple[int, int, str]]) -> pa.Table:
+        return pa.table({"id": pa.array([key(i[0]) for i in items], pa.string()),
+                         "ts": pa.array([i[1] for i in items], pa.int64()),
+                         "v": pa.array([i[2] for i in items], pa.string())}, schema=STRING_SCHEMA)
+
+    sources = [Versions(-1, rows([(k, 1, "b") for k in sorted(base)]))]
+    for rank, (records, deletes) in enumerate(logs):
+        d = pa.table({"record_key": pa.array([key(k) for k, _ in deletes], pa.string()),
+                      "partition_path": pa.array(["p"] * len(deletes), pa.string()),
+                      "ordering_value": pa.array([o for _, o in deletes], pa.int64())})
+        sources.append(Versions(rank, rows(records) if records else None, d if deletes else None))
+    fast = merge(sources, ordering_field="ts", schema=STRING_SCHEMA, key="id")
+    keep = merge_rule._touched_sorted
+    merge_rule._touched_sorted = lambda keys, dictionary: None
+    try:
+        plain = merge(sources, ordering_field="ts", schema=STRING_SCHEMA, key="id")
+    finally:
+        merge_rule._touched_sorted = keep
+    assert fast.equals(plain)
