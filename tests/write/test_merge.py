@@ -329,3 +329,78 @@ def test_a_file_rewritten_by_many_commits_keeps_a_bounded_commit_time_dictionary
     assert rows(got, ["id", "ts"]) == sorted([(0, COMPACT_DICTIONARY + 6), (2, COMPACT_DICTIONARY + 6)]
                                              + [(i, 0) for i in range(4, 20, 2)], key=repr)
 
+
+def _six_day_table(path: str) -> None:
+    schema = pa.schema([("id", pa.string()), ("day", pa.string()), ("ts", pa.int64())])
+    mw.Table.create(path, name="t", schema=schema, record_key="id", partition_by=["day"], ordering_field="ts")
+    mw.write(pa.table({"id": [f"k{i}" for i in range(600)], "day": [f"d{i % 6}" for i in range(600)], "ts": [1] * 600},
+                      schema=schema), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+
+
+def _update_every_day(path: str):
+    schema = mw.Table.open(path).schema()
+    return mw.write(pa.table({"id": [f"k{i}" for i in range(0, 600, 5)], "day": [f"d{i % 6}" for i in range(0, 600, 5)],
+                              "ts": [2] * 120}, schema=schema), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+
+
+@pytest.mark.parametrize("budget", ["default", "none"])
+def test_small_merges_run_side_by_side_large_ones_one_per_core(tmp_path, monkeypatch, budget):
+    """Six small rewrites run at once (two cores would otherwise leave one idle while the last
+    runs alone); with no memory to share, no more run at once than there are cores."""
+    import importlib
+    import threading
+    import time
+
+    executor = importlib.import_module("multiwriter.write.executor")
+    path = str(tmp_path / "t")
+    _six_day_table(path)
+    if budget == "none":
+        monkeypatch.setattr(executor, "SHARED_MERGE_BYTES", 0)
+    merge_one, mu, active, most = executor._merge_one, threading.Lock(), [0], [0]
+
+    def counted(*a, **kw):
+        with mu:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            time.sleep(0.1)
+            return merge_one(*a, **kw)
+        finally:
+            with mu:
+                active[0] -= 1
+
+    monkeypatch.setattr(executor, "_merge_one", counted)
+    res = _update_every_day(path)
+    cores = min(6, os.cpu_count() or 1)
+    assert res.num_updates == 120 and res.files_written == 6
+    assert most[0] == (min(6, executor.MERGE_POOL_THREADS) if budget == "default" else cores)
+    got = hudi_read(path)
+    assert got.num_rows == 600 and sorted(got.column("ts").to_pylist()).count(2) == 120
+
+
+def test_after_a_merge_fails_no_other_starts_and_its_error_is_raised(tmp_path, monkeypatch):
+    import importlib
+    import threading
+    import time
+
+    executor = importlib.import_module("multiwriter.write.executor")
+    path = str(tmp_path / "t")
+    _six_day_table(path)
+    monkeypatch.setattr(executor, "SHARED_MERGE_BYTES", 0)  # one merge per core
+    merge_one, mu, started = executor._merge_one, threading.Lock(), []
+
+    def failing(storage, ctx, plan, task, *a, **kw):
+        with mu:
+            started.append(task.task_index)
+            first = len(started) == 1
+        if first:
+            raise OSError("disk gone")
+        time.sleep(0.2)
+        return merge_one(storage, ctx, plan, task, *a, **kw)
+
+    monkeypatch.setattr(executor, "_merge_one", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        _update_every_day(path)
+    assert len(started) == min(6, os.cpu_count() or 1)
+    got = hudi_read(path)
+    assert got.num_rows == 600 and set(got.column("ts").to_pylist()) == {1}
