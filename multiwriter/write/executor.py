@@ -10,7 +10,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import pyarrow as pa
 
@@ -61,17 +61,38 @@ def run_on_driver(
         return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted, old_reads)]
     pool = _merge_pool()
     start_gather(plan)  # a no-op when the writer started it before its inflight file
-    by_task = {t.task_index: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token, on_inserted, old_reads)
-               for t in _longest_first(plan)}
-    futures = [by_task[t.task_index] for t in tasks]
-    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-    failed = [f for f in futures if f in done and f.exception() is not None]
+    by_task = _dispatch(plan, workers, lambda t: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token,
+                                                             on_inserted, old_reads))
+    futures = [by_task[t.task_index] for t in tasks if t.task_index in by_task]
+    failed = [f for f in futures if f.exception() is not None]
     if failed:
-        for f in pending:
-            f.cancel()
-        wait(pending)
         raise _first_error(failed)
     return [st for f in futures for st in f.result()]
+
+
+def _dispatch(plan: Plan, cores: int, submit: Callable[[FileGroupTask], Future]) -> dict[int, Future]:
+    """Run the merges, longest first: one per core at any time, and more beside them while the
+    merges running hold little (:meth:`Plan.weight`, at most :data:`SHARED_MERGE_BYTES` in all).
+    Merges of similar size, one per core, leave a core idle while the last ones run alone (5
+    groups on 2 cores take 3 rounds); side by side, the cores share them to the end. Once a
+    merge fails, none is started; returns when every started merge has finished."""
+    pending = list(reversed(_longest_first(plan)))
+    running: dict[Future, int] = {}
+    started: dict[int, Future] = {}
+    failed = False
+    while running or (pending and not failed):
+        while pending and not failed:
+            task, held = pending[-1], sum(running.values())
+            if len(running) >= MERGE_POOL_THREADS or (len(running) >= cores and held + plan.weight(task) > SHARED_MERGE_BYTES):
+                break
+            pending.pop()
+            f = started[task.task_index] = submit(task)
+            running[f] = plan.weight(task)
+        done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for f in done:
+            del running[f]
+            failed = failed or f.exception() is not None
+    return started
 
 
 def start_gather(plan: Plan) -> None:
@@ -89,7 +110,11 @@ def _workers(plan: Plan) -> int:
 #: the merge threads, started once per process rather than once per batch (merges never wait
 #: on each other, so the writers of one process can share them)
 MERGE_POOL_WORKERS = max(os.cpu_count() or 1, 2)
-MERGE_POOL = ProcessPool("mw-merge", MERGE_POOL_WORKERS)
+#: threads of the merge pool: merges beyond one per core run beside the others (:func:`_dispatch`)
+MERGE_POOL_THREADS = 4 * MERGE_POOL_WORKERS
+MERGE_POOL = ProcessPool("mw-merge", MERGE_POOL_THREADS)
+#: the most memory (:meth:`Plan.weight`) that the merges of one plan hold while more of them run than cores
+SHARED_MERGE_BYTES = 128 << 20
 #: the most bytes of old base files (as stored) read ahead of their merges, see :class:`OldReads`
 EARLY_READ_BYTES = 64 << 20
 

@@ -16,6 +16,7 @@ last batch, not of every file in the partition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -58,13 +59,16 @@ class FooterKeys:
     def nbytes(self) -> int:
         return 256 + (sum(r.nbytes for r in self.bloom.rows) if self.bloom else 0)
 
-    def may_hold(self, keys: pa.Array, lo: str, hi: str, hashes: np.ndarray | None = None,
-                 rows: np.ndarray | None = None, typed: TypedKeys | None = None) -> np.ndarray | bool:
-        """Per key (or False for all): might this file hold it? ``hashes``: the bloom hashes of
-        the batch's keys when it has them (then no key is hashed again per file); ``rows``: the
-        rows of ``hashes`` that ``keys`` are (all when None), so only keys in this file's key
-        range have their hashes gathered; ``typed``: the keys as integers with their min and
-        max, compared with the file's typed range when it has one."""
+    def may_hold(self, keys: pa.Array | PartitionKeys, lo: str | None = None, hi: str | None = None,
+                 hashes: np.ndarray | None = None, rows: np.ndarray | None = None,
+                 typed: TypedKeys | None = None) -> np.ndarray | bool:
+        """Per key (or False for all): might this file hold it? ``lo``/``hi``: the keys' range
+        (found when needed); ``hashes``: the bloom hashes of the batch's keys when it has them
+        (then no key is hashed again per file); ``rows``: the rows of ``hashes`` that ``keys``
+        are (all when None), so only keys in this file's key range have their hashes gathered;
+        ``typed``: the keys as integers with their min and max, compared with the file's typed
+        range when it has one."""
+        part = keys if isinstance(keys, PartitionKeys) else PartitionKeys(keys, bounds=(lo, hi) if lo is not None else None)
         if self.num_rows == 0:
             return False
         if typed is not None and self.typed is not None:
@@ -73,19 +77,44 @@ class FooterKeys:
                 return False
             mask = (typed[0] >= tlo) & (typed[0] <= thi)
         elif self.min_key is not None and self.max_key is not None:
+            lo, hi = part.bounds
             if self.max_key < lo or self.min_key > hi:
                 return False
-            in_range = pc.and_(pc.greater_equal(keys, self.min_key), pc.less_equal(keys, self.max_key))
+            in_range = pc.and_(pc.greater_equal(part.strings, self.min_key), pc.less_equal(part.strings, self.max_key))
             mask = in_range.to_numpy(zero_copy_only=False)
         else:
-            mask = np.ones(len(keys), dtype=bool)
+            mask = np.ones(len(part), dtype=bool)
         if self.bloom is not None and mask.any():
             idx = np.flatnonzero(mask)
             if hashes is not None and hashes.shape[1] == self.bloom.hashes:
                 mask[idx] = self.bloom.might_contain_hashes(hashes[idx if rows is None else rows[idx]])
             else:
-                mask[idx] = self.bloom.might_contain(keys.take(pa.array(idx)))
+                mask[idx] = self.bloom.might_contain(part.strings.take(pa.array(idx)))
         return mask
+
+
+class PartitionKeys:
+    """One partition's keys of a batch (``rows`` of the batch's ``keys``). Their strings (a
+    gather) and string range are built only when a file needs them: a file with a typed key
+    range, tested with the batch's bloom hashes, needs neither."""
+
+    def __init__(self, keys: pa.Array, rows: np.ndarray | None = None, *, bounds: tuple[str, str] | None = None) -> None:
+        self._keys = keys
+        self._rows = rows
+        if bounds is not None:
+            self.bounds = bounds
+
+    def __len__(self) -> int:
+        return len(self._rows) if self._rows is not None else len(self._keys)
+
+    @functools.cached_property
+    def strings(self) -> pa.Array:
+        return self._keys if self._rows is None else self._keys.take(pa.array(self._rows))
+
+    @functools.cached_property
+    def bounds(self) -> tuple[str, str]:
+        mm = pc.min_max(self.strings)
+        return mm["min"].as_py(), mm["max"].as_py()
 
 
 def read_footer(storage: Storage, path: str, key_column: str | None = None) -> FooterKeys:
@@ -314,7 +343,7 @@ class KeyIndex:
             if not files:
                 continue
             rows = order[(ends[code - 1] if code else 0):ends[code]]
-            pk = keys.take(pa.array(rows))
+            pk = PartitionKeys(keys, rows)
             typed = typed_keys(ints[rows].astype(np.int64, copy=False)) if ints is not None else None
             for fid_no, found in self._lookup(files, pk, hashes, rows, typed, key_column, confirm=confirm,
                                               on_found=on_found):
@@ -324,18 +353,17 @@ class KeyIndex:
         fids = pa.array(names, pa.string()).take(pa.array(out, mask=out < 0)) if names else pa.nulls(n, pa.string())
         return prepared.append_column(FILE_ID, fids)
 
-    def _lookup(self, files: list[FileSlice], keys: pa.Array, hashes: np.ndarray | None = None,
+    def _lookup(self, files: list[FileSlice], keys: pa.Array | PartitionKeys, hashes: np.ndarray | None = None,
                 rows: np.ndarray | None = None, typed: TypedKeys | None = None,
                 key_column: str | None = None, *, confirm: bool = True,
                 on_found: Callable[[FileSlice], None] | None = None) -> list[tuple[str, np.ndarray]]:
         """Per file holding some of ``keys``: (file id, positions in ``keys`` it holds);
         ``hashes[rows]`` are the keys' bloom hashes; ``typed``: the keys as integers.
         ``confirm=False``: see :meth:`tag`."""
-        mm = pc.min_max(keys)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        part = keys if isinstance(keys, PartitionKeys) else PartitionKeys(keys)
         maybes: list[tuple[FileSlice, np.ndarray]] = []
         for fs in sorted(files, key=lambda f: f.file_id):
-            maybe = self.footer(fs, key_column).may_hold(keys, lo, hi, hashes, rows, typed)
+            maybe = self.footer(fs, key_column).may_hold(part, hashes=hashes, rows=rows, typed=typed)
             if maybe is False or not np.any(maybe):
                 continue
             maybes.append((fs, maybe))
@@ -351,7 +379,7 @@ class KeyIndex:
             if check.any():
                 cand = np.flatnonzero(check)
                 self.key_reads += 1
-                held = np.union1d(held, cand[_held(keys.take(pa.array(cand)), self._stored_keys(fs))])
+                held = np.union1d(held, cand[_held(part.strings.take(pa.array(cand)), self._stored_keys(fs))])
             if len(held):
                 out.append((fs.file_id, held))
                 if on_found is not None:

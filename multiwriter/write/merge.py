@@ -112,17 +112,23 @@ def write_checked(storage: Storage, ctx: MergeContext, rel: str, write: Callable
     return guard.write_checked(storage, ctx.instant_time, ctx.heartbeat_bound_s, ctx.pending_files, rel, write)
 
 
-def align(t: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Reorder/cast columns to ``schema``; columns the file lacks (schema evolution) are null."""
+def align(t: pa.Table, schema: pa.Schema, *, keep_dictionaries: bool = False) -> pa.Table:
+    """Reorder/cast columns to ``schema``; columns the file lacks (schema evolution) are null.
+    ``keep_dictionaries``: a dictionary column of ``schema``'s value type stays one (the
+    result's schema then says so), for a merge that writes it back as such."""
     if t.schema.names == schema.names and all(a.type == b.type for a, b in zip(t.schema, schema, strict=True)):
         return t.replace_schema_metadata(schema.metadata) if t.schema.metadata != schema.metadata else t
-    cols = []
+    cols, fields = [], []
     for f in schema:
-        if t.schema.get_field_index(f.name) >= 0:
-            cols.append(cast_column(t.column(f.name), f.type))
-        else:
-            cols.append(pa.nulls(t.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
+        i = t.schema.get_field_index(f.name)
+        col = t.column(i) if i >= 0 else None
+        if col is not None and keep_dictionaries and pa.types.is_dictionary(col.type) and col.type.value_type == f.type:
+            fields.append(f.with_type(col.type))
+            cols.append(col)
+            continue
+        fields.append(f)
+        cols.append(cast_column(col, f.type) if col is not None else pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=schema.metadata))
 
 
 def merge_file_group(
@@ -149,7 +155,7 @@ def merge_file_group(
     if not deduped and incoming.num_rows > 1:
         incoming = dedupe(incoming, ctx.ordering_field)
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
-    old, old_md = _read_old(storage, task, full, old_read)
+    old, old_md = _read_old(storage, task, full, old_read, plain=(ctx.ordering_field or "",) + ctx.unique_columns)
     n_update = n_delete = 0
     keys_filter = None
     if old is not None and old.num_rows:
@@ -175,11 +181,12 @@ def merge_file_group(
     if on_inserted is not None and inserted.num_rows:
         on_inserted(task.partition, inserted.column(KEY).combine_chunks())
     has_kept = kept is not None and kept.num_rows > 0
-    fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept)
+    fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept,
+                                dictionaries=_dictionary_names(kept) if has_kept else frozenset())
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
-    out = pa.concat_tables([kept, fresh]) if has_kept else fresh
+    out = joined_dictionaries(pa.concat_tables([kept, fresh])) if has_kept else fresh
     if keys_filter is None:  # a new file group, or an old file without a filter we can grow
         keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
         if has_kept:
@@ -217,24 +224,100 @@ def split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:
 
 
 def _read_old(storage: Storage, task: FileGroupTask, full: pa.Schema, started: Future | None = None,
-              ) -> tuple[pa.Table | None, dict]:
-    """The old base file's rows (aligned to ``full``) and its footer metadata; ``started``: that
-    read, already under way."""
+              plain: tuple[str, ...] = ()) -> tuple[pa.Table | None, dict]:
+    """The old base file's rows (aligned to ``full``, string columns stored with a dictionary
+    kept as dictionaries except ``plain``, the columns rows are matched and ordered by) and its
+    footer metadata; ``started``: that read, already under way."""
     if task.old_file is None:
         return None, {}
     t, md = started.result() if started is not None else read_old_file(
         storage, layout.data_file_path(task.partition, task.old_file))
-    return align(t, full), md
+    decode = [n for n in plain if n and t.schema.get_field_index(n) >= 0 and pa.types.is_dictionary(t.schema.field(n).type)]
+    for n in decode:
+        i = t.schema.get_field_index(n)
+        t = t.set_column(i, n, t.column(i).cast(t.schema.field(i).type.value_type))
+    return align(t, full, keep_dictionaries=True), md
 
 
 def read_old_file(storage: Storage, rel: str) -> tuple[pa.Table, dict]:
     """A base file's rows as stored and its footer metadata, for a merge that rewrites it. The
-    path meta columns are not read: the new file writes its own path into them as constants."""
+    path meta columns are not read: the new file writes its own path into them as constants.
+    String columns stored dictionary-encoded (the commit time, a partition column) are read as
+    dictionaries: decoding them to one string per row, and hashing those strings again to write
+    them back as a dictionary, costs a fifth of reading and rewriting a file."""
     with storage.fs.open_input_file(storage.abs(rel)) as f:
         pf = pq.ParquetFile(f)
-        t = pf.read(columns=[n for n in pf.schema_arrow.names if n not in _PATH_META])
+        names = [n for n in pf.schema_arrow.names if n not in _PATH_META]
+        dictionaries = _dictionary_encoded(pf.metadata, pf.schema_arrow, [n for n in names if n not in _UNIQUE_META])
+        if dictionaries:
+            pf = pq.ParquetFile(f, metadata=pf.metadata, read_dictionary=dictionaries)
+        t = pf.read(columns=names)
         md = dict(pf.metadata.metadata or {})
     return t, md
+
+
+def _dictionary_encoded(meta: pq.FileMetaData, schema: pa.Schema, names: list[str]) -> list[str]:
+    """The top-level string columns among ``names`` that every row group stores with a dictionary."""
+    strings = {n for n in names if pa.types.is_string(schema.field(n).type)}
+    if not strings or meta.num_row_groups == 0:
+        return []
+    out = []
+    for j in range(meta.num_columns):
+        col = meta.row_group(0).column(j)
+        if col.path_in_schema in strings and all(
+                _DICTIONARY_PAGES & set(meta.row_group(g).column(j).encodings) for g in range(meta.num_row_groups)):
+            out.append(col.path_in_schema)
+    return out
+
+
+_DICTIONARY_PAGES = frozenset({"RLE_DICTIONARY", "PLAIN_DICTIONARY"})
+
+
+def _dictionary_names(t: pa.Table) -> frozenset[str]:
+    return frozenset(f.name for f in t.schema if pa.types.is_dictionary(f.type))
+
+
+#: a dictionary column of a rewritten file loses the values no row uses once it holds more than this
+COMPACT_DICTIONARY = 64
+
+
+def joined_dictionaries(t: pa.Table) -> pa.Table:
+    """``t`` (old rows then new ones) with one dictionary per dictionary column: the Parquet
+    writer falls back to plain encoding for the rest of a column when the dictionary changes
+    between chunks. A dictionary grown past :data:`COMPACT_DICTIONARY` values keeps only those its
+    rows use: the writer stores the whole dictionary, so values of rows long replaced (commit
+    times) would otherwise be read back and carried into every later rewrite of the file."""
+    if not any(pa.types.is_dictionary(f.type) for f in t.schema):
+        return t
+    t = t.unify_dictionaries()
+    for i, f in enumerate(t.schema):
+        col = t.column(i)
+        if pa.types.is_dictionary(f.type) and col.num_chunks and len(col.chunk(0).dictionary) > COMPACT_DICTIONARY:
+            compact = _used_only(col)
+            if compact is not col:
+                t = t.set_column(i, f, compact)
+    return t
+
+
+def _used_only(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column (one dictionary over its chunks) without the entries no row uses."""
+    if col.num_chunks == 0:
+        return col
+    dictionary = col.chunk(0).dictionary
+    used = np.zeros(len(dictionary), dtype=bool)
+    for c in col.chunks:
+        ix = c.indices.drop_null().to_numpy(zero_copy_only=False)
+        used |= np.bincount(ix, minlength=len(dictionary)) > 0
+    if used.all():
+        return col
+    remap = np.cumsum(used, dtype=np.int64) - 1
+    kept_values = dictionary.filter(pa.array(used))
+    chunks = []
+    for c in col.chunks:
+        ix = pc.fill_null(c.indices, 0).to_numpy(zero_copy_only=False)
+        indices = pa.array(remap[ix].astype(ix.dtype), mask=c.indices.is_null().to_numpy(zero_copy_only=False) if c.null_count else None)
+        chunks.append(pa.DictionaryArray.from_arrays(indices, kept_values))
+    return pa.chunked_array(chunks, col.type)
 
 
 def _match_columns(ctx: MergeContext, old: pa.Table, upserts: pa.Table) -> tuple[str, str]:
@@ -296,6 +379,8 @@ def keep_stored(upserts: pa.Table, pos: np.ndarray, old: pa.Table, columns: tupl
     for c in columns:
         i = upserts.schema.get_field_index(c)
         stored = old.column(c).take(rows)
+        if pa.types.is_dictionary(stored.type):
+            stored = stored.cast(stored.type.value_type)
         upserts = upserts.set_column(i, upserts.schema.field(i), pc.if_else(mask, stored, upserts.column(i)))
     return upserts
 
@@ -342,20 +427,28 @@ def _seqno_template(width: int, size: int) -> pa.Array:
 
 
 def new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
-              time_is_constant: bool = False) -> tuple[pa.Table, dict[str, str]]:
+              time_is_constant: bool = False, dictionaries: frozenset[str] = frozenset()) -> tuple[pa.Table, dict[str, str]]:
     """Incoming rows with their meta columns, and the string columns that hold one value over
     the whole file, which :func:`_write_parquet` writes as such (``constants``): the partition
     path and file name; the commit time when no old row is kept (``time_is_constant``); and a
     data column the plan handed over as a constant (the partition column, whose value is the
-    partition path), unless old rows are kept beside it."""
+    partition path), unless old rows are kept beside it. ``dictionaries``: string columns to
+    give as dictionaries, as the kept old rows hold them (:func:`read_old_file`)."""
     n = upserts.num_rows
     constants = {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name}
     if time_is_constant:
         constants["_hoodie_commit_time"] = t
+    if dictionaries:
+        full = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries else f for f in full],
+                         metadata=full.metadata)
     if n == 0:
         return full.empty_table(), constants
+    if "_hoodie_commit_time" in dictionaries:
+        commit_time: pa.Array = constant(t, n)
+    else:
+        commit_time = pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n)
     meta = {
-        "_hoodie_commit_time": pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n),
+        "_hoodie_commit_time": commit_time,
         "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
         "_hoodie_record_key": upserts.column(KEY),
         "_hoodie_partition_path": pa.nulls(n, pa.string()),
@@ -364,8 +457,11 @@ def new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, na
     cols = [meta[c] for c in META_COLUMNS]
     for c in _data_names(full):
         col = upserts.column(c)
-        if pa.types.is_dictionary(col.type):
-            target = full.field(c).type
+        target = full.field(c).type
+        if c in dictionaries:
+            if col.type != target:
+                col = pc.dictionary_encode(col if col.type == target.value_type else cast_column(col, target.value_type))
+        elif pa.types.is_dictionary(col.type):
             value = constant_value(col) if time_is_constant and pa.types.is_string(target) else None
             if value is not None:
                 constants[c] = value
@@ -464,7 +560,7 @@ def _write_parquet(
     with one value over the whole file, written from a one-entry dictionary; the stored Arrow
     schema is the plain one, so every reader sees them as strings."""
     keys = out.column("_hoodie_record_key")
-    fmt = _file_format(out.schema.serialize().to_pybytes(), plain)
+    fmt = _file_format(_decoded(out.schema).serialize().to_pybytes(), plain)
     out = out.replace_schema_metadata(fmt.schema.metadata)
     for column, value in (constants or {}).items():
         out = out.set_column(out.schema.get_field_index(column), column, constant(value, out.num_rows))
@@ -484,6 +580,15 @@ def _write_parquet(
             w.add_key_value_metadata(footer)
         size = f.tell()  # the whole file went through this stream: its size, without a stat
     return size, FooterKeys(lo, hi, keys_filter, out.num_rows)
+
+
+def _decoded(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with dictionary columns as their values' type: what the file stores and
+    readers see."""
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        return schema
+    return pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
+                     metadata=schema.metadata)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class FileGroupTask:
     task_index: int
     old_file: str | None = None  # name of the base file being replaced ("" for a log-only group)
     prev_commit: str | None = None
+    old_size: int = 0  # bytes of that base file on storage
 
     @property
     def is_new(self) -> bool:
@@ -92,6 +93,10 @@ class Plan:
     def row_count(self, task: FileGroupTask) -> int:
         lo, hi = self.bounds.get((task.partition, task.file_id), (0, 0))
         return hi - lo
+
+    def weight(self, task: FileGroupTask) -> int:
+        """Roughly the memory a task's merge holds: its old base file as stored plus its rows."""
+        return task.old_size + self.row_count(task) * self.rows.nbytes // max(self.rows.num_rows, 1)
 
     def gather(self, parts: int = 1, submit: Callable[..., Future] | None = None) -> None:
         """Reorder the rows by task, in ``parts`` pieces. With ``submit`` (a pool's submit) the
@@ -235,7 +240,8 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
     tasks = []
     for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
-        tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
+        tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None,
+                                   old.size if old else 0))
     return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes,
                 twins={KEY: key_twin} if key_twin else {}, partition_column=partition_twin, filled=filled)
 

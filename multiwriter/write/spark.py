@@ -58,7 +58,11 @@ log = logging.getLogger(__name__)
 
 
 def is_spark_df(obj: Any) -> bool:
-    return type(obj).__name__ == "DataFrame" and hasattr(obj, "sparkSession") and hasattr(obj, "rdd")
+    """Asked of the class, not the object: ``DataFrame.rdd`` is a property whose first read plans
+    the query and compiles it into an RDD of pickled rows (tens of ms, for a batch about to be
+    planned and compiled again by its collection as Arrow)."""
+    kind = type(obj)
+    return kind.__name__ == "DataFrame" and hasattr(kind, "sparkSession") and hasattr(kind, "rdd")
 
 
 def arrow_schema(df: Any) -> pa.Schema:

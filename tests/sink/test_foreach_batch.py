@@ -248,3 +248,26 @@ def test_write_with_query_id_follows_the_same_rule(zk_server, zk_base, trips_tab
     assert mw.write(trips(range(3, 6)), table_path, cont, batch_id=0, query_id="run-2").skipped
     assert rows(hudi_read(table_path), ["id"]) == rows(mw.Table.open(table_path).read(), ["id"])
     assert mw.Table.open(table_path).read().num_rows == 6
+
+
+@pytest.mark.parametrize("executor", ["auto", "driver", "spark"])
+def test_a_micro_batch_is_not_turned_into_an_rdd_before_it_is_collected(spark, trips_table, table_path, tmp_path,
+                                                                       monkeypatch, executor):
+    """Reading ``DataFrame.rdd`` plans and compiles the micro-batch's query into an RDD of pickled
+    rows: the sink must take the batch as Arrow (or hand it to its Spark job) without it, so
+    the batch is planned and compiled once. Every row lands, as hudi-rs reads them."""
+    from pyspark.sql.classic.dataframe import DataFrame  # what foreachBatch is given (pyspark.sql.DataFrame is its API)
+
+    src, ck = tmp_path / "src", tmp_path / "ck"
+    for n in range(2):
+        write_json(src, n, [{"id": f"k{n * 10 + i}", "date": "2024-01-01", "ts": n, "value": float(n)} for i in range(10)])
+    touched: list[int] = []
+    rdd = DataFrame.rdd
+    monkeypatch.setattr(DataFrame, "rdd", property(lambda df: touched.append(1) or rdd.__get__(df, DataFrame)))
+    sink = mw.MultiWriterSink(table_path, mw.WriterConfig(writer_id="ingest", lock=mw.InProcessLock(), executor=executor))
+    run_available(spark, src, sink, ck).awaitTermination(120)
+    sink.close()
+    assert touched == []
+    assert [r.batch_id for r in sink.results] == [0, 1] and all(r.instant is not None for r in sink.results)
+    assert rows(hudi_read(table_path), ["id", "ts"]) == sorted([(f"k{n * 10 + i}", n) for n in range(2) for i in range(10)],
+                                                               key=repr)

@@ -4,6 +4,9 @@ by the key column's typed statistics, since the footer's string range of numeric
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -79,3 +82,45 @@ def test_a_file_without_the_key_column_statistics_is_probed_as_before(tmp_path):
     pq.write_table(pa.table({"id": pa.array([3, 9], pa.int64())}), f)
     assert index.typed_range(pq.read_metadata(f), "id") == (3, 9)
     assert index.typed_range(pq.read_metadata(f), "other") is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(blocks=st.lists(st.integers(1, 60), min_size=1, max_size=4), probe=st.lists(st.integers(0, 400), min_size=1, max_size=80,
+                                                                              unique=True),
+       typed=st.booleans())
+def test_lookups_without_the_keys_as_strings_find_what_lookups_with_them_find(tmp_path_factory, blocks, probe, typed):
+    """Files with disjoint typed key ranges, tested with the batch's hashes, never need the keys
+    as strings (nor their string range), so those are not built; either way each key is tagged
+    with the file group that holds it, as a confirming lookup given the strings up front tags it."""
+    from multiwriter.write import bloom, records
+
+    path = str(tmp_path_factory.mktemp("idx") / "t")
+    mw.Table.create(path, name="t", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts")
+    start, held = 0, {}
+    for size in blocks:  # one file group per block of ids (inserts never join a group)
+        mw.write(_batch(range(start, start + size), 1), path,
+                 mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), operation="insert"))
+        start += size + 5
+    table = mw.Table.open(path)
+    snap = Snapshot.build(table.storage, table.timeline())
+    for fs in snap.slices.values():
+        for i in pq.read_table(table.storage.abs(fs.path), columns=["id"]).column(0).to_pylist():
+            held[i] = fs.file_id
+    prepared = records.prepare(_batch(probe, 2), table.config, table.schema(), operation="upsert", hashes=True)
+    built: list[int] = []
+    strings = index.PartitionKeys.strings
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(index.PartitionKeys, "strings", property(lambda self: built.append(1) or strings.func(self)))
+        # as a Copy-on-Write writer tags (no confirming read of a key only one file may hold)
+        got = index.KeyIndex(table.storage, cache=index.FooterCache()).tag(snap, prepared, "id" if typed else None,
+                                                                          confirm=False)
+    plain = index.KeyIndex(table.storage, cache=index.FooterCache())
+    keys = prepared.column(records.KEY).combine_chunks()
+    files = list(snap.slices.values())
+    want = [None] * len(probe)
+    for fid, found in plain._lookup(files, keys, bloom.hashes_of(prepared)):
+        for j in found.tolist():
+            want[j] = fid
+    assert got.column(index.FILE_ID).to_pylist() == want == [held.get(i) for i in probe]
+    if typed:
+        assert built == [], "typed ranges and hashes need no key strings"

@@ -114,7 +114,8 @@ def test_a_new_key_routed_by_a_bloom_false_positive_still_conflicts_with_a_rival
 
     def false_positive_for_same(self, keys, *args, **kwargs):
         mask = may_hold(self, keys, *args, **kwargs)
-        same = np.array([k == "same" and not rivals for k in keys.to_pylist()])
+        strings = keys.strings if isinstance(keys, index_mod.PartitionKeys) else keys
+        same = np.array([k == "same" and not rivals for k in strings.to_pylist()])
         return (np.zeros(len(keys), bool) if mask is False else mask) | same
 
     original = writer_mod.run_on_driver
