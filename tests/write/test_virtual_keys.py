@@ -178,3 +178,22 @@ def test_same_new_key_inserted_by_two_writers_conflicts(zk_server, zk_base, tabl
     assert sorted(r["ok"] for r in res) == [False, True], res
     assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
     assert mw.Table.open(table_path).read().column("id").to_pylist().count("same") == 1
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_the_executor_path_writes_virtual_keys_as_the_driver_writes_meta_fields(spark, tmp_path, monkeypatch, spread):
+    """Spark executors (one task, or spread over tasks) write the same rows, without meta values."""
+    from multiwriter.write import spark as spark_path
+    from tests.write.test_write_path import BATCHES
+
+    if spread:
+        monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    meta, virtual = str(tmp_path / "meta"), str(tmp_path / "virtual")
+    _create(meta, virtual=False)
+    _create(virtual, virtual=True)
+    for op, b in BATCHES:
+        mw.write(b, meta, _writer(op))
+        mw.write(spark.createDataFrame(b.to_pandas()), virtual, _writer(op, executor="spark"))
+    want = rows(mw.Table.open(meta).read(), DATA)
+    assert rows(mw.Table.open(virtual).read(), DATA) == want == rows(hudi_read(virtual), DATA)
+    _assert_files_have_no_meta_values(virtual)
