@@ -49,7 +49,7 @@ def _assert_files_have_no_meta_values(path: str) -> None:
 
 
 batch = st.tuples(
-    st.sampled_from(["upsert", "upsert", "insert", "delete"]),
+    st.sampled_from(["upsert", "upsert", "insert", "delete", "insert_overwrite_table"]),
     st.lists(st.tuples(st.integers(0, 40), st.sampled_from(DATES), st.integers(0, 5), st.integers(-3, 3)),
              min_size=1, max_size=25),
 )
