@@ -299,7 +299,8 @@ class _Tag:
         elif self.operation == "insert":  # as Hudi: no lookup against the table
             fids = pa.nulls(rows.num_rows, pa.string())
         else:
-            keys = bloom.with_hashes(keys, KEY)
+            if not self.cfg.virtual_keys:  # virtual keys: no bloom filter to probe
+                keys = bloom.with_hashes(keys, KEY)
             fids = index.tag(index.snapshot(base, keys), keys, integral_key(keys, self.cfg.record_key)).column(FILE_ID)
         none = pa.nulls(rows.num_rows, pa.string())
         out = rows.append_column(PARTITION, keys.column(PARTITION)).append_column(FILE_ID, fids)
