@@ -58,6 +58,8 @@ def upsert_event(size: dict, work: Path, spark) -> dict:
     n, rows, k = size["table_rows"], size["batch_rows"], size["batches"]
     reset(work)
     systems = {"multiwriter": Multiwriter(work, "driver", schema=data.EVENT_SCHEMA),
+               VIRTUAL_KEYS: Multiwriter(work, "driver", schema=data.EVENT_SCHEMA, label="-virtual",
+                                         populate_meta_fields=False),
                "deltalake merge": DeltaLake(work, streamed_exec=False), "naive pyarrow rewrite": NaiveCopyOnWrite(work)}
     return _upserts(systems, data.event_initial(n), [data.event_upsert_batch(n, rows, b) for b in range(k)])
 
@@ -77,6 +79,10 @@ def _upserts(systems: dict, init: pa.Table, batches: list[pa.Table]) -> dict:
 
 #: the insert goal's reference since issue 35: the same Parquet files, written by pyarrow alone
 HUDI_FILES_LIMIT = "pyarrow, same files with Hudi's meta columns (limit)"
+#: a table with Hudi's virtual keys (``hoodie.populate.meta.fields=false``), and its files' limit
+VIRTUAL_KEYS = "multiwriter, virtual keys"
+INSERT_VIRTUAL = "multiwriter insert, virtual keys"
+HUDI_FILES_LIMIT_VIRTUAL = "pyarrow, same files with null meta columns (virtual keys limit)"
 
 
 def insert(size: dict, work: Path, spark) -> dict:
@@ -84,8 +90,10 @@ def insert(size: dict, work: Path, spark) -> dict:
     rows, k = size["batch_rows"], size["batches"]
     reset(work)
     batches = [data.append_batch(rows, b) for b in range(k)]
-    systems = {"multiwriter insert": Multiwriter(work, "driver", operation="insert"), "deltalake append": DeltaLake(work),
-               HUDI_FILES_LIMIT: PyArrowHudiFilesLimit(work)}
+    systems = {"multiwriter insert": Multiwriter(work, "driver", operation="insert"),
+               INSERT_VIRTUAL: Multiwriter(work, "driver", operation="insert", label="-virtual", populate_meta_fields=False),
+               "deltalake append": DeltaLake(work), HUDI_FILES_LIMIT: PyArrowHudiFilesLimit(work),
+               HUDI_FILES_LIMIT_VIRTUAL: PyArrowHudiFilesLimit(work, meta_values=False)}
     times = _interleave(systems, batches, "append")
     want = checksum(pa.concat_tables(batches))
     for name, s in systems.items():
@@ -116,6 +124,13 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
         out.append((INSERT_REPLACED, i["multiwriter insert"]["median_s"] / i["deltalake append"]["median_s"], 2.0))
         if HUDI_FILES_LIMIT in i:  # results from before issue 35 lack the limit row
             out.append((INSERT_LIMIT, i["multiwriter insert"]["median_s"] / i[HUDI_FILES_LIMIT]["median_s"], 1.25))
+        if INSERT_VIRTUAL in i:
+            vk = i[INSERT_VIRTUAL]["median_s"]
+            out.append((INSERT_VIRTUAL_LIMIT, vk / i[HUDI_FILES_LIMIT]["median_s"], 1.25))
+            out.append((INSERT_VIRTUAL_NULLS, vk / i[HUDI_FILES_LIMIT_VIRTUAL]["median_s"], 1.25))
+    ev = results.get("goal_upsert_event")
+    if ev and VIRTUAL_KEYS in ev:
+        out.append((UPSERT_EVENT_VIRTUAL, ev[VIRTUAL_KEYS]["median_s"] / ev["deltalake merge"]["median_s"], 1.0))
     if imp:
         out.append(("15.7 import multiwriter (s)", imp["median_s"], 0.3))
     return out + _streaming_ratios(results) + _event_ratios(results) + _mor_ratios(results)
@@ -123,6 +138,9 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
 
 INSERT_REPLACED = "15.2 insert vs deltalake append (replaced by 35.3)"
 INSERT_LIMIT = "35.3 insert vs pyarrow Hudi-files limit"
+INSERT_VIRTUAL_LIMIT = "43.3 insert, virtual keys, vs pyarrow Hudi-files limit"
+INSERT_VIRTUAL_NULLS = "43.3 insert, virtual keys, vs pyarrow files with null meta columns"
+UPSERT_EVENT_VIRTUAL = "43.3 upsert, event workload, virtual keys, vs deltalake merge"
 
 # Issue 35's goals. 35.1: the event workload (benchmarks.data.event_*: int64 keys in blocks per
 # day, updates and new keys in the 5 newest days), measured as 15.1, 15.3 and 15.4 are, by the
@@ -299,6 +317,9 @@ GOALS = [
     ("15.1 upsert vs naive pyarrow rewrite", "goal_upsert", 1.2),
     (INSERT_REPLACED, "goal_insert", 2.0),
     (INSERT_LIMIT, "goal_insert", 1.25),
+    (INSERT_VIRTUAL_LIMIT, "goal_insert", 1.25),
+    (INSERT_VIRTUAL_NULLS, "goal_insert", 1.25),
+    (UPSERT_EVENT_VIRTUAL, "goal_upsert_event", 1.0),
     ("15.3 foreachBatch upsert vs deltalake merge in foreachBatch", "stream", 1.0),
     ("15.4 + 16 long run: batch at the end / at the start", "long_run", 1.3),
     ("16 long run: live files per partition at the end", "long_run", 4.0),

@@ -18,9 +18,10 @@ from .data import SCHEMA
 
 class Multiwriter:
     def __init__(self, root: Path, executor: str = "driver", spark=None, lock=None, operation: str = "upsert",
-                 schema: pa.Schema = SCHEMA, **table: Any) -> None:
-        """``table``: more ``Table.create`` settings (``metadata=True``, a Merge-on-Read layout)."""
-        self.path = str(root / f"mw-{executor}")
+                 schema: pa.Schema = SCHEMA, label: str = "", **table: Any) -> None:
+        """``table``: more ``Table.create`` settings (``metadata=True``, a Merge-on-Read layout,
+        ``populate_meta_fields=False``); ``label``: tells the tables of one executor apart."""
+        self.path = str(root / f"mw-{executor}{label}")
         self.spark = spark
         self.cfg = mw.WriterConfig(writer_id=f"bench-{executor}", executor=executor, lock=lock or mw.InProcessLock(),
                                    driver_max_rows=10_000_000, operation=operation)
@@ -127,12 +128,14 @@ class PyArrowHudiFilesLimit:
     """The Parquet files a Hudi insert writes, with pyarrow and nothing else: one file per
     partition with Hudi's five meta columns (built as the writer builds them), the writer's
     encoding settings, on two threads. No transaction, index, bloom filter or marker: what
-    the files alone cost, the floor for any Hudi writer built on pyarrow."""
+    the files alone cost, the floor for any Hudi writer built on pyarrow. ``meta_values=False``:
+    the files of a table with virtual keys, whose meta columns hold nulls."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, meta_values: bool = True) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self.path, self.n = root / "pyarrow-hudi", 0
+        self.path, self.n = root / ("pyarrow-hudi" if meta_values else "pyarrow-hudi-virtual"), 0
+        self.meta_values = meta_values
         self.pool = ThreadPoolExecutor(2)
 
     def append(self, t: pa.Table) -> None:
@@ -157,6 +160,8 @@ class PyArrowHudiFilesLimit:
                     "_hoodie_commit_seqno": sequence_numbers(f"{instant}_0", n),
                     "_hoodie_record_key": part["id"], "_hoodie_partition_path": constant(f"date={day}", n),
                     "_hoodie_file_name": constant(name, n)}
+            if not self.meta_values:
+                meta = dict.fromkeys(meta, pa.nulls(n, pa.string()))
             full = pa.table({**meta, **{c: part[c] for c in part.column_names}})
             stored = pa.schema([pa.field(f.name, pa.string()) if pa.types.is_dictionary(f.type) else f for f in full.schema])
             (self.path / day).mkdir(parents=True, exist_ok=True)

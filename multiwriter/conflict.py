@@ -24,6 +24,7 @@ from .table import instant as inst
 from .table import paths
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_commit_metadata
+from .table.record_keys import read_stored_keys
 from .table.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -150,10 +151,10 @@ def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
             if lo is not None and hi is not None:
                 if pc.max(ours).as_py() < lo.decode() or pc.min(ours).as_py() > hi.decode():
                     return False
-            theirs = pf.read(columns=["_hoodie_record_key"]).column(0)
+            theirs = read_stored_keys(pf, timeline.config)  # virtual keys: from the key fields
     except FileNotFoundError:
         return False  # cleaned since: its keys live on in a newer slice we also check
-    return bool(pc.any(pc.is_in(ours, value_set=theirs.combine_chunks())).as_py())
+    return bool(pc.any(pc.is_in(ours, value_set=theirs)).as_py())
 
 
 def is_compaction(timeline: Timeline, i: Instant) -> bool:

@@ -41,6 +41,12 @@ class InstantExistsError(TableFormatError):
     """An instant file that must be new already exists (instant times must be unique)."""
 
 
+class VirtualKeysError(MultiWriterError):
+    """What Hudi does not offer on a table with virtual keys (``hoodie.populate.meta.fields=false``:
+    rows carry no commit time nor record key) was asked of one: an incremental or CDC read, a
+    Merge-on-Read table. Read the whole table instead, or create the table with meta fields."""
+
+
 class SchemaMismatchError(MultiWriterError):
     """A batch's columns do not fit the table schema (missing or retyped columns)."""
 

@@ -97,13 +97,13 @@ def _flaky_completion(monkeypatch, *, lands: bool):
     real = tlmod.create_completed
     calls = {"n": 0}
 
-    def flaky(storage, config, t, completion, action="commit", data=b""):
+    def flaky(storage, config, t, completion, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 1:
             if lands:
-                real(storage, config, t, completion, action, data)
+                real(storage, config, t, completion, *args, **kwargs)
             raise OSError("connection reset while writing the completed instant")
-        return real(storage, config, t, completion, action, data)
+        return real(storage, config, t, completion, *args, **kwargs)
 
     monkeypatch.setattr(tlmod, "create_completed", flaky)
     from multiwriter.storage import Storage

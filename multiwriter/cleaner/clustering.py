@@ -391,7 +391,8 @@ def execute(ctx: CleanerContext, plan: ClusteringPlan, cfg: ClusteringConfig | N
     schema = ctx.table.schema(tl)
     bound = ctx.heartbeat.bound_s if ctx.heartbeat is not None else None
     mctx = dataclasses.replace(
-        context(ctx.storage.uri, t, schema, ctx.config.ordering_field, len(ctx.config.partition_by) or 1),
+        context(ctx.storage.uri, t, schema, ctx.config.ordering_field, len(ctx.config.partition_by) or 1,
+                config=ctx.config),
         heartbeat_bound_s=bound,
         pending_files=guard.pending_files(ctx.config, t, inst.CLUSTERING),
     )

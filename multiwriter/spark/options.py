@@ -48,6 +48,7 @@ RECORD_KEY = "hoodie.datasource.write.recordkey.field"
 PARTITION_FIELD = "hoodie.datasource.write.partitionpath.field"
 PRECOMBINE = "hoodie.datasource.write.precombine.field"
 HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
+POPULATE_META_FIELDS = "hoodie.populate.meta.fields"  # "false": virtual keys (a table setting)
 OPERATION = "hoodie.datasource.write.operation"
 WRITER_ID = "hoodie.datasource.write.streaming.checkpoint.identifier"
 ON_CHECKPOINT_RESET = "multiwriter.on.checkpoint.reset"  # "fail" (default) or "continue"
@@ -78,7 +79,7 @@ NUMERIC = {
     "hoodie.parquet.max.file.size": ("target_file_size_bytes", 1),
 }
 WRITE_KEYS = frozenset(
-    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
+    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, ZK_AUTH, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
      *NUMERIC}
 )
@@ -205,6 +206,8 @@ def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
         out["ordering_field"] = opts[PRECOMBINE].strip()
     if HIVE_STYLE in opts:
         out["hive_style_partitioning"] = _bool(opts, HIVE_STYLE)
+    if POPULATE_META_FIELDS in opts:
+        out["populate_meta_fields"] = _bool(opts, POPULATE_META_FIELDS)
     layout = {k: v for k, v in opts.items() if k in TABLE_LAYOUT_KEYS}
     if layout:  # the table type and bucket index: the same Hudi keys as WriterConfig.from_options
         out.update({k: v for k, v in table_settings_from_options(layout).items()
@@ -335,7 +338,8 @@ def _check_matches(parsed: WriteOptions, table: Table) -> None:
     have = {"name": c.name, "record_key": tuple(c.record_key), "partition_by": tuple(c.partition_by),
             "ordering_field": c.ordering_field, "hive_style_partitioning": c.hive_style_partitioning,
             "table_type": c.table_type, "num_buckets": c.num_buckets,
-            "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key)}
+            "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key),
+            "populate_meta_fields": c.populate_meta_fields}
     asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()}
     diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
     if diff:

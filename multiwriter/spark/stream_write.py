@@ -371,12 +371,13 @@ def _write_task(table: Table, begun: _Begun, writer_id: str, operation: str, row
     _check_heartbeat(table, begun)  # the driver beats the instant; a task never does (it would outlive an abort)
     schema, cfg = begun.schema, table.config
     base = table.timeline().as_of_completion(begun.base_completion)
-    prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert")
+    prepared = prepare(rows, cfg, schema, operation=operation, hashes=operation != "insert" and not cfg.virtual_keys)
     index = KeyIndex(table.storage)  # footers cached per process: Spark reuses the task's Python worker
     plan = stable_new_ids(plan_batch(prepared, base, index, operation, target_file_size), t, bucketed=cfg.bucket_index)
     bound = expiry_bound_s(begun.heartbeat_interval_s, begun.heartbeat_misses)
     ctx = armed(dataclasses.replace(context(table.storage.uri, t, schema, cfg.ordering_field, len(cfg.partition_by) or 1,
-                                            tuple(cfg.record_key), log_append=cfg.merge_on_read), heartbeat_bound_s=bound), cfg)
+                                            tuple(cfg.record_key), log_append=cfg.merge_on_read, config=cfg),
+                              heartbeat_bound_s=bound), cfg)
     # one file per group; the footers of the files written go to the cache, as the driver path's do
     stats = run_on_driver(table.storage, ctx, plan, cfg, token=lambda _: token, on_footer=index.remember_written)
     appended = {(t.partition, t.file_id): key_hashes(plan.rows_for(t).column(KEY)) for t in plan.tasks

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import TableFormatError
+from ..errors import TableFormatError, VirtualKeysError
 from . import names, paths
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,8 @@ TABLE_TYPES = (COPY_ON_WRITE, MERGE_ON_READ)
 INDEX_TYPE_KEY = "hoodie.index.type"
 NUM_BUCKETS_KEY = "hoodie.bucket.index.num.buckets"
 HASH_FIELD_KEY = "hoodie.bucket.index.hash.field"
+#: "false": virtual keys, Hudi writes no meta values (the meta columns stay, null) and no bloom filter
+POPULATE_META_FIELDS_KEY = "hoodie.populate.meta.fields"
 
 
 def parse(text: str, *, source: str = PROPERTIES_FILE) -> dict[str, str]:
@@ -174,11 +176,19 @@ class TableConfig:
     table_type: str = COPY_ON_WRITE
     num_buckets: int | None = None  # Hudi's simple bucket index (MERGE_ON_READ); None: no bucket index
     bucket_hash_fields: tuple[str, ...] = ()  # fields hashed to a bucket (empty: the record key fields)
+    populate_meta_fields: bool = True  # False: virtual keys (:attr:`virtual_keys`)
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def merge_on_read(self) -> bool:
         return self.table_type == MERGE_ON_READ
+
+    @property
+    def virtual_keys(self) -> bool:
+        """Hudi's virtual keys (``hoodie.populate.meta.fields=false``): files keep the meta
+        columns but no values in them and no bloom filter in the footer; a record's key is
+        computed from its key fields wherever it is needed."""
+        return not self.populate_meta_fields
 
     @property
     def bucket_index(self) -> bool:
@@ -232,6 +242,11 @@ class TableConfig:
             raise TableFormatError(
                 f"{source}: {ORDERING_FIELDS_KEY}={','.join(fields)}: multiwriter orders records by one field only"
             )
+        if self.virtual_keys and self.merge_on_read:
+            raise VirtualKeysError(
+                f"{source}: {POPULATE_META_FIELDS_KEY}=false on a Merge-on-Read table: multiwriter writes virtual "
+                "keys on Copy-on-Write tables only; write this table with Hudi, or use a Copy-on-Write table"
+            )
         partial = self.raw.get(PARTIAL_UPDATE_MODE_KEY, "").upper()
         if partial and partial != "NONE":
             raise TableFormatError(
@@ -282,7 +297,7 @@ class TableConfig:
                 "hoodie.datasource.write.partitionpath.urlencode": "false",
                 "hoodie.record.merge.mode": "EVENT_TIME_ORDERING" if self.ordering_field else "COMMIT_TIME_ORDERING",
                 "hoodie.table.base.file.format": "PARQUET",
-                "hoodie.populate.meta.fields": "true",
+                POPULATE_META_FIELDS_KEY: str(self.populate_meta_fields).lower(),
                 "hoodie.table.version": str(self.version),
             }
         )
@@ -321,6 +336,7 @@ class TableConfig:
             table_type=table_type,
             num_buckets=_buckets(props, source),
             bucket_hash_fields=tuple(f for f in props.get(HASH_FIELD_KEY, "").split(",") if f),
+            populate_meta_fields=props.get(POPULATE_META_FIELDS_KEY, "true").strip().lower() != "false",
             raw=dict(props),
         )
 
@@ -333,6 +349,7 @@ class TableConfig:
             and self.hive_style_partitioning == other.hive_style_partitioning
             and self.table_type == other.table_type
             and self.num_buckets == other.num_buckets
+            and self.populate_meta_fields == other.populate_meta_fields
             and (self.bucket_hash_fields or self.record_key) == (other.bucket_hash_fields or other.record_key)
         )
 

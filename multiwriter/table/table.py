@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from ..errors import ConfigError, TableFormatError, TableNotFoundError
+from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualKeysError
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
@@ -73,6 +73,7 @@ class Table:
         bucket_hash_fields: list[str] | tuple[str, ...] | None = None,
         table_version: int = props.WRITE_VERSION,
         metadata: bool = True,
+        populate_meta_fields: bool = True,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -92,6 +93,12 @@ class Table:
         ``metadata`` (Hudi's ``hoodie.metadata.enable``, on by default as in Hudi 1.x): the table
         keeps Hudi's metadata table (its ``files`` partition), from which Hudi 1.x readers and
         hudi-rs list its files.
+
+        ``populate_meta_fields=False`` (Hudi's ``hoodie.populate.meta.fields``: virtual keys,
+        Copy-on-Write only): files keep Hudi's five meta columns but write no values into them,
+        nor a bloom filter into the footer; the index finds a key's file by reading the key
+        columns of its partition's files, as Hudi's simple index does. As in Hudi, such a table
+        has no incremental or CDC reads (:class:`~multiwriter.errors.VirtualKeysError`).
         """
         if table_version not in props.WRITE_VERSIONS:
             raise ConfigError(f"table_version={table_version!r}: multiwriter writes table versions 8 and 9")
@@ -99,6 +106,12 @@ class Table:
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
         hash_fields = _validate_layout(table_type, num_buckets, bucket_hash_fields, keys)
+        if not populate_meta_fields and table_type != props.COPY_ON_WRITE:
+            raise VirtualKeysError(
+                f"populate_meta_fields=False ({props.POPULATE_META_FIELDS_KEY}=false) with table_type={table_type}: "
+                "multiwriter writes virtual keys on Copy-on-Write tables only; create a Copy-on-Write table, "
+                "or keep the meta fields"
+            )
         cfg = TableConfig(
             name=name,
             record_key=keys,
@@ -110,6 +123,7 @@ class Table:
             num_buckets=num_buckets,
             bucket_hash_fields=hash_fields,
             version=table_version,
+            populate_meta_fields=populate_meta_fields,
         )
         storage = Storage(path)
         recorded = cfg.to_properties()
@@ -312,7 +326,13 @@ class Table:
         return IncrementalBatch(t.filter(pc.fill_null(keep, False)), start, end)
 
     def incremental_plan(self, tl: Timeline, start: str | None, end: str | None) -> IncrementalPlan:
-        """The slices and commit times of an incremental read (merged slices on Merge-on-Read)."""
+        """The slices and commit times of an incremental read (merged slices on Merge-on-Read).
+        Refused on a table with virtual keys, as Hudi does: its rows carry no commit time."""
+        if self.config.virtual_keys:
+            raise VirtualKeysError(
+                f"table {self.config.name} has virtual keys ({props.POPULATE_META_FIELDS_KEY}=false): its rows record "
+                "no commit time, so there are no incremental or streaming reads; read the whole table with read()"
+            )
         view = TimelineView(tl)
         if self.config.merge_on_read:
             bases, logs = list_files(self.storage)
@@ -472,6 +492,7 @@ def _describe(c: TableConfig) -> str:
     return (
         f"name={c.name}, record_key={list(c.record_key)}, partition_by={list(c.partition_by)}, "
         f"ordering_field={c.ordering_field}, hive_style_partitioning={c.hive_style_partitioning}"
+        + ("" if c.populate_meta_fields else ", populate_meta_fields=False")
     )
 
 

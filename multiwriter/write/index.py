@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from ..storage import Storage
 from ..table import bucket, metadata_files
 from ..table.properties import TableConfig
+from ..table.record_keys import read_stored_keys
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
 from . import bloom
@@ -175,9 +176,14 @@ def key_range(storage: Storage, fs: FileSlice) -> tuple[str, str] | None:
     return (f.min_key, f.max_key) if f.min_key is not None and f.max_key is not None else None
 
 
-def read_keys(storage: Storage, fs: FileSlice) -> pa.Array:
+def read_keys(storage: Storage, fs: FileSlice, config: TableConfig | None = None) -> pa.Array:
+    """The record keys of a slice's base file (``config``: the table's, when it may have
+    virtual keys: then computed from the key fields)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        t = pq.ParquetFile(f).read(columns=["_hoodie_record_key"])
+        pf = pq.ParquetFile(f)
+        if config is not None:
+            return read_stored_keys(pf, config)
+        t = pf.read(columns=["_hoodie_record_key"])
     return t.column(0).combine_chunks().cast(pa.string())
 
 
@@ -278,6 +284,7 @@ class KeyIndex:
         self.storage = storage
         self.cache = cache if cache is not None else SHARED_FOOTERS
         self.kept_keys: dict[str, pa.Array] | None = {} if keep_keys else None
+        self.config: TableConfig | None = None  # the table's, as of the last snapshot tagged against
         self.footer_reads = 0  # footers read from storage (cache misses), for tests and metrics
         self.key_reads = 0  # key columns read to confirm candidates
 
@@ -319,6 +326,7 @@ class KeyIndex:
         each slice found to hold batch keys, as soon as it is found (its merge may start reading
         the file while the rest of the batch is tagged)."""
         n = prepared.num_rows
+        self.config = snapshot.timeline.config  # virtual keys: stored keys come from the key fields
         out = np.full(n, -1, dtype=np.int64)
         names: list[str] = []
         parts = prepared.column(PARTITION).combine_chunks()
@@ -389,9 +397,9 @@ class KeyIndex:
 
     def _stored_keys(self, fs: FileSlice) -> pa.Array:
         if self.kept_keys is None:
-            return read_keys(self.storage, fs)
+            return read_keys(self.storage, fs, self.config)
         if fs.path not in self.kept_keys:
-            self.kept_keys[fs.path] = read_keys(self.storage, fs)
+            self.kept_keys[fs.path] = read_keys(self.storage, fs, self.config)
         return self.kept_keys[fs.path]
 
 

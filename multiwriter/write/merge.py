@@ -32,6 +32,7 @@ from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
 from ..table import layout
 from ..table.properties import TableConfig
+from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, cast_column, data_schema, with_meta
 from . import bloom, guard
@@ -61,6 +62,9 @@ class MergeContext:
     markers_listed: bool = False  # every file's marker is already in the instant's marker list (:func:`markers.create_all`)
     log_append: bool = False  # Merge-on-Read: groups with a base file get a log file (:mod:`.log_append`)
     keep_columns: tuple[str, ...] = ()  # partial update: data columns the batch omits; an update keeps their stored values
+    #: the table's config when it has virtual keys (:attr:`TableConfig.virtual_keys`): files get
+    #: null meta columns and no bloom filter, stored rows' keys are computed from their key fields
+    virtual_keys: TableConfig | None = None
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -81,12 +85,14 @@ def _schemas(schema_ipc: bytes) -> tuple[pa.Schema, pa.Schema]:
 
 def context(
     table_uri: str, instant_time: str, schema: pa.Schema, ordering_field: str | None, depth: int,
-    record_key: tuple[str, ...] = (), *, log_append: bool = False,
+    record_key: tuple[str, ...] = (), *, log_append: bool = False, config: TableConfig | None = None,
 ) -> MergeContext:
     """``record_key``: the table's key fields; a single one is unique within each file.
-    ``log_append``: the table is Merge-on-Read."""
+    ``log_append``: the table is Merge-on-Read. ``config``: the table's, whose virtual keys
+    the files follow."""
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
-                        unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append)
+                        unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
+                        virtual_keys=config if config is not None and config.virtual_keys else None)
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -156,6 +162,9 @@ def merge_file_group(
         incoming = dedupe(incoming, ctx.ordering_field)
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
     old, old_md = _read_old(storage, task, full, old_read, plain=(ctx.ordering_field or "",) + ctx.unique_columns)
+    virtual = ctx.virtual_keys is not None
+    if virtual and old is not None:  # no key stored: computed from the key fields, as Hudi's simple index does
+        old = old.set_column(full.get_field_index(RECORD_KEY), RECORD_KEY, stored_keys(old, ctx.virtual_keys))
     n_update = n_delete = 0
     keys_filter = None
     if old is not None and old.num_rows:
@@ -174,7 +183,7 @@ def merge_file_group(
             drop |= removed
         kept = old.filter(pa.array(~drop)) if n_update or n_delete else old
         inserted = upserts.filter(pa.array(pos < 0)) if n_update else upserts
-        keys_filter = _grown_filter(old_md, inserted, _cached_filter(storage, task))
+        keys_filter = None if virtual else _grown_filter(old_md, inserted, _cached_filter(storage, task))
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
         inserted = upserts
@@ -182,12 +191,12 @@ def merge_file_group(
         on_inserted(task.partition, inserted.column(KEY).combine_chunks())
     has_kept = kept is not None and kept.num_rows > 0
     fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept,
-                                dictionaries=_dictionary_names(kept) if has_kept else frozenset())
+                                dictionaries=_dictionary_names(kept) if has_kept else frozenset(), virtual=virtual)
     n_insert = fresh.num_rows - n_update
     # kept rows first, in their stored order, then the incoming ones: no sort (readers and the
     # index need none; the key range and bloom filter go to the footer; clustering sorts)
     out = joined_dictionaries(pa.concat_tables([kept, fresh])) if has_kept else fresh
-    if keys_filter is None:  # a new file group, or an old file without a filter we can grow
+    if keys_filter is None and not virtual:  # a new file group, or an old file without a filter we can grow
         keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
         if has_kept:
             keys_filter.add(kept.column("_hoodie_record_key"))
@@ -196,7 +205,8 @@ def merge_file_group(
         check_alive(storage, ctx, rel)
     plain = ctx.unique_columns + ctx.plain_columns
     size, footer = write_checked(storage, ctx, rel,
-                                 lambda path: _write_parquet(storage, path, out, keys_filter, plain, constants=constants))
+                                 lambda path: _write_parquet(storage, path, out, keys_filter, plain, constants=constants,
+                                                             virtual=virtual))
     if on_footer is not None:  # cached for the index: with the key's typed range when it is integral
         on_footer(rel, with_typed_range(footer, out, ctx.unique_columns[0]) if len(ctx.unique_columns) == 1 else footer)
     return WriteStat(
@@ -427,33 +437,28 @@ def _seqno_template(width: int, size: int) -> pa.Array:
 
 
 def new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, name: str, *,
-              time_is_constant: bool = False, dictionaries: frozenset[str] = frozenset()) -> tuple[pa.Table, dict[str, str]]:
+              time_is_constant: bool = False, dictionaries: frozenset[str] = frozenset(),
+              virtual: bool = False) -> tuple[pa.Table, dict[str, str]]:
     """Incoming rows with their meta columns, and the string columns that hold one value over
     the whole file, which :func:`_write_parquet` writes as such (``constants``): the partition
     path and file name; the commit time when no old row is kept (``time_is_constant``); and a
     data column the plan handed over as a constant (the partition column, whose value is the
     partition path), unless old rows are kept beside it. ``dictionaries``: string columns to
-    give as dictionaries, as the kept old rows hold them (:func:`read_old_file`)."""
+    give as dictionaries, as the kept old rows hold them (:func:`read_old_file`). ``virtual``:
+    virtual keys, meta columns without values."""
     n = upserts.num_rows
-    constants = {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name}
-    if time_is_constant:
+    constants = {} if virtual else {"_hoodie_partition_path": task.partition, "_hoodie_file_name": name}
+    if time_is_constant and not virtual:
         constants["_hoodie_commit_time"] = t
     if dictionaries:
         full = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries else f for f in full],
                          metadata=full.metadata)
     if n == 0:
         return full.empty_table(), constants
-    if "_hoodie_commit_time" in dictionaries:
-        commit_time: pa.Array = constant(t, n)
+    if virtual:
+        meta = {c: pa.nulls(n, full.field(c).type) for c in META_COLUMNS}
     else:
-        commit_time = pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n)
-    meta = {
-        "_hoodie_commit_time": commit_time,
-        "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
-        "_hoodie_record_key": upserts.column(KEY),
-        "_hoodie_partition_path": pa.nulls(n, pa.string()),
-        "_hoodie_file_name": pa.nulls(n, pa.string()),
-    }
+        meta = _meta_values(upserts, t, task, n, time_is_constant=time_is_constant, dictionaries=dictionaries)
     cols = [meta[c] for c in META_COLUMNS]
     for c in _data_names(full):
         col = upserts.column(c)
@@ -468,6 +473,23 @@ def new_rows(upserts: pa.Table, full: pa.Schema, t: str, task: FileGroupTask, na
             col = pa.nulls(n, target) if value is not None else col if col.type == target else col.cast(target)
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=full), constants
+
+
+def _meta_values(upserts: pa.Table, t: str, task: FileGroupTask, n: int, *, time_is_constant: bool,
+                 dictionaries: frozenset[str]) -> dict[str, pa.Array]:
+    """The meta columns of ``n`` incoming rows (the partition path and file name are written as
+    constants by :func:`_write_parquet`, and so is the commit time when ``time_is_constant``)."""
+    if "_hoodie_commit_time" in dictionaries:
+        commit_time: pa.Array = constant(t, n)
+    else:
+        commit_time = pa.nulls(n, pa.string()) if time_is_constant else pa.repeat(pa.scalar(t, pa.string()), n)
+    return {
+        "_hoodie_commit_time": commit_time,
+        "_hoodie_commit_seqno": sequence_numbers(f"{t}_{task.task_index}", n),
+        "_hoodie_record_key": upserts.column(KEY),
+        "_hoodie_partition_path": pa.nulls(n, pa.string()),
+        "_hoodie_file_name": pa.nulls(n, pa.string()),
+    }
 
 
 def _data_names(full: pa.Schema) -> list[str]:
@@ -550,15 +572,19 @@ _WRITE_BATCH = 8192
 
 
 def _write_parquet(
-    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter, plain: tuple[str, ...] = (),
-    constants: dict[str, str] | None = None,
+    storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter | None, plain: tuple[str, ...] = (),
+    constants: dict[str, str] | None = None, *, virtual: bool = False,
 ) -> tuple[int, FooterKeys]:
     """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
     into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes).
     Columns whose values rarely repeat (the key columns, ``plain``) are not dictionary-encoded:
     a dictionary of distinct values only costs time and bytes. ``constants``: string columns
     with one value over the whole file, written from a one-entry dictionary; the stored Arrow
-    schema is the plain one, so every reader sees them as strings."""
+    schema is the plain one, so every reader sees them as strings. ``virtual``: virtual keys,
+    as Hudi writes them: the meta columns null, no key range nor bloom filter in the footer."""
+    if virtual:
+        out = _without_meta_values(out)
+        constants = {c: v for c, v in (constants or {}).items() if c not in META_COLUMNS}
     keys = out.column("_hoodie_record_key")
     fmt = _file_format(_decoded(out.schema).serialize().to_pybytes(), plain)
     out = out.replace_schema_metadata(fmt.schema.metadata)
@@ -566,12 +592,13 @@ def _write_parquet(
         out = out.set_column(out.schema.get_field_index(column), column, constant(value, out.num_rows))
     footer: dict[bytes, bytes] = {_ARROW_SCHEMA: fmt.schema_b64}
     lo = hi = None
-    if out.num_rows:
+    if out.num_rows and not virtual:
         mm = pc.min_max(keys)
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         footer[MIN_KEY.encode()] = lo.encode()
         footer[MAX_KEY.encode()] = hi.encode()
-    footer.update(bloom.footer_entries(keys_filter))
+    if keys_filter is not None:
+        footer.update(bloom.footer_entries(keys_filter))
     # buffered: the Parquet writer's many small writes (and its position queries) become a few syscalls
     with storage.fs.open_output_stream(storage.abs(rel), buffer_size=_WRITE_BUFFER) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=fmt.dictionary,
@@ -589,6 +616,14 @@ def _decoded(schema: pa.Schema) -> pa.Schema:
         return schema
     return pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
                      metadata=schema.metadata)
+
+
+def _without_meta_values(out: pa.Table) -> pa.Table:
+    """``out`` with null meta columns (virtual keys)."""
+    for i in range(len(META_COLUMNS)):
+        if out.column(i).null_count != out.num_rows:
+            out = out.set_column(i, out.schema.field(i), pa.nulls(out.num_rows, out.schema.field(i).type))
+    return out
 
 
 @dataclass(frozen=True)
@@ -634,7 +669,8 @@ def write_moved_rows(
     """Write rows that a table service moves into a new file group (clustering): marker first,
     the pre-write check, rows sorted by record key. Meta columns are kept as they are (commit
     time and sequence number stay the rows' own, so incremental readers do not see them as new)
-    except ``_hoodie_file_name``, which names the new file."""
+    except ``_hoodie_file_name``, which names the new file. With virtual keys the rows stay as
+    they are, in their order (Hudi sorts no rows without meta fields) and without meta values."""
     started = time.monotonic()
     name = layout.DataFileName(file_id, write_token, ctx.instant_time).name
     rel = layout.data_file_path(partition, name)
@@ -643,15 +679,16 @@ def write_moved_rows(
     ensure_partition_metadata(storage, partition, ctx.instant_time, ctx.partition_depth)
     full = ctx.file_schema
     out = align(rows, full)
-    if out.num_rows > 1:
+    virtual = ctx.virtual_keys is not None
+    if out.num_rows > 1 and not virtual:
         out = out.take(pc.sort_indices(out, sort_keys=[("_hoodie_record_key", "ascending")]))
     check_alive(storage, ctx, rel)
-    keys_filter = bloom.DynamicBloomFilter.for_keys(out.num_rows)
-    if out.num_rows:
+    keys_filter = None if virtual else bloom.DynamicBloomFilter.for_keys(out.num_rows)
+    if out.num_rows and keys_filter is not None:
         keys_filter.add(out.column("_hoodie_record_key"))
     out = out.combine_chunks()
     size, _footer = write_checked(storage, ctx, rel, lambda path: _write_parquet(
-        storage, path, out, keys_filter, constants={"_hoodie_file_name": name}))
+        storage, path, out, keys_filter, constants={"_hoodie_file_name": name}, virtual=virtual))
     return WriteStat(
         file_id=file_id,
         path=rel,

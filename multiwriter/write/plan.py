@@ -63,6 +63,7 @@ class Plan:
     partition_column: str | None = None  # a column of ``rows`` whose value is each row's partition path
     #: per partition, rows of new keys routed into a group the batch rewrites anyway (:func:`make_plan`)
     filled: dict[str, np.ndarray] = field(default_factory=dict)
+    bloom_hashes: bool = True  # False: virtual keys, no bloom filter written (the rows need no hashes)
     _pieces: list[Future] | None = field(default=None, repr=False)  # a gather under way (:meth:`gather` with ``submit``)
     _hashing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _grouping: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -72,7 +73,7 @@ class Plan:
         Added here, not when planning, so an insert's hashes are computed while its instant
         begins and its plan is written. Safe from several threads (the pieces of a gather)."""
         with self._hashing:
-            if self.rows.schema.get_field_index(bloom.HASHES) < 0:
+            if self.bloom_hashes and self.rows.schema.get_field_index(bloom.HASHES) < 0:
                 self.rows = bloom.with_hashes(self.rows, KEY, self.pending_hashes)
                 self.pending_hashes = None
             return self.rows
@@ -352,14 +353,30 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all.
     ``on_found``: see :meth:`KeyIndex.tag`."""
     config = base.config
+    if config.virtual_keys:  # no bloom filter to probe nor to write: no hashes
+        plan = _plan_batch(prepared, base, index, operation, target_file_size, None, small_file_limit, confirm_keys,
+                           on_found)
+        plan.bloom_hashes = False
+        return plan
+    return _plan_batch(prepared, base, index, operation, target_file_size, hashes, small_file_limit, confirm_keys,
+                       on_found)
+
+
+def _plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
+                hashes: Callable[[], np.ndarray] | None, small_file_limit: int, confirm_keys: bool,
+                on_found: Callable[[FileSlice], None] | None) -> Plan:
+    config = base.config
     if config.bucket_index:
         snap = index.snapshot(base, prepared)
         return make_plan(tag_buckets(snap, prepared, config), snap, target_file_size=target_file_size, hashes=hashes)
     if operation == "insert":
         return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
-    prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
+    if not config.virtual_keys:
+        prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
     snap = index.snapshot(base, prepared)
-    confirm = confirm_keys or config.merge_on_read  # a log append does not match keys against the base
+    # a log append does not match keys against the base; without a bloom filter or key range
+    # every file is a candidate, so keys are read (Hudi's simple index) rather than files rewritten
+    confirm = confirm_keys or config.merge_on_read or config.virtual_keys
     tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm, on_found=on_found)
     return make_plan(tagged, snap,
                      target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)

@@ -14,9 +14,11 @@ import pyarrow.compute as pc
 from ..errors import InvalidRecordError, SchemaMismatchError
 from ..table import layout
 from ..table.properties import TableConfig
+from ..table.record_keys import as_string as _as_string
+from ..table.record_keys import one_array as _one_array
+from ..table.record_keys import record_keys
 from ..table.schema import META_COLUMNS, cast_column, data_schema
 from . import bloom
-from .key_strings import java_key_strings
 
 KEY = "_mw_key"
 PARTITION = "_mw_partition"
@@ -24,39 +26,6 @@ OP = "_mw_op"  # 0 = upsert/insert, 1 = delete
 ROW = "_mw_row"
 OP_UPSERT = 0
 OP_DELETE = 1
-
-
-def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
-    """Hudi's record key: the value for one field; ``f1:v1,f2:v2`` for several (complex keygen),
-    and ``f1:v1`` for one field under the complex key generator of a version 9 table (Hudi 1.1)."""
-    fields = config.record_key
-    cols = []
-    for f in fields:
-        if batch.schema.get_field_index(f) < 0:
-            raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
-        col = _key_string(batch.column(f), java=config.java_key_strings)
-        n_bad = _null_or_empty(col)
-        if n_bad:
-            raise InvalidRecordError(
-                f"{n_bad} record(s) have a null or empty record key {f!r}; every record needs a key "
-                "(nothing was written)"
-            )
-        cols.append(col)
-    if len(fields) == 1 and not config.field_named_keys:  # the column itself (no copy): the plan then gathers it once
-        return pc.cast(_one_array(cols[0]), pa.string())
-    parts = []
-    for f, c in zip(fields, cols, strict=True):
-        parts.append(pc.binary_join_element_wise(pa.scalar(f), c, ":"))
-    out = pc.binary_join_element_wise(*parts, ",")
-    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
-
-
-def _null_or_empty(col: pa.ChunkedArray | pa.Array) -> int:
-    """How many values are null or empty (two cheap passes when there are none, the usual case)."""
-    if col.null_count == 0 and (len(col) == 0 or (pc.min(pc.binary_length(col)).as_py() or 0) > 0):
-        return 0
-    bad = pc.or_(pc.is_null(col), pc.equal(pc.binary_length(col), 0))
-    return pc.sum(pc.cast(pc.fill_null(bad, True), pa.int64())).as_py() or 0
 
 
 def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
@@ -82,32 +51,6 @@ def partition_paths(batch: pa.Table, config: TableConfig) -> pa.Array:
         segments.append(col)
     out = segments[0] if len(segments) == 1 else pc.binary_join_element_wise(*segments, "/")
     return pc.cast(out, pa.string())
-
-
-def _one_array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """``col`` as one array; a single chunk is used as it is (its buffers shared, not copied),
-    so a key or partition path that is a column's own value can be recognized as such."""
-    if not isinstance(col, pa.ChunkedArray):
-        return col
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
-def _key_string(col: pa.ChunkedArray | pa.Array, *, java: bool = True) -> pa.ChunkedArray | pa.Array:
-    """A key column's values as Hudi's JVM key generators print them (:mod:`.key_strings`), or
-    (``java=False``: a table created before we did) as Arrow casts them."""
-    printed = java_key_strings(col) if java and not pa.types.is_string(col.type) else None
-    return printed if printed is not None else _as_string(col)
-
-
-def _as_string(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    t = col.type
-    if pa.types.is_string(t):
-        return col
-    if pa.types.is_large_string(t):
-        return pc.cast(col, pa.string())
-    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_floating(t):
-        return pc.cast(col, pa.string())
-    raise SchemaMismatchError(f"column of type {t} cannot be a record key or partition field")
 
 
 def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, operation: str, hashes: bool = False,

@@ -39,6 +39,8 @@ from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecor
 from ..storage import Storage
 from ..table import bucket, layout
 from ..table.metadata import WriteStat
+from ..table.properties import TableConfig
+from ..table.record_keys import read_stored_keys
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from . import bloom, records
@@ -132,7 +134,7 @@ def run_on_executors(
                          lambda: _in_one_task(df, cfg, ctx, timeline, operation, target_file_size, limit, fill))
         if done is not None:
             log.debug("executor path: one task, %.2fs (%d file groups)", time.monotonic() - started, len(done))
-            return done, InsertedKeys(table.storage, done)
+            return done, InsertedKeys(table.storage, done, table.config)
         log.debug("executor path: more than %d rows, spread over tasks", limit)
         on_planned = None
     if cfg.partition_by and TASKS_BY_PARTITION:
@@ -145,7 +147,7 @@ def run_on_executors(
         stats = _spread(df, cfg, ctx, table, timeline, index or KeyIndex(table.storage), operation,
                         target_file_size, fill, on_planned)
     log.debug("executor path: spread over tasks, %.2fs", time.monotonic() - started)
-    return stats, InsertedKeys(table.storage, stats)
+    return stats, InsertedKeys(table.storage, stats, table.config)
 
 
 def estimated_bytes(df: Any) -> int | None:
@@ -301,7 +303,8 @@ class _Tag:
         elif self.operation == "insert":  # as Hudi: no lookup against the table
             fids = pa.nulls(rows.num_rows, pa.string())
         else:
-            keys = bloom.with_hashes(keys, KEY)
+            if not self.cfg.virtual_keys:  # virtual keys: no bloom filter to probe
+                keys = bloom.with_hashes(keys, KEY)
             fids = index.tag(index.snapshot(base, keys), keys, integral_key(keys, self.cfg.record_key)).column(FILE_ID)
         none = pa.nulls(rows.num_rows, pa.string())
         out = rows.append_column(PARTITION, keys.column(PARTITION)).append_column(FILE_ID, fids)
@@ -722,8 +725,9 @@ class InsertedKeys(Mapping[str, pa.Array]):
     partition: it asks only when a commit that completed meanwhile created file groups there,
     so an attempt without such a rival reads nothing."""
 
-    def __init__(self, storage: Storage, stats: list[WriteStat]) -> None:
+    def __init__(self, storage: Storage, stats: list[WriteStat], config: TableConfig | None = None) -> None:
         self.storage = storage
+        self.config = config  # the table's: with virtual keys, keys come from the key fields
         self.paths: dict[str, list[str]] = {}
         self.old: dict[str, str] = {}  # a rewritten group's new file -> its old file (it took new keys in)
         for st in stats:
@@ -754,4 +758,6 @@ class InsertedKeys(Mapping[str, pa.Array]):
         import pyarrow.parquet as pq
 
         with self.storage.fs.open_input_file(self.storage.abs(path)) as f:
+            if self.config is not None and self.config.virtual_keys:
+                return read_stored_keys(pq.ParquetFile(f), self.config)
             return pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()

@@ -202,7 +202,7 @@ class Writer:
         tl = txn.base_timeline
         schema = batch.evolved_schema(self.table.schema(tl))
         ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
-                      tuple(self.table.config.record_key), log_append=self.table.config.merge_on_read)
+                      tuple(self.table.config.record_key), log_append=self.table.config.merge_on_read, config=self.table.config)
         if self.config.partial_update:
             ctx = dataclasses.replace(ctx, keep_columns=tuple(n for n in data_schema(schema).names if n not in batch.schema.names))
         if replacing:  # the pre-write check looks for this instant's pending replacecommit files
@@ -392,7 +392,7 @@ class _Batch:
         """An insert's record keys, hashed on the hash thread from the start: neither depends on
         the table schema, which is looked up meanwhile. Keys that do not compute are left to
         :func:`prepare`, which reports them in its usual order."""
-        if self.operation != "insert" or self.arrow is None:
+        if self.operation != "insert" or self.arrow is None or config.virtual_keys:
             return
         try:
             keys = record_keys(self.arrow, config)
@@ -407,8 +407,8 @@ class _Batch:
         on the keys of the batch as given (:meth:`_start_hashing`), and again on the kept rows'
         keys in the rare batch whose repeated keys were dropped."""
         assert self.arrow is not None
-        if self.operation != "insert":
-            return prepare(self.arrow, config, schema, operation=self.operation, hashes=True), None
+        if self.operation != "insert" or config.virtual_keys:  # virtual keys: no bloom filter, no hashes
+            return prepare(self.arrow, config, schema, operation=self.operation, hashes=not config.virtual_keys), None
         if self._keys is not None:
             keys, pending = self._keys
             prepared = prepare(self.arrow, config, schema, operation=self.operation, keys=keys)

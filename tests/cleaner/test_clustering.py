@@ -20,7 +20,7 @@ from multiwriter.cleaner import clustering
 from multiwriter.metrics import Metrics
 from multiwriter.table import instant as inst
 from tests.cleaner.conftest import HB, MISSES, ROOT, data_files_of, writer_config
-from tests.conftest import trips
+from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows
 
 SMALL = mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20, max_bytes_per_run=64 << 20, min_file_groups=2)
@@ -314,3 +314,29 @@ def test_clustering_never_drops_the_log_files_of_a_merge_on_read_table(tmp_path)
     after = rows(mw.Table.open(path).read(), ["id", "value"])
     assert after == before and dict(after)["3"] == 2.0
     assert rows(hudi_read(path), ["id", "value"]) == before
+
+
+def test_clustering_keeps_virtual_key_files_without_meta_values(table_path):
+    """Virtual keys (``hoodie.populate.meta.fields=false``): clustering moves the rows as they
+    are, meta columns still null and no bloom filter written; every reader agrees after."""
+    mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", populate_meta_fields=False)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    _small_inserts(table_path, 6, cfg)
+    data = ["id", "date", "ts", "value"]
+    expected = rows(mw.Table.open(table_path).read(), data)
+    assert rows(hudi_read(table_path), data) == expected
+    with mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=SMALL) as cleaner:
+        report = cleaner.run_once()
+    assert report.clustered_file_groups == 6
+    assert _live_per_partition(table_path) == {"2024-01-01": 1, "2024-01-02": 1}
+    assert rows(mw.Table.open(table_path).read(), data) == expected == rows(hudi_read(table_path), data)
+    for f in mw.Table.open(table_path).snapshot().files():
+        pf = pq.ParquetFile(Path(table_path, f.path))
+        t = pf.read(columns=["_hoodie_commit_time", "_hoodie_record_key", "_hoodie_file_name"])
+        assert all(c.null_count == t.num_rows for c in t.columns)
+        assert not any(k.startswith((b"org.apache.hudi.bloom", b"hoodie_")) for k in pf.metadata.metadata or {})
+    mw.write(trips([0, 7, 21, 28, 42, 49], date=DATES[0], ts=9, value=99), table_path, cfg)  # updates after clustering
+    after = rows(mw.Table.open(table_path).read(), data)
+    assert len(after) == len(expected) and after == rows(hudi_read(table_path), data)
+    assert sum(r[3] == 99 for r in after) == 6

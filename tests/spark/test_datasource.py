@@ -170,3 +170,24 @@ def test_option_errors_fail_at_save_before_anything_is_written(sp, tmp_path, zk_
 def test_reads_reject_unknown_options(sp, table_path, two_commits):
     with pytest.raises(Exception, match="as.of.instnat"):
         sp.read.format(FMT).option("as.of.instnat", "1").load(table_path).collect()
+
+
+def test_virtual_keys_as_a_write_option(sp, tmp_path, zk_server, zk_base):
+    """``hoodie.populate.meta.fields=false`` creates a table with virtual keys: snapshot reads
+    return null meta columns (as Hudi's), incremental reads are refused by the property's name,
+    and a write asking for meta fields on it is refused."""
+    path = str(tmp_path / "t")
+    opts = {**_write_opts(zk_server, zk_base), "hoodie.populate.meta.fields": "false"}
+    sp.createDataFrame(trips(range(4)).to_pandas()).write.format(FMT).options(**opts).mode("append").save(path)
+    sp.createDataFrame(trips(range(2, 6), ts=2, value=2.0).to_pandas()).write.format(FMT).options(**opts) \
+        .mode("append").save(path)
+    assert mw.Table.open(path).config.virtual_keys
+    expect = [(str(i), "2024-01-01", 1, 1.0) for i in range(2)] + [(str(i), "2024-01-01", 2, 2.0) for i in range(2, 6)]
+    df = sp.read.format(FMT).load(path)
+    assert _spark_rows(df) == sorted(expect, key=repr) == rows(hudi_read(path), COLS)
+    assert df.where("_hoodie_record_key is not null or _hoodie_commit_time is not null").count() == 0
+    with pytest.raises(Exception, match="hoodie.populate.meta.fields=false"):
+        sp.read.format(FMT).options(**INCR).option("hoodie.datasource.read.begin.instanttime", "000").load(path).collect()
+    with pytest.raises(Exception, match="populate_meta_fields"):
+        sp.createDataFrame(trips(range(2)).to_pandas()).write.format(FMT) \
+            .options(**{**opts, "hoodie.populate.meta.fields": "true"}).mode("append").save(path)

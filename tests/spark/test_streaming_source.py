@@ -11,7 +11,7 @@ import multiwriter as mw
 from multiwriter import faults
 from multiwriter.spark import options as opt
 from multiwriter.spark.stream_read import MultiWriterStreamReader, offset
-from tests.conftest import trips, wait_hanging
+from tests.conftest import TRIPS_SCHEMA, trips, wait_hanging
 from tests.oracle import hudi_read, rows
 
 COLS = ["id", "date", "ts", "value"]
@@ -214,3 +214,14 @@ def test_available_now_after_a_replayed_batch_also_delivers_newer_commits(sp, tr
     assert got == [(1, _expect(range(3, 5))), (2, _expect([9], ts=2, value=2.0))]
     # hudi-rs: batches 1 and 2 together are every record completed after batch 0
     assert sorted(got[0][1] + got[1][1], key=repr) == rows(hudi_incremental(table_path, seen), COLS)
+
+
+def test_a_table_with_virtual_keys_has_no_streaming_reads(sp, table_path, tmp_path):
+    """As Hudi refuses incremental queries without meta fields: the stream fails by the property's name."""
+    mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", populate_meta_fields=False)
+    mw.write(trips(range(3)), table_path, _cfg())
+    q = (sp.readStream.format(FMT).load(table_path).writeStream.foreachBatch(lambda df, i: None)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="hoodie.populate.meta.fields=false"):
+        q.awaitTermination(120)

@@ -533,3 +533,21 @@ def test_tasks_appending_other_keys_to_one_bucket_commit_their_own_log_files(sp,
     got = {r[0]: r[3] for r in _ours(path)}
     assert {k: got[k] for k in ("0", "1", "2")} == {k: 5.0 if d > c else 4.0 for k in ("0", "1", "2")}
     assert rows(hudi_read(path), COLS) == _ours(path)
+
+
+def test_a_stream_into_a_table_with_virtual_keys_writes_no_meta_values(sp, tmp_path, zk_server, zk_base):
+    """``hoodie.populate.meta.fields=false``: the stream's commits update rows found by their key
+    fields, and the files hold no meta values (hudi-rs reads the same rows)."""
+    src, path, ck = tmp_path / "src", str(tmp_path / "t"), str(tmp_path / "ck")
+    opts = {**_opts(zk_server, zk_base), "hoodie.populate.meta.fields": "false"}
+    _add(src, "a", trips(range(4)))
+    _run(sp, src, path, ck, opts)
+    _add(src, "b", trips(range(2, 6), ts=2, value=2.0))
+    _run(sp, src, path, ck, opts)
+    assert len(_commits(path)) == 2 and mw.Table.open(path).config.virtual_keys
+    want = sorted([(str(i), "2024-01-01", 1, 1.0) for i in range(2)]
+                  + [(str(i), "2024-01-01", 2, 2.0) for i in range(2, 6)], key=repr)
+    assert rows(hudi_read(path), COLS) == _ours(path) == want
+    for f in mw.Table.open(path).snapshot().files():
+        t = pq.read_table(os.path.join(path, f.path), columns=["_hoodie_commit_time", "_hoodie_record_key"])
+        assert t.column(0).null_count == t.column(1).null_count == t.num_rows

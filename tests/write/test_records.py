@@ -79,7 +79,7 @@ def test_fingerprints_that_collide_leave_the_decision_to_the_keys(monkeypatch):
     (0.1, True, "0.1"), (2.0 / 3, True, "0.6666667"), (3.4028234663852886e38, True, "3.4028235E38"),
 ])
 def test_float_key_strings_are_javas(value, single, java):
-    from multiwriter.write.key_strings import java_float_string
+    from multiwriter.table.key_strings import java_float_string
 
     assert java_float_string(value, single=single) == java
 
