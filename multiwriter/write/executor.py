@@ -72,18 +72,23 @@ def run_on_driver(
 
 def _dispatch(plan: Plan, cores: int, submit: Callable[[FileGroupTask], Future]) -> dict[int, Future]:
     """Run the merges, longest first: one per core at any time, and more beside them while the
-    merges running hold little (:meth:`Plan.weight`, at most :data:`SHARED_MERGE_BYTES` in all).
-    Merges of similar size, one per core, leave a core idle while the last ones run alone (5
-    groups on 2 cores take 3 rounds); side by side, the cores share them to the end. Once a
-    merge fails, none is started; returns when every started merge has finished."""
+    merges running hold little (:meth:`Plan.weight`, at most :data:`SHARED_MERGE_BYTES` in all)
+    and the plan has no more merges than the pool has threads. Merges of similar size, one per
+    core, leave a core idle while the last ones run alone (5 groups on 2 cores take 3 rounds);
+    side by side, the cores share them to the end. Many small merges (an insert's new files)
+    balance by themselves, and more threads than cores only fight for the interpreter lock
+    there (a fifth more CPU). Once a merge fails, none is started; returns when every started
+    merge has finished."""
     pending = list(reversed(_longest_first(plan)))
+    share = len(pending) <= MERGE_POOL_THREADS
     running: dict[Future, int] = {}
     started: dict[int, Future] = {}
     failed = False
     while running or (pending and not failed):
         while pending and not failed:
             task, held = pending[-1], sum(running.values())
-            if len(running) >= MERGE_POOL_THREADS or (len(running) >= cores and held + plan.weight(task) > SHARED_MERGE_BYTES):
+            if len(running) >= MERGE_POOL_THREADS or (len(running) >= cores and (
+                    not share or held + plan.weight(task) > SHARED_MERGE_BYTES)):
                 break
             pending.pop()
             f = started[task.task_index] = submit(task)

@@ -343,10 +343,11 @@ def _update_every_day(path: str):
                               "ts": [2] * 120}, schema=schema), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
 
 
-@pytest.mark.parametrize("budget", ["default", "none"])
+@pytest.mark.parametrize("budget", ["default", "none", "more merges than threads"])
 def test_small_merges_run_side_by_side_large_ones_one_per_core(tmp_path, monkeypatch, budget):
     """Six small rewrites run at once (two cores would otherwise leave one idle while the last
-    runs alone); with no memory to share, no more run at once than there are cores."""
+    runs alone); with no memory to share, or more merges than the pool has threads (an
+    insert's many new files), no more run at once than there are cores."""
     import importlib
     import threading
     import time
@@ -356,6 +357,8 @@ def test_small_merges_run_side_by_side_large_ones_one_per_core(tmp_path, monkeyp
     _six_day_table(path)
     if budget == "none":
         monkeypatch.setattr(executor, "SHARED_MERGE_BYTES", 0)
+    if budget == "more merges than threads":
+        monkeypatch.setattr(executor, "MERGE_POOL_THREADS", 5)
     merge_one, mu, active, most = executor._merge_one, threading.Lock(), [0], [0]
 
     def counted(*a, **kw):
