@@ -365,9 +365,11 @@ class MetadataTable:
 
     def _delete_before(self, keep_from: str) -> None:
         """Delete the slices (and their instant files) older than the slice based at
-        ``keep_from``, which a reader that listed a moment ago may still be reading."""
+        ``keep_from``, which a reader that listed a moment ago may still be reading. A log that
+        completed at the very time of that base is the first of its slice (a log belongs to the
+        newest base at or before its completion), so it stays with it."""
         done = self._completed()
-        old = {t for t, (_, c) in done.items() if c <= keep_from and t < keep_from}
+        old = {t for t, (_, c) in done.items() if c < keep_from and t < keep_from}
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
             n = e.path.rsplit("/", 1)[-1]
             t = n[:-len(".hfile")].rsplit("_", 1)[-1] if n.endswith(".hfile") else (

@@ -306,3 +306,50 @@ def test_deltacommits_after_a_compaction_read_the_base_schema_once(tmp_path, mon
     assert mf.MetadataTable(t.storage, t.config).schema_json == mf._SCHEMA_JSON
     _agreed(path)
     _listing_is_storage(path)
+
+
+def _timeline_files(d: str) -> dict[str, bytes]:
+    return {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d) if os.path.isfile(os.path.join(d, n))}
+
+
+def _restore(d: str, files: dict[str, bytes]) -> None:
+    for n in os.listdir(d):
+        if os.path.isfile(os.path.join(d, n)) and n not in files:
+            os.remove(os.path.join(d, n))
+    for n, data in files.items():
+        with open(os.path.join(d, n), "wb") as f:
+            f.write(data)
+
+
+def test_a_reader_that_loaded_the_timelines_before_a_compaction_still_reads_its_slice(tmp_path):
+    """A compaction of the files partition keeps the previous slice whole for readers that
+    loaded the timelines before it: hudi-rs, given the timelines as they were and the files
+    as they are after the compaction, reads what it read then. The previous slice's first log
+    completed at the very time of its base (it belongs to that slice), and it must stay."""
+    import shutil
+
+    path = str(tmp_path / "t")
+    _create(path, "cow")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    tl_dir = os.path.join(path, ".hoodie", "timeline")
+    mdt_tl = os.path.join(path, ".hoodie", "metadata", ".hoodie", "timeline")
+
+    def compactions() -> int:
+        return sum(n.endswith(".commit") for n in os.listdir(mdt_tl))
+
+    seen = 0
+    for i in range(3 * mf.MAX_DELTA_COMMITS):
+        before = (rows(mw.Table.open(path).read(), COLS), _timeline_files(tl_dir), _timeline_files(mdt_tl))
+        mw.write(_batch([i], ts=i, v=float(i)), path, cfg)
+        n = compactions()
+        if n > seen and seen > 0:
+            break
+        seen = max(seen, n)
+    else:
+        pytest.fail("no second compaction of the files partition")
+    old = str(tmp_path / "as-loaded-before")
+    shutil.copytree(path, old)
+    _restore(os.path.join(old, ".hoodie", "timeline"), before[1])
+    _restore(os.path.join(old, ".hoodie", "metadata", ".hoodie", "timeline"), before[2])
+    assert rows(hudi_read(old), COLS) == before[0]
+    assert _agreed(path) and len(_agreed(path)) == len(before[0]) + 1
