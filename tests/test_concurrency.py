@@ -36,6 +36,18 @@ def base_args(zk_server, zk_base, path, **kw) -> dict:
     return dict(zk=zk_server.connect, base=zk_base, path=path, **kw)
 
 
+def insert_the_same_new_key_from_two_writers(zk_server, zk_base, table_path: str) -> None:
+    """Two writer processes insert one new key (each with a key of its own) at the same moment,
+    both holding after their data files: one commits, the other gets ``WriteConflictError``."""
+    start = time.time() + 2.0
+    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
+    procs = [spawn("write", base_args(zk_server, zk_base, table_path, writer=f"n{i}", ids=["same", f"own-{i}"],
+                                      value=i, start_at=start), hang) for i in range(2)]
+    res = [result(p) for p in procs]
+    assert sorted(r["ok"] for r in res) == [False, True], res
+    assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
+
+
 def test_overlapping_updates_one_wins(zk_server, zk_base, trips_table, table_path):
     mw.write(trips(range(20), ts=1), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     start = time.time() + 2.0
@@ -164,12 +176,6 @@ def test_same_new_key_filled_into_two_rewritten_groups_conflicts(zk_server, zk_b
 
 def test_same_new_key_inserted_by_two_writers_conflicts(zk_server, zk_base, trips_table, table_path):
     """Inserts create new file groups, yet two writers inserting one new key must not both land."""
-    start = time.time() + 2.0
-    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
-    procs = [spawn("write", base_args(zk_server, zk_base, table_path, writer=f"n{i}", ids=["same", f"own-{i}"],
-                                      value=i, start_at=start), hang) for i in range(2)]
-    res = [result(p) for p in procs]
-    assert sorted(r["ok"] for r in res) == [False, True], res
-    assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
+    insert_the_same_new_key_from_two_writers(zk_server, zk_base, table_path)
     keys = mw.Table.open(table_path).read().column("id").to_pylist()
     assert keys.count("same") == 1

@@ -101,13 +101,7 @@ def test_a_merge_over_a_sorted_integer_base_equals_the_merge_with_the_hash_probe
                       "partition_path": pa.array(["p"] * len(deletes), pa.string()),
                       "ordering_value": pa.array([o for _, o in deletes], pa.int64())})
         sources.append(Versions(rank, _rows(records) if records else None, d if deletes else None))
-    fast = merge(sources, ordering_field="ts", schema=SCHEMA, key="id")
-    keep = merge_rule._touched_sorted
-    merge_rule._touched_sorted = lambda keys, dictionary: None
-    try:
-        plain = merge(sources, ordering_field="ts", schema=SCHEMA, key="id")
-    finally:
-        merge_rule._touched_sorted = keep
+    fast, plain = _merged_with_and_without_the_binary_search(sources, SCHEMA)
     assert fast.equals(plain)
 
 
@@ -171,11 +165,17 @@ def test_a_merge_over_a_sorted_fixed_width_string_base_equals_the_merge_with_the
                       "partition_path": pa.array(["p"] * len(deletes), pa.string()),
                       "ordering_value": pa.array([o for _, o in deletes], pa.int64())})
         sources.append(Versions(rank, rows(records) if records else None, d if deletes else None))
-    fast = merge(sources, ordering_field="ts", schema=STRING_SCHEMA, key="id")
+    fast, plain = _merged_with_and_without_the_binary_search(sources, STRING_SCHEMA)
+    assert fast.equals(plain)
+
+
+def _merged_with_and_without_the_binary_search(sources: list, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
+    """The merge of ``sources`` as it runs, and with the sorted-key search turned off (the hash probe)."""
+    fast = merge(sources, ordering_field="ts", schema=schema, key="id")
     keep = merge_rule._touched_sorted
     merge_rule._touched_sorted = lambda keys, dictionary: None
     try:
-        plain = merge(sources, ordering_field="ts", schema=STRING_SCHEMA, key="id")
+        plain = merge(sources, ordering_field="ts", schema=schema, key="id")
     finally:
         merge_rule._touched_sorted = keep
-    assert fast.equals(plain)
+    return fast, plain

@@ -19,7 +19,7 @@ from multiwriter.table import properties as props
 from multiwriter.table.schema import META_COLUMNS
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows
-from tests.test_concurrency import base_args, result, spawn
+from tests.test_concurrency import base_args, insert_the_same_new_key_from_two_writers, result, spawn
 
 DATA = ["id", "date", "ts", "value"]
 DATES = ("2024-01-01", "2024-01-02", "2024-01-03")
@@ -172,13 +172,7 @@ def test_overlapping_updates_one_wins(zk_server, zk_base, table_path):
 def test_same_new_key_inserted_by_two_writers_conflicts(zk_server, zk_base, table_path):
     """The same-new-key check reads the rival's new keys from its files' key columns."""
     _create(table_path, virtual=True)
-    start = time.time() + 2.0
-    hang = {"MULTIWRITER_FAULTS": "after-data-files=hang", "MULTIWRITER_FAULT_HANG_S": "2"}
-    procs = [spawn("write", base_args(zk_server, zk_base, table_path, writer=f"n{i}", ids=["same", f"own-{i}"],
-                                      value=i, start_at=start), hang) for i in range(2)]
-    res = [result(p) for p in procs]
-    assert sorted(r["ok"] for r in res) == [False, True], res
-    assert [r for r in res if not r["ok"]][0]["error"] == "WriteConflictError"
+    insert_the_same_new_key_from_two_writers(zk_server, zk_base, table_path)
     assert mw.Table.open(table_path).read().column("id").to_pylist().count("same") == 1
 
 
