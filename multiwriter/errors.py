@@ -84,6 +84,15 @@ class LockLostError(LockError):
     """The lock (or the session holding it) was lost before the commit finished."""
 
 
+class CommitDecisionLostError(LockLostError):
+    """Another completer decided the next step of the timeline first (this one's lock had
+    lapsed): the completion was not decided and nothing of it is visible."""
+
+    def __init__(self, message: str, *, instant: str | None = None) -> None:
+        super().__init__(message)
+        self.instant = instant
+
+
 class HeartbeatExpiredError(MultiWriterError):
     """This writer's own heartbeat lapsed, so others may judge it dead: it must not commit."""
 

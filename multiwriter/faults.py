@@ -26,6 +26,8 @@ POINTS = (
     "before-complete",
     "before-completed-file",
     "after-metadata-table",
+    "after-decision",
+    "after-completed-file",
     "mid-metadata-compaction",
     "after-complete",
     "mid-rollback",

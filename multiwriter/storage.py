@@ -32,9 +32,14 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from .errors import ConfigError, FileExists, UnsafePathError
+from . import s3
+from .errors import CommitStateUnknownError, ConfigError, FileExists, UnsafePathError
+from .redact import redact
 
 log = logging.getLogger(__name__)
+
+#: bound on one conditional S3 request of :meth:`Storage.create_exclusive`
+S3_CALL_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -320,6 +325,50 @@ class Storage:
             raise FileExists(rel)
         with self.fs.open_output_stream(target) as f:
             f.write(data)
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` with ``data`` only if no object of that name exists, in one atomic step
+        that a second creator cannot also win, even one that lost the table lock long ago: the
+        commit decision (:mod:`multiwriter.table.decisions`) rests on it. True when we created it,
+        False when it existed. Local disks: ``link`` of a complete temporary file. S3: a
+        conditional ``PUT`` (``If-None-Match: *``); HTTP 412 means it existed. An answer that
+        leaves the outcome unknown (a timeout, a 409 of two conditional writes at once) is
+        settled by reading the object back: ours when it holds our bytes (callers make their
+        bytes unique). Other stores have no such operation here and are refused."""
+        if self.is_local:
+            try:
+                self.put_if_absent(rel, data)
+            except FileExists:
+                return False
+            return True
+        if not isinstance(self.fs, pafs.S3FileSystem):
+            raise ConfigError(f"{redact(self.uri)}: this store has no atomic create-if-absent that multiwriter can use "
+                              "to decide commits; use a local disk or S3")
+        return self._s3_create_exclusive(rel, data)
+
+    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, _, prefix = self.root.partition("/")
+        key = posixpath.join(prefix, rel.lstrip("/")) if prefix else rel.lstrip("/")
+        client = s3.s3_client(S3_CALL_TIMEOUT_S)
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as e:
+            if s3.precondition_failed(e):
+                return False
+            unknown: Exception = e
+        except BotoCoreError as e:
+            unknown = e
+        try:  # the outcome is unknown: the object tells whose it is
+            got = self.read_bytes(rel)
+        except FileNotFoundError:
+            raise OSError(f"creating {redact(self.uri_of(rel))} failed and it does not exist: {unknown}") from unknown
+        except OSError as e:
+            raise CommitStateUnknownError(f"creating {redact(self.uri_of(rel))} ended without an answer ({unknown}) "
+                                          f"and reading it back failed ({e})") from e
+        return got == data
 
     def delete(self, rel: str) -> bool:
         """Delete a file; False when it was already gone (deletes are idempotent) or lies behind

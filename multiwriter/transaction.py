@@ -19,6 +19,7 @@ from .conflict import (ConflictResolutionStrategy, CreatedGroupOverlapStrategy, 
                        find_insert_conflict)
 from .errors import (
     CheckpointResetError,
+    CommitDecisionLostError,
     CommitStateUnknownError,
     DuplicateBatchError,
     InstantRolledBackError,
@@ -30,9 +31,8 @@ from .errors import (
 from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
-from .storage import FileExists
 from .table import instant as inst
-from .table import metadata_table
+from .table import decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
@@ -93,6 +93,8 @@ class Transaction:
         self.base_timeline: Timeline | None = None
         self.timings = TxnTimings()
         self._state = "new"
+        #: the newest decision read under the lock at commit (the one ours must follow)
+        self._after: decisions.Decision | None = None
 
     @classmethod
     def resume(cls, table: Table, lock: TableLock, *, instant: Instant, base: Instant | None,
@@ -210,7 +212,7 @@ class Transaction:
         try:
             faults.point("after-lock-acquired")
             t0 = time.monotonic()
-            tl = self.table.timeline()
+            self._after, tl = decisions.settle(self._decisions(), self.table.timeline)
             self.timings.timeline_io_s += time.monotonic() - t0
             if checkpoint is not None:
                 entry = ckpt.Checkpoint(checkpoint[1], query_id)
@@ -285,31 +287,49 @@ class Transaction:
             log.info("table %s is now version %d (was %d): going on with its settings", self.table.path,
                      now.version, ours.version)
 
-    def _complete(self, tl: Timeline, metadata: CommitMetadata) -> None:
-        """The completion step, one fenced step from the last check to the visible instant.
+    def _decisions(self) -> decisions.DecisionLog:
+        return decisions.DecisionLog(self.table.storage, self.table.config)
 
-        A writer may pause anywhere (GC, a frozen VM) and its ZooKeeper session expire meanwhile;
-        another writer then holds the lock and may complete with a clock running ahead. So, right
-        before the completed file: the fence (lock session probed on the server, instant still
-        pending, heartbeat without a gap), then one fresh listing of the timeline: a completion
-        that appeared since ``tl`` was read under the lock means the lock passed on, and this
-        commit is refused; else the completion time is issued above every time listed, so it is
-        never below one a consumer may already have read. Right after the file, another listing:
-        a completion that appeared meanwhile raced this one while the lock was not ours, and
-        this commit is withdrawn (its completed file deleted) and refused, so a consumer that
-        already read past it cannot miss it and no commit lands that the conflict check of the
-        other did not see."""
+    def _complete(self, tl: Timeline, metadata: CommitMetadata) -> None:
+        """The completion step: fence, fresh listing, metadata-table deltacommit, the decision,
+        the completed file.
+
+        A writer may pause anywhere (GC, a frozen VM) and its lock session expire meanwhile;
+        another holder may then complete, with a clock running ahead. The fence (lock session
+        probed on the server, instant still pending, heartbeat without a gap) and one fresh
+        listing (a completion that appeared since ``tl`` was read under the lock means the lock
+        passed on) refuse most such commits early. What decides is the creation of the next
+        decision (:mod:`.table.decisions`) after the one read under the lock: a writer frozen
+        past its lock finds it taken and never writes its completed file. Once decided, the
+        commit is final: if this writer freezes or dies before its completed file, the next
+        completer rolls it forward. The completion time is issued above every time seen, so it
+        is never below one a consumer may already have read."""
         assert self.instant is not None
         t, action = self.instant.requested_time, self.instant.action
         self._fence(tl)
         seen = self._look(tl)
         faults.point("before-completed-file")
-        completion = self.clock.issue([_max_time(seen), t])
-        self._state = "completing"
-        self._write_completed(completion, metadata)
+        floor = [_max_time(seen), t] + ([self._after.completion] if self._after and self._after.completion else [])
+        completion = self.clock.issue(floor)
+        data = metadata.to_bytes()
+        metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata)
+        self._state = "deciding"
+        try:
+            self._decisions().decide(self._after, decisions.Decision(decisions.COMPLETE, t, action, self.writer_id,
+                                                                     completion=completion, data=data))
+        except CommitDecisionLostError:
+            self._state = "begun"  # not decided: nothing of it can become visible
+            raise
+        except OSError as e:  # the create provably did not land (create_exclusive read it back)
+            self._state = "begun"
+            raise MultiWriterError(f"deciding the completion of instant {t} failed before it was decided: {e}") from e
+        except Exception as e:
+            raise CommitStateUnknownError(f"deciding the completion of instant {t} ended without an answer ({e}); "
+                                          "re-read the decision log and the timeline before retrying", instant=t) from e
         self._state = "committed"
         self.instant = Instant(t, action, inst.COMPLETED, completion)
-        self._verify(seen)
+        faults.point("after-decision")
+        decisions.write_completed(self.table.storage, self.table.config, t, completion, action, data)
 
     def _look(self, tl: Timeline) -> list[Instant]:
         """The fresh listing before completing; raises LockLostError when an instant completed
@@ -326,35 +346,6 @@ class Transaction:
                 "commit is refused and its batch must be retried"
             )
         return seen
-
-    def _verify(self, seen: list[Instant]) -> None:
-        """After the completed file: withdraw it when another completion appeared meanwhile."""
-        assert self.instant is not None and self.instant.completion_time is not None
-        t, action, completion = self.instant.requested_time, self.instant.action, self.instant.completion_time
-        try:
-            now = tlmod.list_instants(self.table.storage, self.table.config)
-        except OSError as e:  # the commit landed; without a listing there is no evidence of a race
-            log.warning("instant %s completed at %s; the timeline could not be re-listed to verify it: %s", t, completion, e)
-            return
-        known = {(i.requested_time, i.action) for i in seen if i.is_completed} | {(t, action)}
-        raced = [i for i in now if i.is_completed and (i.requested_time, i.action) not in known]
-        if not raced:
-            return
-        rel = f"{self.table.config.timeline_dir}/{self.instant.file_name(self.table.config.version)}"
-        try:
-            self.table.storage.delete(rel)
-        except OSError as e:
-            log.error("instant %s raced instant %s for the completion but its completed file %s could not be "
-                      "withdrawn (%s): it stays committed", t, raced[0].requested_time, rel, e)
-            return
-        self._state = "begun"
-        self.instant = Instant(t, action, inst.INFLIGHT)
-        raise LockLostError(
-            f"instant {raced[0].requested_time} completed on the timeline of {self.table.path} at "
-            f"{raced[0].completion_time} while instant {t} of writer {self.writer_id!r} was writing its completed "
-            f"file (completion {completion}): the lock was not held by one writer alone; {rel} was withdrawn and "
-            "this commit is refused, its batch must be retried"
-        )
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""
@@ -374,28 +365,6 @@ class Transaction:
         if self.heartbeat is not None:
             self.heartbeat.check(t)
 
-    def _write_completed(self, completion: str, metadata: CommitMetadata) -> None:
-        assert self.instant is not None
-        t = self.instant.requested_time
-        rel = f"{self.table.config.timeline_dir}/{t}_{completion}.{self.instant.action}"
-        try:
-            tlmod.create_completed(self.table.storage, self.table.config, t, completion, self.instant.action, metadata.to_bytes(),
-                                   metadata)
-        except (tlmod.InstantExistsError, FileExists) as e:
-            raise CommitStateUnknownError(f"completed file of instant {t} already exists: {e}", instant=t) from e
-        except OSError as e:
-            try:
-                landed = self.table.storage.exists(rel)
-            except OSError:
-                landed = None
-            if landed is False:
-                self._state = "begun"
-                raise MultiWriterError(f"writing {rel} failed before it landed: {e}") from e
-            raise CommitStateUnknownError(
-                f"writing {rel} failed ({e}); the commit may have landed: re-read the timeline before retrying",
-                instant=t,
-            ) from e
-
     def resolve_unknown(self) -> bool:
         """After ``CommitStateUnknownError``: re-read the timeline and learn whether our completed
         instant landed (True: this transaction is committed; False: it provably did not, and
@@ -403,7 +372,8 @@ class Transaction:
         assert self.instant is not None
         t = self.instant.requested_time
         try:
-            own = self.table.timeline().find(t, self.instant.action)
+            _, tl = decisions.settle(self._decisions(), self.table.timeline)  # rolls ours forward if decided
+            own = tl.find(t, self.instant.action)
         except (OSError, MultiWriterError) as e:
             raise CommitStateUnknownError(
                 f"cannot re-read the timeline to learn whether instant {t} landed ({e}); its files are kept: "
@@ -442,7 +412,7 @@ class Transaction:
         cannot delete the files of a landed commit.
         """
         if self.instant is None or self._state != "begun":
-            if self._state in ("completing", "committed"):
+            if self._state in ("deciding", "committed"):
                 log.warning("not aborting instant %s: it is %s", self.instant.requested_time if self.instant else None, self._state)
             self.stop_heartbeat()
             return []

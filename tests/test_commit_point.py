@@ -1,5 +1,6 @@
-"""The commit point: once ``<T>_<C>.commit`` exists nothing may delete that instant's files, and a
-commit whose outcome is unknown is settled by re-reading the timeline, never by guessing.
+"""The commit point: once a commit is decided (its decision object created, then ``<T>_<C>.commit``)
+nothing may delete that instant's files, and a commit whose outcome is unknown is settled by
+re-reading the decision log and the timeline, never by guessing.
 
 The oracles are hudi-rs (an independent reader) and plain directory listings / pyarrow reads of
 the completed instant's files."""
@@ -12,7 +13,6 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import faults
-from multiwriter.table import timeline as tlmod
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 
@@ -92,30 +92,24 @@ def test_a_failing_unlock_after_the_commit_point_does_not_undo_the_commit(trips_
 
 
 def _flaky_completion(monkeypatch, *, lands: bool):
-    """``create_completed`` raises an OSError after (lands=True) or instead of (lands=False)
-    writing the file, and the existence probe fails too: the outcome is unknown to the writer."""
-    real = tlmod.create_completed
+    """The commit decision (the one create that decides a commit) ends without an answer after
+    (lands=True) or instead of (lands=False) creating the decision, and reading it back fails
+    too: the outcome is unknown to the writer."""
+    from multiwriter.errors import CommitStateUnknownError
+    from multiwriter.storage import Storage
+
+    real = Storage.create_exclusive
     calls = {"n": 0}
 
-    def flaky(storage, config, t, completion, *args, **kwargs):
+    def flaky(self, rel, data):
         calls["n"] += 1
         if calls["n"] == 1:
             if lands:
-                real(storage, config, t, completion, *args, **kwargs)
-            raise OSError("connection reset while writing the completed instant")
-        return real(storage, config, t, completion, *args, **kwargs)
+                real(self, rel, data)
+            raise CommitStateUnknownError(f"creating {rel}: connection reset, and reading it back failed")
+        return real(self, rel, data)
 
-    monkeypatch.setattr(tlmod, "create_completed", flaky)
-    from multiwriter.storage import Storage
-
-    real_exists = Storage.exists
-
-    def exists(self, rel):
-        if rel.endswith(".commit") and "_" in rel.rsplit("/", 1)[-1] and calls["n"] == 1:
-            raise OSError("storage unreachable")
-        return real_exists(self, rel)
-
-    monkeypatch.setattr(Storage, "exists", exists)
+    monkeypatch.setattr(Storage, "create_exclusive", flaky)
     return calls
 
 
@@ -168,3 +162,29 @@ def test_abort_refuses_a_committed_transaction(trips_table, table_path):
     finally:
         hb.close()
         lock.close()
+
+
+def test_a_decided_commit_whose_completed_file_failed_is_rolled_forward(trips_table, table_path, monkeypatch):
+    """The completed file cannot be written after the decision: the commit is still final (the
+    writer reports it committed), and the next completer writes the file from the decision."""
+    from multiwriter.storage import Storage
+
+    real = Storage.put_if_absent
+    failed: list[str] = []
+
+    def failing(self, rel, data, **kw):
+        if rel.endswith(".commit") and "_" in rel.rsplit("/", 1)[-1] and not failed:
+            failed.append(rel)
+            raise OSError("storage unreachable")
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(Storage, "put_if_absent", failing)
+    r = mw.write(trips([1, 2], value=6), table_path, cfg(), batch_id=0)
+    monkeypatch.setattr(Storage, "put_if_absent", real)
+    assert failed and r.instant is not None and r.instant.is_completed
+    assert not Path(table_path, failed[0]).exists(), "the completed file really was not written"
+    again = mw.write(trips([1, 2], value=6), table_path, cfg(), batch_id=0)
+    assert again.skipped, "the decided batch counts as committed for its replay too"
+    mw.write(trips([3], value=7), table_path, cfg(), batch_id=1)
+    assert Path(table_path, failed[0]).exists(), "the next writer rolled the decided commit forward"
+    assert hudi_values(table_path) == {"1": 6.0, "2": 6.0, "3": 7.0}

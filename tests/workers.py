@@ -15,12 +15,23 @@ import pyarrow as pa
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def _lock(a: dict):
+    """The table lock a worker takes: ZooKeeper by default, the storage lock with ``lock: storage``
+    (``validity_s`` plays the part of the ZooKeeper session)."""
+    import multiwriter as mw
+
+    if a.get("lock") == "storage":
+        validity = a.get("validity_s", 2.0)
+        return mw.StorageLock(validity_s=validity, renew_interval_s=validity / 4, poll_s=0.02)
+    return mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"),
+                            session_timeout_s=a.get("session_timeout_s", 10.0),
+                            acquire_timeout_s=a.get("lock_timeout_s", 60.0))
+
+
 def _config(a: dict):
     import multiwriter as mw
 
-    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"),
-                            session_timeout_s=a.get("session_timeout_s", 10.0),
-                            acquire_timeout_s=a.get("lock_timeout_s", 60.0))
+    lock = _lock(a)
     return mw.WriterConfig(
         writer_id=a["writer"], lock=lock, max_conflict_retries=a.get("retries", 0),
         heartbeat_interval_s=a.get("hb", 1.0), heartbeat_tolerable_misses=a.get("misses", 2),
@@ -203,12 +214,11 @@ def clean(a: dict) -> dict:
     """One cleaner run (a separate process, so a fault point can crash it)."""
     import multiwriter as mw
 
-    lock = mw.ZooKeeperLock(connect=a["zk"], base_path=a.get("base", "/multiwriter"),
-                            session_timeout_s=a.get("session_timeout_s", 10.0))
-    c = mw.Cleaner(a["path"], lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
+    c = mw.Cleaner(a["path"], lock=_lock(a), heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2,
                    retain_commits=a.get("retain", 10))
-    r = c.run_once()
-    return {"rolled_back": r.rolled_back, "old_versions_deleted": r.old_versions_deleted}
+    runs = [c.run_once() for _ in range(a.get("runs", 1))]
+    return {"rolled_back": [t for r in runs for t in r.rolled_back],
+            "old_versions_deleted": sum(r.old_versions_deleted for r in runs)}
 
 
 def main() -> None:

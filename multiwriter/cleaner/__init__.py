@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..instant_time import PROCESS_CLOCK, InstantClock
 from ..storage import Storage
 from ..table import instant as inst
-from ..table import layout, metadata_table
+from ..table import decisions, layout, metadata_table
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.properties import TableConfig
@@ -66,6 +66,11 @@ class CleanerContext:
     lock_holds: list[float] = field(default_factory=list)
     spark: Any = None  # a SparkSession: large clustering groups run on its executors
     judge: HeartbeatJudge | None = None  # made on first use when not given
+    #: the newest commit decision, read under the lock by :meth:`locked`
+    decided: decisions.Decision | None = field(default=None, init=False, repr=False)
+
+    def decision_log(self) -> decisions.DecisionLog:
+        return decisions.DecisionLog(self.storage, self.config)
 
     @property
     def storage(self) -> Storage:
@@ -96,14 +101,16 @@ class CleanerContext:
 
     @contextmanager
     def locked(self, instant: str | None = None) -> Iterator[Timeline]:
-        """Hold the table lock and yield a timeline loaded after acquiring it."""
+        """Hold the table lock and yield a timeline loaded after acquiring it, after the newest
+        decision (kept as ``decided``: a completion under this hold follows it) was rolled forward."""
         from ..lock.base import HolderInfo
 
         holder = HolderInfo(self.cleaner_id, socket.gethostname(), os.getpid(), instant)
         self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder)
         since = time.monotonic()
         try:
-            yield self.table.timeline()
+            self.decided, tl = decisions.settle(self.decision_log(), self.table.timeline)
+            yield tl
         finally:
             self.lock_holds.append(time.monotonic() - since)
             self.lock.release()
@@ -160,8 +167,9 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
         if current is None or current.state == inst.REQUESTED:
             mark_inflight(ctx, instant_time, action)
         metadata_table.drop_unmaintained(ctx.storage)
-        completion = ctx.issue_time(tl, instant_time)
-        return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, data)
+        completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
+        return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, data,
+                                  actor=ctx.cleaner_id)
 
 
 def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, action: str, meta: Any) -> Instant:
@@ -175,8 +183,15 @@ def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, actio
     if len(schema):
         meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
     metadata_table.drop_unmaintained(ctx.storage)
-    completion = ctx.issue_time(tl, instant_time)
-    return tlmod.create_completed(ctx.storage, ctx.config, instant_time, completion, action, meta.to_bytes())
+    completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
+    return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, meta.to_bytes(),
+                              actor=ctx.cleaner_id)
+
+
+def _decided_floor(ctx: CleanerContext) -> list[str]:
+    """The newest decision's completion time: a completion is issued above it too."""
+    d = ctx.decided
+    return [d.completion] if d is not None and d.completion else []
 
 
 def release_completed(ctx: CleanerContext, instant_time: str, what: str) -> None:

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import markers
-from ..errors import MultiWriterError, TableFormatError, UnsafePathError
+from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError, UnsafePathError
 from ..table import instant as inst
-from ..table import layout, paths
+from ..table import decisions, layout, paths
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import decode_records, encode, parsing, rollback_target
@@ -218,11 +218,31 @@ def schedule(ctx: CleanerContext, target: Instant, files: list[str]) -> Rollback
             tlmod.create_requested(
                 ctx.storage, ctx.config, r, inst.ROLLBACK, encode("rollback_plan", plan.to_record(ctx.storage.uri_of))
             )
+            if not decide(ctx, plan):
+                return None
         except BaseException:
             ctx.stop_heartbeat(r)
             raise
     log.info("planned rollback %s of failed instant %s (%d files)", r, t, len(files))
     return plan
+
+
+def decide(ctx: CleanerContext, plan: RollbackPlan) -> bool:
+    """Under the lock, after the plan is on the timeline and before any file is deleted: decide
+    the rollback (:mod:`multiwriter.table.decisions`), so a writer frozen past its lock can
+    never also decide its commit. False when it lost: the writer's commit was decided first; it
+    is rolled forward and this plan is dropped."""
+    t, r = plan.target_time, plan.rollback_time
+    try:
+        ctx.decided = ctx.decision_log().decide(
+            ctx.decided, decisions.Decision(decisions.ROLLBACK, r, inst.ROLLBACK, ctx.cleaner_id, target=t))
+        return True
+    except CommitDecisionLostError as e:
+        log.warning("rollback %s of instant %s: %s; keeping the instant", r, t, e)
+    decisions.settle(ctx.decision_log(), ctx.table.timeline)
+    tlmod.delete_pending(ctx.storage, ctx.config, r, inst.ROLLBACK)
+    ctx.stop_heartbeat(r)
+    return False
 
 
 # -- executing (outside the lock) ---------------------------------------------------------
@@ -336,11 +356,24 @@ def resume(ctx: CleanerContext, tl: Timeline, result: RollbackResult) -> None:
             log.error("cannot resume rollback %s: %s", r.requested_time, e)
             result.errors.append(str(e))
             continue
-        if not claim(ctx, plan.rollback_time, inst.ROLLBACK):
+        if not claim(ctx, plan.rollback_time, inst.ROLLBACK) or not _decide_resumed(ctx, plan):
             continue
         log.info("resuming rollback %s of instant %s left by a dead cleaner", plan.rollback_time, plan.target_time)
         if _run(ctx, plan, result):
             result.resumed.append(plan.rollback_time)
+
+
+def _decide_resumed(ctx: CleanerContext, plan: RollbackPlan) -> bool:
+    """A dead cleaner's plan may never have been decided (it died between plan and decision):
+    decide it now, unless its target completed meanwhile (the plan is then dropped)."""
+    with ctx.locked(plan.rollback_time) as tl:
+        target = tl.find(plan.target_time, plan.target_action)
+        if target is not None and target.is_completed:
+            log.warning("rollback %s: its target %s completed; dropping the plan", plan.rollback_time, plan.target_time)
+            tlmod.delete_pending(ctx.storage, ctx.config, plan.rollback_time, inst.ROLLBACK)
+            ctx.stop_heartbeat(plan.rollback_time)
+            return False
+        return decide(ctx, plan)
 
 
 def _run(ctx: CleanerContext, plan: RollbackPlan, result: RollbackResult) -> bool:

@@ -1,0 +1,62 @@
+"""One boto3 S3 client per process and setting, and the S3 answers we act on.
+
+pyarrow's S3 filesystem has no conditional writes, and two parts of multiwriter need them: the
+storage lock (``If-None-Match`` / ``If-Match`` on its lock object) and the commit decision
+(:meth:`multiwriter.storage.Storage.create_exclusive`, ``If-None-Match: *``). Both use the
+client made here, configured from the same standard AWS variables as
+:func:`multiwriter.storage.s3_options`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_mu = threading.Lock()
+
+
+def s3_client(call_timeout_s: float) -> Any:
+    """A boto3 S3 client configured like :func:`multiwriter.storage.s3_options` (the standard AWS
+    variables; path-style addressing for an explicit endpoint), with calls bounded by
+    ``call_timeout_s`` (a fifth of the validity, as Hudi's). One per process and setting: making
+    one takes long, using one from several threads is safe, and clients do not survive a fork."""
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ("us-east-1" if endpoint else None)
+    key = (os.getpid(), endpoint, region, env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_PROFILE"), call_timeout_s)
+    with _clients_mu:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = _new_s3_client(endpoint, region, call_timeout_s)
+        return client
+
+
+def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    timeout = max(1.0, call_timeout_s)
+    cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2, "mode": "standard"},
+                 s3={"addressing_style": "path"} if endpoint else None)
+    kw: dict[str, Any] = {"config": cfg}
+    if endpoint:
+        kw["endpoint_url"] = endpoint if "://" in endpoint else f"https://{endpoint}"
+    if region:
+        kw["region_name"] = region
+    return boto3.session.Session().client("s3", **kw)
+
+
+def status(e: Any) -> int:
+    """The HTTP status of a botocore ``ClientError`` (0 when it has none)."""
+    return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def code(e: Any) -> str:
+    """The S3 error code of a botocore ``ClientError`` ('' when it has none)."""
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def precondition_failed(e: Any) -> bool:
+    """HTTP 412: the conditional write lost (the object exists, or its version moved on)."""
+    return status(e) == 412 or code(e) == "PreconditionFailed"
