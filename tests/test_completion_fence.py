@@ -37,9 +37,9 @@ def _consume(path: str, offset: str | None, state: dict[str, float]) -> str | No
 def test_a_writer_frozen_in_its_completion_step_never_lands_below_a_consumers_offset(
         zk_server, zk_base, trips_table, table_path, tmp_path, point):
     """Frozen at ``before-complete`` (after the conflict check) the thawed writer is refused by
-    the fence right before its completed file; frozen at ``before-completed-file`` (after that
-    fence and the fresh listing) it writes the file, finds the other commit that completed
-    meanwhile, and withdraws it. Either way its rows never land unseen by the consumer."""
+    the fence right before its decision; frozen at ``before-completed-file`` (after that fence
+    and the fresh listing) it finds its decision taken by the other writer's commit and never
+    writes its completed file. Either way its rows never land unseen by the consumer."""
     mw.write(trips(range(5), ts=1, value=1.0), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     args = dict(zk=zk_server.connect, base=zk_base, path=table_path, hb=1.0, misses=2)
     frozen = spawn("write", dict(args, writer="frozen", ids=[1, 2], ts=9, value=9.0, session_timeout_s=SESSION_S),
@@ -57,7 +57,7 @@ def test_a_writer_frozen_in_its_completion_step_never_lands_below_a_consumers_of
         os.kill(frozen.pid, signal.SIGCONT)
         (tmp_path / f"{point}.release").touch()
     r_frozen = result(frozen)
-    assert not r_frozen["ok"] and r_frozen["error"] in ("LockLostError", "HeartbeatExpiredError"), r_frozen
+    assert not r_frozen["ok"] and r_frozen["error"] in ("LockLostError", "HeartbeatExpiredError", "CommitDecisionLostError"), r_frozen
     tl = mw.Table.open(table_path).timeline()
     assert not tl.pending(), "the refused attempt was undone"
     assert [w.completion_time for w in tl.completed_writes()][-1] == offset, "nothing completed after the offset"

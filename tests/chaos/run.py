@@ -25,7 +25,12 @@ import pyarrow as pa
 from tests import faketime
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete", "after-complete"]
+WRITER_POINTS = ["after-requested", "after-inflight", "after-data-files", "after-lock-acquired", "before-complete",
+                 "before-completed-file", "after-decision", "after-completed-file", "after-complete"]
+#: the commit's steps under the lock, where a writer is frozen (SIGSTOP) in some runs: before its
+#: decision it must not land, after it it lands once (rolled forward by the others)
+FREEZE_POINTS = ["after-lock-acquired", "before-complete", "before-completed-file", "after-decision",
+                 "after-completed-file"]
 CLEANER_POINTS = ["mid-rollback", "mid-clean", "mid-clustering"]
 #: Merge-on-Read rounds: compaction races the (non-blocking) writers instead of clustering
 MOR_CLEANER_POINTS = ["mid-rollback", "mid-clean", "compaction-after-files", "compaction-before-complete"]
@@ -73,11 +78,17 @@ class Summary:
                 f"({self.seconds:.0f}s)")
 
 
-def _spawn(module: str, args: dict, faults: str | None, log, skew_s: float = 0.0) -> subprocess.Popen:
+def _spawn(module: str, args: dict, faults: str | None, log, skew_s: float = 0.0,
+           fault_dir: Path | None = None) -> subprocess.Popen:
     env = faketime.env(skew_s or None)
     if faults:
         env["MULTIWRITER_FAULTS"] = faults
         env["MULTIWRITER_FAULT_HANG_S"] = "5"
+    if fault_dir is not None:
+        fault_dir.mkdir(parents=True, exist_ok=True)
+        for f in fault_dir.iterdir():
+            f.unlink()
+        env["MULTIWRITER_FAULT_DIR"] = str(fault_dir)
     return subprocess.Popen([sys.executable, "-m", module, json.dumps(args)], cwd=ROOT, env=env,
                             stdout=log, stderr=log)
 
@@ -90,6 +101,33 @@ def _fault(rng: random.Random, points: list[str], p: float) -> str | None:
     r = rng.random()
     action = "crash" if r < 0.6 else "error" if r < 0.9 else "hang"
     return f"{rng.choice(points)}={action}@{rng.randint(1, 3)}"
+
+
+def _writer_faults(rng: random.Random, p: float) -> str | None:
+    """A random fault rule, and in a third of the runs a freeze at one of the commit's steps
+    (a ``hang`` the round turns into a SIGSTOP pause, :func:`_freeze_hanging`)."""
+    rules = [r for r in (_fault(rng, WRITER_POINTS, p),) if r]
+    if rng.random() < 0.33:
+        point = rng.choice(FREEZE_POINTS)
+        rules = [r for r in rules if not r.startswith(point + "=")] + [f"{point}=hang@{rng.randint(1, 3)}"]
+    return ",".join(rules) or None
+
+
+def _freeze_hanging(procs: dict, dirs: dict, rng: random.Random, s: Summary) -> None:
+    """A writer hanging at a commit step is frozen past its lock session or lease and its
+    heartbeat bound, then thawed and released: the others must go on without it meanwhile."""
+    for name, d in dirs.items():
+        p = procs.get(name)
+        hanging = sorted(d.glob("*.hanging")) if d.exists() else []
+        if p is None or p.poll() is not None or not hanging:
+            continue
+        os.kill(p.pid, signal.SIGSTOP)
+        time.sleep(_pause_s(rng))
+        os.kill(p.pid, signal.SIGCONT)
+        for h in hanging:
+            h.with_suffix(".release").touch()
+            h.unlink()
+        s.pauses += 1
 
 
 def _pause_s(rng: random.Random) -> float:
@@ -180,8 +218,9 @@ def _round(mw, s: Summary, rng: random.Random, setup: random.Random, path: str, 
                     ledger=str(workdir / f"ledger-{w}.jsonl")) for w, m in WRITERS.items()}
     stop = workdir / "stop-cleaner"
     cl_args = dict(lock=lock_spec, path=path, stop=str(stop), compaction=mor)
+    fault_dirs = {w: workdir / "faults" / w for w in WRITERS}
     for w in WRITERS:
-        procs[w] = _spawn("tests.chaos.writer", args[w], _fault(rng, WRITER_POINTS, 0.6), log, skews[w])
+        procs[w] = _spawn("tests.chaos.writer", args[w], _writer_faults(rng, 0.6), log, skews[w], fault_dirs[w])
     procs["cleaner"] = _spawn("tests.chaos.cleaner", cl_args, _fault(rng, cleaner_points, 0.5), log, skews["cleaner"])
     while time.monotonic() - t0 < max_seconds:
         time.sleep(0.5)
@@ -203,10 +242,11 @@ def _round(mw, s: Summary, rng: random.Random, setup: random.Random, path: str, 
             if acked(args[name]["ledger"]) + 1 < batches:  # died before finishing: restart it
                 s.crashes += 1
                 done = False
-                procs[name] = _spawn("tests.chaos.writer", args[name], _fault(rng, WRITER_POINTS, 0.4), log,
-                                     skews[name])
+                procs[name] = _spawn("tests.chaos.writer", args[name], _writer_faults(rng, 0.4), log,
+                                     skews[name], fault_dirs[name])
         if done:
             break
+        _freeze_hanging(procs, fault_dirs, rng, s)
         r = rng.random()
         if r < 0.02 and on_s3:  # a holder (or a waiter) killed outright: its lease must run out
             victim = procs[rng.choice(list(WRITERS))]
