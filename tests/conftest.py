@@ -155,13 +155,14 @@ def s3_server():
     """A real S3 endpoint (moto's server) on 127.0.0.1 with a free port, started on first use
     (:class:`tools.moto_s3.MotoS3`: the standard AWS variables point this process and its
     children at it). Yields a factory of fresh buckets: ``s3_server()`` -> ``"s3://<bucket>"``,
-    with ``.client`` (boto3) and ``.endpoint``."""
-    from tools.moto_s3 import MotoS3
+    with ``.client`` (boto3), ``.endpoint`` and ``.writes`` (the :class:`SerializedWrites` middleware)."""
+    from tools.moto_s3 import MotoS3, SerializedWrites
 
-    with MotoS3() as s3:
+    with MotoS3(wrap=SerializedWrites) as s3:  # moto's conditional writes made atomic, as S3's
         def bucket(versioned: bool = False) -> str:
             return s3.bucket(versioned)
 
         bucket.client = s3.client
         bucket.endpoint = s3.endpoint
+        bucket.writes = s3.app
         yield bucket

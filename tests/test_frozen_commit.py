@@ -16,7 +16,7 @@ import pytest
 
 import multiwriter as mw
 from tests.conftest import TRIPS_SCHEMA, trips
-from tests.oracle import hudi_read, rows
+from tests.oracle import hudi_read, rows, s3_storage_options
 from tests.test_concurrency import result, spawn
 
 LEASE_S = 3.0  # the frozen writer's ZooKeeper session, or its storage lock's validity
@@ -43,21 +43,32 @@ def _create(path: str, table_type: str) -> None:
 
 def _snapshot(path: str) -> dict[str, float]:
     ours = dict(rows(mw.Table.open(path).read(), ["id", "value"]))
-    theirs = dict(rows(hudi_read(path), ["id", "value"]))
+    theirs = dict(rows(hudi_read(path, storage_options=s3_storage_options(path)), ["id", "value"]))
     assert ours == theirs, "hudi-rs and our reader disagree"
     return ours
 
 
 #: every step on Copy-on-Write with ZooKeeper and on Merge-on-Read with the storage lock; the two
 #: other pairs at the last step before the decision and the first after it
-CASES = [(step, "cow", "zookeeper") for step in STEPS] + [(step, "mor", "storage") for step in STEPS] + \
-    [(step, table_type, lock) for step in ("before-completed-file", "after-decision")
-     for table_type, lock in (("mor", "zookeeper"), ("cow", "storage"))]
+CASES = [(step, "cow", "zookeeper", "local") for step in STEPS] + \
+    [(step, "mor", "storage", "local") for step in STEPS] + \
+    [(step, table_type, lock, "local") for step in ("before-completed-file", "after-decision")
+     for table_type, lock in (("mor", "zookeeper"), ("cow", "storage"))] + \
+    [("before-completed-file", "mor", "storage", "s3"), ("after-decision", "cow", "storage", "s3")]
 
 
-@pytest.mark.parametrize("step,table_type,lock", CASES)
-def test_a_writer_frozen_at_any_step_lands_once_or_leaves_nothing(zk_server, zk_base, table_path, tmp_path,
+@pytest.fixture()
+def where(request, tmp_path):
+    """The table's location: a local folder, or a bucket of moto's S3 server (writes serialized)."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3_server")() + "/trips"
+    return str(tmp_path / "trips")
+
+
+@pytest.mark.parametrize("step,table_type,lock,where", CASES, indirect=["where"])
+def test_a_writer_frozen_at_any_step_lands_once_or_leaves_nothing(zk_server, zk_base, where, tmp_path,
                                                                   step, table_type, lock):
+    table_path = where
     _create(table_path, table_type)
     mw.write(trips(range(5), ts=1, value=1.0), table_path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
     args = dict(zk=zk_server.connect, base=zk_base, path=table_path, hb=1.0, misses=2, lock=lock,

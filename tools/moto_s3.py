@@ -10,8 +10,31 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from typing import Any
+
+
+class SerializedWrites:
+    """A WSGI middleware that lets one write request (PUT, POST, DELETE) into moto at a time.
+
+    moto checks a conditional PUT's precondition and writes the object in two steps, so two
+    conditional creates of one key can both succeed inside it (a real S3 decides them
+    atomically). Tests that prove exclusion (the storage lock, the commit decision) need the
+    real store's guarantee, so writes are serialized here. ``conditional`` counts the
+    ``If-None-Match`` creates seen."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.mu = threading.Lock()
+        self.conditional = 0
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        if environ.get("REQUEST_METHOD") not in ("PUT", "POST", "DELETE"):
+            return self.app(environ, start_response)
+        with self.mu:
+            self.conditional += environ.get("HTTP_IF_NONE_MATCH") == "*"
+            return list(self.app(environ, start_response))
 
 
 class MotoS3:

@@ -1,7 +1,8 @@
 """The decision log (:mod:`multiwriter.table.decisions`): one create decides each completion.
 
-Local disk and S3 (moto's server, its writes serialized by a WSGI middleware: moto's own
-conditional PUT is not atomic under concurrency, so without it the test would prove nothing)."""
+Local disk and S3 (moto's server, its writes serialized by a WSGI middleware,
+``tools.moto_s3.SerializedWrites``: moto's own conditional PUT is not atomic under concurrency,
+so without it the test would prove nothing)."""
 from __future__ import annotations
 
 import threading
@@ -80,40 +81,11 @@ def test_a_corrupt_decision_is_a_typed_error_naming_it(trips_table, table_path):
         log.newest()
 
 
-class _Serialized:
-    """A WSGI middleware letting one write request into moto at a time (moto's conditional PUT
-    checks and writes in two steps) and counting the conditional creates."""
-
-    def __init__(self, app) -> None:
-        self.app, self.mu, self.conditional = app, threading.Lock(), 0
-
-    def __call__(self, environ, start_response):
-        if environ["REQUEST_METHOD"] in ("PUT", "POST", "DELETE"):
-            with self.mu:
-                self.conditional += environ.get("HTTP_IF_NONE_MATCH") == "*"
-                return list(self.app(environ, start_response))
-        return self.app(environ, start_response)
-
-
-@pytest.fixture()
-def serialized_s3():
-    from tools.moto_s3 import MotoS3
-
-    wrapped = {}
-
-    def wrap(app):
-        wrapped["m"] = _Serialized(app)
-        return wrapped["m"]
-
-    with MotoS3(prefix="mwdecide", wrap=wrap) as s3:
-        yield s3, wrapped["m"]
-
-
-def test_racing_completers_on_s3_decide_each_step_once(serialized_s3):
+def test_racing_completers_on_s3_decide_each_step_once(s3_server):
     """Six threads, each with its own view, race to decide 40 steps on S3: every step has one
     decider, every decider's create was conditional, and each winner's bytes are what is stored."""
-    s3, middleware = serialized_s3
-    uri = s3.bucket() + "/t"
+    uri, middleware = s3_server() + "/t", s3_server.writes
+    before = middleware.conditional
     wins: dict[int, str] = {}
     losses = [0]
     mu = threading.Lock()
@@ -144,4 +116,4 @@ def test_racing_completers_on_s3_decide_each_step_once(serialized_s3):
     assert sorted(wins) == list(range(1, len(wins) + 1)) and len(wins) >= 40
     assert log.read(len(wins) - 1).actor == wins[len(wins) - 1]
     assert losses[0] > 0, "the racers really raced"
-    assert middleware.conditional >= len(wins) + losses[0] - 1, "every decision was a conditional create"
+    assert middleware.conditional - before >= len(wins) + losses[0], "every decision was a conditional create"
