@@ -27,6 +27,7 @@ POINTS = (
     "before-completed-file",
     "after-metadata-table",
     "mid-metadata-compaction",
+    "mid-metadata-rollback",
     "after-complete",
     "mid-rollback",
     "mid-clean",
