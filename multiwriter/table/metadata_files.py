@@ -241,11 +241,13 @@ class MetadataTable:
             text = f"#partition metadata\ncommitTime={BOOTSTRAP_TIME}\npartitionDepth=1\n"
             self.storage.put_if_absent(rel, text.encode())
 
-    def append(self, t: str, completion: str, recs: Records) -> None:
-        """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block."""
+    def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN) -> None:
+        """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block. ``token``:
+        the write token in its name (another one for each attempt after a rollback, as Hudi's
+        differ: a log file's name never stands for two contents)."""
         if not recs:
             return
-        name = f".{GROUP}_{t}.log.1_{_WRITE_TOKEN}"
+        name = f".{GROUP}_{t}.log.1_{token}"
         schema = self.schema_json
         block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
                              _hfile(recs, schema))
@@ -349,6 +351,8 @@ class MetadataTable:
         faults.point("mid-metadata-rollback")
         for n in logs:
             self.storage.delete(self._rel(f"{PARTITION}/{n}"))
+            with _CACHE_LOCK:
+                _DECODED.pop((self.storage.uri, self._rel(f"{PARTITION}/{n}")), None)
         for state in (inst.INFLIGHT, inst.REQUESTED):
             self._delete_instant_file(inst.Instant(t, inst.DELTA_COMMIT, state).file_name(self.config.version))
         self._slice = None
@@ -697,10 +701,12 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         return
     recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
     mt = MetadataTable(storage, config)
+    token = _WRITE_TOKEN
     if mt.deltacommit_states(t):
         # a resumed action (a compaction, a clean, a rollback) whose earlier attempt wrote its
         # deltacommit: rolled back before it is applied again, as Hudi's commitInternal does
-        mt.rollback(t)
+        r = mt.rollback(t)
+        token = f"0-{int(r[-9:]) if r else 1}-0"
     # compaction first: when nothing pending holds it back, at this action's completion time
     # (every log so far completed before it, and this action's log, completing at that very
     # time, opens the new slice); else just before the earliest pending data instant whose
@@ -708,7 +714,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     _, _, logs = mt.latest_slice()
     if len(logs) >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
-    mt.append(t, completion, recs)
+    mt.append(t, completion, recs, token=token)
     faults.point("after-metadata-table")
 
 

@@ -187,3 +187,59 @@ def test_a_pending_instant_keeps_its_log_on_top_of_the_files_partitions_compacti
     assert archived and len(_compactions(path)) >= 2
     assert min(i.requested_time for i in mw.Table.open(path).timeline().instants) > p
     _listing_is_storage(path)
+
+
+def test_a_compaction_killed_after_its_deltacommit_is_resumed_after_more_deltacommits(tmp_path):
+    """A Merge-on-Read compaction killed right after its metadata-table deltacommit, resumed once
+    enough deltacommits followed for the files partition to compact: the compaction stays below
+    it, and the resumed one rolls back its earlier deltacommit before applying again (Hudi's
+    ``commitInternal``), so the files partition lists the new base files and not the dead
+    attempt's; both readers equal the model through more compactions and archival."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.cleaner.conftest import ROOT
+
+    path = str(tmp_path / "t")
+    _create(path, "mor")
+    lock = mw.FileSystemLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    expect: dict[str, float] = {}
+    for n in range(3):
+        mw.write(_batch(range(n, 8), ts=n + 1, v=float(n + 1)), path, cfg)
+        expect.update({f"k{i:03d}": float(n + 1) for i in range(n, 8)})
+    script = (
+        "import multiwriter as mw\n"
+        f"c = mw.Cleaner({path!r}, lock=mw.FileSystemLock(), heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, "
+        "clustering=None, compaction=mw.CompactionConfig(delta_commits=2))\n"
+        "c.run_once()\n"
+    )
+    env = dict(os.environ, MULTIWRITER_FAULTS="after-metadata-table=crash", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 137, p.stderr
+    (pending,) = mw.Table.open(path).timeline().pending(frozenset({inst.COMPACTION}))
+    t = pending.requested_time
+    first_attempt = set(_mdt_logs_of(path, t))
+    assert first_attempt
+    for i in range(mf.MAX_DELTA_COMMITS + 1):
+        mw.write(_batch([40 + i], ts=10 + i, v=10.0), path, cfg)
+        expect[f"k{40 + i:03d}"] = 10.0
+    assert _compactions(path) == [mf._before(t)]
+    assert {r[2]: r[4] for r in _agreed(path)} == expect
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
+                    compaction=mw.CompactionConfig(delta_commits=2)) as clean:
+        for _ in range(40):
+            report = clean.run_once()
+            if t in report.compaction_instants:
+                break
+            time.sleep(0.25)
+    done = mw.Table.open(path).timeline().find(t)
+    assert done is not None and done.is_completed
+    assert [n for n in _mdt_timeline(path) if n.endswith(".rollback")], "the earlier deltacommit was rolled back"
+    assert len([n for n in _mdt_timeline(path) if n.startswith(f"{t}_") and n.endswith(".deltacommit")]) == 1
+    assert {r[2]: r[4] for r in _agreed(path)} == expect
+    _listing_is_storage(path)
+    archived = _run_on(path, lock, "mor", cfg, expect, 60)
+    assert archived and len(_compactions(path)) >= 2
+    _listing_is_storage(path)
