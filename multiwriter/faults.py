@@ -29,6 +29,7 @@ POINTS = (
     "after-decision",
     "after-completed-file",
     "mid-metadata-compaction",
+    "mid-metadata-rollback",
     "after-complete",
     "mid-rollback",
     "mid-clean",

@@ -38,7 +38,7 @@ from .files import FileSlice, LogFile
 from .layout import parse_data_file
 from .compaction_plan import CompactionOperation, CompactionPlan, encode_plan
 from .log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
-from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records
+from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, rollback_target
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ class MetadataTable:
         self.config = props.TableConfig.from_properties(raw, source=f"{MDT_DIR}/{props.PROPERTIES_FILE}")
         self._schema: str | None = None
         self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
+        self._names: list[str] | None = None  # the timeline's file names, as listed once and kept up to date
 
     @property
     def schema_json(self) -> str:
@@ -175,14 +176,26 @@ class MetadataTable:
 
     # -- timeline ---------------------------------------------------------------------------
     def _instant_files(self) -> list[str]:
-        return [e.path.rsplit("/", 1)[-1] for e in self.storage.list_dir(self.timeline_dir, files_only=True)]
+        """The metadata timeline's file names: listed once by this object, then kept up to date
+        with what it writes and deletes (all of it under the data table's lock, or for an
+        instant of its own)."""
+        if self._names is None:
+            self._names = [e.path.rsplit("/", 1)[-1] for e in self.storage.list_dir(self.timeline_dir, files_only=True)]
+        return list(self._names)
+
+    def _delete_instant_file(self, name: str) -> None:
+        self.storage.delete(f"{self.timeline_dir}/{name}")
+        if self._names is not None and name in self._names:
+            self._names.remove(name)
 
     def _completed(self) -> dict[str, tuple[str, str]]:
         """requested time -> (action, completion time) of completed instants."""
-        out = {}
+        out: dict[str, tuple[str, str]] = {}
         for name in self._instant_files():
             i = _parse(name)
             if i is not None and i.is_completed:
+                if i.action == inst.ROLLBACK and i.requested_time in out:
+                    continue  # a rollback timed like a deltacommit never hides it
                 out[i.requested_time] = (i.action, i.completion_time or i.requested_time)
         return out
 
@@ -190,8 +203,10 @@ class MetadataTable:
         """Pending files are not synced (a crash loses only an instant that never completed,
         whose data instant did not either); a completed one is, before the data instant's."""
         i = inst.Instant(t, action, state, completion)
-        self.storage.put_if_absent(f"{self.timeline_dir}/{i.file_name(self.config.version)}", data,
-                                   durable=state == inst.COMPLETED)
+        name = i.file_name(self.config.version)
+        self.storage.put_if_absent(f"{self.timeline_dir}/{name}", data, durable=state == inst.COMPLETED)
+        if self._names is not None:
+            self._names.append(name)
 
     # -- writing ----------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -226,11 +241,13 @@ class MetadataTable:
             text = f"#partition metadata\ncommitTime={BOOTSTRAP_TIME}\npartitionDepth=1\n"
             self.storage.put_if_absent(rel, text.encode())
 
-    def append(self, t: str, completion: str, recs: Records) -> None:
-        """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block."""
+    def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN) -> None:
+        """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block. ``token``:
+        the write token in its name (another one for each attempt after a rollback, as Hudi's
+        differ: a log file's name never stands for two contents)."""
         if not recs:
             return
-        name = f".{GROUP}_{t}.log.1_{_WRITE_TOKEN}"
+        name = f".{GROUP}_{t}.log.1_{token}"
         schema = self.schema_json
         block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
                              _hfile(recs, schema))
@@ -242,6 +259,120 @@ class MetadataTable:
                          file_size=len(block), log_version=1, log_files=(name,))
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+
+    # -- rolling back a deltacommit ----------------------------------------------------------
+    def deltacommit_states(self, t: str) -> set[str]:
+        """The states of the deltacommit at ``t`` on the metadata timeline (empty: none)."""
+        out = set()
+        for name in self._instant_files():
+            i = _parse(name)
+            if i is not None and i.requested_time == t and i.action == inst.DELTA_COMMIT:
+                out.add(i.state)
+        return out
+
+    def _pending_rollback_of(self, t: str) -> tuple[str, list[str]] | None:
+        """(time, planned log file names) of a rollback on the metadata timeline that targets
+        ``t`` and never completed (its plan names ``t``), None when there is none."""
+        states: dict[str, set[str]] = {}
+        for name in self._instant_files():
+            i = _parse(name)
+            if i is not None and i.action == inst.ROLLBACK:
+                states.setdefault(i.requested_time, set()).add(i.state)
+        for r, seen in sorted(states.items()):
+            if inst.COMPLETED in seen or inst.REQUESTED not in seen:
+                continue
+            rel = f"{self.timeline_dir}/{inst.Instant(r, inst.ROLLBACK, inst.REQUESTED).file_name(self.config.version)}"
+            try:
+                recs = decode_records(self.storage.read_bytes(rel), source=rel)
+            except (FileNotFoundError, TableFormatError):
+                continue
+            if recs and rollback_target(recs[0]) == t:
+                planned = [str(f).rsplit("/", 1)[-1] for req in recs[0].get("RollbackRequests") or ()
+                           for f in req.get("filesToBeDeleted") or ()]
+                return r, [n for n in planned if (p := parse_log_file(n)) and p.file_id == GROUP and p.instant_time == t]
+        return None
+
+    def _logs_of(self, t: str) -> list[str]:
+        """The files partition's log files written by the deltacommit at ``t`` (any write token:
+        Hudi's writers name them with theirs)."""
+        out = []
+        for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
+            n = e.path.rsplit("/", 1)[-1]
+            parsed = parse_log_file(n)
+            if parsed is not None and parsed.file_id == GROUP and parsed.instant_time == t:
+                out.append(n)
+        return sorted(out)
+
+    def _fresh_time(self) -> str:
+        """A time above every time on the metadata timeline and not before now."""
+        newest = max((i.completion_time or i.requested_time for n in self._instant_files()
+                      if (i := _parse(n)) is not None), default=BOOTSTRAP_COMPLETION)
+        now = now_time()
+        return now if newest <= BOOTSTRAP_COMPLETION or now > newest else _after(newest)
+
+    def rollback(self, t: str, rollback_time: str | None = None) -> str | None:
+        """Roll back the deltacommit at ``t`` as Hudi's writer rolls back a metadata-table
+        deltacommit: ``<R>.rollback.requested`` (a ``HoodieRollbackPlan`` naming its log
+        files), ``.inflight``, then its completed instant file (readers stop taking its log),
+        its log files, its pending instant files, and last ``<R>_<C>.rollback``. Returns R, or
+        None when there was nothing of ``t`` here. A rollback of ``t`` that died part way is
+        finished at its own time; once it completed, calling again does nothing."""
+        resumed = self._pending_rollback_of(t)
+        states = self.deltacommit_states(t)
+        logs = self._logs_of(t)
+        if resumed is None and not states and not logs:
+            return None
+        if resumed is not None:
+            r, planned = resumed
+            logs = sorted(set(logs) | set(planned))
+        else:
+            r = rollback_time or self._fresh_time()
+            if r in self._completed() or any(n.startswith(f"{r}.") or n.startswith(f"{r}_")
+                                              for n in self._instant_files()):
+                r = self._fresh_time()  # the time is taken here: a time of this table's own
+            plan = {
+                "instantToRollback": {"commitTime": t, "action": inst.DELTA_COMMIT},
+                "RollbackRequests": [{
+                    "partitionPath": PARTITION, "fileId": "", "latestBaseInstant": "",
+                    "filesToBeDeleted": [self.storage.uri_of(self._rel(f"{PARTITION}/{n}")) for n in logs],
+                    "logBlocksToBeDeleted": None,
+                }] if logs else [],
+                "version": 1,
+            }
+            self._put_instant(r, inst.ROLLBACK, inst.REQUESTED, encode("rollback_plan", plan))
+        if inst.INFLIGHT not in {i.state for n in self._instant_files() if (i := _parse(n)) is not None
+                                 and i.requested_time == r and i.action == inst.ROLLBACK}:
+            _put_quietly(self, r, inst.ROLLBACK, inst.INFLIGHT)
+        started = _dt.datetime.now(_dt.timezone.utc)
+        for name in self._instant_files():  # first its completed file: no reader takes its log after this
+            i = _parse(name)
+            if i is not None and i.requested_time == t and i.action == inst.DELTA_COMMIT and i.is_completed:
+                self._delete_instant_file(name)
+        faults.point("mid-metadata-rollback")
+        for n in logs:
+            self.storage.delete(self._rel(f"{PARTITION}/{n}"))
+            with _CACHE_LOCK:
+                _DECODED.pop((self.storage.uri, self._rel(f"{PARTITION}/{n}")), None)
+        for state in (inst.INFLIGHT, inst.REQUESTED):
+            self._delete_instant_file(inst.Instant(t, inst.DELTA_COMMIT, state).file_name(self.config.version))
+        self._slice = None
+        deleted = [self.storage.uri_of(self._rel(f"{PARTITION}/{n}")) for n in logs]
+        meta = {
+            "startRollbackTime": r,
+            "timeTakenInMillis": int((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds() * 1000),
+            "totalFilesDeleted": len(deleted),
+            "commitsRollback": [t],
+            "partitionMetadata": {PARTITION: {
+                "partitionPath": PARTITION, "successDeleteFiles": deleted, "failedDeleteFiles": [],
+                "rollbackLogFiles": None, "writtenLogFiles": None,
+            }},
+            "version": 1,
+            "instantsRollback": [{"commitTime": t, "action": inst.DELTA_COMMIT}],
+        }
+        self._put_instant(r, inst.ROLLBACK, inst.COMPLETED, encode("rollback", meta), max(now_time(), _after(r)))
+        log.info("%s: rolled back the deltacommit %s of the files partition at %s (%d log files)", MDT_DIR, t, r,
+                 len(deleted))
+        return r
 
     def latest_compaction(self) -> str | None:
         """The requested time of the newest completed compaction of the files partition (Hudi's
@@ -315,33 +446,59 @@ class MetadataTable:
         return {_partition(p): {n: s for n, (s, d) in recs.get(p, {}).items() if not d} for p in parts}
 
     # -- compaction -------------------------------------------------------------------------
+    def log_completions(self) -> dict[str, str]:
+        """Log file name -> completion time of its deltacommit, for the latest slice's logs."""
+        done = self._completed()
+        _, _, logs = self.latest_slice()
+        return {n: done[p.instant_time][1] for n in logs if (p := parse_log_file(n)) is not None}
+
+    def compaction_time(self, pending_data: Iterable[str], fresh: str) -> str:
+        """When to time a compaction of the files partition, as Hudi's ``compactIfNecessary``
+        does: one millisecond before the earliest data instant that is pending on the data
+        timeline while its deltacommit completed here (its log must stay out of the base, so
+        that rolling it back is a rollback of the open slice), else ``fresh``."""
+        done = self._completed()
+        blocking = [p for p in pending_data if done.get(p, ("", ""))[0] == inst.DELTA_COMMIT]
+        return _before(min(blocking)) if blocking else fresh
+
     def maybe_compact(self, t: str, completion: str, *, min_logs: int = MAX_DELTA_COMMITS) -> bool:
-        """Merge the latest slice into a new base HFile at ``t`` once it holds ``min_logs`` log
-        files (:data:`MAX_DELTA_COMMITS`); then delete the slices before the previous one.
-        ``t`` must be later than every log's completion (no log may be both in the base and,
-        by the slicing rule, in the new slice: hudi-rs would apply it again after later
-        tombstones)."""
+        """Merge the latest slice's logs whose deltacommit completed before ``t`` into a new base
+        HFile at ``t``, once the slice holds ``min_logs`` log files (:data:`MAX_DELTA_COMMITS`);
+        then delete the slices before the previous one. The logs completed at or after ``t``
+        stay, on top of the new base (a log belongs to the newest base at or before its
+        completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
+        when a compaction at ``t`` completed already (Hudi skips it too)."""
         base, base_t, logs = self.latest_slice()
         if not logs or len(logs) < min_logs:
             return False
+        done = self._completed()
+        if t in done or (base is not None and t <= base_t):
+            return False
+        completions = self.log_completions()
+        merged = [n for n in logs if completions.get(n, t) < t]
+        if not merged:
+            return False
         self._undo_pending_compactions()
-        recs = self.read()
+        recs: Records = {}
+        for n in ([base] if base is not None else []) + merged:
+            for r in self._decoded(n):
+                _merge(recs, r)
         for p in list(recs):
             recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
         name = f"{GROUP}_{_WRITE_TOKEN}_{t}.hfile"
-        sizes = {n: _size(self.storage, self._rel(f"{PARTITION}/{n}")) for n in logs}
+        sizes = {n: _size(self.storage, self._rel(f"{PARTITION}/{n}")) for n in merged}
         op = CompactionOperation.for_slice(PARTITION, GROUP, base_t, (base, 0) if base else None,
-                                           [(n, sizes[n]) for n in logs])
+                                           [(n, sizes[n]) for n in merged])
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
         schema = self.schema_json
         data = _hfile(recs, schema)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
         faults.point("mid-metadata-compaction")
-        self._slice = (name, t, [])
+        self._slice = (name, t, [n for n in logs if n not in merged])
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
                          num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
-                         compacted_log_files=len(logs), compacted_log_bytes=sum(sizes.values()))
+                         compacted_log_files=len(merged), compacted_log_bytes=sum(sizes.values()))
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "COMPACT", compacted=True)
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
         self._delete_before(base_t)
@@ -360,7 +517,7 @@ class MetadataTable:
                 continue
             self.storage.delete(self._rel(f"{PARTITION}/{GROUP}_{_WRITE_TOKEN}_{t}.hfile"))
             for state in (inst.INFLIGHT, inst.REQUESTED):
-                self.storage.delete(f"{self.timeline_dir}/{inst.Instant(t, inst.COMPACTION, state).file_name(self.config.version)}")
+                self._delete_instant_file(inst.Instant(t, inst.COMPACTION, state).file_name(self.config.version))
             log.info("%s: undid the files partition's compaction %s, which never completed", MDT_DIR, t)
 
     def _delete_before(self, keep_from: str) -> None:
@@ -379,7 +536,7 @@ class MetadataTable:
         for name in self._instant_files():
             i = _parse(name)
             if i is not None and i.requested_time in old:
-                self.storage.delete(f"{self.timeline_dir}/{name}")
+                self._delete_instant_file(name)
 
 
 #: decoded files of files partitions, by (table URI, path); a slice is at most one base and
@@ -544,12 +701,59 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         return
     recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
     mt = MetadataTable(storage, config)
-    # compaction first, at this action's completion time: every log so far completed before it
-    # (the base holds them), and this action's log, completing at that very time, is the first
-    # of the new slice (a log belongs to the newest base at or before its completion)
-    mt.maybe_compact(completion, _after(completion))
-    mt.append(t, completion, recs)
+    token = _WRITE_TOKEN
+    if mt.deltacommit_states(t):
+        # a resumed action (a compaction, a clean, a rollback) whose earlier attempt wrote its
+        # deltacommit: rolled back before it is applied again, as Hudi's commitInternal does
+        r = mt.rollback(t)
+        token = f"0-{int(r[-9:]) if r else 1}-0"
+    # compaction first: when nothing pending holds it back, at this action's completion time
+    # (every log so far completed before it, and this action's log, completing at that very
+    # time, opens the new slice); else just before the earliest pending data instant whose
+    # deltacommit is here, whose log stays on top of the new base
+    _, _, logs = mt.latest_slice()
+    if len(logs) >= MAX_DELTA_COMMITS:
+        mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
+    mt.append(t, completion, recs, token=token)
     faults.point("after-metadata-table")
+
+
+def rollback_deltacommit(storage: Storage, config: props.TableConfig, instant_time: str,
+                         rollback_time: str | None = None) -> str | None:
+    """Roll back, in the metadata table, the deltacommit of data instant ``instant_time``, which
+    will not complete (an aborted write, clustering or compaction), as Hudi does
+    (:meth:`MetadataTable.rollback`): its log and instant files go, and a rollback instant says
+    so. ``rollback_time``: the time of the data table's rollback of that instant, when there is
+    one (Hudi gives both the same time), else one of the metadata table's own. Returns the
+    rollback's time, None when there was nothing to roll back (no metadata table, or no
+    deltacommit of that instant: safe to call whatever happened before). Idempotent: a
+    rollback that died part way is finished; one that completed is not repeated.
+
+    Call it while the data instant's pending instant files are still on the data timeline
+    (before deleting them), or under the table lock: a pending data instant keeps the files
+    partition's compactions below it, so its deltacommit is still a log of the open slice."""
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    if not mt.exists():
+        return None
+    try:
+        return mt.rollback(instant_time, rollback_time)
+    except FileNotFoundError:
+        if not mt.exists():  # the metadata table was dropped meanwhile
+            return None
+        raise
+
+
+def pending_data_instants(storage: Storage, config: props.TableConfig) -> set[str]:
+    """Requested times of the instants pending on the data timeline (requested or inflight,
+    not completed), from one listing of it."""
+    states: dict[str, set[bool]] = {}
+    for e in storage.list_dir(config.timeline_dir, files_only=True):
+        i = _parse(e.path.rsplit("/", 1)[-1])
+        if i is not None:
+            states.setdefault(i.requested_time, set()).add(i.is_completed)
+    return {t for t, done in states.items() if True not in done}
 
 
 def latest_compaction_time(storage: Storage, config: props.TableConfig) -> str | None:
@@ -563,15 +767,15 @@ def compact_open_slice(storage: Storage, config: props.TableConfig, newest_compl
     ``newest_completion``, the greatest completion time on the data timeline: every log so far
     completed by then, and every later data action completes above it (its completion is issued
     above every time on the timeline, where that instant stays), so its log opens the new slice.
-    Skipped (False) when a log on the metadata timeline completed later than that (an action
-    that never completed on the data timeline): the base would hold a log the new slice takes too."""
+    A data instant pending with its deltacommit here times it just before that instant instead
+    (:meth:`MetadataTable.compaction_time`), and its log stays in the open slice. False when
+    there was nothing to compact."""
     if not enabled(config):
         return False
     mt = MetadataTable(storage, config)
-    t = _after(newest_completion)
-    if any(c >= t for _, c in mt._completed().values()):
-        return False
-    return mt.maybe_compact(t, _after(t), min_logs=1)
+    t = mt.compaction_time(pending_data_instants(storage, config), _after(newest_completion))
+    return mt.maybe_compact(t, max(_after(t), _after(max((c for _, c in mt._completed().values()), default=t))),
+                            min_logs=1)
 
 
 def uncompacted_instants(storage: Storage, config: props.TableConfig) -> set[str]:
@@ -584,6 +788,12 @@ def uncompacted_instants(storage: Storage, config: props.TableConfig) -> set[str
 def now_time() -> str:
     """The wall clock as an instant time (a completion time on the metadata timeline)."""
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S%f")[:-3]
+
+
+def _before(t: str) -> str:
+    """The millisecond before instant time ``t`` (Hudi's ``instantTimeMinusMillis(t, 1)``)."""
+    d = _dt.datetime.strptime(t[:17], "%Y%m%d%H%M%S%f")
+    return (d - _dt.timedelta(milliseconds=1)).strftime("%Y%m%d%H%M%S%f")[:-3]
 
 
 def _after(t: str) -> str:

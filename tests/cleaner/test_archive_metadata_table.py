@@ -107,10 +107,11 @@ def test_the_cleaner_compacts_the_files_partition_when_archival_waits_for_it(tab
     assert ours == rows(hudi_read(table_path), cols) and len(ours) == 7
 
 
-def test_no_compaction_over_a_log_that_completed_after_the_data_timeline(table_path, trips_table):
-    """A crash after the metadata deltacommit leaves a log completed later than anything on the
-    data timeline: a base timed below it would also leave it in the new slice, so the cleaner's
-    compaction is skipped (the pending instant holds archival anyway)."""
+def test_the_cleaners_compaction_stays_below_a_pending_instant_whose_deltacommit_is_there(table_path, trips_table):
+    """A crash after the metadata deltacommit leaves a data instant pending whose log is in the
+    files partition: the cleaner's compaction is timed just before that instant (as Hudi's
+    ``compactIfNecessary``) and merges only the logs before it; its log stays in the open slice,
+    where rolling it back stays possible, and both readers agree."""
     from multiwriter import faults
 
     _writes(table_path, 2)
@@ -123,6 +124,12 @@ def test_no_compaction_over_a_log_that_completed_after_the_data_timeline(table_p
     finally:
         faults.configure(None)
     t = mw.Table.open(table_path)
+    (pending,) = [i.requested_time for i in t.timeline().pending()]
     newest = max(i.completion_time for i in t.timeline().completed())
-    assert not mf.compact_open_slice(t.storage, t.config, newest)
-    assert _compactions(table_path) == []
+    assert mf.compact_open_slice(t.storage, t.config, newest)
+    assert _compactions(table_path) == [mf._before(pending)]
+    assert mf.uncompacted_instants(t.storage, t.config) == {pending}
+    assert not mf.compact_open_slice(t.storage, t.config, newest), "nothing before it left to compact"
+    cols = ["id", "ts", "value"]
+    ours = rows(mw.Table.open(table_path).read(), cols)
+    assert ours == rows(hudi_read(table_path), cols) and len(ours) == 2
