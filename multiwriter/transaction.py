@@ -404,8 +404,8 @@ class Transaction:
 
     # -- abort -----------------------------------------------------------------------
     def abort(self) -> list[str]:
-        """Undo an attempt that provably did not land: delete its files (from markers), then its
-        markers and pending instant files.
+        """Undo an attempt that provably did not land: roll back its metadata-table deltacommit,
+        delete its files (from markers), then its markers and pending instant files.
 
         Refuses (returns nothing, deletes nothing) unless the transaction is begun and not
         completed; before deleting it also checks the timeline, so even a caller that lost track
@@ -423,6 +423,10 @@ class Transaction:
             self._state = "committed"
             self.stop_heartbeat()
             return []
+        # its metadata-table deltacommit first (Hudi's way: rolled back there), while the instant
+        # is still pending, so no metadata compaction absorbs it and no listing names a file
+        # about to be deleted
+        metadata_files.rollback_deltacommit(self.table.storage, self.table.config, t)
         deleted = markers.delete_files(self.table.storage, t)
         markers.delete_dir(self.table.storage, t)
         tlmod.delete_pending(self.table.storage, self.table.config, t, self.instant.action)

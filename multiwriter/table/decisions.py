@@ -24,8 +24,11 @@ the next object of a sequence that every completer reads under the lock first:
   completed file from the bytes it holds; the decider writing it later finds it there.
 * Old decisions are deleted (:data:`KEEP` newest stay, the newest always). A holder frozen for
   so long that ``N+1`` was already deleted can still create it; so right after a create the
-  decider lists the log, and a newer decision means it lost: it deletes its stray object (no one
-  rolls forward anything but the newest decision) and does not complete.
+  decider lists the log. A newer decision is no loss by itself: a decider frozen right after its
+  create finds ``N+2`` made by someone who rolled ``N+1`` forward first, so its completed file
+  exists and it won. A newer decision *and* no completed file means its slot had been freed:
+  it deletes its stray object (no one rolls forward anything but the newest decision) and does
+  not complete.
 
 The completion time in a decision is issued above every time on the timeline and in the newest
 decision, so a completion is never below one a reader may have seen: no other completion can
@@ -184,13 +187,23 @@ class DecisionLog:
         if not self.storage.create_exclusive(rel, d.to_bytes()):
             raise _lost(d, f"decision {seq} was taken by another completer")
         newer = [s for s in self._seqs() if s > seq]
-        if newer:  # ours filled a gap left by deleting old decisions: stray, never rolled forward
+        if newer and not self._rolled_forward(d):
+            # ours filled a gap left by deleting old decisions: stray, never rolled forward
             self.storage.delete(rel)
             raise _lost(d, f"decisions up to {newer[-1]} exist already")
-        faults.point("after-decision")
         if seq % PRUNE_EVERY == 0:
             self._prune(seq)
         return d
+
+    def _rolled_forward(self, d: Decision) -> bool:
+        """Was ``d`` the newest decision when the next one was made? Then its completed file
+        exists: the maker of the next decision wrote it first (:func:`settle`). A decision
+        created into a slot freed by deleting old ones never was, and nobody writes its file. A
+        rollback decision is never rolled forward: one followed by a newer decision counts as
+        lost (its plan is dropped; the writer it targeted decides nothing either, being behind)."""
+        if d.kind != COMPLETE:
+            return False
+        return self.storage.exists(f"{self.config.timeline_dir}/{d.completed.file_name(self.config.version)}")
 
     def _prune(self, newest: int) -> None:
         for s in self._seqs():

@@ -55,6 +55,30 @@ def test_a_holder_that_slept_through_the_deletion_of_old_decisions_still_loses(t
     assert log.newest() == d
 
 
+def test_a_decider_frozen_right_after_its_create_won_though_a_newer_decision_exists(trips_table, table_path,
+                                                                                     monkeypatch):
+    """Frozen between its create and its look at the log, a decider finds the next decision made
+    by a completer that rolled its own forward first: it won (its completed file is there), and
+    it must neither delete its decision nor refuse (that would drop a visible commit's files)."""
+    log = _log(table_path)
+    real = Storage.create_exclusive
+    ours = _complete("20260101000000001", "20260101000000002")
+
+    def create_then_freeze(self, rel, data):
+        created = real(self, rel, data)
+        monkeypatch.setattr(Storage, "create_exclusive", real)  # meanwhile, another completer:
+        newest, tl = decisions.settle(log, mw.Table.open(table_path).timeline)
+        assert tl.find(ours.instant, "commit").is_completed, "it rolled ours forward"
+        log.decide(newest, _complete("20260101000000003", "20260101000000004", "other"))
+        return created
+
+    monkeypatch.setattr(Storage, "create_exclusive", create_then_freeze)
+    won = log.decide(None, ours)
+    assert won.seq == 1 and log.read(1).instant == ours.instant and log.newest().seq == 2
+    tl = mw.Table.open(table_path).timeline()
+    assert [i.requested_time for i in tl.completed()] == [ours.instant], "still completed, nothing withdrawn"
+
+
 def test_a_decided_commit_is_rolled_forward_by_the_next_writer(trips_table, table_path):
     """A writer decided its commit and died before its completed file: the next writer's commit
     writes it from the decision, so both batches are in the table (hudi-rs agrees)."""

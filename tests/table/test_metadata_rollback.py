@@ -13,14 +13,15 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import faults, markers
+from multiwriter.table import decisions
 from multiwriter.table import instant as inst
 from multiwriter.table import metadata_files as mf
 from multiwriter.table import timeline as tlmod
 from tests.table.test_metadata_table import _agreed, _batch, _create, _listing_is_storage, _roll_back_the_failed_write
 
 
-class _Killed(Exception):
-    pass
+class _Killed(BaseException):
+    """The process dies here (nothing of the writer's own cleanup runs)."""
 
 
 def _mdt_timeline(path: str) -> list[str]:
@@ -36,12 +37,15 @@ def _compactions(path: str) -> list[str]:
 
 
 def _leave_pending_after_its_deltacommit(path: str, ids, ts: int, cfg: mw.WriterConfig) -> tuple[str, str]:
-    """A write whose completion fails right after its metadata-table deltacommit (the same
-    ``on_completed`` path ``timeline.create_completed`` takes): its data files are on storage,
-    its instant pending, its deltacommit completed. (requested time, action)."""
+    """A write that dies right after its metadata-table deltacommit, before its own abort: its
+    data files are on storage, its instant pending, its deltacommit completed. (requested
+    time, action)."""
+    from multiwriter.transaction import Transaction
+
     faults.configure("after-metadata-table=error")
-    try:
-        with pytest.raises(faults.InjectedFault):
+    try:  # the writer dies there: nothing of its own abort runs
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
+            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
             mw.write(_batch(ids, ts=ts, v=float(ts)), path, cfg)
     finally:
         faults.configure(None)
@@ -138,7 +142,7 @@ def test_a_rollback_that_died_part_way_is_finished_at_its_own_time(tmp_path):
 @pytest.mark.parametrize("kind", ["cow", "mor"])
 @pytest.mark.parametrize("then", ["completes", "aborted", "rolled back by the cleaner"])
 def test_a_pending_instant_keeps_its_log_on_top_of_the_files_partitions_compaction(kind, then, tmp_path, monkeypatch):
-    """A data instant pending with its deltacommit written (its writer died writing the completed file)
+    """A data instant pending with its deltacommit written (its writer died deciding its completion)
     across compactions of the files partition: each is timed just before it and merges only the
     logs before it; its log stays in the open slice, ignored while it is pending, read once it
     completes, and rolled back in the metadata table when it will not complete."""
@@ -149,18 +153,18 @@ def test_a_pending_instant_keeps_its_log_on_top_of_the_files_partitions_compacti
     mw.write(_batch(range(6), ts=1, v=1.0), path, cfg)
     expect = {f"k{i:03d}": 1.0 for i in range(6)}
     failed: list[tuple[inst.Instant, bytes]] = []
-    real_create = tlmod._create
+    real_decide = decisions.DecisionLog.decide
 
-    def completed_file_fails_once(storage, config, i, data, **kw):
-        if i.is_completed and not failed:
-            failed.append((i, data))
-            raise _Killed("the writer died as it wrote the completed instant file")
-        return real_create(storage, config, i, data, **kw)
+    def dies_deciding_once(self, after, d):
+        if not failed:
+            failed.append((d.completed, d.data))
+            raise _Killed("the writer died as it decided its completion")
+        return real_decide(self, after, d)
 
-    monkeypatch.setattr(tlmod, "_create", completed_file_fails_once)
+    monkeypatch.setattr(decisions.DecisionLog, "decide", dies_deciding_once)
     with pytest.raises(_Killed):
         mw.write(_batch(range(100, 104), ts=2, v=2.0), path, cfg)
-    monkeypatch.setattr(tlmod, "_create", real_create)
+    monkeypatch.setattr(decisions.DecisionLog, "decide", real_decide)
     (done_file, data) = failed[0]
     p = done_file.requested_time
     assert [i.requested_time for i in mw.Table.open(path).timeline().pending()] == [p]
@@ -172,7 +176,7 @@ def test_a_pending_instant_keeps_its_log_on_top_of_the_files_partitions_compacti
     table = mw.Table.open(path)
     assert _compactions(path) == [mf._before(p)], "timed just before the pending instant"
     assert p in mf.uncompacted_instants(table.storage, table.config), "its log is in the open slice"
-    if then == "completes":
+    if then == "completes":  # a completer that does not use the decision log (Hudi's JVM writer)
         tlmod._create(table.storage, table.config, done_file, data)
         expect.update({f"k{i:03d}": 2.0 for i in range(100, 104)})
     elif then == "aborted":
