@@ -19,8 +19,11 @@ Actors, each step one atomic read or write of shared storage:
   ``D_N`` forward when its completed file is missing), read the timeline and check conflicts (a
   completed write on its file group with a completion time above its base) and the fence (``T``
   still pending, no rollback plan targets ``T``), issue ``C`` above every time seen, create
-  ``decisions/<N+1>``, list decisions above ``N+1`` (a pruned slot: delete the stray, lost), write
-  ``T_C``, release and acknowledge. Losing or conflicting aborts the batch (data and pending files
+  ``decisions/<N+1>``, list decisions above ``N+1`` (when there are some: decided if ``T_C``
+  exists, because a later holder read ours as the newest and rolled it forward; else the slot had
+  been pruned: delete the stray, lost; ``rolled_forward_wins=False`` is the rule as first written,
+  "any decision above means lost", which the model refutes), write ``T_C``, release and
+  acknowledge. Losing or conflicting aborts the batch (data and pending files
   deleted, lock released) and the writer goes on with its next batch.
 * a Hudi JVM writer: the same without the decision log (no roll-forward, no fence: it completes
   right after its conflict check). It never pauses: Hudi has the same windows when it does, and
@@ -55,6 +58,12 @@ What it abstracts
   since resumed): the protocol must be safe whatever the cleaner believes.
 * The consumer records which commits it delivered, not their files (its reads of replaced
   slices are a retention question, not modelled).
+* Times: each process's clock never repeats a time, and with ``unique_times`` times carry their
+  issuer (``SLOTS``); without it a lapsed actor can issue a time issued meanwhile by another
+  (``unique_times=False`` shows it).
+* A Hudi JVM writer is only safe next to ours when ours never pauses and never crashes between its
+  decision and its completed file (the JVM writer does not read the log): the tests keep both
+  counterexamples.
 * Quiescence: every writer and the cleaner are done or crashed; there, any later lock holder
   would roll the newest decision forward, and the consumer reads once more.
 """
