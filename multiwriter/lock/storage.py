@@ -27,6 +27,7 @@ read: for tests and writers on one machine).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -38,7 +39,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
@@ -220,10 +221,12 @@ class LocalLockStore(LockStore):
     read under an ``flock`` still has the expected digest. Readers see whole files only. The
     ``flock`` dies with its process, so a killed writer blocks nobody."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, refuse_links: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.location = path
         self._guard = f"{path}.guard"
+        #: the table storage's check that no folder on the way is a symbolic link (writes only)
+        self._refuse_links = refuse_links
 
     def read(self) -> LockObject | None:
         try:
@@ -234,8 +237,16 @@ class LocalLockStore(LockStore):
         return decode(raw, _digest(raw))
 
     def write(self, data: bytes, expected: str | None) -> str | None:
+        if self._refuse_links is not None:
+            self._refuse_links(self.path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self._guard, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self._guard, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise LockError(f"{self._guard} is a symbolic link: a lock is never written through one; delete it "
+                            "(it is planted: this table's writers create a plain file there)") from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -319,7 +330,7 @@ class StorageLock(LockProvider):
 def store_for(storage: Storage, call_timeout_s: float) -> LockStore:
     """The lock object of the table at ``storage``: S3 for ``s3://``/``s3a://``, a file for local tables."""
     if storage.is_local:
-        return LocalLockStore(storage.abs(LOCK_FILE))
+        return LocalLockStore(storage.abs(LOCK_FILE), storage.refuse_links)
     scheme = urlsplit(storage.uri).scheme
     if scheme not in ("s3", "s3a"):
         raise ConfigError(
