@@ -11,6 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Every log record of multiwriter and kazoo is redacted from now on: a table URI's credentials
+# and ZooKeeper digest passwords never reach a handler (multiwriter.redact).
+from .redact import install as _install_redaction
+
+_install_redaction()
+
 # The write subpackage is loaded now (its __init__ is empty) so that loading its modules later
 # never rebinds ``multiwriter.write``: the function below must shadow the subpackage.
 from . import write as _write_subpackage  # noqa: F401

@@ -23,6 +23,8 @@ record lives outside the timeline, so archival never loses it.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .table.table import Table
     from .table.timeline import Timeline
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
 QUERIES_KEY = "multiwriter.streaming_query_ids"
 WRITER_KEY = "multiwriter.writer_id"
@@ -46,23 +50,44 @@ RETIRED_FORMAT = "multiwriter-retired-writers"
 
 def parse(meta: CommitMetadata) -> dict[str, int]:
     """The checkpoint map of one commit; unreadable entries are skipped (other tools write this
-    key too, with their own values)."""
+    key too, with their own values). A batch id is an integer or a string of at most 19 digits
+    (a Java ``long``, as Hudi stores it); anything else -- a float such as ``1e999``, nesting
+    too deep to parse, 5,000 digits -- is skipped with one warning per distinct value: read as
+    a huge id it would make every later batch of that writer look like a replay, and raising
+    would let one planted commit stop every writer."""
     raw = meta.extra_metadata.get(CHECKPOINT_KEY)
     if not raw:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
+        _skipped(raw, "it is not a JSON map")
         return {}
     if not isinstance(value, dict):
         return {}
     out: dict[str, int] = {}
     for writer, batch in value.items():
-        try:
+        if isinstance(batch, str) and _BATCH_ID_RE.match(batch):
             out[str(writer)] = int(batch)
-        except (TypeError, ValueError):
-            continue
+        elif isinstance(batch, int) and not isinstance(batch, bool) and -_MAX_ID <= batch <= _MAX_ID:
+            out[str(writer)] = batch
+        elif isinstance(batch, (float, int)) or (isinstance(batch, str) and batch.strip("-").isdigit()):
+            _skipped(raw, f"the batch id of writer {str(writer)[:100]!r} is no long")
     return out
+
+
+#: a batch id as Hudi stores it: a Java long
+_MAX_ID = 2**63 - 1
+_BATCH_ID_RE = re.compile(r"^-?[0-9]{1,19}\Z")
+_warned: set[int] = set()
+
+
+def _skipped(raw: str, why: str) -> None:
+    key = hash(raw)
+    if key not in _warned and len(_warned) < 10_000:
+        _warned.add(key)
+        log.warning("a commit's checkpoint map %s: %s; skipped (written by another tool, or planted)",
+                    raw[:200], why)
 
 
 def queries(meta: CommitMetadata) -> dict[str, str]:
@@ -70,7 +95,7 @@ def queries(meta: CommitMetadata) -> dict[str, str]:
     raw = meta.extra_metadata.get(QUERIES_KEY)
     try:
         value = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(value, dict):
         return {}
@@ -186,9 +211,9 @@ def _retired_records(data: bytes) -> dict[str, dict]:
         if doc.get("format") != RETIRED_FORMAT or not isinstance(doc.get("writers"), dict):
             raise ValueError("not a retired-writers record")
         return {str(w): dict(rec) for w, rec in doc["writers"].items() if rec.get("retired_at")}
-    except (ValueError, AttributeError, TypeError) as e:
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
         raise TableFormatError(
-            f"{RETIRED_PATH} is unreadable ({e}); fix or delete it (deleting it un-retires every writer id)"
+            f"{RETIRED_PATH} is unreadable ({str(e)[:200]}); fix or delete it (deleting it un-retires every writer id)"
         ) from e
 
 
@@ -236,7 +261,7 @@ def _refuse_in_flight(table: Table, tl: Timeline, writer_id: str) -> None:
     for i in tl.pending():
         try:
             body = json.loads(table.storage.read_bytes(layout.heartbeat_path(i.requested_time)))
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError, RecursionError):
             continue
         if isinstance(body, dict) and body.get("writer_id") == writer_id:
             raise ConfigError(

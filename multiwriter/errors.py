@@ -7,9 +7,16 @@ may be deleted until the timeline has been read again.
 """
 from __future__ import annotations
 
+from .redact import redact_log
+
 
 class MultiWriterError(Exception):
-    """Base class of every error multiwriter raises on purpose."""
+    """Base class of every error multiwriter raises on purpose. Its text arguments are
+    redacted (:func:`multiwriter.redact.redact_log`): a table URI's credentials never reach an
+    error message, whoever built it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact_log(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(MultiWriterError, ValueError):

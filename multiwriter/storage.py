@@ -17,10 +17,14 @@ Every relative path passes :func:`safe_relative` on its way to a file system (``
 NUL are refused with :class:`~multiwriter.errors.UnsafePathError`), so no value read from a
 table's files can point a read, write or delete outside the table root. On local disks listings
 skip symbolic links that lead out of the root (or to directories), and deletes never go through
-a link out of it: each is skipped with a warning.
+a link out of it: each is skipped with a warning. Writes and creates never go through a link at
+all: a folder between the root and the file that is a symbolic link (``.hoodie`` itself,
+``.hoodie/timeline``, ``.hoodie/.heartbeat``, ...) is refused with ``UnsafePathError`` naming it
+(:meth:`Storage.refuse_links`).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import posixpath
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from . import s3
@@ -234,14 +239,68 @@ class Storage:
                     self.uri, self._rel(target), os.path.realpath(posixpath.dirname(target)))
         return True
 
+    def refuse_links(self, target: str) -> None:
+        """Local disks: :class:`UnsafePathError` when a folder between the table root and the file
+        ``target`` (absolute; a trailing ``/`` names a folder, checked too) is a symbolic link.
+        Someone who can write inside the table could otherwise replace ``.hoodie/.heartbeat``,
+        ``.hoodie/timeline`` or ``.hoodie`` itself by a link to a folder outside, and every
+        heartbeat, marker, metadata log and instant file would be written there. Every local write,
+        create and publish calls this first: one ``lstat`` per folder below the root (about a
+        microsecond each), not cached, so a link planted after the table was opened is refused
+        too. Folders not there yet are created by us, as folders. The file itself is never
+        opened through a link: it is created ``O_EXCL`` or ``O_NOFOLLOW``, or renamed over (which
+        replaces a link, never what it points to). The root itself is the caller's choice and
+        may be a link."""
+        if not self.is_local:
+            return
+        root = self.root.rstrip("/")
+        if not target.startswith(root + "/"):
+            return
+        d = root
+        for part in target[len(root) + 1:].split("/")[:-1]:
+            d = f"{d}/{part}"
+            try:
+                st = os.lstat(d)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafePathError(
+                    f"{redact(self.uri)}: {self._rel(d)} is a symbolic link (to {os.path.realpath(d)}); nothing is "
+                    f"written through a link inside a table, so {self._rel(target.rstrip('/'))} was not written. "
+                    "Replace the link with a folder of the table's own", path=self._rel(d), source=self._rel(d))
+
     # -- writing -------------------------------------------------------------
     def makedirs(self, rel: str) -> None:
-        self.fs.create_dir(self.abs(rel), recursive=True)
+        target = self.abs(rel)
+        self.refuse_links(target + "/")
+        self.fs.create_dir(target, recursive=True)
+
+    def open_output(self, rel: str, *, buffer_size: int | None = None) -> Any:
+        """A new output stream on ``rel`` (replacing a file of that name), for writers that stream
+        (Parquet, log, staged Arrow files). On local disks the folders are checked
+        (:meth:`refuse_links`) and the file is opened ``O_NOFOLLOW`` (a link planted at the name
+        is refused, never written through); missing folders are created. The stream is buffered
+        (``buffer_size``, 1 MB by default) on local disks."""
+        target = self.abs(rel)
+        if not self.is_local:
+            return self.fs.open_output_stream(target, buffer_size=buffer_size)
+        self.refuse_links(target)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = _in_dir(target, flags)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UnsafePathError(f"{redact(self.uri)}: {rel} is a symbolic link; nothing is written through a link "
+                                  "inside a table", path=rel, source=rel) from e
+        raw = pa.PythonFile(os.fdopen(fd, "wb", buffering=0), mode="w")
+        return pa.BufferedOutputStream(raw, buffer_size or _LOCAL_BUFFER)
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write (or replace) a file; atomic replace on local disks."""
         target = self.abs(rel)
         if self.is_local:
+            self.refuse_links(target)
             tmp = f"{target}.{uuid.uuid4().hex}.tmp"
             with _in_dir(tmp, "wb") as f:
                 f.write(data)
@@ -254,6 +313,7 @@ class Storage:
     def staging_dir(self, rel: str) -> None:
         """Make ``rel`` ready to hold staged files (:meth:`publish`); nothing on object stores."""
         if self._needs_dirs:
+            self.refuse_links(self.abs(rel) + "/")
             self.fs.create_dir(self.abs(rel), recursive=True)
 
     def publish(self, staged: str, rel: str) -> None:
@@ -262,6 +322,8 @@ class Storage:
         then delete ``staged``: the object at ``rel`` appears whole when the copy completes (S3
         has no rename, and the upload of ``staged`` completes before the caller decides)."""
         target = self.abs(rel)
+        self.refuse_links(target)
+        self.refuse_links(self.abs(staged))
         self._parent_dir(target)
         self.fs.move(self.abs(staged), target)
 
@@ -294,6 +356,7 @@ class Storage:
         The store must offer read-after-write and list-after-write consistency (S3 does since
         December 2020; so do MinIO and other S3-compatible servers)."""
         target = self.abs(rel)
+        self.refuse_links(target)
         if self.is_local and not data:
             try:
                 fd = _in_dir(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -403,6 +466,10 @@ class Storage:
     def _rel(self, absolute: str) -> str:
         root = self.root.rstrip("/") + "/"
         return absolute.removeprefix(root)
+
+
+#: the buffer of a local output stream (:meth:`Storage.open_output`)
+_LOCAL_BUFFER = 1 << 20
 
 
 def safe_relative(rel: str, *, source: str | None = None) -> str:

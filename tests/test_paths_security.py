@@ -313,3 +313,87 @@ def test_a_history_manifest_entry_outside_the_table_is_refused(tmp_path):
 def test_dot_writer_ids_are_refused_by_name(wid):
     with pytest.raises(errors.ConfigError, match="reserved"):
         mw.WriterConfig(writer_id=wid, lock=_lock())
+
+
+# -- issue 56, 1: links inside .hoodie -------------------------------------------------------------
+
+
+def _tree_hash(root, skip) -> str:
+    """A digest of every name, file content and link target under ``root``, ``skip`` left out
+    (read from the file system directly, links never followed)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) != str(skip))
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            h.update(os.path.relpath(full, root).encode() + b"\0")
+            if os.path.islink(full):
+                h.update(b"link " + os.readlink(full).encode())
+            else:
+                with open(full, "rb") as fh:
+                    h.update(fh.read())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("linked", [".hoodie/.heartbeat", ".hoodie/.temp", ".hoodie/metadata/files",
+                                    ".hoodie/timeline", ".hoodie", ".hoodie/.locks", "other .hoodie"])
+def test_a_folder_of_hoodie_linked_out_of_the_table_is_never_written_through(tmp_path, linked):
+    """Someone who can write inside the table replaces one of its ``.hoodie`` folders (or
+    ``.hoodie`` itself, also by table B's) with a link to a folder outside holding a copy: the
+    writer's heartbeats, markers, metadata logs, instant files and lock object would land there.
+    Every local write refuses the link, naming it; nothing outside the table changes."""
+    import shutil
+
+    table = _create(str(tmp_path / "trips"), metadata=True)
+    lock = mw.StorageLock() if linked == ".hoodie/.locks" else _lock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver", heartbeat_interval_s=HB,
+                          heartbeat_tolerable_misses=MISSES)
+    mw.write(trips(range(3)), table.path, cfg)
+    if linked == "other .hoodie":
+        other = _create(str(tmp_path / "b"))
+        mw.write(trips(range(10, 12)), other.path, _cfg("other"))
+        linked, target = ".hoodie", tmp_path / "b" / ".hoodie"
+    else:
+        target = tmp_path / "outside" / "copy"
+        os.makedirs(tmp_path / "trips" / linked, exist_ok=True)
+        shutil.copytree(tmp_path / "trips" / linked, target, symlinks=True)
+    shutil.rmtree(tmp_path / "trips" / linked)
+    os.symlink(target, tmp_path / "trips" / linked)
+    before = _tree_hash(tmp_path, tmp_path / "trips")
+
+    with pytest.raises(errors.UnsafePathError, match=f"{linked} is a symbolic link") as e:
+        mw.write(trips(range(2, 6)), table.path, cfg)
+    assert e.value.path == linked
+    assert _tree_hash(tmp_path, tmp_path / "trips") == before, "a file outside the table was written"
+
+
+def test_storage_writes_refuse_links_and_write_through_plain_folders(tmp_path):
+    root = tmp_path / "t"
+    (root / "a").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    os.symlink(tmp_path / "out", root / "a" / "l")
+    s = Storage(str(root))
+    calls = [lambda: s.write_bytes("a/l/x", b"1"), lambda: s.put_if_absent("a/l/x", b"1"),
+             lambda: s.put_if_absent("a/l/x", b""), lambda: s.makedirs("a/l/y"), lambda: s.makedirs("a/l"),
+             lambda: s.staging_dir("a/l/z"), lambda: s.open_output("a/l/x").close(),
+             lambda: s.publish("a/staged", "a/l/x")]
+    (root / "a" / "staged").write_bytes(b"s")
+    for call in calls:
+        with pytest.raises(errors.UnsafePathError, match="a/l is a symbolic link"):
+            call()
+    # the file itself linked out: replaced by a rename or refused by O_NOFOLLOW, never written through
+    os.symlink(tmp_path / "out" / "f", root / "a" / "f")
+    with pytest.raises(errors.UnsafePathError, match="a/f is a symbolic link"):
+        s.open_output("a/f").close()
+    with pytest.raises(errors.FileExists):
+        s.put_if_absent("a/f", b"1")
+    s.write_bytes("a/f", b"mine")
+    assert os.listdir(tmp_path / "out") == [] and (root / "a" / "f").read_bytes() == b"mine"
+    # plain folders, created as needed
+    s.write_bytes("b/c/x", b"1")
+    with s.open_output("d/e/y") as f:
+        f.write(b"22")
+    s.put_if_absent("d/e/z", b"")
+    assert (root / "b" / "c" / "x").read_bytes() == b"1" and (root / "d" / "e" / "y").read_bytes() == b"22"

@@ -79,11 +79,48 @@ def describe_holder(raw: str | bytes | dict[str, Any] | None) -> str:
     try:
         d = raw if isinstance(raw, dict) else json.loads(raw)
         if not isinstance(d, dict) or "writer_id" not in d:
-            return f"an unknown holder ({d!r})"
+            return f"an unknown holder ({repr(d)[:200]})"
         return HolderInfo.from_dict(d).describe()
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return f"an unknown holder ({text[:200]!r})"
+
+
+class FirstSightings:
+    """When this process first saw each state of a lock object, on its monotonic clock.
+
+    A lease stored in a file or object names its own end (``validUntil``, ``expires_at``), and
+    anyone who can write the table's folder can forge one ten years ahead, or ``Infinity``. So
+    a waiter never lets a lease count for longer than its own configured validity from the
+    moment it first saw that exact state (the object's version, or the lock's token and expiry):
+    a live holder renews well within the validity, which writes a new state and starts a new
+    sighting, so only a state left unchanged for a whole validity (a crashed holder's, or a
+    forged one) is judged over by this bound. Holders of one table must configure the same
+    validity (as Hudi asks of its writers); a longer one is judged by the waiter's own. The
+    record lives as long as the process (up to ``limit`` states; the oldest half is forgotten
+    beyond that), so a forged lease blocks a writer once, for one validity, however many
+    acquire attempts it makes."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._seen: dict[Any, float] = {}
+        self._mu = threading.Lock()
+
+    def age(self, key: Any) -> float:
+        """Seconds since ``key`` was first seen (0.0 the first time)."""
+        now = time.monotonic()
+        with self._mu:
+            first = self._seen.get(key)
+            if first is None:
+                if len(self._seen) >= self.limit:
+                    for old in list(self._seen)[: self.limit // 2]:
+                        del self._seen[old]
+                first = self._seen[key] = now
+        return now - first
+
+
+#: this process's sightings of lock states (file and storage locks)
+SIGHTINGS = FirstSightings()
 
 
 #: what an acquire can wait for (the ``cause`` label of ``multiwriter_lock_wait_cause_seconds_total``)

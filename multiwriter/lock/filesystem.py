@@ -15,12 +15,21 @@ Files, all under ``.hoodie/.locks/``:
   ``<token>`` (a waiter breaking an expired lease, or the holder releasing). Being the only one
   allowed to delete *that* lock file, it re-reads the token right before deleting, so it can never
   delete a newer holder's file.
+
+A lease never counts for longer than the waiter's own ``lease_s`` from the moment this process
+first saw that state of the lock (its token and expiry; :class:`~.base.FirstSightings`), so an
+``expires_at`` forged far ahead, ``Infinity`` or ``NaN``, or a lock file with an mtime in the
+future, blocks a waiter for one lease. A lock file whose token is not a plain name (``..``,
+``/``: it would name files elsewhere), or whose fields do not parse, counts as an unreadable lock
+held since its mtime: broken after one lease, with a warning naming it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import math
+import re
 import threading
 import time
 import uuid
@@ -30,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..redact import redact
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from ..storage import FileExists
-from .base import HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
+from .base import SIGHTINGS, HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -39,6 +48,8 @@ log = logging.getLogger(__name__)
 
 LOCK_DIR = ".hoodie/.locks"
 LOCK_FILE = f"{LOCK_DIR}/table.lock"
+#: a token names files (``lease-<token>``, ``break-<token>``): ours are hex uuids
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
 
 
 def lease_path(token: str) -> str:
@@ -56,9 +67,15 @@ class LockFileState:
     token: str  # the holder's token; a digest of the bytes for an unreadable file
     expires_at: float  # wall-clock seconds
     holder: dict[str, Any]
+    #: the reader's own lease: no state counts for longer since this process first saw it
+    bound_s: float = math.inf
+    #: where the lock file is (a sighting is of one table's lock)
+    location: str = ""
 
     def expired(self, now: float) -> bool:
-        return now >= self.expires_at
+        if now >= self.expires_at:
+            return True
+        return SIGHTINGS.age((self.location, self.token, repr(self.expires_at))) > self.bound_s
 
 
 class FileSystemLock(LockProvider):
@@ -103,21 +120,26 @@ def read_lock_file(storage: Storage, default_lease_s: float) -> LockFileState | 
         return None
     try:
         body = json.loads(raw)
-        token = str(body["token"])
+        token = body["token"]
         expires_at = float(body["expires_at"])
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(token, str) or not _TOKEN_RE.match(token):
+            raise ValueError(f"the token {str(token)[:100]!r} is no plain name")
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
         info = storage.info(LOCK_FILE)
         if info is None:
             return None
         digest = hashlib.sha1(raw).hexdigest()[:20]
         text = raw[:200].decode(errors="replace")
-        return LockFileState(f"unreadable-{digest}", info.mtime_s + default_lease_s, {"raw": text})
+        log.warning("the lock file %s is not one of ours (%s): it counts as held for one lease from its mtime, "
+                    "then is broken", LOCK_FILE, str(e)[:200])
+        return LockFileState(f"unreadable-{digest}", info.mtime_s + default_lease_s, {"raw": text}, default_lease_s,
+                             storage.abs(LOCK_FILE))
     try:
         renewed = float(json.loads(storage.read_bytes(lease_path(token)))["expires_at"])
         expires_at = max(expires_at, renewed)
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    except (FileNotFoundError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         pass  # not renewed yet, or renewal torn: the lock file's own expiry stands
-    return LockFileState(token, expires_at, body)
+    return LockFileState(token, expires_at, body, default_lease_s, storage.abs(LOCK_FILE))
 
 
 class _FileTableLock(TableLock):
@@ -172,9 +194,12 @@ class _FileTableLock(TableLock):
             again = read_lock_file(self.storage, self.p.lease_s)
             if again is None or again.token != stale.token or not again.expired(time.time()):
                 return False
+            ago = time.time() - again.expires_at
             log.warning(
-                "breaking the file lock of table %s: the lease of %s ran out %.1fs ago (holder crashed or paused)",
-                self.table_id, describe_holder(stale.holder), time.time() - again.expires_at,
+                "breaking the file lock of table %s: the lease of %s %s (holder crashed or paused)",
+                self.table_id, describe_holder(stale.holder),
+                f"ran out {ago:.1f}s ago" if ago >= 0 else
+                f"did not change for longer than {self.p.lease_s:.0f}s (its expiry {again.expires_at} is not believed)",
             )
             self.storage.delete(LOCK_FILE)
             self.storage.delete(lease_path(stale.token))

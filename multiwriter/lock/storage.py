@@ -10,6 +10,11 @@ table exclude each other without ZooKeeper:
 * Acquire: create it if absent (S3 ``If-None-Match: *``), or replace it if it is free (released:
   ``expired`` set; or its lease ran out: now past ``validUntil`` plus half a second for clock
   drift) conditionally on the ETag just read (``If-Match``). HTTP 412 means another writer won.
+  A lease never counts for longer than the waiter's own ``validity_s`` (plus the drift) from the
+  moment this process first saw that version of the object (:class:`~.base.FirstSightings`): a
+  ``validUntil`` forged ten years ahead blocks writers for one validity, not ten years. A
+  ``validUntil`` that is no Java ``long`` of epoch milliseconds (``Infinity``, ``1e400``, a
+  string, deep nesting) makes the object unreadable: a ``LockError`` naming it.
 * Renew: a daemon thread rewrites our object (``If-Match`` our ETag) with a later ``validUntil``
   every ``renew_interval_s``.
 * Release: one conditional write of our object with ``expired: true``.
@@ -27,6 +32,7 @@ read: for tests and writers on one machine).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -38,12 +44,12 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 from .. import s3
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
-from .base import HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
+from .base import SIGHTINGS, HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -59,6 +65,8 @@ CLOCK_DRIFT_S = 0.5
 #: Hudi's defaults (``hoodie.write.lock.storage.validity.timeout.secs`` / ``renew.interval.secs``)
 DEFAULT_VALIDITY_S = 300.0
 DEFAULT_RENEW_INTERVAL_S = 30.0
+#: ``validUntil`` is a Java ``long``
+_MAX_MS = 2**63 - 1
 
 
 class StoreUnavailable(LockError):
@@ -102,11 +110,13 @@ def decode(raw: bytes, version: str) -> LockObject:
         owner, valid_until, expired = body["owner"], body["validUntil"], body["expired"]
         if not isinstance(owner, str) or not isinstance(expired, bool) or isinstance(valid_until, bool):
             raise TypeError("owner must be a string, expired a boolean")
+        if not isinstance(valid_until, (int, float)) or not 0 <= valid_until <= _MAX_MS:
+            raise ValueError(f"validUntil {str(valid_until)[:40]} is no time in epoch milliseconds")
         holder = body.get("holder") if isinstance(body.get("holder"), dict) else {}
         return LockObject(owner, int(valid_until), expired, version, holder)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise LockError(
-            f"the storage lock object {LOCK_FILE} is not a Hudi lock ({e}): {raw[:200]!r}; "
+            f"the storage lock object {LOCK_FILE} is not a Hudi lock ({str(e)[:200]}): {raw[:200]!r}; "
             "check which tool wrote it, and delete it only when no writer runs"
         ) from e
 
@@ -189,10 +199,12 @@ class LocalLockStore(LockStore):
     read under an ``flock`` still has the expected digest. Readers see whole files only. The
     ``flock`` dies with its process, so a killed writer blocks nobody."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, refuse_links: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.location = path
         self._guard = f"{path}.guard"
+        #: the table storage's check that no folder on the way is a symbolic link (writes only)
+        self._refuse_links = refuse_links
 
     def read(self) -> LockObject | None:
         try:
@@ -203,8 +215,16 @@ class LocalLockStore(LockStore):
         return decode(raw, _digest(raw))
 
     def write(self, data: bytes, expected: str | None) -> str | None:
+        if self._refuse_links is not None:
+            self._refuse_links(self.path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self._guard, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self._guard, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise LockError(f"{self._guard} is a symbolic link: a lock is never written through one; delete it "
+                            "(it is planted: this table's writers create a plain file there)") from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -288,7 +308,7 @@ class StorageLock(LockProvider):
 def store_for(storage: Storage, call_timeout_s: float) -> LockStore:
     """The lock object of the table at ``storage``: S3 for ``s3://``/``s3a://``, a file for local tables."""
     if storage.is_local:
-        return LocalLockStore(storage.abs(LOCK_FILE))
+        return LocalLockStore(storage.abs(LOCK_FILE), storage.refuse_links)
     scheme = urlsplit(storage.uri).scheme
     if scheme not in ("s3", "s3a"):
         raise ConfigError(
@@ -342,7 +362,7 @@ class StorageTableLock(TableLock):
                     # our own write landed though its reply was lost: the lease is ours
                     self._won(owner, holder, current.version, current.valid_until_ms, sent)
                     break
-                if current is None or current.is_free(time.time()):
+                if current is None or current.is_free(time.time()) or self._outlived(current):
                     sent = time.monotonic()
                     valid_until = int(time.time() * 1000 + self.p.validity_s * 1000)
                     version = self.store.write(encode(owner, valid_until, False, holder),
@@ -370,6 +390,18 @@ class StorageTableLock(TableLock):
         _metrics().storage_lock_acquire(self.table_id, "acquired", time.monotonic() - t0)
         self._start_renewer()
         log.debug("storage lock of %s acquired (owner %s)", self.table_id, owner)
+
+    def _outlived(self, current: LockObject) -> bool:
+        """Whether ``current`` (not released, ``validUntil`` not passed) has stayed unchanged for
+        longer than our validity since this process first saw it: its holder stopped renewing,
+        and a ``validUntil`` beyond that is not believed (see the module docstring)."""
+        age = SIGHTINGS.age((self.store.location, current.version))
+        if age <= self.p.validity_s + CLOCK_DRIFT_S:
+            return False
+        log.warning("storage lock of table %s: %s has not changed for %.1fs, longer than the validity of %.0fs: "
+                    "its validUntil is not believed, the lease counts as run out", self.table_id, current.describe(),
+                    age, self.p.validity_s)
+        return True
 
     def _won(self, owner: str, holder: HolderInfo | None, version: str, valid_until_ms: int, sent: float) -> None:
         with self._mu:

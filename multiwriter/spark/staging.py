@@ -63,7 +63,7 @@ def stage(storage: Storage, writer_id: str, batch_id: int, batches: Iterable[pa.
     if storage.is_local:
         storage.makedirs(d)
     rows = 0
-    with storage.fs.open_output_stream(storage.abs(rel)) as out, pa.ipc.new_stream(out, first.schema) as w:
+    with storage.open_output(rel) as out, pa.ipc.new_stream(out, first.schema) as w:
         for b in _chain(first, it):
             w.write_batch(b)
             rows += b.num_rows

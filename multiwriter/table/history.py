@@ -16,6 +16,7 @@ from ..errors import TableFormatError
 from ..storage import Storage
 from . import instant as inst
 from . import lsm_timeline as lsm
+from . import paths
 from .instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
 
@@ -69,21 +70,30 @@ def decode_legacy_batch(data: bytes, *, source: str) -> list[ArchivedInstant]:
     try:
         doc = json.loads(data)
         if doc.get("format") != LEGACY_FORMAT:
-            raise ValueError(f"format is {doc.get('format')!r}, expected {LEGACY_FORMAT!r}")
-        return [
-            ArchivedInstant(
-                r["requested_time"],
-                r["action"],
-                r.get("completion_time"),
-                {name: base64.b64decode(b) for name, b in (r.get("files") or {}).items()},
-            )
-            for r in doc["instants"]
-        ]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"format is {str(doc.get('format'))[:100]!r}, expected {LEGACY_FORMAT!r}")
+        if not isinstance(doc["instants"], list):
+            raise TypeError("instants is not a list")
+        return [_legacy_instant(r, source) for r in doc["instants"]]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise TableFormatError(
-            f"{source}: not a readable multiwriter archive batch ({e}); restore it from backup: "
+            f"{source}: not a readable multiwriter archive batch ({str(e)[:200]}); restore it from backup: "
             "the instants it holds are no longer on the active timeline"
         ) from e
+
+
+def _legacy_instant(r: dict, source: str) -> ArchivedInstant:
+    """One instant of a JSON batch: its times are instant times (``../..`` would name files
+    elsewhere when its files are restored or listed; :class:`UnsafePathError` naming ``source``),
+    its action a known one, its files names and base64 strings."""
+    action, completion, files = r["action"], r.get("completion_time"), r.get("files") or {}
+    requested = paths.instant_time(r["requested_time"], source=source)
+    if completion is not None:
+        paths.instant_time(completion, source=source)
+    if not isinstance(action, str) or action not in inst.KNOWN_ACTIONS:
+        raise ValueError(f"action {str(action)[:100]!r} is not a Hudi action")
+    if not isinstance(files, dict) or not all(isinstance(n, str) and isinstance(b, str) for n, b in files.items()):
+        raise TypeError("files is not a map of file names to base64 strings")
+    return ArchivedInstant(requested, action, completion, {n: base64.b64decode(b) for n, b in files.items()})
 
 
 def legacy_batches(storage: Storage, history_dir: str) -> list[str]:

@@ -41,8 +41,8 @@ from . import paths
 
 VERSION_FILE = "_version_"
 MANIFEST_PREFIX = "manifest_"
-MANIFEST_RE = re.compile(r"^manifest_(\d+)\Z")
-DATA_FILE_RE = re.compile(r"^(\d+)_(\d+)_(\d+)\.parquet\Z")
+MANIFEST_RE = re.compile(r"^manifest_([0-9]{1,19})\Z")
+DATA_FILE_RE = re.compile(r"^([0-9]+)_([0-9]+)_([0-9]{1,9})\.parquet\Z")
 #: HoodieLSMTimelineInstant's record version written by Hudi 1.x
 RECORD_VERSION = 1
 #: Hudi's defaults: ``hoodie.timeline.compaction.batch.size`` and
@@ -110,14 +110,23 @@ def is_lsm_file(name: str) -> bool:
 # -- reading ---------------------------------------------------------------------------------
 
 
+#: a snapshot number has at most the digits of a Java long; more are refused before parsing
+_MAX_VERSION_DIGITS = 19
+
+
 def latest_version(storage: Storage, history: str) -> int:
     """The latest snapshot number, -1 when the history has none."""
+    rel = f"{history}/{VERSION_FILE}"
     try:
-        text = storage.read_bytes(f"{history}/{VERSION_FILE}").decode().strip()
-        if text.isdigit():
-            return int(text)
+        text = storage.read_bytes(rel).decode(errors="replace").strip()
     except FileNotFoundError:
-        pass
+        text = ""
+    if text.isascii() and text.isdigit():
+        if len(text) > _MAX_VERSION_DIGITS:
+            raise TableFormatError(
+                f"{rel}: the snapshot number has {len(text)} digits ({text[:20]}...): not one this history wrote; "
+                "fix it to the number of its latest manifest_<n>, or remove it so that readers take the latest one")
+        return int(text)
     versions = [int(m.group(1)) for e in storage.list_dir(history, files_only=True)
                 if (m := MANIFEST_RE.match(e.path.rsplit("/", 1)[-1]))]
     return max(versions, default=-1)

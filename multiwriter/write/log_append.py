@@ -158,7 +158,7 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str, keep_col
 def write_log(storage: Storage, rel: str, data: bytes) -> None:
     """Write a log file's bytes in one stream, no fsync (called with a staged path by
     :func:`.guard.write_checked`, which publishes it)."""
-    with storage.fs.open_output_stream(storage.abs(rel)) as f:
+    with storage.open_output(rel) as f:
         f.write(data)
 
 

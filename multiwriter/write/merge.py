@@ -600,7 +600,7 @@ def _write_parquet(
     if keys_filter is not None:
         footer.update(bloom.footer_entries(keys_filter))
     # buffered: the Parquet writer's many small writes (and its position queries) become a few syscalls
-    with storage.fs.open_output_stream(storage.abs(rel), buffer_size=_WRITE_BUFFER) as f:
+    with storage.open_output(rel, buffer_size=_WRITE_BUFFER) as f:
         with pq.ParquetWriter(f, out.schema, compression="snappy", use_dictionary=fmt.dictionary,
                               write_statistics=fmt.statistics, store_schema=False, write_batch_size=_WRITE_BATCH) as w:
             w.write_table(out)
