@@ -81,9 +81,11 @@ def _plant_file_lock(root, body: str) -> None:
     lock.write_text(body)
 
 
-@pytest.mark.parametrize("expires_at", ["Infinity", "NaN", "1e400", "1" + "0" * 400, str(time.time() + 10 * 365 * 86400)])
+@pytest.mark.parametrize("expires_at", ["Infinity", "NaN", "1e400", "1" + "0" * 400, "ten-years"])
 def test_a_file_lock_expiry_forged_ahead_blocks_for_one_lease(tmp_path, expires_at):
     storage = Storage(str(tmp_path / "t"))
+    if expires_at == "ten-years":
+        expires_at = str(time.time() + 10 * 365 * 86400)
     _plant_file_lock(tmp_path / "t", f'{{"token": "forged", "expires_at": {expires_at}}}')
     lock = FileSystemLock(lease_s=1.0, poll_s=0.02).for_table("t", storage)
     t0 = time.monotonic()
