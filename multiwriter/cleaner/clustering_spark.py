@@ -41,11 +41,10 @@ def run_on_executors(
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    return {i: WriteStat(**json.loads(st)) for i, st in out}
+    return {i: WriteStat.from_row(json.loads(st)) for i, st in out}
 
 
 def _run(mctx: Any, job: Any, task: Task) -> tuple[int, str]:  # runs on an executor
-    import dataclasses
 
     from pyspark import TaskContext
 
@@ -54,7 +53,7 @@ def _run(mctx: Any, job: Any, task: Task) -> tuple[int, str]:  # runs on an exec
     tc = TaskContext.get()
     token = layout.write_token(job.index, tc.stageId() if tc else 0, tc.attemptNumber() if tc else 0)
     st = task(Storage(mctx.table_uri), mctx, job, token)
-    return job.index, json.dumps(dataclasses.asdict(st))
+    return job.index, json.dumps(st.to_row())
 
 
 def _unwrap(e: Exception, t: str, service: str, aborted: type[MultiWriterError]) -> MultiWriterError:

@@ -87,7 +87,8 @@ class MultiWriterDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> MultiWriterWriter:
         """``mode("append")`` upserts (or the configured operation); ``mode("overwrite")`` is
-        Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group."""
+        Hudi's ``insert_overwrite_table``: one replace commit retiring every live file group (on
+        a bucket table, rewriting the bucket groups instead: :mod:`multiwriter.write.overwrite`)."""
         options = dict(self.options)
         opt.checked_write(options)  # every option error at save(), before any task runs
         return MultiWriterWriter(options, schema, overwrite=overwrite)

@@ -405,6 +405,14 @@ def new_file_id(bucket: int, *, fixed: bool = False) -> str:
     return f"{file_id_prefix(bucket, fixed=fixed)}-0"
 
 
+def is_fixed_file_id(file_id: str) -> bool:
+    """Is this a bucket's fixed file id (:func:`new_file_id` with ``fixed``), the one every
+    writer creating that bucket's group names? Such a group must never be retired: the next
+    write of its bucket would create it again, inside the retired group."""
+    b = bucket_of_file_id(file_id)
+    return b is not None and file_id == new_file_id(b, fixed=True)
+
+
 def bucket_of_file_id(file_id: str) -> int | None:
     """The bucket a file id belongs to, or None when it is not bucket-shaped (8 digits, the rest
     of a lower-case UUID, ``-<n>``). A random UUID that happens to start with 8 decimal digits

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import fastavro
+import pyarrow as pa
 
 from ..errors import MultiWriterError, TableFormatError
 from . import avro
@@ -354,6 +355,15 @@ class WriteStat:
         such a group existed for nobody else, so it cannot conflict on file groups."""
         return self.prev_commit in (None, "", "null")
 
+    def to_row(self) -> dict[str, Any]:
+        """This stat as a row of :data:`WRITE_STAT_FIELDS`, every field included."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WriteStat:
+        """The stat :meth:`to_row` (or its JSON) gave."""
+        return cls(**{f.name: tuple(row[f.name] or ()) if f.type == _NAMES else row[f.name] for f in fields(cls)})
+
     def to_avro(self) -> dict[str, Any]:
         return {
             "fileId": self.file_id,
@@ -420,6 +430,25 @@ class WriteStat:
     def to_json(self) -> dict[str, Any]:
         return self.to_avro()
 
+
+_NAMES = "tuple[str, ...]"  # the annotation of a list of file names (annotations are strings here)
+_ARROW_TYPES = {"str": pa.string(), "str | None": pa.string(), "int": pa.int64(), "int | None": pa.int64(),
+                _NAMES: pa.list_(pa.string())}
+
+
+def _write_stat_fields() -> list[pa.Field]:
+    out = []
+    for f in fields(WriteStat):
+        if f.type not in _ARROW_TYPES:
+            raise TypeError(f"WriteStat.{f.name}: no Arrow type for {f.type!r}; add it to _ARROW_TYPES")
+        out.append(pa.field(f.name, _ARROW_TYPES[f.type]))
+    return out
+
+
+#: every field of :class:`WriteStat` as an Arrow column, in order: the one schema of the write
+#: stats Spark tasks hand back to the driver (:meth:`WriteStat.to_row`, :meth:`WriteStat.from_row`),
+#: derived from the dataclass so that no field (a log file's version) can be left out
+WRITE_STAT_FIELDS: list[pa.Field] = _write_stat_fields()
 
 _RUNTIME_STATS = f"{NS}.HoodieRuntimeStats"
 

@@ -306,14 +306,16 @@ class Table:
         return self.read_incremental_batch(start, end).rows
 
     def read_incremental_batch(self, start: str | None = None, end: str | None = None) -> IncrementalBatch:
-        """:meth:`read_incremental`, with the range it read: ``end=None`` is resolved to the
-        completion time of the latest write on the timeline this read loaded, so ``batch.end``
-        is exactly the next read's ``start`` (a commit completing later gets a completion time
-        above it). Neither the latest completion time looked up before or after the read nor
-        ``max(_hoodie_commit_time)`` (a requested time) is a safe offset."""
+        """:meth:`read_incremental`, with the range it read: ``end=None``, or an ``end`` past the
+        latest commit, is resolved to the completion time of the latest write on the timeline
+        this read loaded, so ``batch.end`` is exactly the next read's ``start`` (a commit
+        completing later gets a completion time above it; a far-future ``end`` handed back as
+        is would skip it). Neither the latest completion time looked up before or after the read
+        nor ``max(_hoodie_commit_time)`` (a requested time) is a safe offset."""
         tl = self.timeline()
-        if end is None:
-            end = _latest_completion(tl, start)
+        latest = _latest_completion(tl, start)
+        if end is None or latest is None or end > latest:
+            end = latest
         full = self.read_schema(tl)
         if end is None or (start is not None and end <= start):
             return IncrementalBatch(full.empty_table(), start, start)

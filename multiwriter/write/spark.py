@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
 from ..table import bucket, layout
-from ..table.metadata import WriteStat
+from ..table.metadata import WRITE_STAT_FIELDS, WriteStat
 from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys
 from ..table.snapshot import Snapshot
@@ -48,13 +48,6 @@ from .index import FILE_ID, KeyIndex, integral_key, listable_partitions, tag_buc
 from .plan import FileGroupTask, Plan, insert_buckets, plan_batch, planned_metadata
 from .records import KEY, PARTITION
 
-STAT_FIELDS = [
-    ("file_id", pa.string()), ("path", pa.string()), ("partition_path", pa.string()), ("prev_commit", pa.string()),
-    ("num_writes", pa.int64()), ("num_inserts", pa.int64()), ("num_update_writes", pa.int64()),
-    ("num_deletes", pa.int64()), ("total_write_bytes", pa.int64()), ("file_size", pa.int64()),
-    ("prev_base_file", pa.string()), ("create_time_ms", pa.int64()),
-]
-STAT_SCHEMA = pa.schema(STAT_FIELDS)
 
 log = logging.getLogger(__name__)
 
@@ -456,7 +449,7 @@ def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, op
     if FAILED in kind:
         row = out.slice(kind.index(FAILED), 1).to_pylist()[0]
         raise _relayed(row[ERROR], row[MESSAGE])
-    return [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row in out.to_pylist()]
+    return [WriteStat.from_row(row) for row in out.to_pylist()]
 
 
 def _results(job: Any, ctx: Any) -> pa.Table:
@@ -477,7 +470,8 @@ def _results(job: Any, ctx: Any) -> pa.Table:
 #: (JSON), or one row saying the batch was too large or naming the typed error that stopped it
 KIND, ERROR, MESSAGE = "_mw_kind", "_mw_error", "_mw_message"
 STAT, TOO_LARGE, FAILED, TIMES = "stat", "too_large", "failed", "times"
-ONE_TASK_SCHEMA = pa.schema(STAT_FIELDS + [(KIND, pa.string()), (ERROR, pa.string()), (MESSAGE, pa.string())])
+ONE_TASK_SCHEMA = pa.schema(WRITE_STAT_FIELDS + [pa.field(KIND, pa.string()), pa.field(ERROR, pa.string()),
+                                                  pa.field(MESSAGE, pa.string())])
 #: errors a task reports as themselves: bad input, and a pre-write check that found the instant
 #: no longer alive (retrying the task cannot help)
 RELAYED = (InvalidRecordError, SchemaMismatchError, HeartbeatExpiredError, InstantRolledBackError)
@@ -623,7 +617,7 @@ def _one_task_results(job: Any, ctx: Any) -> list[WriteStat] | None:
         log.debug("executor path, one task: started after %.2fs; read %.2fs, prepare %.2fs, plan %.2fs, merge %.2fs; "
                   "done after %.2fs", took["start"] - submitted, took["read"], took["prepare"], took["plan"], took["merge"],
                   done - took["end"])
-    return [WriteStat(**{name: row[name] for name, _ in STAT_FIELDS}) for row, k in zip(out.to_pylist(), kind, strict=True)
+    return [WriteStat.from_row(row) for row, k in zip(out.to_pylist(), kind, strict=True)
             if k == STAT]
 
 
@@ -670,15 +664,11 @@ def _marker(kind: str, error: str | None = None, message: str | None = None) -> 
 
 
 def _stats_batch(stats: list[WriteStat]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([{**{name: getattr(st, name) for name, _ in STAT_FIELDS}, KIND: STAT} for st in stats],
+    return pa.RecordBatch.from_pylist([{**st.to_row(), KIND: STAT} for st in stats],
                                       schema=ONE_TASK_SCHEMA)
 
 
 # -- results ------------------------------------------------------------------------------------
-def _stat_batch(st: WriteStat) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([{name: getattr(st, name) for name, _ in STAT_FIELDS}], schema=STAT_SCHEMA)
-
-
 def _changed_batch(n: int) -> InvalidRecordError:
     return InvalidRecordError(
         f"{n} row(s) of the batch were not there when it was tagged: the DataFrame gives other rows each "

@@ -43,10 +43,10 @@ from ..transaction import Transaction, last_checkpoint_entry, reset_error
 from . import bloom, guard, overwrite
 from . import spark as spark_path
 from .executor import MergedInserts, OldReads, run_on_driver, start_gather
-from .index import KeyIndex, untagged
+from .index import KeyIndex
 from .log_append import rebase_as_log
 from .merge import context
-from .plan import OPERATION_TYPES, make_plan, plan_batch, planned_metadata
+from .plan import OPERATION_TYPES, plan_batch, planned_metadata
 from .records import KEY, prepare, record_keys
 
 log = logging.getLogger(__name__)
@@ -221,9 +221,9 @@ class Writer:
             cow_upsert = not (replacing or self.table.config.merge_on_read)
             old_reads = OldReads(self.table.storage) if cow_upsert else None
             merged_inserts = MergedInserts() if cow_upsert else None
-            if replacing:  # every record goes to a new group; every live group is retired
-                replaced = overwrite.live_groups(Snapshot.build(self.table.storage, tl))
-                plan = make_plan(untagged(prepared), Snapshot({}, tl, None), target_file_size=self.config.target_file_size_bytes)
+            if replacing:  # every record goes to a new base file; the live groups it leaves out are retired
+                plan, replaced = overwrite.plan_overwrite(prepared, Snapshot.build(self.table.storage, tl), self.table.config,
+                                                          target_file_size=self.config.target_file_size_bytes)
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
                                   hashes=hashes, small_file_limit=self.config.small_file_limit_bytes,
@@ -274,8 +274,8 @@ class Writer:
             try:
                 return self._commit_once(txn, meta, batch_id, inserted, query_id)
             except WriteConflictError as e:
-                if not self.non_blocking or not e.file_groups:
-                    raise
+                if not self.non_blocking or not e.file_groups or overwrite.is_overwrite(self.config.operation):
+                    raise  # an overwrite's base files never become log files: it retries
                 meta = self._rebase(txn, meta, set(e.file_groups), keep_columns)
                 log.info("writer %s: buckets %s were created meanwhile; their rows now go to log files", wid,
                          sorted(e.file_groups)[:5])

@@ -283,3 +283,32 @@ def test_a_consumer_loop_on_the_returned_end_sees_every_committed_row_once(table
     assert len(consumer.seen) == len(set(consumer.seen)), "no row version delivered twice"
     assert consumer.state == model
     assert {k: v for k, (_, v) in model.items()} == dict(rows(mw.Table.open(table_path).read(), ["id", "value"]))
+
+
+@pytest.mark.parametrize("table_type", ["MERGE_ON_READ", "COPY_ON_WRITE"])
+def test_an_end_past_the_latest_commit_is_returned_clamped_so_the_next_read_misses_nothing(table_type, request,
+                                                                                           table_path):
+    """A consumer asking up to a far-future ``end`` gets back the latest completion time of the
+    timeline it read, not that ``end``: reading on from it delivers the commits that completed
+    after. The model is the acknowledged commits; hudi-rs reads the second range alike."""
+    request.getfixturevalue("mor_table" if table_type == "MERGE_ON_READ" else "trips_table")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    first = mw.write(trips(range(3), ts=1, value=1.0), table_path, cfg)
+    far = "99991231235959999"
+    t = mw.Table.open(table_path)
+    batch = t.read_incremental_batch(None, far)
+    assert batch.end == first.instant.completion_time
+    assert rows(batch.rows, ["id", "value"]) == [("0", 1.0), ("1", 1.0), ("2", 1.0)]
+    assert t.read_incremental_batch(batch.end, far).end == batch.end  # nothing new: the offset stays
+
+    later = [mw.write(trips([k, 10 + k], ts=2, value=2.0), table_path, cfg) for k in range(2)]
+    after = t.read_incremental_batch(batch.end, far)
+    assert after.start == batch.end and after.end == later[-1].instant.completion_time
+    expected = [("0", 2.0), ("1", 2.0), ("10", 2.0), ("11", 2.0)]
+    assert rows(after.rows, ["id", "value"]) == expected
+    assert rows(hudi_incremental(table_path, after.start, after.end), ["id", "value"]) == expected
+
+
+def test_a_far_future_end_on_a_table_without_commits_returns_the_start(trips_table, table_path):
+    batch = mw.Table.open(table_path).read_incremental_batch(None, "99991231235959999")
+    assert batch.rows.num_rows == 0 and batch.end is None

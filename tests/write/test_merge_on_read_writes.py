@@ -230,3 +230,47 @@ def test_a_newer_upsert_racing_an_older_delete_of_a_new_bucket_is_kept(mor_table
             lambda: mw.write(trips(range(6), ts=9), table_path, _cfg("d", operation="delete")))
     got = _same_as_hudi_rs(table_path)
     assert {(r[0], r[3]) for r in got} == {("100", 1.0)} | {(str(i), 10.0) for i in range(6)}, got
+
+
+def test_upserts_after_an_overwrite_land_in_live_bucket_groups_through_compaction_and_cleaning(mor_table, table_path):
+    """insert_overwrite_table on a bucket table keeps every bucket's group live (its own fixed
+    file id): upserts after it, of the overwrite's keys and of new keys in every bucket of
+    every partition, stay visible to hudi-rs and to our reader, also once the companion job
+    compacted and cleaned. The model is the acknowledged writes."""
+    lock = mw.InProcessLock()
+    model: dict[tuple[str, str], float] = {}
+
+    def write(data: pa.Table, **kw) -> None:
+        mw.write(data, table_path, mw.WriterConfig(writer_id="w", lock=lock, **kw))
+        if kw.get("operation") == "insert_overwrite_table":
+            model.clear()
+        model.update({(i, d): v for i, d, v in rows(data, ["id", "date", "value"])})
+
+    def check() -> None:
+        expected = sorted(((i, d, v) for (i, d), v in model.items()), key=repr)
+        assert rows(mw.Table.open(table_path).read(), ["id", "date", "value"]) == expected
+        assert rows(hudi_read(table_path), ["id", "date", "value"]) == expected
+
+    for date in ("2024-01-01", "2024-01-02"):
+        write(trips(range(20), date=date, ts=1, value=1.0))
+    before = set(mw.Table.open(table_path).snapshot().slices)
+    write(trips([0, 1], ts=2, value=2.0), operation="insert_overwrite_table")
+    t = mw.Table.open(table_path)
+    meta = t.timeline().commit_metadata(t.timeline().last_completed_write())
+    assert meta.operation_type == "INSERT_OVERWRITE_TABLE" and not meta.partition_to_replace_file_ids
+    assert {(s.partition_path, s.file_id) for s in meta.all_stats()} == before, "every bucket group gets a new slice"
+    assert all(bucket.is_fixed_file_id(f) for _, f in before)
+    check()
+    write(trips([2], ts=3, value=3.0))  # the repro: one new key after an overwrite of two
+    check()
+    for date in ("2024-01-01", "2024-01-02"):  # every bucket of every partition, the overwritten keys too
+        write(trips(range(30), date=date, ts=4, value=4.0))
+    assert {bucket.bucket_id(str(k), 4) for k in range(30)} == set(range(4))
+    check()
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1, compaction=mw.CompactionConfig(delta_commits=1)) as c:
+        assert c.run_once().old_versions_deleted > 0
+    check()
+    write(trips([1, 40], ts=5, value=5.0))
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1, compaction=mw.CompactionConfig(delta_commits=1)) as c:
+        c.run_once()
+    check()
