@@ -268,8 +268,11 @@ def create_completed(
     storage: Storage, config: TableConfig, t: str, completion_time: str, action: str = inst.COMMIT, data: bytes = b"",
     metadata: CommitMetadata | None = None,
 ) -> Instant:
-    """``metadata``: the commit metadata ``data`` encodes, when the caller has it (the metadata
-    table then takes the files from it rather than decoding ``data`` again)."""
+    """Write a completed instant without deciding it: for tools and tests that set up a
+    table's state. Writers and the companion job complete through the decision log
+    (:func:`multiwriter.table.decisions.complete`), which this skips. ``metadata``: the commit
+    metadata ``data`` encodes, when the caller has it (the metadata table then takes the files
+    from it rather than decoding ``data`` again)."""
     if completion_time <= t:
         raise ValueError(f"completion time {completion_time} must be greater than requested time {t}")
     i = Instant(t, action, inst.COMPLETED, completion_time)
