@@ -265,7 +265,10 @@ def _read(data: bytes, source: str) -> HFile:
     info, _ = _block(data, int(trailer.get(1, pos)), codec, source, budget)
     out.file_info = _file_info(info[1], source)
     last: bytes | None = None
-    for off in _distinct(_index(root[1], int(trailer.get(5, 0))), data, source, "data"):
+    data_blocks = list(_distinct(_index(root[1], int(trailer.get(5, 0))), data, source, "data"))
+    meta_index = _index(metas[1], int(trailer.get(6, 0)))
+    meta_blocks = list(_distinct(meta_index, data, source, "meta"))  # both indexes checked before a block inflates
+    for off in data_blocks:
         (magic, payload), _ = _block(data, off, codec, source, budget)
         if magic != DATA:
             raise TableFormatError(f"{source}: index points at a {magic!r} block, not data")
@@ -276,8 +279,7 @@ def _read(data: bytes, source: str) -> HFile:
             out.cells.append((key, value))
             if trailer.get(7) is not None and len(out.cells) > declared:
                 raise TableFormatError(f"{source}: HFile holds more cells than the {declared} its trailer declares")
-    meta_index = _index(metas[1], int(trailer.get(6, 0)))
-    for off, (_o, _size, key) in zip(_distinct(meta_index, data, source, "meta"), meta_index, strict=True):
+    for off, (_o, _size, key) in zip(meta_blocks, meta_index, strict=True):
         (_magic, payload), _ = _block(data, off, codec, source, budget)
         out.meta[key.decode("utf-8", "replace")] = payload
     return out
