@@ -30,13 +30,13 @@ T0 = "20250101000000000"
 CHILD = textwrap.dedent("""
     import resource, sys
     resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
-    from multiwriter.errors import TableFormatError
+    from multiwriter.errors import MultiWriterError
     path = sys.argv[1]
     try:
         exec(sys.argv[2])
         print("DONE")
-    except TableFormatError as e:
-        print("TYPED", type(e).__name__, e)
+    except MultiWriterError as e:  # a TableFormatError, or the cleaner's report of one
+        print("TYPED", type(e).__name__, str(e).replace("\\n", " "))
     except BaseException as e:
         print("UNTYPED", type(e).__name__, e)
 """).format(cap=CAP)
@@ -54,6 +54,7 @@ def capped(step: str, path: str) -> str:
 
 def assert_typed(out: str, name: str) -> None:
     assert out.startswith("TYPED"), out
+    assert "TableFormatError" in out, out
     assert name in out, out
 
 
@@ -210,3 +211,26 @@ def test_the_budgets_are_configurable(tmp_path, monkeypatch):
     monkeypatch.setenv(bounds.ROW_GROUP_ENV, str(100_000))
     with pa.OSFile(str(p)) as f, pytest.raises(TableFormatError, match="f.parquet"):
         bounds.read_parquet(f, "f.parquet")
+
+
+def test_a_parquet_log_block_planted_in_a_committed_log_stops_compaction_with_a_typed_error(tmp_path):
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="bombed", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    table_type="MERGE_ON_READ", num_buckets=1)
+    lock = mw.InProcessLock()
+    mw.write(_batch(range(10), 1), path, mw.WriterConfig(writer_id="w", lock=lock))
+    mw.write(_batch(range(0, 10, 2), 2), path, mw.WriterConfig(writer_id="w", lock=lock))
+    t = mw.Table.open(path)
+    logs = [lf.path for f in t.snapshot().files() if f.partition.endswith("p0") for lf in f.logs]
+    assert logs
+    victim = logs[0]
+    header = {HeaderKey.INSTANT_TIME: T0, HeaderKey.SCHEMA: json.dumps({"type": "record", "name": "r", "fields": []})}
+    Path(t.storage.abs(victim)).write_bytes(encode_block(BlockType.PARQUET_DATA, header, null_parquet(SCHEMA)))
+    out = capped("""
+        import multiwriter as mw
+        mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None,
+                   compaction=mw.CompactionConfig(delta_commits=1)).run_once()
+    """, path)
+    assert_typed(out, victim)
+    assert "CleanerError" in out  # the job reports it
+    assert_typed(capped("import multiwriter as mw\nmw.Table.open(path).read()", path), victim)
