@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .errors import TableFormatError, UnsafePathError
 from .table import instant as inst
-from .table import paths
+from .table import bounds, paths
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_commit_metadata
 from .table.record_keys import read_stored_keys
@@ -145,7 +144,7 @@ def _new_keys_overlap(timeline: Timeline, path: str, ours: pa.Array) -> bool:
     storage = timeline.storage
     try:
         with storage.fs.open_input_file(storage.abs(path)) as f:
-            pf = pq.ParquetFile(f)
+            pf = bounds.open_parquet(f, path)
             md = pf.metadata.metadata or {}
             lo, hi = md.get(b"hoodie_min_record_key"), md.get(b"hoodie_max_record_key")
             if lo is not None and hi is not None:

@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import faults, markers
 from ..errors import ConfigError, InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
+from ..table import bounds
 from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
 from ..table.instant import Instant
@@ -442,7 +442,7 @@ def read_slice(storage: Any, s: InputSlice, full: pa.Schema, t: str) -> pa.Table
 
     try:
         with storage.fs.open_input_file(storage.abs(s.path)) as f:
-            return align(pq.read_table(f), full)
+            return align(bounds.read_parquet(f, s.path), full)
     except FileNotFoundError as e:
         raise ClusteringAbortedError(
             f"clustering {t}: input {s.path} is gone (a newer slice superseded it and was cleaned); "

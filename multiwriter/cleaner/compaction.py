@@ -46,7 +46,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .. import faults, markers
 from ..errors import ConfigError, HeartbeatExpiredError, MultiWriterError, TableFormatError
@@ -54,6 +53,7 @@ from ..instant_time import parse_time
 from ..storage import Storage
 from ..table import instant as inst
 from ..table import layout
+from ..table import bounds
 from ..table import timeline as tlmod
 from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_plan, encode_plan
 from ..table.files import FileGroup, FileSlice, LogFile
@@ -417,7 +417,7 @@ def _base_versions(storage: Storage, fs: FileSlice) -> pa.Table:
     if not fs.has_base:
         return pa.table({c: pa.array([], pa.string()) for c in cols})
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        return pq.read_table(f, columns=cols)
+        return bounds.read_parquet(f, fs.path, columns=cols)
 
 
 def _changes(base: pa.Table, merged: pa.Table) -> tuple[int, int, int]:

@@ -22,6 +22,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..storage import Storage
+from ..table import bounds
 from ..table.files import FileSlice, LogFile
 from ..table.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merged_slice import read_slice
@@ -102,6 +103,7 @@ def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: li
     else:
         ds = pads.dataset([storage.abs(task.path)], schema=plan.schema, format="parquet", filesystem=storage.fs)
         frag = next(iter(ds.get_fragments()))
+        bounds.check_parquet(frag.metadata, task.path, columns=cols)  # the footer the scan reuses
         if task.row_groups is not None:
             frag = frag.subset(row_group_ids=list(task.row_groups))
         stored = stored_float_types(frag.physical_schema, plan.schema) if has_double(plan.schema) else {}

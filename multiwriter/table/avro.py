@@ -262,6 +262,18 @@ def bounded_reader(data: bytes) -> Any:
     return header  # still positioned after the header: the blocks were read from ``data``
 
 
+def check_schema(schema: Any) -> None:
+    """:class:`Unsafe` when values of ``schema`` (a record schema, parsed or not) could make a
+    decoder loop without consuming bytes: an array whose items take none lets a few bytes
+    declare 2^40 of them. Every value of any other schema takes at least one byte per item, so
+    its decoding is bounded by the bytes it is given."""
+    bad: list[Any] = []
+    if _zero_width(schema, {}, bad):
+        raise Unsafe("its records take no bytes, so a count could declare any number of them")
+    if bad:
+        raise Unsafe(f"an array of items that take no bytes ({bad[0]!r}): a count of 2^40 of them takes a few bytes")
+
+
 def _read_long(data: bytes, pos: int) -> tuple[int, int]:
     """One zig-zag varint long at ``pos``: (value, next position)."""
     n = shift = 0

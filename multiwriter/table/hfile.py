@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import TableFormatError
+from . import bounds
 
 DATA = b"DATABLK*"
 META = b"METABLKc"
@@ -36,6 +37,9 @@ _KEY_TAIL = b"\x00" + struct.pack(">q", 2**63 - 1) + b"\x04"  # family length 0,
 #: a data block is closed once it holds this many bytes (Hudi's default block size)
 BLOCK_SIZE = 64 * 1024
 _MAX_CELLS = 50_000_000
+#: the most cells an HFile may declare per byte it takes on disk (a cell is over 20 bytes before
+#: gzip, and its keys are distinct and sorted: gzip does not shrink it below a few bytes)
+_CELLS_PER_BYTE = 16
 
 
 # -- Protobuf (only the wire types the trailer and file info use) ------------------------------
@@ -250,30 +254,78 @@ def _read(data: bytes, source: str) -> HFile:
         raise TableFormatError(f"{source}: HFile compression codec {codec} is not supported (GZ or none)")
     if int(trailer.get(8, 1)) != 1:
         raise TableFormatError(f"{source}: a multi-level HFile block index is not supported")
-    if int(trailer.get(7, 0)) > _MAX_CELLS:
-        raise TableFormatError(f"{source}: HFile declares {trailer.get(7)} cells")
+    declared = int(trailer.get(7, 0))
+    if declared > min(_MAX_CELLS, max(1000, _CELLS_PER_BYTE * len(data))):
+        raise TableFormatError(f"{source}: HFile of {len(data)} bytes declares {declared} cells")
     out = HFile()
+    budget = _Budget(bounds.file_budget(len(data)), source)
     pos = int(trailer.get(2, 0))
-    root, pos = _block(data, pos, codec, source)
-    metas, pos = _block(data, pos, codec, source)
-    info, _ = _block(data, int(trailer.get(1, pos)), codec, source)
+    root, pos = _block(data, pos, codec, source, budget)
+    metas, pos = _block(data, pos, codec, source, budget)
+    info, _ = _block(data, int(trailer.get(1, pos)), codec, source, budget)
     out.file_info = _file_info(info[1], source)
-    for off, _size, _key in _index(root[1], int(trailer.get(5, 0))):
-        (magic, payload), _ = _block(data, off, codec, source)
+    last: bytes | None = None
+    data_blocks = list(_distinct(_index(root[1], int(trailer.get(5, 0))), data, source, "data"))
+    meta_index = _index(metas[1], int(trailer.get(6, 0)))
+    meta_blocks = list(_distinct(meta_index, data, source, "meta"))  # both indexes checked before a block inflates
+    for off in data_blocks:
+        (magic, payload), _ = _block(data, off, codec, source, budget)
         if magic != DATA:
             raise TableFormatError(f"{source}: index points at a {magic!r} block, not data")
-        out.cells.extend(_cells(payload, source))
-    for off, _size, key in _index(metas[1], int(trailer.get(6, 0))):
-        (_magic, payload), _ = _block(data, off, codec, source)
+        for key, value in _cells(payload, source):
+            if last is not None and key <= last:
+                raise TableFormatError(f"{source}: HFile keys out of order or repeated at {key[:64]!r}")
+            last = key
+            out.cells.append((key, value))
+            if trailer.get(7) is not None and len(out.cells) > declared:
+                raise TableFormatError(f"{source}: HFile holds more cells than the {declared} its trailer declares")
+    for off, (_o, _size, key) in zip(meta_blocks, meta_index, strict=True):
+        (_magic, payload), _ = _block(data, off, codec, source, budget)
         out.meta[key.decode("utf-8", "replace")] = payload
     return out
 
 
-def _block(data: bytes, at: int, codec: int, source: str) -> tuple[tuple[bytes, bytes], int]:
+class _Budget:
+    """The bytes one HFile's blocks may inflate to, all of them together."""
+
+    def __init__(self, left: int, source: str) -> None:
+        self.left, self.source, self.total = left, source, left
+
+    def take(self, n: int, at: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise TableFormatError(f"{self.source}: HFile blocks inflate past {self.total} bytes at the block at {at}, "
+                                   f"over the file's budget ({bounds.EXPANSION_ENV} times its size); "
+                                   "refusing a decompression bomb")
+
+
+def _distinct(index: list[tuple[int, int, bytes]], data: bytes, source: str, what: str) -> Iterator[int]:
+    """The offsets of an index's blocks, each past the end of the one before: an index naming one
+    block twice (or blocks overlapping) would inflate the same bytes again and again."""
+    end = 0
+    for off, _size, _key in index:
+        if off < end or off + HEADER.size > len(data):
+            raise TableFormatError(f"{source}: HFile {what} index names a block at {off}, "
+                                   f"inside or before the previous one (ending at {end}) or past the file")
+        on_disk = HEADER.unpack_from(data, off)[1]
+        end = off + HEADER.size + max(on_disk, 0)
+        yield off
+
+
+def _block(data: bytes, at: int, codec: int, source: str, budget: _Budget | None = None) -> tuple[tuple[bytes, bytes], int]:
     magic, on_disk, raw_size, _prev, _ctype, per_checksum, with_header = HEADER.unpack_from(data, at)
     if on_disk < 0 or raw_size < 0 or at + HEADER.size + on_disk > len(data) or with_header < HEADER.size:
         raise TableFormatError(f"{source}: HFile block at {at} runs past the file")
     body = data[at + HEADER.size:at + with_header]
+    limit = bounds.max_hfile_block_bytes()
+    if raw_size > limit:
+        raise TableFormatError(f"{source}: HFile block at {at} declares {raw_size} bytes, over the {limit} a block "
+                               f"may take ({bounds.HFILE_BLOCK_ENV}); refusing a decompression bomb")
+    if codec == CODEC_GZ and raw_size > bounds.deflate_bound(len(body)):
+        raise TableFormatError(f"{source}: HFile block at {at} declares {raw_size} bytes from {len(body)} gzip bytes, "
+                               "more than gzip can inflate to")
+    if budget is not None:
+        budget.take(raw_size, at)
     if codec == CODEC_GZ:  # every block, index and file info included, as hudi-rs reads them
         payload = zlib.decompressobj(31).decompress(body, raw_size + 1)
     else:

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InvalidRecordError, SchemaMismatchError, TableFormatError
-from . import avro
+from . import avro, bounds
 from .schema import META_COLUMNS, avro_to_arrow
 
 MAGIC = b"#HUDI#"
@@ -782,6 +782,10 @@ def _decode_avro_records(content: bytes, header: Mapping[str, str], where: str) 
         parsed = fastavro.parse_schema(_raw_time_fields(schema), named_schemas={})
     except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as e:
         raise TableFormatError(f"{where}: unreadable SCHEMA header ({e})") from e
+    try:
+        avro.check_schema(parsed)
+    except avro.Unsafe as e:
+        raise TableFormatError(f"{where}: the SCHEMA header cannot be decoded with bounded memory: {e}") from e
     cur = _Cursor(content, 0, len(content))
     try:
         _content_version(cur, where, "data block")
@@ -889,10 +893,14 @@ def _decode_parquet(content: bytes, where: str, columns: Collection[str] | None 
     try:  # the plain reader: a log block is small, and every layer above it costs more than the read
         f = pq.ParquetReader()
         f.open(pa.BufferReader(content), pre_buffer=False)
+        # its footer, against the block's size and the row group budget, before any page is decoded
+        bounds.check_parquet(f.metadata, where, size=len(content), columns=columns)
         if columns is None:
             return f.read_all(use_threads=False)
         wanted = set(columns)
         return f.read_all(column_indices=[i for i, p in enumerate(f.column_paths) if p[0] in wanted],
                           use_threads=False)
+    except (MemoryError, pa.ArrowMemoryError) as e:
+        raise bounds.out_of_memory(where, e) from e
     except (pa.ArrowInvalid, OSError) as e:
         raise TableFormatError(f"{where}: Parquet data block does not decode ({e})") from e

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ..errors import TableFormatError
 from ..storage import Storage
-from . import paths
+from . import bounds, paths
 
 VERSION_FILE = "_version_"
 MANIFEST_PREFIX = "manifest_"
@@ -176,9 +176,11 @@ def read_file(storage: Storage, rel: str, *, states_only: bool = False) -> list[
             with storage.fs.open_input_file(storage.abs(rel)) as f:
                 pf = pq.ParquetFile(f)
                 present = pf.schema_arrow.names
-                table = pf.read(columns=[c for c in STATE_COLUMNS if c in present])
+                wanted = [c for c in STATE_COLUMNS if c in present]
+                bounds.check_parquet(pf.metadata, rel, size=f.size(), columns=wanted)
+                table = pf.read(columns=wanted)
         else:
-            table = pq.read_table(io.BytesIO(storage.read_bytes(rel)))
+            table = bounds.read_parquet(pa.BufferReader(storage.read_bytes(rel)), rel)
     except FileNotFoundError:
         raise  # compaction's cleaning removed it: the caller reads the latest manifest again
     except (OSError, pa.ArrowInvalid) as e:

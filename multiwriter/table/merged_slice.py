@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..storage import Storage
+from . import bounds
 from .files import FileSlice, LogFile
 from .log_file import LogBlock, read_log_blocks
 from .merge_rule import (
@@ -66,7 +66,7 @@ def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool 
     only the columns of ``schema`` are read. ``threads``: decode its columns on Arrow's threads
     (no gain when slices are already read side by side, one per core)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        pf = pq.ParquetFile(f)
+        pf = bounds.open_parquet(f, fs.path, columns=schema.names)
         wanted = set(schema.names)
         stored = pf.schema_arrow.names
         cols = None if wanted.issuperset(stored) else [n for n in stored if n in wanted]

@@ -31,7 +31,7 @@ import fastavro
 from .. import faults
 from ..errors import TableFormatError, UnsafePathError
 from ..storage import FileExists, Storage
-from . import hfile, paths
+from . import avro, hfile, paths
 from . import instant as inst
 from . import properties as props
 from .files import FileSlice, LogFile
@@ -631,6 +631,7 @@ def _decode_hfile(data: bytes, source: str) -> Records:
     h = hfile.read(data, source=source)
     try:
         schema = fastavro.parse_schema(json.loads(h.file_info[b"schema"]))
+        avro.check_schema(schema)  # no array of zero-width items: a cell could declare 2^40 of them
     except (KeyError, ValueError) as e:
         raise TableFormatError(f"{source}: metadata HFile without a readable Avro schema ({e})") from e
     out: Records = {}

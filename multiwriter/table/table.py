@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, hooks, metadata_files, names
+from . import bounds, bucket, hooks, metadata_files, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
@@ -406,17 +406,30 @@ def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: l
         return t.select(cols) if cols else t
     ds = pads.dataset([storage.abs(r) for r in rels], schema=schema, format="parquet", filesystem=storage.fs)
     expr = _filters_expr(filters)
-    if not has_double(schema):
-        return ds.to_table(columns=cols, filter=expr)
-    # Which files store floats of columns now double: their footers, read side by side; the scan
-    # below reuses the metadata these fragments keep, so no footer is read twice.
+    # Every footer, read side by side and checked against the decoding budgets (bounds) before a
+    # page is decoded; the scans below reuse the metadata these fragments keep, so no footer is read twice.
     frags = list(ds.get_fragments())
+    checked = None if expr is not None else cols
+    list(SLICE_READERS.get().map(lambda f: bounds.check_parquet(f.metadata, _rel_of(storage, f.path), columns=checked),
+                                 frags))
+    if not has_double(schema):
+        try:
+            return pads.FileSystemDataset(frags, schema, ds.format, ds.filesystem).to_table(columns=cols, filter=expr)
+        except (MemoryError, pa.ArrowMemoryError) as e:
+            raise bounds.out_of_memory(f"{len(rels)} files of {storage.uri_of('')}", e) from e
+    # Which files store floats of columns now double: from the same footers.
     stored = list(SLICE_READERS.get().map(lambda f: bool(stored_float_types(f.physical_schema, schema)), frags))
     plain = [f for f, s in zip(frags, stored, strict=True) if not s]
     widened = [f for f, s in zip(frags, stored, strict=True) if s]
     parts = [pads.FileSystemDataset(plain, schema, ds.format, ds.filesystem).to_table(columns=cols, filter=expr)] if plain else []
     parts += [_read_widened(frag, schema, cols, expr) for frag in widened]
     return pa.concat_tables(parts)
+
+
+def _rel_of(storage: Storage, path: str) -> str:
+    """A fragment's path relative to the table (the path itself when it is not under it)."""
+    root = storage.abs("").rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else path
 
 
 def _read_widened(frag: Any, schema: pa.Schema, cols: list[str] | None, expr: Any) -> pa.Table:

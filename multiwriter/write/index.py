@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
-from ..table import bucket, metadata_files
+from ..table import bounds, bucket, metadata_files
 from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys
 from ..table.snapshot import FileSlice, Snapshot
@@ -180,7 +180,7 @@ def read_keys(storage: Storage, fs: FileSlice, config: TableConfig | None = None
     """The record keys of a slice's base file (``config``: the table's, when it may have
     virtual keys: then computed from the key fields)."""
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
-        pf = pq.ParquetFile(f)
+        pf = bounds.open_parquet(f, fs.path)
         if config is not None:
             return read_stored_keys(pf, config)
         t = pf.read(columns=["_hoodie_record_key"])

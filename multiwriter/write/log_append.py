@@ -20,11 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import faults, markers
 from ..storage import Storage
 from ..table import layout
+from ..table import bounds
 from ..table.log_file import LogFileName, encode_log_file
 from ..table.metadata import WriteStat
 from ..table.schema import arrow_to_avro_json, data_schema
@@ -138,7 +138,7 @@ def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str, keep_col
     parsed = layout.parse_data_file(base_name)
     assert parsed is not None and parsed.instant_time == instant_time
     with storage.fs.open_input_file(storage.abs(stat.path)) as f:
-        rows = pq.read_table(f)
+        rows = bounds.read_parquet(f, stat.path)
     rows = rows.set_column(rows.schema.get_field_index("_hoodie_file_name"), "_hoodie_file_name",
                            pa.repeat(pa.scalar(stat.file_id, pa.string()), rows.num_rows))
     rows = rows.drop_columns([c for c in keep_columns if c in rows.column_names])

@@ -31,6 +31,7 @@ from .. import markers
 from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
 from ..table import layout
+from ..table import bounds
 from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.metadata import WriteStat
@@ -256,7 +257,7 @@ def read_old_file(storage: Storage, rel: str) -> tuple[pa.Table, dict]:
     dictionaries: decoding them to one string per row, and hashing those strings again to write
     them back as a dictionary, costs a fifth of reading and rewriting a file."""
     with storage.fs.open_input_file(storage.abs(rel)) as f:
-        pf = pq.ParquetFile(f)
+        pf = bounds.open_parquet(f, rel)
         names = [n for n in pf.schema_arrow.names if n not in _PATH_META]
         dictionaries = _dictionary_encoded(pf.metadata, pf.schema_arrow, [n for n in names if n not in _UNIQUE_META])
         if dictionaries:

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
-from ..table import bucket, layout
+from ..table import bounds, bucket, layout
 from ..table.metadata import WRITE_STAT_FIELDS, WriteStat
 from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys
@@ -745,9 +745,8 @@ class InsertedKeys(Mapping[str, pa.Array]):
         return len(self.paths)
 
     def _keys(self, path: str) -> pa.Array:
-        import pyarrow.parquet as pq
 
         with self.storage.fs.open_input_file(self.storage.abs(path)) as f:
             if self.config is not None and self.config.virtual_keys:
-                return read_stored_keys(pq.ParquetFile(f), self.config)
-            return pq.read_table(f, columns=["_hoodie_record_key"]).column(0).combine_chunks()
+                return read_stored_keys(bounds.open_parquet(f, path), self.config)
+            return bounds.read_parquet(f, path, columns=["_hoodie_record_key"]).column(0).combine_chunks()
