@@ -477,7 +477,7 @@ class MetadataTable:
         blocking = [p for p in pending_data if done.get(p, ("", ""))[0] == inst.DELTA_COMMIT]
         return _before(min(blocking)) if blocking else fresh
 
-    def maybe_compact(self, t: str, completion: str, *, min_logs: int = MAX_DELTA_COMMITS) -> bool:
+    def maybe_compact(self, t: str, completion: str, *, min_logs: int | None = None) -> bool:
         """Merge the latest slice's logs whose deltacommit completed before ``t`` into a new base
         HFile at ``t``, once the slice holds ``min_logs`` log files (:data:`MAX_DELTA_COMMITS`);
         then delete the slices before the previous one. The logs completed at or after ``t``
@@ -485,7 +485,7 @@ class MetadataTable:
         completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
         when a compaction at ``t`` completed already (Hudi skips it too)."""
         base, base_t, logs = self.latest_slice()
-        if not logs or len(logs) < min_logs:
+        if not logs or len(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs):
             return False
         done = self._completed()
         if t in done or (base is not None and t <= base_t):
