@@ -17,6 +17,10 @@ The protocol, and why each step is where it is:
 4. Under the lock: ``<R>_<C>.rollback`` (``HoodieRollbackMetadata``), unless someone else
    completed it first.
 
+The metadata table: at step 3, before any file is deleted, the target's deltacommit there (if
+it wrote one) is rolled back at R, as Hudi's writer rolls it back at its data rollback's time;
+the rollback writes no deltacommit of its own.
+
 A cleaner that dies anywhere leaves a pending rollback whose heartbeat lapses; the next cleaner
 re-reads its plan and finishes steps 3-4. Every step is idempotent.
 
@@ -37,7 +41,7 @@ from typing import Any
 from .. import markers
 from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError, UnsafePathError
 from ..table import instant as inst
-from ..table import decisions, layout, paths
+from ..table import decisions, layout, metadata_files, paths
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import decode_records, encode, parsing, rollback_target
@@ -256,6 +260,10 @@ def execute(ctx: CleanerContext, plan: RollbackPlan) -> RollbackOutcome:
     try:
         _refuse_completed_target(ctx, plan)
         mark_inflight(ctx, r, inst.ROLLBACK)
+        # the target's metadata-table deltacommit first, at this rollback's time (Hudi's way),
+        # while the target is still pending (no compaction of the files partition absorbs it)
+        # and before its files go (no listing names a deleted file)
+        metadata_files.rollback_deltacommit(ctx.storage, ctx.config, t, r)
         _delete_all(ctx, plan.files, out, fault_point="mid-rollback")
         # a writer that was only paused may have written more files since the plan was made
         planned = set(plan.files)

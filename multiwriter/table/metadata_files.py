@@ -7,12 +7,15 @@ file name -> size, or a tombstone. ``__all_partitions__`` lists the partitions. 
 action of the data table is first written there as a deltacommit of the same instant time (a log
 file with an HFile data block), then completed on the data timeline: a reader trusting the
 metadata table never misses a committed file, and ignores entries of data instants that did not
-complete. Every ``MAX_DELTA_COMMITS`` deltacommits the group is compacted into a new base HFile and
-the slices before the previous one are deleted, so the table's size and its read time stay flat.
+complete. Every ``MAX_DELTA_COMMITS`` deltacommits the group is compacted into a new base HFile;
+slices no reader of the newest ``RETAIN_COMMITS`` commits needs are deleted (Hudi's metadata
+cleaner), so the table's size and its read time stay flat.
 
 What goes in: the files of every write stat (commits, deltacommits, replace commits,
-compactions), tombstones for what a clean or a rollback deleted. Replaced file groups are not
-tombstoned (readers drop them through the replace commit), as in Hudi.
+compactions; with no file, the partition-list record alone), tombstones for what a clean
+deleted. A data rollback writes no deltacommit: it rolls its target's deltacommit back at its
+own time, as Hudi does. Replaced file groups are not tombstoned (readers drop them through the
+replace commit), as in Hudi.
 """
 from __future__ import annotations
 
@@ -57,6 +60,10 @@ BOOTSTRAP_COMPLETION = "00000000000000001"
 #: compact the files partition after this many deltacommits (Hudi's
 #: ``hoodie.metadata.compact.max.delta.commits``)
 MAX_DELTA_COMMITS = 10
+#: keep every slice of the files partition that one of the newest this many completed commits
+#: of the metadata timeline reads (Hudi's metadata cleaner: ``KEEP_LATEST_COMMITS`` with
+#: ``DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``), for readers that loaded the timeline earlier
+RETAIN_COMMITS = 20
 TYPE_ALL_PARTITIONS, TYPE_FILES = 1, 2
 _WRITE_TOKEN = "0-0-0"
 
@@ -244,8 +251,15 @@ class MetadataTable:
     def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN) -> None:
         """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block. ``token``:
         the write token in its name (another one for each attempt after a rollback, as Hudi's
-        differ: a log file's name never stands for two contents)."""
+        differ: a log file's name never stands for two contents). With no record (a clean that
+        deleted nothing) the deltacommit is written all the same, with no log file, as Hudi's
+        empty upsert of the metadata table writes it."""
         if not recs:
+            for state in (inst.REQUESTED, inst.INFLIGHT):
+                _put_quietly(self, t, inst.DELTA_COMMIT, state)
+            faults.point("mid-metadata-deltacommit")
+            empty = CommitMetadata({}, {"schema": self.schema_json}, "UPSERT_PREPPED")
+            self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, empty.to_bytes(), completion)
             return
         name = f".{GROUP}_{t}.log.1_{token}"
         schema = self.schema_json
@@ -254,6 +268,7 @@ class MetadataTable:
         for state in (inst.REQUESTED, inst.INFLIGHT):
             _put_quietly(self, t, inst.DELTA_COMMIT, state)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+        faults.point("mid-metadata-deltacommit")
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                          num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
                          file_size=len(block), log_version=1, log_files=(name,))
@@ -372,6 +387,7 @@ class MetadataTable:
         self._put_instant(r, inst.ROLLBACK, inst.COMPLETED, encode("rollback", meta), max(now_time(), _after(r)))
         log.info("%s: rolled back the deltacommit %s of the files partition at %s (%d log files)", MDT_DIR, t, r,
                  len(deleted))
+        faults.point("after-metadata-rollback")
         return r
 
     def latest_compaction(self) -> str | None:
@@ -461,7 +477,7 @@ class MetadataTable:
         blocking = [p for p in pending_data if done.get(p, ("", ""))[0] == inst.DELTA_COMMIT]
         return _before(min(blocking)) if blocking else fresh
 
-    def maybe_compact(self, t: str, completion: str, *, min_logs: int = MAX_DELTA_COMMITS) -> bool:
+    def maybe_compact(self, t: str, completion: str, *, min_logs: int | None = None) -> bool:
         """Merge the latest slice's logs whose deltacommit completed before ``t`` into a new base
         HFile at ``t``, once the slice holds ``min_logs`` log files (:data:`MAX_DELTA_COMMITS`);
         then delete the slices before the previous one. The logs completed at or after ``t``
@@ -469,7 +485,7 @@ class MetadataTable:
         completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
         when a compaction at ``t`` completed already (Hudi skips it too)."""
         base, base_t, logs = self.latest_slice()
-        if not logs or len(logs) < min_logs:
+        if not logs or len(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs):
             return False
         done = self._completed()
         if t in done or (base is not None and t <= base_t):
@@ -501,7 +517,33 @@ class MetadataTable:
                          compacted_log_files=len(merged), compacted_log_bytes=sum(sizes.values()))
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "COMPACT", compacted=True)
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
-        self._delete_before(base_t)
+        self.clean_slices()
+        return True
+
+    def retained_from(self) -> str:
+        """The base time of the oldest slice to keep: the slice one of the newest
+        :data:`RETAIN_COMMITS` completed commits of the metadata timeline reads (the newest base
+        at or before the earliest of them), as Hudi's metadata cleaner keeps slices
+        (``KEEP_LATEST_COMMITS``); :data:`BOOTSTRAP_TIME` while there are fewer commits."""
+        done = self._completed()
+        commits = sorted(t for t, (a, _) in done.items() if a in (inst.DELTA_COMMIT, inst.COMMIT))
+        if len(commits) <= RETAIN_COMMITS:
+            return BOOTSTRAP_TIME
+        earliest = commits[-RETAIN_COMMITS]
+        bases = [t for t, (a, _) in done.items() if a == inst.COMMIT and t <= earliest]
+        return max(bases, default=BOOTSTRAP_TIME)
+
+    def clean_slices(self) -> bool:
+        """Delete the slices older than :meth:`retained_from` (and their instant files), when
+        there are any: the timeline tells, so the files partition is listed only then. Runs
+        after every deltacommit and compaction, as Hudi's metadata cleaner does."""
+        keep_from = self.retained_from()
+        done = self._completed()
+        oldest = min((t for t, (a, _) in done.items() if a == inst.COMMIT or t == BOOTSTRAP_TIME), default=keep_from)
+        if oldest >= keep_from:
+            return False
+        faults.point("mid-metadata-clean")
+        self._delete_before(keep_from)
         return True
 
     def _undo_pending_compactions(self) -> None:
@@ -666,8 +708,8 @@ def records_of(action: str, data: bytes, *, source: str, metadata: CommitMetadat
             log.warning("%s; not recorded in the metadata table", e)
             continue
         recs.setdefault(_key(part), {})[name] = (int(s.file_size or 0), False)
-    if recs:
-        recs[ALL_PARTITIONS] = {p: (0, False) for p in recs}
+    # the partition-list record Hudi writes for every commit, empty when it wrote no file
+    recs[ALL_PARTITIONS] = {p: (0, False) for p in recs}
     return recs
 
 
@@ -697,17 +739,24 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
                  data: bytes, metadata: CommitMetadata | None = None) -> None:
     """Before ``<t>_<completion>.<action>`` is written on the data timeline: its files go into
     the metadata table (when the table keeps one), and the files partition is compacted when due.
+    Every action but a rollback writes its deltacommit, with or without files, as Hudi's does; a
+    rollback rolls its target's deltacommit back at its own time instead (:func:`_on_rollback`).
     ``metadata``: the commit metadata ``data`` encodes, when the caller has it."""
     if not enabled(config):
         return
-    recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
     mt = MetadataTable(storage, config)
+    if inst.instant_action(action) == inst.ROLLBACK:
+        _on_rollback(mt, t, completion, data)
+        faults.point("after-metadata-table")
+        return
+    recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
     token = _WRITE_TOKEN
     if mt.deltacommit_states(t):
-        # a resumed action (a compaction, a clean, a rollback) whose earlier attempt wrote its
-        # deltacommit: rolled back before it is applied again, as Hudi's commitInternal does
+        # a resumed action (a compaction, a clean) whose earlier attempt wrote its deltacommit:
+        # rolled back before it is applied again, as Hudi's commitInternal does
         r = mt.rollback(t)
         token = f"0-{int(r[-9:]) if r else 1}-0"
+    faults.point("before-metadata-table")
     # compaction first: when nothing pending holds it back, at this action's completion time
     # (every log so far completed before it, and this action's log, completing at that very
     # time, opens the new slice); else just before the earliest pending data instant whose
@@ -716,7 +765,36 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     if len(logs) >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
     mt.append(t, completion, recs, token=token)
+    mt.clean_slices()
     faults.point("after-metadata-table")
+
+
+def _on_rollback(mt: MetadataTable, r: str, completion: str, data: bytes) -> None:
+    """A data rollback at ``r``, as Hudi's ``update(HoodieRollbackMetadata, r)``: the target's
+    deltacommit is rolled back at ``r`` (the cleaner did so already, before deleting the
+    target's pending instant; this finishes one that died part way, and does nothing after
+    one that completed), and no deltacommit is written. Only files the listing still names
+    (a deltacommit compacted into a base before its data instant was rolled back, by a release
+    that timed compactions at the data completion) get tombstones, at ``r``."""
+    source = f"{r}.{inst.ROLLBACK}"
+    recs = decode_records(data, source=source) if data else []
+    target = rollback_target(recs[0]) if recs else None
+    if target:
+        mt.rollback(target, r)
+    deleted = _deletions(data, source)
+    if not deleted:
+        return
+    listed = mt.read()
+    stale: Records = {}
+    for key, files in deleted.items():
+        live = listed.get(key, {})
+        for n, v in files.items():
+            if n in live and not live[n][1]:
+                stale.setdefault(key, {})[n] = v
+    if stale:
+        log.warning("%s: rollback %s of %s: %d files are still listed (its deltacommit was compacted before it was "
+                    "rolled back); tombstoned", MDT_DIR, r, target, sum(len(v) for v in stale.values()))
+        mt.append(r, completion, stale)
 
 
 def rollback_deltacommit(storage: Storage, config: props.TableConfig, instant_time: str,

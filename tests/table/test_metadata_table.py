@@ -94,13 +94,16 @@ def test_hudi_rs_reads_as_we_do_through_every_table_service(kind, tmp_path):
     assert all(services.values()), services
     names = os.listdir(os.path.join(path, ".hoodie", "metadata", "files"))
     assert sum(n.endswith(".hfile") for n in names) >= 2, "the files partition was compacted"
-    assert sum(n.startswith(".files") for n in names) <= 2 * mf.MAX_DELTA_COMMITS, "old slices deleted"
+    assert sum(n.startswith(".files") for n in names) <= mf.RETAIN_COMMITS + 2 * mf.MAX_DELTA_COMMITS, "old slices deleted"
 
 
 @pytest.mark.parametrize("kind", ["cow", "mor"])
 def test_a_crash_after_the_metadata_deltacommit_shows_nothing_and_is_rolled_back(kind, tmp_path):
-    """The metadata table names the files of a data instant that never completed: no reader shows
-    them; the rollback tombstones them, and both readers still agree."""
+    """The metadata table names the files of a data instant that never completed (its writer died
+    there, nothing of its own abort run): no reader shows them; the cleaner's rollback rolls its
+    deltacommit back, and both readers still agree."""
+    from multiwriter.transaction import Transaction
+
     path = str(tmp_path / "t")
     _create(path, kind)
     lock = mw.InProcessLock()
@@ -108,7 +111,8 @@ def test_a_crash_after_the_metadata_deltacommit_shows_nothing_and_is_rolled_back
     before = _agreed(path)
     faults.configure("after-metadata-table=error")
     try:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
+            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
             mw.write(_batch(range(3, 9), ts=2, v=2.0), path, mw.WriterConfig(
                 writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0))
     finally:
@@ -230,21 +234,28 @@ def test_a_crash_mid_compaction_of_the_files_partition_is_undone(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["cow", "mor"])
-def test_a_withdrawn_commit_stays_invisible_while_its_entries_outlive_compactions(kind, tmp_path):
-    """A commit withdrawn by the completion fence (its completed file deleted right after it was
-    written) leaves its files in the metadata table until a rollback tombstones them. Through
-    compactions of the files partition (its entries move into the new base) neither reader shows
-    them; the rollback then removes them from the listing."""
+def test_an_undecided_commit_stays_invisible_while_its_entries_outlive_compactions(kind, tmp_path, monkeypatch):
+    """A writer that died deciding its completion leaves its files in the metadata table until the
+    cleaner's rollback rolls its deltacommit back. Through compactions of the files partition
+    (timed below it, its log stays in the open slice) neither reader shows them; the rollback then
+    removes them from the listing."""
+    from multiwriter.table import decisions
+
+    class Killed(BaseException):
+        pass
+
     path = str(tmp_path / "t")
     _create(path, kind)
     lock = mw.InProcessLock()
     cfg = mw.WriterConfig(writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0)
     mw.write(_batch(range(6), ts=1, v=1.0), path, cfg)
-    r = mw.write(_batch(range(3, 9), ts=2, v=2.0), path, cfg)
+    real_decide = decisions.DecisionLog.decide
+    monkeypatch.setattr(decisions.DecisionLog, "decide", lambda self, after, d: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        mw.write(_batch(range(3, 9), ts=2, v=2.0), path, cfg)
+    monkeypatch.setattr(decisions.DecisionLog, "decide", real_decide)
     t = mw.Table.open(path)
-    withdrawn = r.instant.requested_time
-    t.storage.delete(f"{t.config.timeline_dir}/{r.instant.file_name(t.config.version)}")  # as the fence withdraws
-    assert [i.requested_time for i in t.timeline().pending()] == [withdrawn]
+    (withdrawn,) = [i.requested_time for i in t.timeline().pending()]
     expect = {f"k{i:03d}": 1.0 for i in range(6)}
     for i in range(mf.MAX_DELTA_COMMITS + 2):
         mw.write(_batch([20 + i], ts=3 + i, v=3.0), path, cfg)
