@@ -178,3 +178,16 @@ class CleanerError(MultiWriterError):
     def __init__(self, message: str, report: object) -> None:
         super().__init__(message)
         self.report = report
+
+
+class PlanRefusedError(TableFormatError):
+    """A plan, a pending instant or a history manifest on the table contradicts the table itself:
+    a clean naming files a retained snapshot still reads, a compaction whose inputs are not the
+    file slice the timeline has, a pending action at a time that belongs to a completed one or
+    below the archived timeline, a manifest that drops archived instants. Nothing was deleted or
+    rewritten through it. ``source`` is the file, ``path`` the first offending value."""
+
+    def __init__(self, message: str, *, source: str, path: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.path = path

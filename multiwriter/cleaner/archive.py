@@ -81,6 +81,7 @@ class ArchiveResult:
     held_back_by: str | None = None  # the rule that limited the cutoff (for logs and tests)
     swept: list[str] = field(default_factory=list)  # uncommitted data files deleted (see sweep_uncommitted)
     compacted: list[str] = field(default_factory=list)  # history files written by compaction
+    distrusted: list[str] = field(default_factory=list)  # history manifests passed over (see lsm.trusted_manifest)
 
 
 # -- deciding (pure, given a timeline) ---------------------------------------------------------
@@ -412,6 +413,10 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
             name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
         if chosen or migrated:
             result.compacted = lsm.compact_and_clean(ctx.storage, ctx.config.history_dir)
+        # after this run's manifest, which is written above a bad one and holds every archived instant
+        result.distrusted = lsm.trusted_manifest(ctx.storage, ctx.config.history_dir)[2]
+        for p in result.distrusted:
+            log.error("%s", p)
         if not chosen:
             return result
     result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active

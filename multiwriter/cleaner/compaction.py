@@ -48,7 +48,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import faults, markers
-from ..errors import ConfigError, HeartbeatExpiredError, MultiWriterError, TableFormatError
+from ..errors import (ConfigError, HeartbeatExpiredError, MultiWriterError, PlanRefusedError, TableFormatError,
+                      UnsafePathError)
 from ..instant_time import parse_time
 from ..storage import Storage
 from ..table import instant as inst
@@ -65,7 +66,7 @@ from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
 from ..transaction import rollback_targets
-from . import CleanerContext, claim, complete_rewrite, mark_inflight, release_completed
+from . import CleanerContext, claim, complete_rewrite, mark_inflight, plan_checks, release_completed
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +320,7 @@ def jobs_of(ctx: CleanerContext, tl: Timeline, sched: Scheduled) -> list[Operati
     """The plan's operations with their files' sizes (one listing per partition) and logs in
     completion order; raises :class:`CompactionPlanError` when a file is gone."""
     t = sched.compaction_time
+    plan_checks.check_compaction_inputs(ctx, tl, t, sched.plan.operations, requested_path(ctx.config, t))
     view = TimelineView(tl)
     sizes: dict[str, dict[str, int]] = {}
     out = []
@@ -631,6 +633,15 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
             _unschedule_quietly(ctx, t, result, e)
         else:
             _leave_foreign(ctx, t, result, e)
+        return False
+    except (PlanRefusedError, UnsafePathError) as e:  # the plan contradicts the table: never executed
+        if planned_here(sched):
+            _unschedule_quietly(ctx, t, result, e)
+        else:
+            _discard_quietly(ctx, t)
+            moved = plan_checks.quarantine(ctx, t, inst.COMPACTION, f"{type(e).__name__}: {e}")
+            result.errors.extend(str(q) for q in moved) if moved else result.errors.append(
+                f"compaction {t}: {type(e).__name__}: {e}")
         return False
     except CompactionAbortedError as e:
         log.warning("%s", e)

@@ -33,6 +33,7 @@ from . import archive as archive_mod
 from . import clustering as clustering_mod
 from . import compaction as compaction_mod
 from . import orphans as orphans_mod
+from . import plan_checks
 from . import retention as retention_mod
 from . import rollback as rollback_mod
 from .clustering import ClusteringConfig
@@ -80,6 +81,8 @@ class CleanerReport:
     compacted_log_files: int = 0  # log files merged into them
     live_files: int = 0  # live file groups after this run
     small_files: int = 0  # of which below the clustering small-file size
+    quarantined: list[str] = field(default_factory=list)  # timeline files this run moved aside, why, what to do
+    in_quarantine: list[str] = field(default_factory=list)  # files waiting in .hoodie/.quarantine for a person
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -108,6 +111,9 @@ class CleanerReport:
             )
         if self.failed_writes_swept:
             parts.append(f"swept {len(self.failed_writes_swept)} files of failed writes")
+        if self.in_quarantine:
+            parts.append(f"{len(self.in_quarantine)} files in {plan_checks.QUARANTINE_DIR} (first: "
+                         f"{self.in_quarantine[0]}): {plan_checks.HINT}")
         if self.errors:
             parts.append(f"{len(self.errors)} errors: {self.errors[0]}")
         return f"cleaner: {', '.join(parts)} in {self.duration_s:.2f}s"
@@ -250,6 +256,7 @@ class Cleaner:
             report = CleanerReport()
             ctx = self._context()
             self._step(report, "heartbeats", lambda: self._observe_first(ctx))
+            self._step(report, "plan checks", lambda: self._audit(ctx, report))
             self._step(report, "rollback", lambda: self._rollback(ctx, report))
             if self.clustering is not None:
                 self._step(report, "clustering", lambda: self._cluster(ctx, report))
@@ -262,6 +269,7 @@ class Cleaner:
             self._step(report, "orphans", lambda: self._orphans(ctx, report))
             self._step(report, "pending", lambda: self._pending(ctx, report))
             self._step(report, "health", lambda: self._health(report))
+            self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
             report.duration_s = time.monotonic() - started
             self.runs += 1
             self.last_report = report
@@ -297,6 +305,7 @@ class Cleaner:
             self._step(report, "heartbeats", lambda: self._observe_first(ctx))
             self._step(report, name, lambda: step(ctx, report))
             self._step(report, "health", lambda: self._health(report))
+            self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
             report.duration_s = time.monotonic() - started
             self._push()
         if report.errors and raise_errors:
@@ -389,6 +398,19 @@ class Cleaner:
             most, oldest_s = compaction_mod.lag(snap, time.time())
             self.metrics.compaction_lag(self.table.name, delta_commits=most, oldest_log_age_s=oldest_s)
 
+    def _audit(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        moved = plan_checks.audit(ctx)
+        report.quarantined.extend(str(q) for q in moved)
+        report.errors.extend(f"plan checks: {q}" for q in moved)
+
+    def _quarantine(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        report.quarantined.extend(e for e in report.errors if plan_checks.QUARANTINE_DIR in e
+                                  and e not in report.quarantined and not e.startswith("plan checks: "))
+        report.in_quarantine = plan_checks.waiting(ctx)
+        if report.in_quarantine:
+            log.warning("%d files in %s of %s (first: %s): %s", len(report.in_quarantine), plan_checks.QUARANTINE_DIR,
+                        redact(self.path), report.in_quarantine[0], plan_checks.HINT)
+
     def _retention(self, ctx: CleanerContext, report: CleanerReport) -> None:
         r = retention_mod.clean_old_versions(ctx, self.retain_commits)
         report.old_versions_deleted += r.old_versions_deleted
@@ -403,6 +425,7 @@ class Cleaner:
             ctx, keep_min=self.archive_keep_min, keep_max=self.archive_keep_max, retain_commits=self.retain_commits
         )
         report.archived += r.archived
+        report.errors.extend(f"archival: {p}" for p in r.distrusted)
         report.uncommitted_deleted += len(r.swept)
         if r.swept:
             self.metrics.files_deleted(self.table.name, "orphan", len(r.swept))

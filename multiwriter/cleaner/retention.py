@@ -42,7 +42,7 @@ from typing import Any
 
 import fastavro
 
-from ..errors import InvalidRecordError, MultiWriterError, TableFormatError
+from ..errors import InvalidRecordError, MultiWriterError, PlanRefusedError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
 from ..table import timeline as tlmod
@@ -52,7 +52,7 @@ from ..table.files import FileGroup, FileSlice, LogFile, list_files
 from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
-from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +360,27 @@ def read_plan(ctx: CleanerContext, clean_time: str) -> CleanPlan:
     return CleanPlan.from_bytes(clean_time, data, source=rel)
 
 
+def check_plan(ctx: CleanerContext, tl: Timeline, p: CleanPlan, retain_commits: int) -> None:
+    """Before a plan found on the timeline is executed: every file it names that is still on
+    storage must be one this cleaner would delete itself, with the plan's earliest retained
+    commit or its own, whichever keeps more (never a file of a group's latest slice, of a
+    retained snapshot, or of a commit still needed). Raises :class:`PlanRefusedError` naming
+    the plan and the first such file."""
+    source = f"{ctx.config.timeline_dir}/{Instant(p.clean_time, inst.CLEAN, inst.REQUESTED).file_name()}"
+    if not p.files:
+        return
+    now = earliest_to_retain(tl, retain_commits)
+    e = min(x for x in (p.earliest_to_retain, now) if x is not None) if now is not None else None
+    bases, logs = list_files(ctx.storage, logs=True)
+    present = {f.path for f in [*bases, *logs]}
+    allowed = set() if not e else {f.path for f in old_slices(tl, bases, e, logs if tl.config.merge_on_read else None)}
+    bad = [f for f in p.files if f in present and f not in allowed]
+    if bad:
+        raise PlanRefusedError(
+            f"{source}: the clean plan names {len(bad)} files that retained snapshots still read (first: {bad[0]}; "
+            f"earliest retained commit {e or 'none yet'}); refused, nothing deleted", source=source, path=bad[0])
+
+
 def _run(ctx: CleanerContext, p: CleanPlan, result: RetentionResult) -> bool:
     try:
         out = execute(ctx, p)
@@ -381,9 +402,16 @@ def clean_old_versions(ctx: CleanerContext, retain_commits: int) -> RetentionRes
             return result  # a live cleaner is cleaning; one clean at a time
         try:
             p = read_plan(ctx, c.requested_time)
+            check_plan(ctx, tl, p, retain_commits)
         except TableFormatError as e:
-            result.errors.append(str(e))
-            return result
+            # unreadable, out of the table, or deleting what retention keeps: never executed; moved
+            # aside so that it holds neither retention nor archival
+            moved = plan_checks.quarantine(ctx, c.requested_time, inst.CLEAN, f"{type(e).__name__}: {e}")
+            result.errors.extend(str(q) for q in moved) if moved else result.errors.append(str(e))
+            if not moved:
+                return result
+            tl = ctx.table.timeline()
+            break
         if claim(ctx, c.requested_time, inst.CLEAN):
             log.info("resuming clean %s left by a dead cleaner", c.requested_time)
             if _run(ctx, p, result):

@@ -49,7 +49,7 @@ from ..table.files import list_files
 from ..table.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
-from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight
+from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +362,8 @@ def resume(ctx: CleanerContext, tl: Timeline, result: RollbackResult) -> None:
             plan = read_plan(ctx, r.requested_time)
         except TableFormatError as e:
             log.error("cannot resume rollback %s: %s", r.requested_time, e)
-            result.errors.append(str(e))
+            moved = plan_checks.quarantine(ctx, r.requested_time, inst.ROLLBACK, f"{type(e).__name__}: {e}")
+            result.errors.extend(str(q) for q in moved) if moved else result.errors.append(str(e))
             continue
         if not claim(ctx, plan.rollback_time, inst.ROLLBACK) or not _decide_resumed(ctx, plan):
             continue

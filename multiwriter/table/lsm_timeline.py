@@ -150,6 +150,61 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
     return [(paths.plain_name(name, source=rel, what="history file"), size) for name, size in listed]
 
 
+def _span(name: str) -> tuple[str, str]:
+    m = DATA_FILE_RE.match(name)
+    assert m is not None  # manifest entries are checked
+    return m.group(1), m.group(2)
+
+
+def _covers(files: list[tuple[str, int]], older: list[tuple[str, int]]) -> str | None:
+    """The first file of an older manifest whose instants ``files`` no longer hold (None when
+    every one is listed, or merged into a file whose span holds it): the history only grows."""
+    spans = [_span(n) for n, _ in files]
+    names = {n for n, _ in files}
+    for name, _ in older:
+        lo, hi = _span(name)
+        if name not in names and not any(a <= lo and hi <= b for a, b in spans):
+            return name
+    return None
+
+
+def trusted_manifest(storage: Storage, history: str) -> tuple[int, list[tuple[str, int]], list[str]]:
+    """(version, files, problems) of the newest snapshot that accounts for every archived
+    instant: its files hold every instant of each older manifest still on storage (archival only
+    appends; compaction merges files into one whose span holds theirs). A newer manifest that
+    drops archived instants (an empty one planted beside a ``_version_`` pointing at it) would make
+    archived commits' files look uncommitted to readers and to the failed-write sweep; it is
+    passed over, and ``problems`` names it and what to do (empty when the latest is trusted)."""
+    latest = latest_version(storage, history)
+    if latest < 0:
+        return latest, [], []
+    older = [v for v in manifest_versions(storage, history) if v < latest]
+    listed: dict[int, list[tuple[str, int]] | None] = {}
+
+    def files_of(v: int) -> list[tuple[str, int]] | None:
+        if v not in listed:
+            try:
+                listed[v] = manifest_files(storage, history, v)
+            except TableFormatError:
+                listed[v] = None  # an unreadable older manifest is no evidence either way
+        return listed[v]
+
+    problems: list[str] = []
+    for v in [latest, *reversed(older)]:
+        files = manifest_files(storage, history, v) if v == latest else files_of(v)
+        if files is None:
+            continue
+        lost = next(((w, name) for w in older if w < v and (o := files_of(w)) is not None
+                     and (name := _covers(files, o)) is not None), None)
+        if lost is None:
+            return v, files, problems
+        problems.append(
+            f"{history}/{MANIFEST_PREFIX}{v}: drops archived instants that {MANIFEST_PREFIX}{lost[0]} holds (first: "
+            f"{lost[1]}); not trusted: readers and the cleaner use the newest manifest that holds them all, and the "
+            f"next archival writes a manifest above it. Inspect {history}/{VERSION_FILE} and remove the bad manifest")
+    return latest, manifest_files(storage, history, latest), problems
+
+
 def _manifest_entry(f: dict, rel: str) -> tuple[str, int]:
     """(name, length) of one manifest entry: a data file name of this layout, nothing else (a
     foreign name would be read into the history, or break compaction; a path is refused by the
@@ -207,7 +262,7 @@ def read_instants(storage: Storage, history: str, *, states_only: bool = False) 
     for _ in range(READ_ATTEMPTS):
         seen: dict[tuple[str, str], LsmInstant] = {}
         try:
-            for name, _size in manifest_files(storage, history):
+            for name, _size in trusted_manifest(storage, history)[1]:
                 for r in read_file(storage, f"{history}/{name}", states_only=states_only):
                     seen.setdefault((r.instant_time, r.action), r)
         except FileNotFoundError as e:
@@ -253,7 +308,7 @@ def append(storage: Storage, history: str, records: list[LsmInstant]) -> str:
     records = sorted(records, key=lambda r: r.instant_time)
     name = data_file_name(records[0].instant_time, records[-1].instant_time)
     version = latest_version(storage, history)
-    listed = manifest_files(storage, history, version)
+    listed = trusted_manifest(storage, history)[1]
     if any(n == name for n, _ in listed):
         return name
     data = encode(records)
@@ -320,7 +375,7 @@ def _candidates(files: list[tuple[str, int]], batch: int, max_bytes: int) -> lis
 
 def _compact_layer(storage: Storage, history: str, layer: int, batch: int, max_bytes: int) -> str | None:
     version = latest_version(storage, history)
-    listed = manifest_files(storage, history, version)
+    listed = trusted_manifest(storage, history)[1]
     files = sorted((f for f in listed if layer_of(f[0]) == layer), key=lambda f: f[0])
     if len(files) < batch:
         return None
@@ -349,9 +404,12 @@ def clean(storage: Storage, history: str, keep: int) -> list[str]:
     if len(versions) <= keep:
         return []
     kept = versions[-keep:] if keep > 0 else []
-    live = {n for v in kept for n, _ in manifest_files(storage, history, v)}
+    trusted, trusted_files, _ = trusted_manifest(storage, history)
+    if trusted not in kept:
+        kept.insert(0, trusted)
+    live = {n for v in kept for n, _ in manifest_files(storage, history, v)} | {n for n, _ in trusted_files}
     deleted = []
-    for v in versions[: len(versions) - len(kept)]:
+    for v in (v for v in versions if v not in kept):
         rel = f"{history}/{MANIFEST_PREFIX}{v}"
         if storage.delete(rel):
             deleted.append(rel)
@@ -372,4 +430,5 @@ __all__ = [
     "latest_version",
     "manifest_files",
     "read_instants",
+    "trusted_manifest",
 ]

@@ -55,6 +55,8 @@ INFLIGHT_PARTITIONS_KEY = "hoodie.table.metadata.partitions.inflight"
 ENABLE_KEY = "hoodie.metadata.enable"
 #: the time of the deltacommit that writes a bootstrap listing (Hudi's first initialization time)
 BOOTSTRAP_TIME = "00000000000000000"
+#: where the companion job moves planted pending instants (:mod:`multiwriter.cleaner.plan_checks`)
+QUARANTINE_HINT = ".hoodie/.quarantine"
 #: its completion time on the metadata timeline when the table is new (any time after it will do)
 BOOTSTRAP_COMPLETION = "00000000000000001"
 #: compact the files partition after this many deltacommits (Hudi's
@@ -554,8 +556,14 @@ class MetadataTable:
             i = _parse(name)
             if i is not None and i.action in (inst.COMPACTION, inst.COMMIT):
                 states.setdefault(i.requested_time, set()).add(i.state)
+        done = self._completed()
         for t, seen in states.items():
             if inst.COMPLETED in seen:
+                continue
+            if t in done or t <= BOOTSTRAP_TIME:  # its time is a completed instant's: a planted plan
+                log.error("%s: a pending compaction at %s, the time of a completed %s: refused, nothing deleted; the "
+                          "companion job moves it to %s", self.timeline_dir, t, done.get(t, ("bootstrap",))[0],
+                          QUARANTINE_HINT)
                 continue
             self.storage.delete(self._rel(f"{PARTITION}/{GROUP}_{_WRITE_TOKEN}_{t}.hfile"))
             for state in (inst.INFLIGHT, inst.REQUESTED):

@@ -50,15 +50,17 @@ def test_a_corrupt_rollback_plan_is_reported_and_retention_and_archival_still_ru
     rel = _plant_pending_rollback(trips_table, format_time(time.time() + 1))
     cleaner = cleaners(table_path, mw.FileSystemLock(), retain_commits=RETAIN, archive_keep_min=3, archive_keep_max=5,
                        clustering=None, observe_max_s=10.0)
-    for run in range(2):  # on every run, not just the first
-        report = cleaner.run_once(raise_errors=False)
-        bad = [e for e in report.errors if rel in e]
-        assert bad and all("rollback" in e for e in report.errors), report.errors
-        assert len(report.errors) == 1, report.errors
-        if run == 0:
-            assert report.old_versions_deleted > 0 and report.archived > 0, report
-    # the corrupt plan is still there for an operator to inspect; the rest of the table moved on
-    assert trips_table.storage.exists(rel)
+    report = cleaner.run_once(raise_errors=False)
+    bad = [e for e in report.errors if rel in e]
+    assert bad and all("rollback" in e for e in report.errors), report.errors
+    assert len(report.errors) == 1 and report.quarantined == bad, report
+    assert report.old_versions_deleted > 0 and report.archived > 0, report
+    # moved to the quarantine for an operator to inspect, and listed by every later run; the rest
+    # of the table moved on
+    quarantined = rel.replace(".hoodie/timeline/", ".hoodie/.quarantine/")
+    again = cleaner.run_once(raise_errors=False)
+    assert again.errors == [] and again.in_quarantine == [quarantined], again
+    assert trips_table.storage.exists(quarantined) and not trips_table.storage.exists(rel)
     assert len(trips_table.timeline().completed_writes()) <= 5
     assert sorted(r["id"] for r in trips_table.read().to_pylist()) == ["0", "1", "2"]
 
