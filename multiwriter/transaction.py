@@ -417,9 +417,8 @@ class Transaction:
             self.stop_heartbeat()
             return []
         t = self.instant.requested_time
-        own = self.table.timeline().find(t, self.instant.action)
-        if own is not None and own.is_completed:
-            log.error("instant %s is completed on the timeline; refusing to delete its files", t)
+        if decisions.is_decided(self.table.storage, self.table.config, t, self.table.timeline()):
+            log.error("instant %s is completed (or decided); refusing to delete its files", t)
             self._state = "committed"
             self.stop_heartbeat()
             return []

@@ -40,7 +40,7 @@ from .. import faults, markers
 from ..errors import ConfigError, InvalidRecordError, MultiWriterError, TableFormatError
 from ..table import instant as inst
 from ..table import layout
-from ..table import bounds
+from ..table import bounds, decisions, metadata_files
 from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
 from ..table.instant import Instant
@@ -501,14 +501,16 @@ def _metadata(plan: ClusteringPlan, stats: list[WriteStat]) -> ReplaceCommitMeta
 
 
 def abort(ctx: CleanerContext, plan: ClusteringPlan) -> list[str]:
-    """Delete what a clustering that did not commit wrote: data files (from markers) first, then
-    markers and its pending instant files. Refuses when the instant completed."""
+    """Undo a clustering that did not commit: its metadata-table deltacommit rolled back, then
+    data files (from markers), markers and its pending instant files. Refuses when the instant
+    completed or was decided."""
     t = plan.clustering_time
-    own = ctx.table.timeline().find(t, inst.CLUSTERING)
-    if own is not None and own.is_completed:
-        log.error("clustering %s is completed; refusing to delete its files", t)
+    if decisions.is_decided(ctx.storage, ctx.config, t, ctx.table.timeline()):
+        log.error("clustering %s is completed (or decided); refusing to delete its files", t)
         ctx.stop_heartbeat(t)
         return []
+    # its metadata-table deltacommit first, while the instant is pending (Hudi's way)
+    metadata_files.rollback_deltacommit(ctx.storage, ctx.config, t)
     deleted = markers.delete_files(ctx.storage, t)
     markers.delete_dir(ctx.storage, t)
     tlmod.delete_pending(ctx.storage, ctx.config, t, inst.CLUSTERING)

@@ -54,7 +54,7 @@ from ..instant_time import parse_time
 from ..storage import Storage
 from ..table import instant as inst
 from ..table import layout
-from ..table import bounds
+from ..table import bounds, decisions
 from ..table import timeline as tlmod
 from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_plan, encode_plan
 from ..table.files import FileGroup, FileSlice, LogFile
@@ -515,8 +515,9 @@ def discard(ctx: CleanerContext, t: str) -> list[str]:
     """After a failed attempt: delete the files its markers name and the markers, keep the plan
     pending (the next run re-executes it once the heartbeat, deleted here, counts as lapsed).
     Does nothing but stop beating when the compaction completed or another cleaner may own it."""
-    own = ctx.table.timeline().find(t, inst.COMPACTION)
-    if own is None or own.is_completed or not _owned(ctx, t):
+    tl = ctx.table.timeline()
+    own = tl.find(t, inst.COMPACTION)
+    if own is None or own.is_completed or not _owned(ctx, t) or decisions.is_decided(ctx.storage, ctx.config, t, tl):
         _let_go(ctx, t)
         return []
     deleted = markers.delete_files(ctx.storage, t)
@@ -529,9 +530,10 @@ def unschedule(ctx: CleanerContext, t: str) -> list[str]:
     """Remove a pending compaction that cannot be executed: its files first (markers), then the
     markers, then ``<T>.compaction.inflight`` and ``.requested`` (a file left without any instant
     could later be taken for an archived commit's). Refuses a completed one."""
-    own = ctx.table.timeline().find(t, inst.COMPACTION)
-    if own is not None and own.is_completed:
-        log.error("compaction %s is completed; refusing to unschedule it", t)
+    tl = ctx.table.timeline()
+    own = tl.find(t, inst.COMPACTION)
+    if (own is not None and own.is_completed) or decisions.is_decided(ctx.storage, ctx.config, t, tl):
+        log.error("compaction %s is completed (or decided); refusing to unschedule it", t)
         _let_go(ctx, t)
         return []
     deleted = markers.delete_files(ctx.storage, t)

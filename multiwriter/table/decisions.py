@@ -235,6 +235,18 @@ def settle(log_: DecisionLog, load: Callable[[], Timeline]) -> tuple[Decision | 
     return d, tl
 
 
+def is_decided(storage: Storage, config: TableConfig, instant_time: str, tl: Timeline | None = None) -> bool:
+    """Is ``instant_time`` committed, or decided and about to be? Every undo of an attempt asks
+    this before deleting anything: completed on the timeline, or named by the newest decision
+    (only the newest can lack its completed file)."""
+    if tl is not None:
+        own = tl.find(instant_time)
+        if own is not None and own.is_completed:
+            return True
+    d = DecisionLog(storage, config).newest()
+    return d is not None and d.kind == COMPLETE and d.instant == instant_time
+
+
 def _is_completed(tl: Timeline, i: Instant) -> bool:
     own = tl.find(i.requested_time, i.action)
     return own is not None and own.is_completed

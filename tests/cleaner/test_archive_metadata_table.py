@@ -107,14 +107,17 @@ def test_the_cleaner_compacts_the_files_partition_when_archival_waits_for_it(tab
     assert ours == rows(hudi_read(table_path), cols) and len(ours) == 7
 
 
-def test_the_cleaners_compaction_stays_below_a_pending_instant_whose_deltacommit_is_there(table_path, trips_table):
+def test_the_cleaners_compaction_stays_below_a_pending_instant_whose_deltacommit_is_there(table_path, trips_table,
+                                                                                           monkeypatch):
     """A crash after the metadata deltacommit leaves a data instant pending whose log is in the
     files partition: the cleaner's compaction is timed just before that instant (as Hudi's
     ``compactIfNecessary``) and merges only the logs before it; its log stays in the open slice,
     where rolling it back stays possible, and both readers agree."""
     from multiwriter import faults
+    from multiwriter.transaction import Transaction
 
     _writes(table_path, 2)
+    monkeypatch.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])  # it dies: no abort
     faults.configure("after-metadata-table=error")
     try:
         try:
@@ -123,6 +126,7 @@ def test_the_cleaners_compaction_stays_below_a_pending_instant_whose_deltacommit
             pass
     finally:
         faults.configure(None)
+    monkeypatch.undo()
     t = mw.Table.open(table_path)
     (pending,) = [i.requested_time for i in t.timeline().pending()]
     newest = max(i.completion_time for i in t.timeline().completed())

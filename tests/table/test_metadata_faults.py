@@ -187,15 +187,8 @@ class Run:
         return archived, compactions
 
 
-#: a clustering that fails once its deltacommit is written is aborted (cleaner/clustering.py
-#: ``abort``) without rolling that deltacommit back: its files stay listed (see the xfail below)
-CLUSTERING_KNOWN = ("after-metadata-table",)
-
-
 def _points(action: str) -> tuple[str, ...]:
-    if action == "rollback":
-        return ROLLBACK_POINTS
-    return tuple(p for p in COMPLETION_POINTS if not (action == "clustering" and p in CLUSTERING_KNOWN))
+    return ROLLBACK_POINTS if action == "rollback" else COMPLETION_POINTS
 
 
 @pytest.mark.parametrize("mode", ["error", "kill"])
@@ -214,8 +207,6 @@ def test_a_fault_at_every_metadata_table_step(action, kind, mode, tmp_path, monk
     assert archived and compactions
 
 
-@pytest.mark.xfail(strict=True, reason="cleaner/clustering.py abort() deletes a failed clustering's files and pending "
-                   "instant without metadata_files.rollback_deltacommit: its deltacommit keeps listing them")
 def test_a_clustering_that_fails_after_its_deltacommit_leaves_nothing_listed(tmp_path, monkeypatch):
     monkeypatch.setattr(mf, "MAX_DELTA_COMMITS", 2)
     monkeypatch.setattr(mf, "RETAIN_COMMITS", 3)
