@@ -248,6 +248,17 @@ class S3Handler(pafs.FileSystemHandler):
             raise FileNotFoundError(f"{base}: no such folder")
         return out
 
+    def list_names(self, folder: str, prefix: str = "") -> list[str]:
+        """Names of the objects directly in ``folder`` that start with ``prefix``: the prefix is
+        S3's own (one request for an instant's few files in a timeline of hundreds)."""
+        bucket, key = _split(folder)
+        start = f"{key}/" if key else ""
+        out = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=start + prefix,
+                                                                          Delimiter="/"):
+            out += [o["Key"][len(start):] for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        return out
+
     def create_dir(self, path: str, recursive: bool) -> None:
         """Nothing: folders on S3 are the objects under them (no marker objects)."""
 

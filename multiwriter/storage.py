@@ -149,7 +149,10 @@ class Storage:
         """Names of the files directly in ``rel`` that start with ``prefix``. On a local disk
         the other entries are not stat'ed: a writer looks for one instant's files in a timeline
         of hundreds before it publishes each data file. Symbolic links count as in
-        :meth:`list_dir`."""
+        :meth:`list_dir`. On S3 ``prefix`` is the listing's own: one request whatever the
+        folder holds besides."""
+        if self._s3 is not None:
+            return self._s3.list_names(self.abs(rel), prefix)
         if not self.is_local:
             names = (e.path.rsplit("/", 1)[-1] for e in self.list_dir(rel, files_only=True))
             return [n for n in names if n.startswith(prefix)]

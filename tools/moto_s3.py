@@ -41,7 +41,7 @@ class CountingLatency:
     """A WSGI middleware that counts every request by kind (:func:`request_kind`) and answers
     each ``latency_s`` later, as a real object store would (15 ms by default; requests sent at
     once wait side by side, so concurrency pays as it does on S3). ``log=True`` also keeps
-    ``(kind, method, path)`` of each request in :attr:`requests` (to see where they go)."""
+    ``(kind, method, path)`` of each request (with the query of a LIST) in :attr:`requests` (to see where they go)."""
 
     def __init__(self, app: Any, latency_s: float = 0.015, *, log: bool = False) -> None:
         self.app = app
@@ -52,12 +52,12 @@ class CountingLatency:
         self._mu = threading.Lock()
 
     def __call__(self, environ: dict, start_response: Any) -> Any:
-        method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
-        kind = request_kind(method, path, environ.get("QUERY_STRING", ""))
+        method, path, query = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")
+        kind = request_kind(method, path, query)
         with self._mu:
             self.counts[kind] += 1
             if self.log:
-                self.requests.append((kind, method, path))
+                self.requests.append((kind, method, f"{path}?{query}" if kind == "LIST" else path))
         if self.latency_s > 0:
             time.sleep(self.latency_s)
         return self.app(environ, start_response)
