@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import posixpath
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +40,9 @@ MULTIPART_THRESHOLD = 32 << 20
 PART_SIZE = 16 << 20
 #: the bytes the first GET of a read asks for, from the end of the object
 TAIL = 1 << 20
+#: bytes of whole Parquet objects kept after a read (a dataset scan opens each file twice: its
+#: footer, then its rows); Parquet objects of a table are never rewritten under their name
+IMMUTABLE_CACHE = 64 << 20
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -161,6 +165,9 @@ class S3Handler(pafs.FileSystemHandler):
     _held: dict[str, bytes] = {}
     _holding: set[str] = set()
     _mu = threading.Lock()
+    #: whole Parquet objects read lately, newest last (:data:`IMMUTABLE_CACHE`)
+    _recent: OrderedDict[str, bytes] = OrderedDict()
+    _recent_bytes = 0
 
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
         self.credentials = credentials
@@ -180,7 +187,33 @@ class S3Handler(pafs.FileSystemHandler):
 
     def _take(self, path: str) -> bytes | None:
         with self._mu:
+            self._forget(path)
             return self._held.pop(path, None)
+
+    def _forget(self, path: str) -> None:
+        data = S3Handler._recent.pop(path, None)
+        if data is not None:
+            S3Handler._recent_bytes -= len(data)
+
+    def _remember(self, path: str, data: bytes) -> None:
+        if not path.endswith(".parquet") or len(data) > IMMUTABLE_CACHE // 8:
+            return
+        with self._mu:
+            self._forget(path)
+            S3Handler._recent[path] = data
+            S3Handler._recent_bytes += len(data)
+            while S3Handler._recent_bytes > IMMUTABLE_CACHE:
+                _, old = S3Handler._recent.popitem(last=False)
+                S3Handler._recent_bytes -= len(old)
+
+    def _recall(self, path: str) -> bytes | None:
+        if not path.endswith(".parquet"):
+            return None
+        with self._mu:
+            data = S3Handler._recent.get(path)
+            if data is not None:
+                S3Handler._recent.move_to_end(path)
+            return data
 
     def _peek(self, path: str) -> bytes | None:
         with self._mu:
@@ -276,6 +309,8 @@ class S3Handler(pafs.FileSystemHandler):
         bucket, key = _split(path)
         under = path.rstrip("/") + "/"
         with self._mu:
+            for k in [k for k in S3Handler._recent if k.startswith(under)]:
+                self._forget(k)
             for k in [k for k in self._held if k.startswith(under)]:
                 del self._held[k]
             self._holding.difference_update({d for d in self._holding if d.startswith(under)})
@@ -298,7 +333,12 @@ class S3Handler(pafs.FileSystemHandler):
         except ClientError as e:
             raise _oserror(path, e) from e
 
+    def _replaced(self, path: str) -> None:
+        with self._mu:
+            self._forget(path)
+
     def move(self, src: str, dest: str) -> None:
+        self._replaced(dest)
         held = self._take(src)
         dbucket, dkey = _split(dest)
         if held is not None:
@@ -310,6 +350,7 @@ class S3Handler(pafs.FileSystemHandler):
     def copy_file(self, src: str, dest: str) -> None:
         from botocore.exceptions import ClientError
 
+        self._replaced(dest)
         held = self._peek(src)
         dbucket, dkey = _split(dest)
         if held is not None:
@@ -342,10 +383,13 @@ class S3Handler(pafs.FileSystemHandler):
 
     def open_input_file(self, path: str) -> Any:
         held = self._peek(path)
+        if held is None:
+            held = self._recall(path)
         if held is not None:
             return pa.BufferReader(held)
         size, tail = self._get(path)
         if len(tail) == size:
+            self._remember(path, tail)
             return pa.BufferReader(tail)
         bucket, key = _split(path)
         return pa.PythonFile(_Ranged(self.client, bucket, key, size, tail), mode="r")
@@ -363,6 +407,7 @@ class S3Handler(pafs.FileSystemHandler):
             raise _oserror(path, e) from e
 
     def open_output_stream(self, path: str, metadata: Any = None) -> Any:
+        self._replaced(path)
         bucket, key = _split(path)
         on_close = None
         if self._is_held_dir(path):

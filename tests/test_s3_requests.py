@@ -56,9 +56,11 @@ def _table(s3, partitions: int, table_type: str = "COPY_ON_WRITE") -> tuple[str,
 
 
 def _upsert_cost(s3, uri: str, bucket: str, cfg: mw.WriterConfig, ts: int) -> Counter:
-    """The requests of one upsert into the first two partitions: 10 updates, 10 new keys."""
-    ids = np.concatenate([np.arange(0, 20, 2), 1_000_000 + ts * 100 + np.arange(10) * 2])
-    batch = _rows(ids, DAYS[:2], ts)
+    """The requests of one upsert into the first two partitions: 10 updates (in the first), 10
+    new keys."""
+    upd = np.arange(0, 60, 6)  # keys of the first partition in every table (and here too)
+    new = 1_000_000 + ts * 100 + np.arange(10)
+    batch = pa.concat_tables([_rows(upd, DAYS[:1], ts), _rows(new, DAYS[:2], ts)])
     s3.counter.take()
     mw.write(batch, uri, cfg)
     mine = [k for k, _, path in s3.counter.requests if path.startswith(f"/{bucket}/") or path == f"/{bucket}"]
