@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import data, executors, goals, locks, metadata_table, mor, nbcc, streaming
+from . import data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -328,6 +328,12 @@ _MOR_NBCC = {
     "mdt_mor_batches": {"small": 20, "full": 30},
     "mdt_list_partitions": {"small": [100, 1000], "full": [100, 1000]},
     "mdt_list_rows_per_partition": {"small": 5, "full": 5},
+    "s3_cost_rows": {"small": 20_000, "full": 200_000},
+    "s3_cost_partitions": {"small": 5, "full": 20},
+    "s3_cost_batch": {"small": 2000, "full": 2000},
+    "s3_cost_batches": {"small": 3, "full": 3},
+    "s3_cost_buckets": {"small": 4, "full": 4},
+    "s3_cost_latency_ms": {"small": 15, "full": 15},
     "mdt_list_upsert_rows": {"small": 2000, "full": 2000},
     "mdt_list_reps": {"small": 3, "full": 3},
     "mdt_long_run_batches": {"small": 3000, "full": 3000},
@@ -367,4 +373,4 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
-             "executors": executors.large_batch}
+             "executors": executors.large_batch, "s3_cost": s3_cost.cost}

@@ -32,18 +32,43 @@ def s3_client(call_timeout_s: float) -> Any:
         return client
 
 
-def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float) -> Any:
+#: the read and connect timeout of :func:`data_client`'s calls
+DATA_TIMEOUT_S = 60.0
+#: connections :func:`data_client` keeps per process and setting (bounds concurrent requests)
+DATA_POOL = 32
+
+
+def data_client(credentials: tuple[str, str] | None = None) -> Any:
+    """The boto3 S3 client of table data (:mod:`multiwriter.s3_store`): configured like
+    :func:`s3_client`, retried five times, :data:`DATA_POOL` pooled connections. ``credentials``
+    (key, secret) from an ``s3://KEY:SECRET@bucket`` URI, or None for the default chain."""
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ("us-east-1" if endpoint else None)
+    key = ("data", os.getpid(), endpoint, region, env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_PROFILE"), credentials)
+    with _clients_mu:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = _new_s3_client(endpoint, region, DATA_TIMEOUT_S, attempts=5, pool=DATA_POOL,
+                                                    credentials=credentials)
+        return client
+
+
+def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float, *, attempts: int = 2,
+                   pool: int = 10, credentials: tuple[str, str] | None = None) -> Any:
     import boto3
     from botocore.config import Config
 
     timeout = max(1.0, call_timeout_s)
-    cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2, "mode": "standard"},
-                 s3={"addressing_style": "path"} if endpoint else None)
+    cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": attempts, "mode": "standard"},
+                 max_pool_connections=pool, s3={"addressing_style": "path"} if endpoint else None)
     kw: dict[str, Any] = {"config": cfg}
     if endpoint:
         kw["endpoint_url"] = endpoint if "://" in endpoint else f"https://{endpoint}"
     if region:
         kw["region_name"] = region
+    if credentials:
+        kw["aws_access_key_id"], kw["aws_secret_access_key"] = credentials
     return boto3.session.Session().client("s3", **kw)
 
 

@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from . import s3
+from . import s3, s3_store
 from .errors import CommitStateUnknownError, ConfigError, FileExists, UnsafePathError
 from .redact import redact
 
@@ -63,8 +63,11 @@ class Storage:
         self.fs: pafs.FileSystem = fs
         self.root: str = root.rstrip("/") or "/"
         self.is_local = isinstance(fs, pafs.LocalFileSystem)
+        #: the S3 file system of plain requests (:mod:`multiwriter.s3_store`); None elsewhere
+        self._s3 = fs.handler if isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, s3_store.S3Handler) else None
+        self.is_s3 = self._s3 is not None or isinstance(fs, pafs.S3FileSystem)
         # object stores have no directories: creating one is an extra PUT of an empty marker
-        self._needs_dirs = not isinstance(fs, pafs.S3FileSystem)
+        self._needs_dirs = not self.is_s3
 
     # -- paths ---------------------------------------------------------------
     def abs(self, rel: str) -> str:
@@ -146,7 +149,10 @@ class Storage:
         """Names of the files directly in ``rel`` that start with ``prefix``. On a local disk
         the other entries are not stat'ed: a writer looks for one instant's files in a timeline
         of hundreds before it publishes each data file. Symbolic links count as in
-        :meth:`list_dir`."""
+        :meth:`list_dir`. On S3 ``prefix`` is the listing's own: one request whatever the
+        folder holds besides."""
+        if self._s3 is not None:
+            return self._s3.list_names(self.abs(rel), prefix)
         if not self.is_local:
             names = (e.path.rsplit("/", 1)[-1] for e in self.list_dir(rel, files_only=True))
             return [n for n in names if n.startswith(prefix)]
@@ -311,7 +317,11 @@ class Storage:
             f.write(data)
 
     def staging_dir(self, rel: str) -> None:
-        """Make ``rel`` ready to hold staged files (:meth:`publish`); nothing on object stores."""
+        """Make ``rel`` ready to hold staged files (:meth:`publish`). On S3 the files staged
+        there stay in this process's memory until published (one PUT at their final name) or
+        deleted (no request), below the multipart threshold (:mod:`multiwriter.s3_store`)."""
+        if self._s3 is not None:
+            self._s3.hold(self.abs(rel))
         if self._needs_dirs:
             self.refuse_links(self.abs(rel) + "/")
             self.fs.create_dir(self.abs(rel), recursive=True)
@@ -334,8 +344,10 @@ class Storage:
         An empty file on a local disk is created in one step (``O_CREAT | O_EXCL``): with no
         content there is no partial file to hide behind a link.
 
-        Local disks: atomic (``link`` of a complete temporary file). Object stores (S3 and the
-        like) have no create-if-absent here, so this is check-then-put: a single PUT is atomic
+        Local disks: atomic (``link`` of a complete temporary file). S3: one conditional PUT
+        (``If-None-Match: *``, as :meth:`create_exclusive`), atomic too. Other object stores
+        (an ``s3://`` URI with its own query options) have no create-if-absent here, so this is
+        check-then-put: a single PUT is atomic
         (readers see the whole object or none) but two creators of the same name can both
         succeed. It is safe because of who calls it with which names:
 
@@ -382,7 +394,11 @@ class Storage:
             finally:
                 os.unlink(tmp)
             return
-        # Object stores: no atomic create; see the rule in the docstring.
+        if self._s3 is not None:  # S3: one conditional PUT (If-None-Match: *), atomic
+            if not self._s3_create_exclusive(rel, data):
+                raise FileExists(rel)
+            return
+        # Other object stores: no atomic create; see the rule in the docstring.
         self._parent_dir(target)
         if self.exists(rel):
             raise FileExists(rel)
@@ -404,7 +420,7 @@ class Storage:
             except FileExists:
                 return False
             return True
-        if not isinstance(self.fs, pafs.S3FileSystem):
+        if not self.is_s3:
             raise ConfigError(f"{redact(self.uri)}: this store has no atomic create-if-absent that multiwriter can use "
                               "to decide commits; use a local disk or S3")
         return self._s3_create_exclusive(rel, data)
@@ -435,9 +451,13 @@ class Storage:
 
     def delete(self, rel: str) -> bool:
         """Delete a file; False when it was already gone (deletes are idempotent) or lies behind
-        a symbolic link out of the table (skipped with a warning)."""
+        a symbolic link out of the table (skipped with a warning). On S3 one DELETE request,
+        which S3 answers alike whether or not the object was there: True."""
         if self._through_link(self.abs(rel)):
             return False
+        if self._s3 is not None:
+            self.fs.delete_file(self.abs(rel))
+            return True
         try:
             self.fs.delete_file(self.abs(rel))
             return True
@@ -506,17 +526,18 @@ def _in_dir(path: str, mode: str | int) -> Any:
 
 
 def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and root path of ``uri``; ``s3://`` is configured from the environment
-    (:func:`s3_options`) unless the URI carries its own query options."""
+    """The filesystem and root path of ``uri``; ``s3://`` is the file system of plain S3 requests
+    (:mod:`multiwriter.s3_store`) configured from the environment (:func:`s3_options`'s
+    variables), unless the URI carries its own query options (then pyarrow's ``S3FileSystem``)."""
     parts = urlsplit(uri)
     if parts.scheme in ("s3", "s3a") and not parts.query:
-        opts = s3_options()
+        s3_options()  # refuses a plain-http endpoint that AWS_ALLOW_HTTP forbids
         userinfo, at, bucket = parts.netloc.rpartition("@")
+        credentials = None
         if at:  # s3://KEY:SECRET@bucket/...: the URI's own credentials, as pyarrow reads them
             key, _, secret = userinfo.partition(":")
-            opts.update(access_key=unquote(key), secret_key=unquote(secret))
-        fs = pafs.S3FileSystem(**opts)
-        return fs, f"{bucket}{parts.path}".rstrip("/")
+            credentials = (unquote(key), unquote(secret))
+        return s3_store.filesystem(credentials), f"{bucket}{parts.path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
 
 

@@ -54,7 +54,7 @@ def test_storage_never_asks_aws_for_the_bucket_region(s3_server):
     from multiwriter.storage import Storage, s3_options
 
     st = Storage(s3_server() + "/t")
-    assert st.fs.region == "us-east-1"
+    assert st.fs.handler.client.meta.region_name == "us-east-1"
     assert s3_options({"AWS_ENDPOINT_URL": "http://127.0.0.1:1"}) == {
         "endpoint_override": "127.0.0.1:1", "scheme": "http", "region": "us-east-1"}
     assert s3_options({"AWS_DEFAULT_REGION": "eu-west-1"}) == {"region": "eu-west-1"}  # real S3, known region

@@ -11,8 +11,64 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from collections import Counter
 from typing import Any
+from urllib.parse import parse_qs
+
+#: the kinds of S3 request :class:`CountingLatency` counts (:func:`request_kind`)
+KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
+
+
+def request_kind(method: str, path: str, query: str) -> str:
+    """An S3 request (path-style) by kind: LIST (ListObjects(V2) on the bucket), HEAD, GET, PUT
+    (objects, upload parts, copies), MULTIPART (a multipart upload's start or completion; its
+    parts are PUTs), DELETE (one object, or a batch ``POST ?delete``), other."""
+    parts = path.strip("/").split("/", 1)
+    keyed = len(parts) == 2 and parts[1] != ""
+    q = parse_qs(query, keep_blank_values=True)
+    if method == "GET" and not keyed:
+        return "LIST" if not q or {"list-type", "prefix", "delimiter", "continuation-token", "marker"} & set(q) else "other"
+    if method == "POST" and "delete" in q:
+        return "DELETE"
+    if method == "POST" and {"uploads", "uploadId"} & set(q):
+        return "MULTIPART"
+    return {"HEAD": "HEAD", "GET": "GET", "PUT": "PUT", "DELETE": "DELETE"}.get(method, "other")
+
+
+class CountingLatency:
+    """A WSGI middleware that counts every request by kind (:func:`request_kind`) and answers
+    each ``latency_s`` later, as a real object store would (15 ms by default; requests sent at
+    once wait side by side, so concurrency pays as it does on S3). ``log=True`` also keeps
+    ``(kind, method, path)`` of each request (with the query of a LIST) in :attr:`requests` (to see where they go)."""
+
+    def __init__(self, app: Any, latency_s: float = 0.015, *, log: bool = False) -> None:
+        self.app = app
+        self.latency_s = float(latency_s)
+        self.log = log
+        self.counts: Counter[str] = Counter()
+        self.requests: list[tuple[str, str, str]] = []
+        self._mu = threading.Lock()
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        method, path, query = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")
+        kind = request_kind(method, path, query)
+        with self._mu:
+            self.counts[kind] += 1
+            if self.log:
+                self.requests.append((kind, method, f"{path}?{query}" if kind == "LIST" else path))
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        return self.app(environ, start_response)
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last call (every kind of :data:`KINDS`), and start again."""
+        with self._mu:
+            out = {k: self.counts.get(k, 0) for k in KINDS}
+            self.counts.clear()
+            self.requests = []
+        return out
 
 
 class SerializedWrites:

@@ -59,19 +59,27 @@ def pending_files(config: TableConfig, instant_time: str, action: str | None = N
 
 
 def check_alive(storage: Storage, instant_time: str, bound_s: float | None, pending: tuple[str, ...], what: str) -> None:
-    """Raise unless ``instant_time`` may still write ``what``; nothing is written on failure."""
+    """Raise unless ``instant_time`` may still write ``what``; nothing is written on failure.
+    The timeline is looked at once (its files of ``instant_time``: one listing request on an
+    object store), for both questions: completed already, still pending."""
+    names = _instant_names(storage, instant_time, pending) if pending else []
     if pending:  # first: a late attempt's heartbeat is gone too, but this says why
-        _check_not_completed(storage, instant_time, pending, what)
+        _check_not_completed(names, instant_time, what)
     client = beating_client(instant_time)
     if client is not None:
         client.check(instant_time)
     elif bound_s is not None:
         _check_heartbeat_file(storage, instant_time, bound_s, what)
-    if pending and not any(storage.exists(rel) for rel in pending):
+    if pending and not {rel.rsplit("/", 1)[-1] for rel in pending} & set(names):
         raise InstantRolledBackError(
             f"instant {instant_time} is no longer pending (no {pending[0].rsplit('/', 1)[-1]} on the timeline): "
             f"the cleaner rolled it back, so {what} is not written; the batch will be retried with a new instant"
         )
+
+
+def _instant_names(storage: Storage, instant_time: str, pending: tuple[str, ...]) -> list[str]:
+    """The names of the files of ``instant_time`` on the timeline holding ``pending``."""
+    return storage.list_names(pending[0].rpartition("/")[0], instant_time)
 
 
 def _check_heartbeat_file(storage: Storage, instant_time: str, bound_s: float, what: str) -> None:
@@ -85,10 +93,9 @@ def _check_heartbeat_file(storage: Storage, instant_time: str, bound_s: float, w
     )
 
 
-def _check_not_completed(storage: Storage, instant_time: str, pending: tuple[str, ...], what: str) -> None:
-    """Raise when the timeline holding ``pending`` has a completed instant ``instant_time``."""
-    timeline_dir = pending[0].rpartition("/")[0]
-    for name in storage.list_names(timeline_dir, instant_time):
+def _check_not_completed(names: list[str], instant_time: str, what: str) -> None:
+    """Raise when ``names`` (timeline files) hold a completed instant ``instant_time``."""
+    for name in names:
         i = inst.decode_file_name(name)
         if i is not None and i.requested_time == instant_time and i.is_completed:
             raise InstantCompletedError(

@@ -654,8 +654,23 @@ def _file_format(schema_ipc: bytes, plain: tuple[str, ...]) -> _FileFormat:
     )
 
 
+#: partition metadata files this process saw or created on object stores (never deleted: a
+#: partition keeps its file), so each write does not ask again (a request per partition)
+_PARTITION_METADATA_SEEN: set[str] = set()
+
+
 def ensure_partition_metadata(storage: Storage, partition: str, t: str, depth: int) -> None:
     rel = layout.data_file_path(partition, layout.PARTITION_METADATA)
+    remote = storage.is_s3
+    if remote and storage.uri_of(rel) in _PARTITION_METADATA_SEEN:
+        return
+    if remote:  # one conditional PUT: created, or there already
+        try:
+            storage.put_if_absent(rel, layout.partition_metadata_bytes(t, depth))
+        except FileExists:
+            pass
+        _PARTITION_METADATA_SEEN.add(storage.uri_of(rel))
+        return
     if storage.exists(rel):
         return
     try:

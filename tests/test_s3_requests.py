@@ -1,0 +1,98 @@
+"""What an upsert costs on S3 does not grow with the table (issue 57).
+
+moto's S3 server behind :class:`tools.moto_s3.CountingLatency` (no added latency here): the
+requests of one upsert into two partitions are counted by the server itself, per bucket. They
+must not grow with the partitions the upsert does not touch, nor with the number of commits the
+table has seen; and every request of an upsert is accounted for by kind (no directory markers,
+single PUTs for small objects).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import multiwriter as mw
+
+pytestmark = pytest.mark.timeout(600)
+
+SCHEMA = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", pa.int64()), ("v", pa.float64())])
+DAYS = [f"2024-01-{d:02d}" for d in range(1, 29)]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    from tools.moto_s3 import CountingLatency, MotoS3, SerializedWrites
+
+    holder = {}
+
+    def wrap(app):
+        holder["counter"] = CountingLatency(SerializedWrites(app), 0.0, log=True)
+        return holder["counter"]
+
+    with MotoS3(prefix="mwreq", wrap=wrap) as server:
+        server.counter = holder["counter"]
+        yield server
+
+
+def _rows(ids: np.ndarray, days: list[str], ts: int) -> pa.Table:
+    return pa.table({"id": [f"k{i:08d}" for i in ids], "date": [days[i % len(days)] for i in ids],
+                     "ts": np.full(len(ids), ts, np.int64), "v": ids.astype(np.float64) * ts}, schema=SCHEMA)
+
+
+def _table(s3, partitions: int, table_type: str = "COPY_ON_WRITE") -> tuple[str, str, mw.WriterConfig]:
+    uri = s3.bucket()
+    bucket = uri.removeprefix("s3://")
+    uri += "/t"
+    extra = {"num_buckets": 2} if table_type == "MERGE_ON_READ" else {}
+    mw.Table.create(uri, name="t", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
+                    metadata=True, table_type=table_type, **extra)
+    cfg = mw.WriterConfig(writer_id="w", executor="driver", lock=mw.InProcessLock())
+    ids = np.arange(partitions * 20)
+    mw.write(_rows(ids, DAYS[:partitions], 0), uri, cfg)
+    return uri, bucket, cfg
+
+
+def _upsert_cost(s3, uri: str, bucket: str, cfg: mw.WriterConfig, ts: int) -> Counter:
+    """The requests of one upsert into the first two partitions: 10 updates (in the first), 10
+    new keys."""
+    upd = np.arange(0, 60, 6)  # keys of the first partition in every table (and here too)
+    new = 1_000_000 + ts * 100 + np.arange(10)
+    batch = pa.concat_tables([_rows(upd, DAYS[:1], ts), _rows(new, DAYS[:2], ts)])
+    s3.counter.take()
+    mw.write(batch, uri, cfg)
+    mine = [k for k, _, path in s3.counter.requests if path.startswith(f"/{bucket}/") or path == f"/{bucket}"]
+    markers = [path for _, method, path in s3.counter.requests if method == "PUT" and path.endswith("/")]
+    assert not markers, f"directory-marker objects written: {markers}"
+    s3.counter.take()
+    return Counter(mine)
+
+
+def _total(c: Counter) -> int:
+    return sum(c.values())
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_upsert_requests_do_not_grow_with_untouched_partitions(s3, table_type):
+    small = _table(s3, 2, table_type)
+    large = _table(s3, 24, table_type)
+    for ts in (1, 2):  # the second upsert of each is compared: both tables past their first
+        few = _upsert_cost(s3, *small, ts=ts)
+        many = _upsert_cost(s3, *large, ts=ts)
+    assert _total(many) <= _total(few), f"2 partitions: {dict(few)}; 24 partitions: {dict(many)}"
+    assert many["LIST"] <= few["LIST"]
+    assert many["MULTIPART"] == 0
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_upsert_requests_do_not_grow_with_the_tables_age(s3, table_type):
+    uri, bucket, cfg = _table(s3, 3, table_type)
+    costs = [_total(_upsert_cost(s3, uri, bucket, cfg, ts)) for ts in range(1, 19)]
+    # the median of four upserts: a periodic step (the decision log's pruning, the metadata
+    # table's compaction) may fall in either window
+    young, old = sorted(costs[2:6]), sorted(costs[-4:])
+    assert old[1] <= young[1], f"requests per upsert over the table's life: {costs}"
+    got = mw.Table.open(uri).read(columns=["id"]).num_rows
+    assert got == 60 + 18 * 10
