@@ -430,7 +430,8 @@ class Storage:
 
         bucket, _, prefix = self.root.partition("/")
         key = posixpath.join(prefix, rel.lstrip("/")) if prefix else rel.lstrip("/")
-        client = s3.s3_client(S3_CALL_TIMEOUT_S)
+        # the table's own client: an s3://KEY:SECRET@bucket URI's credentials, else the default chain
+        client = s3.data_client(self._s3.credentials) if self._s3 is not None else s3.s3_client(S3_CALL_TIMEOUT_S)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
             return True
