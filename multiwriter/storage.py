@@ -410,10 +410,11 @@ class Storage:
         that a second creator cannot also win, even one that lost the table lock long ago: the
         commit decision (:mod:`multiwriter.table.decisions`) rests on it. True when we created it,
         False when it existed. Local disks: ``link`` of a complete temporary file. S3: a
-        conditional ``PUT`` (``If-None-Match: *``); HTTP 412 means it existed. An answer that
-        leaves the outcome unknown (a timeout, a 409 of two conditional writes at once) is
-        settled by reading the object back: ours when it holds our bytes (callers make their
-        bytes unique). Other stores have no such operation here and are refused."""
+        conditional ``PUT`` (``If-None-Match: *``). Any answer but success (HTTP 412, which a
+        retry of our own create whose first answer was lost also gets; a timeout; a 409 of two
+        conditional writes at once) is settled by reading the object back: ours when it holds
+        our bytes (callers make their bytes unique). Other stores have no such operation here
+        and are refused."""
         if self.is_local:
             try:
                 self.put_if_absent(rel, data)
@@ -436,8 +437,8 @@ class Storage:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
             return True
         except ClientError as e:
-            if s3.precondition_failed(e):
-                return False
+            # a 412 may answer the client's own retry of a create whose first answer was lost:
+            # the object's bytes tell (ours are unique), as for any other unclear outcome
             unknown: Exception = e
         except BotoCoreError as e:
             unknown = e

@@ -141,3 +141,25 @@ def test_racing_completers_on_s3_decide_each_step_once(s3_server):
     assert log.read(len(wins) - 1).actor == wins[len(wins) - 1]
     assert losses[0] > 0, "the racers really raced"
     assert middleware.conditional - before >= len(wins) + losses[0], "every decision was a conditional create"
+
+
+def test_a_create_whose_answer_was_lost_and_retried_into_a_412_is_still_ours(s3_server, monkeypatch):
+    """The SDK retries a conditional PUT whose first answer was lost; the retry gets HTTP 412
+    for our own object. Taking that for a loss would abort a decided commit and delete its
+    files: the object's bytes tell whose it is."""
+    from botocore.exceptions import ClientError
+
+    from multiwriter import s3
+
+    storage = Storage(s3_server() + "/t")
+    client = s3.data_client(None)
+    real = client.put_object
+
+    def lost_answer_then_412(**kw):
+        real(**kw)
+        raise ClientError({"Error": {"Code": "PreconditionFailed"}, "ResponseMetadata": {"HTTPStatusCode": 412}},
+                          "PutObject")
+
+    monkeypatch.setattr(client, "put_object", lost_answer_then_412)
+    assert storage.create_exclusive("d/1.json", b'{"nonce": "ours"}') is True
+    assert storage.create_exclusive("d/1.json", b'{"nonce": "theirs"}') is False
