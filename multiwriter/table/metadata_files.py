@@ -23,6 +23,7 @@ import datetime as _dt
 import io
 import json
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -437,7 +438,11 @@ class MetadataTable:
 
     def _decoded(self, name: str) -> list[Records]:
         """The records of one file of the group (a base HFile, or the HFile blocks of a log
-        file). Files never change once written: decoded once per process."""
+        file), without the unsafe ones (:func:`_sanitize`). Files never change once written:
+        decoded once per process."""
+        return self._decoded_and_ignored(name)[0]
+
+    def _decoded_and_ignored(self, name: str) -> tuple[list[Records], list[str]]:
         rel = self._rel(f"{PARTITION}/{name}")
         key = (self.storage.uri, rel)
         with _CACHE_LOCK:
@@ -451,11 +456,23 @@ class MetadataTable:
         else:
             out = [_decode_hfile(b.content, rel) for b in read_log_blocks(data, source=rel)
                    if b.block_type == BlockType.HFILE_DATA and b.content is not None]
+        ignored = [why for recs in out for why in _sanitize(recs, rel)]
+        for why in ignored[:_WARN_MAX]:
+            log.warning("%s; ignored by readers and dropped by the next compaction of the files partition", why)
+        if len(ignored) > _WARN_MAX:
+            log.warning("%s: %d more unsafe records ignored", rel, len(ignored) - _WARN_MAX)
         with _CACHE_LOCK:
-            _DECODED[key] = out
+            _DECODED[key] = (out, ignored)
             while len(_DECODED) > _CACHE_FILES:
                 _DECODED.popitem(last=False)
-        return out
+        return out, ignored
+
+    def ignored(self) -> list[str]:
+        """Why each unsafe record of the latest slice is ignored (a partition or a file name that
+        would lead out of the table or that no file system takes), each naming its file: readers
+        skip them, and the next compaction of the files partition leaves them out."""
+        base, _, logs = self.latest_slice()
+        return [why for n in ([base] if base is not None else []) + logs for why in self._decoded_and_ignored(n)[1]]
 
     def listing(self) -> dict[str, dict[str, int]]:
         """Partition -> live file name -> size, as a reader trusting the metadata table sees it."""
@@ -498,9 +515,15 @@ class MetadataTable:
             return False
         self._undo_pending_compactions()
         recs: Records = {}
+        dropped = 0
         for n in ([base] if base is not None else []) + merged:
-            for r in self._decoded(n):
+            decoded, ignored = self._decoded_and_ignored(n)
+            dropped += len(ignored)
+            for r in decoded:
                 _merge(recs, r)
+        if dropped:
+            log.warning("%s: the compaction %s of the files partition leaves out %d unsafe records of the slice it "
+                        "merges (see the warnings naming their files)", MDT_DIR, t, dropped)
         for p in list(recs):
             recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
         name = f"{GROUP}_{_WRITE_TOKEN}_{t}.hfile"
@@ -592,7 +615,9 @@ class MetadataTable:
 #: decoded files of files partitions, by (table URI, path); a slice is at most one base and
 #: MAX_DELTA_COMMITS logs, so a few tables' worth fit
 _CACHE_FILES = 256
-_DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
+_DECODED: OrderedDict[tuple[str, str], tuple[list[Records], list[str]]] = OrderedDict()
+#: unsafe records of one file warned about one by one, the rest counted
+_WARN_MAX = 10
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
@@ -675,6 +700,40 @@ def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
         info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
     now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
     return hfile.write(cells, file_info=info, created_ms=now)
+
+
+def _sanitize(recs: Records, source: str) -> list[str]:
+    """Drop from ``recs`` (one file's records) every record or entry a reader must not follow:
+    a partition key, or a partition in the partition list, that is no run of plain directory
+    names (``../x``, an absolute path), and a file name that is no plain name or longer than a
+    file system takes (:func:`.paths.file_name`). Returns why each was dropped (the path
+    rule's text, naming ``source``). Hudi's writers never write them: someone planted them."""
+    out: list[str] = []
+    for key in list(recs):
+        files = recs[key]
+        if key != ALL_PARTITIONS:
+            try:
+                paths.partition(_partition(key), source=source)
+            except UnsafePathError as e:
+                out.append(f"{e} (a record of {len(files)} files)")
+                del recs[key]
+                continue
+        suspect = list(files) if key == ALL_PARTITIONS else [
+            n for n in files if len(n) > paths.MAX_NAME_BYTES // 4 or not _PLAIN.match(n)]
+        for n in suspect:
+            try:
+                if key == ALL_PARTITIONS:
+                    paths.partition(_partition(n), source=source)
+                else:
+                    paths.file_name(n, source=source, what=f"file name in partition {key!r}")
+            except UnsafePathError as e:
+                out.append(str(e))
+                del files[n]
+    return out
+
+
+#: a name the path rule surely takes (checked in full only when it does not match)
+_PLAIN = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9_.=-]{1,63}\Z")
 
 
 def _decode_hfile(data: bytes, source: str) -> Records:
@@ -920,7 +979,11 @@ def list_files(storage: Storage, config: props.TableConfig, partitions: list[str
     for part, files in listing.items():
         if wanted is not None and part not in wanted:
             continue
-        paths.partition(part, source=f"{MDT_DIR}/{PARTITION}")  # a record naming a path out of the table
+        try:  # the records were sanitized as decoded: this is the last line
+            paths.partition(part, source=f"{MDT_DIR}/{PARTITION}")
+        except UnsafePathError as e:
+            log.warning("%s; ignored", e)
+            continue
         for name, size in files.items():
             if not paths.is_data_file_name(name):
                 log.warning("%s/%s: %r in partition %r is no data file name; ignored", MDT_DIR, PARTITION, name, part)
