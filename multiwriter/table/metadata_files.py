@@ -69,6 +69,16 @@ MAX_DELTA_COMMITS = 10
 RETAIN_COMMITS = 20
 TYPE_ALL_PARTITIONS, TYPE_FILES = 1, 2
 _WRITE_TOKEN = "0-0-0"
+#: the empty log file Hudi writes beside the bootstrap base (its ``DEFAULT_WRITE_TOKEN``)
+BOOTSTRAP_LOG = f".{GROUP}_{BOOTSTRAP_TIME}.log.1_{_WRITE_TOKEN}"
+#: a delete block's content with no key: its version (3), then the length (1) of an Avro
+#: ``HoodieDeleteRecordList`` of no record (one zero byte)
+_EMPTY_DELETE = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"
+
+
+def bootstrap_log() -> bytes:
+    """The bytes of :data:`BOOTSTRAP_LOG`: one delete block of no key at the bootstrap time."""
+    return encode_block(BlockType.DELETE, {HeaderKey.INSTANT_TIME: BOOTSTRAP_TIME}, _EMPTY_DELETE)
 
 _FILE_INFO = {
     "type": "record", "name": "HoodieMetadataFileInfo", "fields": [
@@ -234,8 +244,11 @@ class MetadataTable:
         for p, files in listing.items():
             recs[_key(p)] = {n: (s, False) for n, s in files.items()}
         name = f"{GROUP}_{_WRITE_TOKEN}_{BOOTSTRAP_TIME}.hfile"
-        data = _hfile(recs)
+        data = _hfile(recs, base=True)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        # Hudi's initializeFileGroups opens the file group with an empty delete block in a log
+        # file at the bootstrap time (readers and compaction find nothing in it)
+        self.storage.write_bytes(self._rel(f"{PARTITION}/{BOOTSTRAP_LOG}"), bootstrap_log())
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, num_writes=len(recs),
                          num_inserts=len(recs), total_write_bytes=len(data), file_size=len(data))
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
@@ -504,7 +517,7 @@ class MetadataTable:
         completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
         when a compaction at ``t`` completed already (Hudi skips it too)."""
         base, base_t, logs = self.latest_slice()
-        if not logs or len(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs):
+        if _deltacommit_logs(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs) or not logs:
             return False
         done = self._completed()
         if t in done or (base is not None and t <= base_t):
@@ -533,7 +546,7 @@ class MetadataTable:
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
         schema = self.schema_json
-        data = _hfile(recs, schema)
+        data = _hfile(recs, schema, base=True, file_name=name)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
         faults.point("mid-metadata-compaction")
         self._slice = (name, t, [n for n in logs if n not in merged])
@@ -630,6 +643,11 @@ def forget_decoded() -> None:
         _BASE_SCHEMAS.clear()
 
 
+def _deltacommit_logs(logs: list[str]) -> int:
+    """How many of a slice's log files deltacommits wrote (the bootstrap's empty log aside)."""
+    return sum(1 for n in logs if n != BOOTSTRAP_LOG)
+
+
 def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:
     try:
         mt._put_instant(t, action, state)
@@ -682,13 +700,18 @@ def _parsed(schema_json: str) -> Any:
     return parsed
 
 
-def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
+def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON, *, base: bool = False, file_name: str | None = None) -> bytes:
+    """An HFile of ``recs``: a log block's, or with ``base`` a base file's (with the keys' bloom
+    filter). ``file_name``: a compacted base's own name, which Hudi's compaction writes into
+    every record's ``_hoodie_file_name`` (the bootstrap base leaves it null)."""
     parsed = _parsed(schema_json)
     names = [f["name"] for f in parsed["fields"]]  # the parsed schema's, not the JSON parsed again
     cells = []
     for key, files in recs.items():
         rtype = TYPE_ALL_PARTITIONS if key == ALL_PARTITIONS else TYPE_FILES
         value: dict[str, Any] = dict.fromkeys(names)
+        if file_name is not None and "_hoodie_file_name" in value:
+            value["_hoodie_file_name"] = file_name
         value.update({"key": "", "type": rtype,
                       "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in files.items()}})
         buf = io.BytesIO()
@@ -698,8 +721,12 @@ def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
     info = {b"schema": schema_json.encode()}
     if keys:
         info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
+    meta = None
+    if base:  # a base file carries the keys' bloom filter, as Hudi's HFile writer adds it
+        info[hfile.BLOOM_TYPE_KEY] = hfile.BLOOM_TYPE
+        meta = {hfile.BLOOM_META_BLOCK: hfile.bloom_filter(keys)}
     now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
-    return hfile.write(cells, file_info=info, created_ms=now)
+    return hfile.write(cells, meta=meta, file_info=info, created_ms=now)
 
 
 def _sanitize(recs: Records, source: str) -> list[str]:
@@ -829,7 +856,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     # time, opens the new slice); else just before the earliest pending data instant whose
     # deltacommit is here, whose log stays on top of the new base
     _, _, logs = mt.latest_slice()
-    if len(logs) >= MAX_DELTA_COMMITS:
+    if _deltacommit_logs(logs) >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
     mt.append(t, completion, recs, token=token)
     mt.clean_slices()
