@@ -83,6 +83,8 @@ class CleanerReport:
     small_files: int = 0  # of which below the clustering small-file size
     quarantined: list[str] = field(default_factory=list)  # timeline files this run moved aside, why, what to do
     in_quarantine: list[str] = field(default_factory=list)  # files waiting in .hoodie/.quarantine for a person
+    #: metadata-table records readers skip (unsafe partitions, file names), naming their files
+    metadata_ignored: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -114,6 +116,9 @@ class CleanerReport:
         if self.in_quarantine:
             parts.append(f"{len(self.in_quarantine)} files in {plan_checks.QUARANTINE_DIR} (first: "
                          f"{self.in_quarantine[0]}): {plan_checks.HINT}")
+        if self.metadata_ignored:
+            parts.append(f"{len(self.metadata_ignored)} unsafe metadata-table records (first: "
+                         f"{self.metadata_ignored[0]})")
         if self.errors:
             parts.append(f"{len(self.errors)} errors: {self.errors[0]}")
         return f"cleaner: {', '.join(parts)} in {self.duration_s:.2f}s"
@@ -402,6 +407,7 @@ class Cleaner:
         moved = plan_checks.audit(ctx)
         report.quarantined.extend(str(q) for q in moved)
         report.errors.extend(f"plan checks: {q}" for q in moved)
+        report.metadata_ignored.extend(plan_checks.unsafe_metadata_records(ctx))
 
     def _quarantine(self, ctx: CleanerContext, report: CleanerReport) -> None:
         report.quarantined.extend(e for e in report.errors if plan_checks.QUARANTINE_DIR in e

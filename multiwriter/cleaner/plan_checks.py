@@ -147,6 +147,29 @@ def _audit_metadata_table(ctx: CleanerContext) -> list[Quarantined]:
     return moved
 
 
+def unsafe_metadata_records(ctx: CleanerContext) -> list[str]:
+    """The records of the metadata table's latest slice that readers skip (a partition such as
+    ``../x`` or an absolute path, a file name no file system takes), each naming its file and
+    what happened to it. While any is in a log file of the open slice, that slice is compacted
+    now, under the table lock, so that the new base leaves them out (the files stay, readers of
+    older slices skip them; a person may inspect them). One in the base alone goes with the
+    base's next compaction."""
+    if not metadata_files.enabled(ctx.config):
+        return []
+    found = metadata_files.MetadataTable(ctx.storage, ctx.config).ignored()
+    if not found:
+        return []
+    with ctx.locked() as tl:
+        newest = max((i.completion_time or i.requested_time for i in tl.completed()), default=None)
+        compacted = newest is not None and metadata_files.compact_open_slice(tl.storage, tl.config, newest)
+    after = ("left out of the metadata table's new base by the compaction this run made" if compacted
+             else "skipped by readers; the files partition's next compaction leaves it out")
+    out = [f"{why}: {after}" for why in found]
+    for line in out:
+        log.warning("%s", line)
+    return out
+
+
 def _instant(name: str) -> Instant | None:
     try:
         return inst.decode_file_name(name)
@@ -162,7 +185,8 @@ def waiting(ctx: CleanerContext) -> list[str]:
         return []
 
 
-__all__ = ["HINT", "QUARANTINE_DIR", "Quarantined", "audit", "forged_pending", "quarantine", "waiting"]
+__all__ = ["HINT", "QUARANTINE_DIR", "Quarantined", "audit", "forged_pending", "quarantine", "unsafe_metadata_records",
+           "waiting"]
 
 
 # -- compaction plans against the timeline's slices ---------------------------------------------------------

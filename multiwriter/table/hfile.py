@@ -123,6 +123,12 @@ def _cell_key(key: bytes) -> bytes:
     return struct.pack(">h", len(key)) + key + _KEY_TAIL
 
 
+def _index_key(key: bytes) -> bytes:
+    """A key as the root index and ``hfile.LASTKEY`` hold it in Hudi's files: its 2-byte length
+    and the key, without the KeyValue tail (family, timestamp, type) the cells carry."""
+    return struct.pack(">h", len(key)) + key
+
+
 def _user_key(cell_key: bytes) -> bytes:
     (n,) = struct.unpack_from(">h", cell_key, 0)
     return cell_key[2:2 + n]
@@ -157,10 +163,8 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
     out = bytearray()
     prev = {DATA: -1, META: -1}
     data_index: list[tuple[int, int, bytes]] = []
-    uncompressed_total = 0
 
     def block(magic: bytes, payload: bytes, *, compressed: bool) -> int:
-        nonlocal uncompressed_total
         body = _gzip(payload) if compressed else payload
         at = len(out)
         n_checksums = -(-(HEADER.size + len(body) + 4) // BYTES_PER_CHECKSUM)
@@ -171,26 +175,27 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
         out.extend(b"\x00" * (4 * n_checksums))
         if magic in prev:
             prev[magic] = at
-        uncompressed_total += HEADER.size + len(payload)
         return at
 
     first_data = len(out)
-    buf, first_key, key_bytes, value_bytes = bytearray(), None, 0, 0
+    last_data = first_data
+    buf, first_key, key_bytes, value_bytes, data_bytes = bytearray(), None, 0, 0, 0
     for k, v in items:
         if first_key is None:
             first_key = k
         ck = _cell_key(k)
         buf += struct.pack(">ii", len(ck), len(v)) + ck + v + b"\x00"
-        key_bytes += len(ck)
+        key_bytes += len(k)  # the user key, as HFileInfo's AVG_KEY_LEN counts it
         value_bytes += len(v)
         if len(buf) >= BLOCK_SIZE:
-            at = block(DATA, bytes(buf), compressed=compress)
-            data_index.append((at, len(out) - at, _cell_key(first_key)))
+            data_bytes += len(buf)
+            last_data = at = block(DATA, bytes(buf), compressed=compress)
+            data_index.append((at, len(out) - at, _index_key(first_key)))
             buf, first_key = bytearray(), None
     if buf:
-        at = block(DATA, bytes(buf), compressed=compress)
-        data_index.append((at, len(out) - at, _cell_key(first_key)))
-    last_data = len(out)
+        data_bytes += len(buf)
+        last_data = at = block(DATA, bytes(buf), compressed=compress)
+        data_index.append((at, len(out) - at, _index_key(first_key)))
     meta_index: list[tuple[int, int, bytes]] = []
     for name in sorted(meta or {}):
         at = block(META, (meta or {})[name], compressed=compress)
@@ -202,7 +207,7 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
     block(ROOT_INDEX, metas, compressed=compress)
     n = len(items)
     info = {
-        b"hfile.LASTKEY": _cell_key(items[-1][0]) if items else b"",
+        b"hfile.LASTKEY": _index_key(items[-1][0]) if items else b"",
         b"hfile.AVG_KEY_LEN": struct.pack(">i", key_bytes // n if n else 0),
         b"hfile.AVG_VALUE_LEN": struct.pack(">i", value_bytes // n if n else 0),
         b"hfile.CREATE_TIME_TS": struct.pack(">q", created_ms),
@@ -214,9 +219,12 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
     info = {**(file_info or {}), **info}
     proto = b"".join(_pb_bytes(1, _pb_bytes(1, k) + _pb_bytes(2, v)) for k, v in info.items())
     file_info_at = block(FILE_INFO, b"PBUF" + _varint(len(proto)) + proto, compressed=compress)
+    # as Hudi's HFileWriterImpl fills the trailer: field 3 (uncompressed_data_index_size) holds the
+    # data blocks' uncompressed bytes, field 4 (total_uncompressed_bytes) is left out, and
+    # field 10 is the offset of the last data block (where a reader seeks for the last key)
     trailer = b"".join([
-        _pb_int(1, file_info_at), _pb_int(2, load_on_open), _pb_int(3, len(root)),
-        _pb_int(4, uncompressed_total), _pb_int(5, len(data_index)), _pb_int(6, len(meta_index)),
+        _pb_int(1, file_info_at), _pb_int(2, load_on_open), _pb_int(3, data_bytes),
+        _pb_int(5, len(data_index)), _pb_int(6, len(meta_index)),
         _pb_int(7, n), _pb_int(8, 1), _pb_int(9, first_data), _pb_int(10, last_data),
         _pb_bytes(11, COMPARATOR.encode()), _pb_int(12, codec),
     ])
@@ -366,3 +374,95 @@ def _file_info(payload: bytes, source: str) -> dict[bytes, bytes]:
             pair = dict(_pb_fields(entry))
             out[bytes(pair.get(1, b""))] = bytes(pair.get(2, b""))
     return out
+
+
+# -- Hudi's bloom filter meta block ----------------------------------------------------------------
+#: the meta block and file-info entry Hudi's HFile writer adds for the keys' bloom filter
+BLOOM_META_BLOCK = "bloomFilter"
+BLOOM_TYPE_KEY = b"bloomFilterTypeCode"
+BLOOM_TYPE = b"DYNAMIC_V0"
+#: the metadata table's bloom filter settings (``hoodie.metadata.bloom.filter.num.entries``,
+#: ``...fpp``, ``...dynamic.max.entries``): each row of the dynamic filter holds 10,000 keys
+BLOOM_ENTRIES, BLOOM_FPP, BLOOM_MAX_ENTRIES = 10_000, 1e-9, 100_000
+_MURMUR_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def _bloom_shape(entries: int, fpp: float) -> tuple[int, int]:
+    """(bits per row, hash functions) for ``entries`` keys at false-positive rate ``fpp``."""
+    import math
+
+    bits = math.ceil(entries * -math.log(fpp) / (math.log(2) ** 2))
+    return bits, math.ceil(bits * math.log(2) / entries)
+
+
+def _s32(n: int) -> int:
+    n &= _MASK
+    return n - (1 << 32) if n & 0x80000000 else n
+
+
+def _murmur(data: bytes, seed: int) -> int:
+    """Hadoop's ``MurmurHash.hash(bytes, seed)`` (the hash of ``hashType`` 1), as a signed int."""
+    m = _MURMUR_M
+    length = len(data)
+    h = (seed ^ length) & _MASK
+    n4 = length >> 2
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & _MASK
+        k ^= k >> 24
+        k = (k * m) & _MASK
+        h = ((h * m) & _MASK) ^ k
+    left = length - 4 * n4
+    if left:
+        # Hadoop's tail, counted from the end: the last byte unshifted, the one before it << 8,
+        # the one before that << 16 (Java bytes, sign-extended before the shift)
+        signed = [b - 256 if b > 127 else b for b in data[-left:]]
+        for i, b in enumerate(reversed(signed)):
+            h ^= (b << (8 * i)) & _MASK
+        h = (h * m) & _MASK
+    h ^= h >> 13
+    h = (h * m) & _MASK
+    h ^= h >> 15
+    return _s32(h)
+
+
+def _positions(key: bytes, nb_hash: int, bits: int) -> list[int]:
+    out, seed = [], 0
+    for _ in range(nb_hash):
+        seed = _murmur(key, seed)
+        r = abs(seed) % bits  # Java's abs(seed % bits): the same for a truncating remainder
+        out.append(r)
+    return out
+
+
+def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, fpp: float = BLOOM_FPP,
+                 max_entries: int = BLOOM_MAX_ENTRIES) -> bytes:
+    """The ``bloomFilter`` meta block Hudi writes beside an HFile's cells: its ``DYNAMIC_V0``
+    bloom filter of ``keys`` (rows of ``entries`` keys, a new row whenever the last is full, up
+    to ``max_entries`` keys; past that the rows take keys in turn), in Hadoop's ``Writable``
+    layout, Base64 as Hudi's ``serializeToString`` gives it."""
+    import base64
+
+    bits, nb_hash = _bloom_shape(entries, fpp)
+    nbytes = (bits + 7) // 8
+    rows = [bytearray(nbytes)]
+    count, reached, turn = 0, False, 0
+    for key in keys:
+        k = key.encode() if isinstance(key, str) else key
+        if reached:
+            row = rows[turn % len(rows)]
+            turn += 1
+        elif count >= entries and len(rows) * entries < max_entries:
+            rows.append(bytearray(nbytes))
+            row, count = rows[-1], 0
+        elif count >= entries:
+            reached, row = True, rows[0]
+        else:
+            row = rows[-1]
+        for p in _positions(k, nb_hash, bits):
+            row[p >> 3] |= 1 << (p & 7)
+        count += 1
+    head = struct.pack(">iibi", -1, nb_hash, 1, bits)  # Filter: version, hashes, MURMUR_HASH, vector size
+    out = head + struct.pack(">iii", entries, count, len(rows)) + b"".join(head + bytes(r) for r in rows)
+    return base64.b64encode(out)

@@ -23,6 +23,7 @@ import datetime as _dt
 import io
 import json
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -68,6 +69,16 @@ MAX_DELTA_COMMITS = 10
 RETAIN_COMMITS = 20
 TYPE_ALL_PARTITIONS, TYPE_FILES = 1, 2
 _WRITE_TOKEN = "0-0-0"
+#: the empty log file Hudi writes beside the bootstrap base (its ``DEFAULT_WRITE_TOKEN``)
+BOOTSTRAP_LOG = f".{GROUP}_{BOOTSTRAP_TIME}.log.1_{_WRITE_TOKEN}"
+#: a delete block's content with no key: its version (3), then the length (1) of an Avro
+#: ``HoodieDeleteRecordList`` of no record (one zero byte)
+_EMPTY_DELETE = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"
+
+
+def bootstrap_log() -> bytes:
+    """The bytes of :data:`BOOTSTRAP_LOG`: one delete block of no key at the bootstrap time."""
+    return encode_block(BlockType.DELETE, {HeaderKey.INSTANT_TIME: BOOTSTRAP_TIME}, _EMPTY_DELETE)
 
 _FILE_INFO = {
     "type": "record", "name": "HoodieMetadataFileInfo", "fields": [
@@ -233,8 +244,11 @@ class MetadataTable:
         for p, files in listing.items():
             recs[_key(p)] = {n: (s, False) for n, s in files.items()}
         name = f"{GROUP}_{_WRITE_TOKEN}_{BOOTSTRAP_TIME}.hfile"
-        data = _hfile(recs)
+        data = _hfile(recs, base=True)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        # Hudi's initializeFileGroups opens the file group with an empty delete block in a log
+        # file at the bootstrap time (readers and compaction find nothing in it)
+        self.storage.write_bytes(self._rel(f"{PARTITION}/{BOOTSTRAP_LOG}"), bootstrap_log())
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, num_writes=len(recs),
                          num_inserts=len(recs), total_write_bytes=len(data), file_size=len(data))
         meta = CommitMetadata({PARTITION: [stat]}, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
@@ -437,7 +451,11 @@ class MetadataTable:
 
     def _decoded(self, name: str) -> list[Records]:
         """The records of one file of the group (a base HFile, or the HFile blocks of a log
-        file). Files never change once written: decoded once per process."""
+        file), without the unsafe ones (:func:`_sanitize`). Files never change once written:
+        decoded once per process."""
+        return self._decoded_and_ignored(name)[0]
+
+    def _decoded_and_ignored(self, name: str) -> tuple[list[Records], list[str]]:
         rel = self._rel(f"{PARTITION}/{name}")
         key = (self.storage.uri, rel)
         with _CACHE_LOCK:
@@ -451,11 +469,23 @@ class MetadataTable:
         else:
             out = [_decode_hfile(b.content, rel) for b in read_log_blocks(data, source=rel)
                    if b.block_type == BlockType.HFILE_DATA and b.content is not None]
+        ignored = [why for recs in out for why in _sanitize(recs, rel)]
+        for why in ignored[:_WARN_MAX]:
+            log.warning("%s; ignored by readers and dropped by the next compaction of the files partition", why)
+        if len(ignored) > _WARN_MAX:
+            log.warning("%s: %d more unsafe records ignored", rel, len(ignored) - _WARN_MAX)
         with _CACHE_LOCK:
-            _DECODED[key] = out
+            _DECODED[key] = (out, ignored)
             while len(_DECODED) > _CACHE_FILES:
                 _DECODED.popitem(last=False)
-        return out
+        return out, ignored
+
+    def ignored(self) -> list[str]:
+        """Why each unsafe record of the latest slice is ignored (a partition or a file name that
+        would lead out of the table or that no file system takes), each naming its file: readers
+        skip them, and the next compaction of the files partition leaves them out."""
+        base, _, logs = self.latest_slice()
+        return [why for n in ([base] if base is not None else []) + logs for why in self._decoded_and_ignored(n)[1]]
 
     def listing(self) -> dict[str, dict[str, int]]:
         """Partition -> live file name -> size, as a reader trusting the metadata table sees it."""
@@ -487,7 +517,7 @@ class MetadataTable:
         completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
         when a compaction at ``t`` completed already (Hudi skips it too)."""
         base, base_t, logs = self.latest_slice()
-        if not logs or len(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs):
+        if _deltacommit_logs(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs) or not logs:
             return False
         done = self._completed()
         if t in done or (base is not None and t <= base_t):
@@ -498,9 +528,15 @@ class MetadataTable:
             return False
         self._undo_pending_compactions()
         recs: Records = {}
+        dropped = 0
         for n in ([base] if base is not None else []) + merged:
-            for r in self._decoded(n):
+            decoded, ignored = self._decoded_and_ignored(n)
+            dropped += len(ignored)
+            for r in decoded:
                 _merge(recs, r)
+        if dropped:
+            log.warning("%s: the compaction %s of the files partition leaves out %d unsafe records of the slice it "
+                        "merges (see the warnings naming their files)", MDT_DIR, t, dropped)
         for p in list(recs):
             recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
         name = f"{GROUP}_{_WRITE_TOKEN}_{t}.hfile"
@@ -510,7 +546,7 @@ class MetadataTable:
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
         schema = self.schema_json
-        data = _hfile(recs, schema)
+        data = _hfile(recs, schema, base=True, file_name=name)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
         faults.point("mid-metadata-compaction")
         self._slice = (name, t, [n for n in logs if n not in merged])
@@ -592,7 +628,9 @@ class MetadataTable:
 #: decoded files of files partitions, by (table URI, path); a slice is at most one base and
 #: MAX_DELTA_COMMITS logs, so a few tables' worth fit
 _CACHE_FILES = 256
-_DECODED: OrderedDict[tuple[str, str], list[Records]] = OrderedDict()
+_DECODED: OrderedDict[tuple[str, str], tuple[list[Records], list[str]]] = OrderedDict()
+#: unsafe records of one file warned about one by one, the rest counted
+_WARN_MAX = 10
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
@@ -603,6 +641,11 @@ def forget_decoded() -> None:
     with _CACHE_LOCK:
         _DECODED.clear()
         _BASE_SCHEMAS.clear()
+
+
+def _deltacommit_logs(logs: list[str]) -> int:
+    """How many of a slice's log files deltacommits wrote (the bootstrap's empty log aside)."""
+    return sum(1 for n in logs if n != BOOTSTRAP_LOG)
 
 
 def _put_quietly(mt: MetadataTable, t: str, action: str, state: str) -> None:
@@ -657,13 +700,18 @@ def _parsed(schema_json: str) -> Any:
     return parsed
 
 
-def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
+def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON, *, base: bool = False, file_name: str | None = None) -> bytes:
+    """An HFile of ``recs``: a log block's, or with ``base`` a base file's (with the keys' bloom
+    filter). ``file_name``: a compacted base's own name, which Hudi's compaction writes into
+    every record's ``_hoodie_file_name`` (the bootstrap base leaves it null)."""
     parsed = _parsed(schema_json)
     names = [f["name"] for f in parsed["fields"]]  # the parsed schema's, not the JSON parsed again
     cells = []
     for key, files in recs.items():
         rtype = TYPE_ALL_PARTITIONS if key == ALL_PARTITIONS else TYPE_FILES
         value: dict[str, Any] = dict.fromkeys(names)
+        if file_name is not None and "_hoodie_file_name" in value:
+            value["_hoodie_file_name"] = file_name
         value.update({"key": "", "type": rtype,
                       "filesystemMetadata": {n: {"size": s, "isDeleted": d} for n, (s, d) in files.items()}})
         buf = io.BytesIO()
@@ -673,8 +721,46 @@ def _hfile(recs: Records, schema_json: str = _SCHEMA_JSON) -> bytes:
     info = {b"schema": schema_json.encode()}
     if keys:
         info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
+    meta = None
+    if base:  # a base file carries the keys' bloom filter, as Hudi's HFile writer adds it
+        info[hfile.BLOOM_TYPE_KEY] = hfile.BLOOM_TYPE
+        meta = {hfile.BLOOM_META_BLOCK: hfile.bloom_filter(keys)}
     now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
-    return hfile.write(cells, file_info=info, created_ms=now)
+    return hfile.write(cells, meta=meta, file_info=info, created_ms=now)
+
+
+def _sanitize(recs: Records, source: str) -> list[str]:
+    """Drop from ``recs`` (one file's records) every record or entry a reader must not follow:
+    a partition key, or a partition in the partition list, that is no run of plain directory
+    names (``../x``, an absolute path), and a file name that is no plain name or longer than a
+    file system takes (:func:`.paths.file_name`). Returns why each was dropped (the path
+    rule's text, naming ``source``). Hudi's writers never write them: someone planted them."""
+    out: list[str] = []
+    for key in list(recs):
+        files = recs[key]
+        if key != ALL_PARTITIONS:
+            try:
+                paths.partition(_partition(key), source=source)
+            except UnsafePathError as e:
+                out.append(f"{e} (a record of {len(files)} files)")
+                del recs[key]
+                continue
+        suspect = list(files) if key == ALL_PARTITIONS else [
+            n for n in files if len(n) > paths.MAX_NAME_BYTES // 4 or not _PLAIN.match(n)]
+        for n in suspect:
+            try:
+                if key == ALL_PARTITIONS:
+                    paths.partition(_partition(n), source=source)
+                else:
+                    paths.file_name(n, source=source, what=f"file name in partition {key!r}")
+            except UnsafePathError as e:
+                out.append(str(e))
+                del files[n]
+    return out
+
+
+#: a name the path rule surely takes (checked in full only when it does not match)
+_PLAIN = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9_.=-]{1,63}\Z")
 
 
 def _decode_hfile(data: bytes, source: str) -> Records:
@@ -770,7 +856,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     # time, opens the new slice); else just before the earliest pending data instant whose
     # deltacommit is here, whose log stays on top of the new base
     _, _, logs = mt.latest_slice()
-    if len(logs) >= MAX_DELTA_COMMITS:
+    if _deltacommit_logs(logs) >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
     mt.append(t, completion, recs, token=token)
     mt.clean_slices()
@@ -920,7 +1006,11 @@ def list_files(storage: Storage, config: props.TableConfig, partitions: list[str
     for part, files in listing.items():
         if wanted is not None and part not in wanted:
             continue
-        paths.partition(part, source=f"{MDT_DIR}/{PARTITION}")  # a record naming a path out of the table
+        try:  # the records were sanitized as decoded: this is the last line
+            paths.partition(part, source=f"{MDT_DIR}/{PARTITION}")
+        except UnsafePathError as e:
+            log.warning("%s; ignored", e)
+            continue
         for name, size in files.items():
             if not paths.is_data_file_name(name):
                 log.warning("%s/%s: %r in partition %r is no data file name; ignored", MDT_DIR, PARTITION, name, part)

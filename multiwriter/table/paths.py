@@ -24,6 +24,9 @@ from .log_file import parse_log_file
 log = logging.getLogger(__name__)
 
 INSTANT_TIME_RE = layout.INSTANT_TIME_RE
+#: the longest file or directory name a file system takes (``NAME_MAX``); a longer one is an
+#: ``OSError`` at the first ``stat``, so it is refused as a value first
+MAX_NAME_BYTES = layout.MAX_SEGMENT_BYTES
 _CONTROL = re.compile(r"[\\\x00-\x1f\x7f]")
 
 
@@ -49,6 +52,8 @@ def partition(p: object, *, source: str) -> str:
     no absolute path, no hidden directory (``.hoodie``), no NUL, backslash or control character."""
     if not isinstance(p, str):
         raise _refuse("partition path", p, "is not a string", source)
+    if _too_long(p):
+        raise _refuse("partition path", p, f"has a directory name longer than {MAX_NAME_BYTES} bytes", source)
     try:
         safe_relative(p, source=source)
         if p and (_CONTROL.search(p) or not layout.check_relative(p)):
@@ -58,9 +63,23 @@ def partition(p: object, *, source: str) -> str:
     return p
 
 
+def _too_long(rel: str) -> bool:
+    return len(rel) > MAX_NAME_BYTES // 4 and any(len(s.encode("utf-8")) > MAX_NAME_BYTES for s in rel.split("/"))
+
+
 def is_data_file_name(name: str) -> bool:
-    """A base file's or a log file's name (and nothing else: no separator, no ``..``)."""
-    return layout.parse_data_file(name) is not None or parse_log_file(name) is not None
+    """A base file's or a log file's name (and nothing else: no separator, no ``..``, no name
+    longer than a file system takes)."""
+    return ((layout.parse_data_file(name) is not None or parse_log_file(name) is not None)
+            and not _too_long(name))
+
+
+def file_name(name: object, *, source: str, what: str = "file name") -> str:
+    """:func:`plain_name`, and no longer than a file system takes (:data:`MAX_NAME_BYTES`)."""
+    plain_name(name, source=source, what=what)
+    if _too_long(str(name)):
+        raise _refuse(what, name, f"is longer than {MAX_NAME_BYTES} bytes, more than a file system takes", source)
+    return str(name)
 
 
 def data_file(rel: object, *, source: str) -> str:
@@ -69,6 +88,8 @@ def data_file(rel: object, *, source: str) -> str:
     if not isinstance(rel, str):
         raise _refuse("data file path", rel, "is not a string", source)
     part, _, name = rel.rpartition("/")
+    if _too_long(name):
+        raise _refuse("data file path", rel, f"names a file longer than {MAX_NAME_BYTES} bytes", source)
     if not is_data_file_name(name):
         raise _refuse("data file path", rel, "does not name a base or log file", source)
     try:
@@ -96,5 +117,5 @@ def hoodie_subdir(key: str, value: str, *, source: str) -> str:
     return value
 
 
-__all__ = ["INSTANT_TIME_RE", "data_file", "hoodie_subdir", "instant_time", "is_data_file_name", "partition",
-           "plain_name"]
+__all__ = ["INSTANT_TIME_RE", "MAX_NAME_BYTES", "data_file", "file_name", "hoodie_subdir", "instant_time",
+           "is_data_file_name", "partition", "plain_name"]

@@ -5,6 +5,7 @@ the typed error or report naming the file, and the job's other steps still runni
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -18,6 +19,7 @@ from multiwriter.table import lsm_timeline as lsm
 from multiwriter.table import metadata_files
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.compaction_plan import CompactionOperation, CompactionPlan, encode_plan
+from multiwriter.table.log_file import BlockType, HeaderKey, encode_block, parse_log_file
 from multiwriter.table.metadata import encode
 from tests.cleaner.conftest import writer_config
 from tests.conftest import trips
@@ -185,3 +187,84 @@ def test_an_early_garbage_plan_is_quarantined_and_archival_goes_on(trips_table, 
     assert report.archived > 0, report
     assert len(trips_table.timeline().completed()) <= 8
     assert _both(trips_table) == (expected, expected)
+
+
+def _plant_metadata_record(table: mw.Table, part: str, name: str, *, in_base: bool = False) -> str:
+    """Rewrite the files partition's newest log file (or its base) with one more record: ``name``
+    in partition ``part``, which the partition list names too. Returns the file's path."""
+    mt = metadata_files.MetadataTable(table.storage, table.config)
+    base, _, logs = mt.latest_slice()
+    target = base if in_base else logs[-1]
+    recs: metadata_files.Records = {}
+    for r in mt._decoded(target):
+        metadata_files._merge(recs, r)
+    recs.setdefault(part, {})[name] = (10, False)
+    recs.setdefault(metadata_files.ALL_PARTITIONS, {})[part] = (0, False)
+    schema = mt.schema_json
+    body = metadata_files._hfile(recs, schema)
+    if not in_base:
+        t = parse_log_file(target).instant_time
+        body = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema}, body)
+    rel = f"{metadata_files.MDT_DIR}/{metadata_files.PARTITION}/{target}"
+    table.storage.write_bytes(rel, body)
+    metadata_files.forget_decoded()  # as a new reader process
+    return rel
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "dotdot-in-base", "long-name"])
+def test_an_unsafe_metadata_table_record_is_skipped_and_compacted_away(trips_table, table_path, cleaners, caplog,
+                                                                        tmp_path, case):
+    """Issue 56, 5: a metadata-table record naming an unsafe partition (``../x``, an absolute
+    path), or a 5,000-character file name in a committed metadata-table entry, no longer fails
+    every read and write (an untyped ``OSError`` for the long name) nor rides along in every
+    compaction: readers skip it with the path rule's warning naming the metadata-table file,
+    writes go on, and the job reports it and compacts it out; both readers see every row."""
+    for k in range(3):
+        _write(table_path, range(3 * k, 3 * k + 3))
+    expected = _both(trips_table)[0]
+    beside = sorted(os.listdir(tmp_path))
+    t = trips_table.timeline().completed()[-1].requested_time
+    part, name = {
+        "dotdot": ("../x", f"abc-0_0-0-0_{t}.parquet"),
+        "absolute": (str(tmp_path / "x"), f"abc-0_0-0-0_{t}.parquet"),
+        "dotdot-in-base": ("../x", f"abc-0_0-0-0_{t}.parquet"),
+        "long-name": ("2024-01-01", "a" * 5000 + f"-0_0-0-0_{t}.parquet"),
+    }[case]
+    if case.endswith("in-base"):  # a base with a record in it: the files partition compacted first
+        metadata_files.compact_open_slice(trips_table.storage, trips_table.config, _next_time(trips_table))
+    planted = _plant_metadata_record(trips_table, part, name, in_base=case.endswith("in-base"))
+    with caplog.at_level("WARNING"):
+        assert rows(trips_table.read(), COLS) == expected
+    assert planted in caplog.text and "UnsafePathError" not in caplog.text
+    _write(table_path, [100])  # writes go on past it
+    expected = sorted([*expected, ("100", 1.0)], key=repr)
+    assert rows(trips_table.read(), COLS) == expected
+    report = _cleaner(cleaners, table_path).run_once(raise_errors=False)
+    assert any(planted in line for line in report.metadata_ignored), report
+    assert "unsafe metadata-table records" in str(report)
+    assert report.errors == [], report
+    metadata_files.forget_decoded()
+    assert metadata_files.MetadataTable(trips_table.storage, trips_table.config).ignored() == []
+    assert _both(trips_table) == (expected, expected)
+    _write(table_path, [101])  # and after it
+    assert _cleaner(cleaners, table_path).run_once(raise_errors=False).metadata_ignored == []
+    assert sorted(os.listdir(tmp_path)) == beside  # nothing made outside the table
+
+
+def test_a_write_stat_naming_a_file_longer_than_a_file_system_takes_is_an_unsafe_path(trips_table, table_path,
+                                                                                       caplog):
+    """The same 5,000-character name in a data commit's write statistics: the path rule refuses
+    it (an ``UnsafePathError`` naming the commit file, not an ``OSError`` at the first stat), and
+    the metadata table never records it."""
+    from multiwriter.errors import UnsafePathError
+    from multiwriter.table import paths
+    from multiwriter.table.metadata import CommitMetadata, WriteStat
+
+    long = "2024-01-01/" + "a" * 5000 + "-0_0-0-0_20240101000000000.parquet"
+    with pytest.raises(UnsafePathError, match=r"20240101000000000\.commit: data file path .* longer than 255"):
+        paths.data_file(long, source="20240101000000000.commit")
+    assert not paths.is_data_file_name(long.rsplit("/", 1)[-1])
+    meta = CommitMetadata({"2024-01-01": [WriteStat(file_id="f", path=long, partition_path="2024-01-01")]})
+    recs = metadata_files.records_of(inst.COMMIT, meta.to_bytes(), source="20240101000000000.commit")
+    assert recs == {metadata_files.ALL_PARTITIONS: {}}
+    assert "20240101000000000.commit" in caplog.text

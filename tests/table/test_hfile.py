@@ -123,3 +123,132 @@ def test_hudi_rs_reads_the_table_the_same_with_our_hfiles_in_its_metadata_table(
         rewritten += 1
     assert rewritten >= 1 and before
     assert rows(hudi_read(str(path)), ["txn_id", "amount", "txn_type"]) == before
+
+
+# -- issue 55, 7: the fields Hudi 1.1 writes, field by field beside its files -----------------------
+
+
+def _fields(data: bytes) -> dict:
+    """The structure of an HFile as Hudi's readers see it: trailer fields, block magics, the root
+    index and meta index keys, the file info keys and ``hfile.LASTKEY``, and where the last
+    data block starts."""
+    t = data[-hfile.TRAILER_SIZE + 8:]
+    n, i = hfile._read_varint(t, 0)
+    trailer = dict(hfile._pb_fields(t[i:i + n]))
+    codec = int(trailer[12])
+    blocks, pos = [], 0
+    while pos < len(data) - hfile.TRAILER_SIZE:
+        magic, on_disk, *_ = hfile.HEADER.unpack_from(data, pos)
+        blocks.append((pos, magic))
+        pos += hfile.HEADER.size + on_disk
+    (_, root), at = hfile._block(data, int(trailer[2]), codec, "f")
+    (_, metas), _ = hfile._block(data, at, codec, "f")
+    h = hfile.read(data)
+    data_payloads = [hfile._block(data, off, codec, "f")[0][1] for off, m in blocks if m == hfile.DATA]
+    return {
+        "trailer_fields": sorted(trailer),
+        "trailer": trailer,
+        "magics": [m for _, m in blocks],
+        "last_data_block": max(off for off, m in blocks if m == hfile.DATA),
+        "data_bytes": sum(len(p) for p in data_payloads),
+        "root_keys": [k for _, _, k in hfile._index(root, int(trailer[5]))],
+        "meta_keys": [k for _, _, k in hfile._index(metas, int(trailer[6]))],
+        "info_keys": sorted(h.file_info),
+        "info": h.file_info,
+        "cells": h.cells,
+        "meta": h.meta,
+    }
+
+
+def _ours_beside(fixture_data: bytes) -> tuple[dict, dict]:
+    """The fixture's fields, and those of the base HFile our metadata table writes for the
+    fixture's own records (same keys, same record schema)."""
+    from multiwriter.table import metadata_files
+
+    theirs = _fields(fixture_data)
+    recs = metadata_files._decode_hfile(fixture_data, "fixture")
+    h = hfile.read(fixture_data)
+    schema = fastavro.parse_schema(json.loads(h.file_info[b"schema"]))
+    named = fastavro.schemaless_reader(io.BytesIO(h.cells[0][1]), schema)["_hoodie_file_name"]
+    ours = _fields(metadata_files._hfile(recs, theirs["info"][b"schema"].decode(), base=True, file_name=named))
+    return theirs, ours
+
+
+@pytest.mark.needs_fixtures
+@pytest.mark.parametrize("which", ["bootstrap", "compacted"])
+def test_our_base_hfile_has_the_fields_of_hudis(which):
+    files = {n: d for n, d in _fixture_hfiles("mor_v9_txns_simple_meta").items() if "/metadata/files/" in n}
+    pick = min if which == "bootstrap" else max
+    name = pick(files, key=lambda n: n.rsplit("_", 1)[1])
+    theirs, ours = _ours_beside(files[name])
+    for key in ("trailer_fields", "magics", "info_keys", "meta_keys"):
+        assert ours[key] == theirs[key], key
+    assert [k for k, _ in ours["cells"]] == [k for k, _ in theirs["cells"]]
+    # index and LASTKEY keys: the 2-byte length and the key, no KeyValue tail
+    assert ours["root_keys"] == theirs["root_keys"] == [struct.pack(">h", 18) + b"__all_partitions__"]
+    last = theirs["cells"][-1][0]
+    assert ours["info"][b"hfile.LASTKEY"] == theirs["info"][b"hfile.LASTKEY"] == struct.pack(">h", len(last)) + last
+    for f in (ours, theirs):  # field 10: where the last data block starts; field 3: the data's bytes
+        assert f["trailer"][10] == f["last_data_block"] and f["trailer"][3] == f["data_bytes"]
+        assert 4 not in f["trailer"]
+    assert ours["trailer"][3] == theirs["trailer"][3]  # the same cells, byte for byte
+    for k in (b"hfile.AVG_KEY_LEN", b"hfile.AVG_VALUE_LEN", b"KEY_VALUE_VERSION", b"MAX_MEMSTORE_TS_KEY",
+              b"bloomFilterTypeCode", b"minRecordKey", b"maxRecordKey", b"schema"):
+        assert ours["info"][k] == theirs["info"][k], k
+    assert ours["meta"] == theirs["meta"], "the bloom filter of the same keys, bit for bit"
+
+
+@pytest.mark.needs_fixtures
+def test_the_bloom_filter_matches_every_hfile_hudi_wrote():
+    """Hudi's ``DYNAMIC_V0`` bloom filter of a base file's keys, for every index of the
+    fixtures (the record index's thousands of keys too): Hadoop's Murmur hash, tail and all."""
+    for name in ("mor_v9_txns_simple_meta", "cow_v9_txns_simple_meta", "mor_v9_nonpartitioned_rollback"):
+        for n, data in _fixture_hfiles(name).items():
+            h = hfile.read(data, source=n)
+            assert hfile.bloom_filter(k for k, _ in h.cells) == h.meta["bloomFilter"], n
+
+
+def test_the_bloom_filter_grows_rows_then_takes_turns():
+    import base64
+
+    small = base64.b64decode(hfile.bloom_filter([str(i) for i in range(25)], entries=10, max_entries=20))
+    head = struct.calcsize(">iibi")
+    nr, count, rows = struct.unpack_from(">iii", small, head)
+    assert (nr, rows) == (10, 2) and count == 15  # 10 + 10 keys fill two rows; the rest go in turn
+
+
+@pytest.mark.needs_fixtures
+def test_the_bootstrap_log_is_hudis_byte_for_byte(tmp_path):
+    import multiwriter as mw
+    from multiwriter.table import metadata_files
+    from tests.conftest import TRIPS_SCHEMA
+
+    with zipfile.ZipFile(FIXTURES / "mor_v9_txns_simple_meta.zip") as zf:
+        theirs = zf.read(f"v9_txns_simple_meta/.hoodie/metadata/files/{metadata_files.BOOTSTRAP_LOG}")
+    table = mw.Table.create(str(tmp_path / "t"), name="t", schema=TRIPS_SCHEMA, record_key="id", ordering_field="ts")
+    rel = f"{metadata_files.MDT_DIR}/{metadata_files.PARTITION}/{metadata_files.BOOTSTRAP_LOG}"
+    assert table.storage.read_bytes(rel) == theirs
+
+
+def test_hudi_rs_reads_a_table_whose_files_partition_we_compacted(tmp_path):
+    """Our base HFiles with Hudi's fields (bootstrap log, keyless-tail index, bloom filter):
+    hudi-rs lists the same files from them as our reader, before and after a compaction."""
+    import multiwriter as mw
+    from multiwriter.table import metadata_files
+    from tests.conftest import TRIPS_SCHEMA, trips
+    from tests.oracle import hudi_read, rows
+
+    path = str(tmp_path / "t")
+    table = mw.Table.create(path, name="t", schema=TRIPS_SCHEMA, record_key="id", ordering_field="ts",
+                            partition_by=["date"])
+    for k in range(metadata_files.MAX_DELTA_COMMITS + 2):
+        mw.write(trips(range(2 * k, 2 * k + 2), date=f"2024-01-0{1 + k % 3}"), path,
+                 mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), executor="driver"))
+    mt = metadata_files.MetadataTable(table.storage, table.config)
+    assert mt.latest_compaction() is not None
+    base, _, _ = mt.latest_slice()
+    h = hfile.read(table.storage.read_bytes(f"{metadata_files.MDT_DIR}/files/{base}"))
+    assert h.file_info[hfile.BLOOM_TYPE_KEY] == hfile.BLOOM_TYPE
+    assert h.meta[hfile.BLOOM_META_BLOCK] == hfile.bloom_filter(k for k, _ in h.cells)
+    cols = ["id", "date"]
+    assert rows(hudi_read(path), cols) == rows(table.read(), cols) and len(rows(table.read(), cols)) == 24
