@@ -185,9 +185,12 @@ class PlanRefusedError(TableFormatError):
     a clean naming files a retained snapshot still reads, a compaction whose inputs are not the
     file slice the timeline has, a pending action at a time that belongs to a completed one or
     below the archived timeline, a manifest that drops archived instants. Nothing was deleted or
-    rewritten through it. ``source`` is the file, ``path`` the first offending value."""
+    rewritten through it. ``source`` is the file, ``path`` the first offending value;
+    ``forged``: no writer could have made it (it leaves out what its own time had committed), so
+    it is set aside rather than left pending for another engine."""
 
-    def __init__(self, message: str, *, source: str, path: str = "") -> None:
+    def __init__(self, message: str, *, source: str, path: str = "", forged: bool = True) -> None:
         super().__init__(message)
         self.source = source
         self.path = path
+        self.forged = forged

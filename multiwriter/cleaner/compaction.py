@@ -639,7 +639,9 @@ def _execute_and_commit(ctx: CleanerContext, sched: Scheduled, cfg: CompactionCo
     except (PlanRefusedError, UnsafePathError) as e:  # the plan contradicts the table: never executed
         if planned_here(sched):
             _unschedule_quietly(ctx, t, result, e)
-        else:
+        elif isinstance(e, PlanRefusedError) and not e.forged:  # a JVM writer's plan we do not execute
+            _leave_foreign(ctx, t, result, e)
+        else:  # an unsafe path is no plan of anyone's
             _discard_quietly(ctx, t)
             moved = plan_checks.quarantine(ctx, t, inst.COMPACTION, f"{type(e).__name__}: {e}")
             result.errors.extend(str(q) for q in moved) if moved else result.errors.append(
