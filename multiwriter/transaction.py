@@ -57,6 +57,23 @@ class TxnTimings:
     conflict_check_s: float = 0.0
     timeline_io_s: float = 0.0
     lock_holds: list[float] = field(default_factory=list)
+    #: the last commit attempt's lock hold (``lock_holds`` has begin's too)
+    commit_hold_s: float = 0.0
+    #: the commit's lock hold by step (seconds, the successful or last attempt): decision read,
+    #: timeline load, checkpoint, conflict, schema, settings, fence, look, metadata table,
+    #: decide, completed file, release (see :data:`STEPS`)
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def step(self, name: str, since: float) -> float:
+        """Add the time since ``since`` to step ``name``; returns now."""
+        now = time.monotonic()
+        self.steps[name] = self.steps.get(name, 0.0) + now - since
+        return now
+
+
+#: the steps of a commit's lock hold, in order (:attr:`TxnTimings.steps`)
+STEPS = ("decision_read", "timeline_load", "checkpoint", "conflict", "schema", "settings", "fence", "look",
+         "metadata_table", "decide", "completed_file", "release")
 
 
 class Transaction:
@@ -209,24 +226,41 @@ class Transaction:
         # commits completed since are added (see _checkpoints)
         carried = ckpt.carried_entries(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
         since = self._acquire()
+        steps = self.timings
+        steps.steps = {}
         try:
             faults.point("after-lock-acquired")
             t0 = time.monotonic()
-            self._after, tl = decisions.settle(self._decisions(), self.table.timeline)
-            self.timings.timeline_io_s += time.monotonic() - t0
+            loaded = [0.0]
+
+            def load() -> Timeline:
+                l0 = time.monotonic()
+                try:
+                    return self.table.timeline()
+                finally:
+                    loaded[0] += time.monotonic() - l0
+
+            self._after, tl = decisions.settle(self._decisions(), load)
+            t1 = time.monotonic()
+            self.timings.timeline_io_s += t1 - t0
+            steps.steps["timeline_load"] = loaded[0]
+            steps.steps["decision_read"] = t1 - t0 - loaded[0]
             if checkpoint is not None:
                 entry = ckpt.Checkpoint(checkpoint[1], query_id)
                 _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset)
                 metadata.extra_metadata.update(ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint[0], entry)))
-            t1 = time.monotonic()
+            t1 = steps.step("checkpoint", t1)
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
                 conflict = find_insert_conflict(tl, base_ct, t, inserted_keys, skip=pre_checked)
             self.timings.conflict_check_s += time.monotonic() - t1
+            t1 = steps.step("conflict", t1)
             if conflict is not None:
                 raise self._conflict_error(conflict)
             self._reconcile_schema(tl, base_ct, metadata)
+            t1 = steps.step("schema", t1)
             self._check_table_settings()
+            steps.step("settings", t1)
             faults.point("before-complete")
             t2 = time.monotonic()
             self._complete(tl, metadata)
@@ -234,7 +268,10 @@ class Transaction:
             faults.point("after-complete")
         finally:
             try:
+                t3 = time.monotonic()
                 self._release(since)
+                steps.step("release", t3)
+                steps.commit_hold_s = steps.lock_holds[-1]
             except Exception as e:
                 if not self.committed:
                     raise
@@ -306,13 +343,18 @@ class Transaction:
         is never below one a consumer may already have read."""
         assert self.instant is not None
         t, action = self.instant.requested_time, self.instant.action
+        steps = self.timings
+        t0 = time.monotonic()
         self._fence(tl)
+        t0 = steps.step("fence", t0)
         seen = self._look(tl)
+        t0 = steps.step("look", t0)
         faults.point("before-completed-file")
         floor = [_max_time(seen), t] + ([self._after.completion] if self._after and self._after.completion else [])
         completion = self.clock.issue(floor)
         data = metadata.to_bytes()
         metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata)
+        t0 = steps.step("metadata_table", t0)
         self._state = "deciding"
         try:
             self._decisions().decide(self._after, decisions.Decision(decisions.COMPLETE, t, action, self.writer_id,
@@ -327,9 +369,11 @@ class Transaction:
             raise CommitStateUnknownError(f"deciding the completion of instant {t} ended without an answer ({e}); "
                                           "re-read the decision log and the timeline before retrying", instant=t) from e
         self._state = "committed"
+        t0 = steps.step("decide", t0)
         self.instant = Instant(t, action, inst.COMPLETED, completion)
         faults.point("after-decision")
         decisions.write_completed(self.table.storage, self.table.config, t, completion, action, data)
+        steps.step("completed_file", t0)
 
     def _look(self, tl: Timeline) -> list[Instant]:
         """The fresh listing before completing; raises LockLostError when an instant completed
