@@ -108,9 +108,9 @@ def _goal_upserts(r: dict, sizes: dict) -> list[str]:
 
 def _module_sections(r: dict) -> list[str]:
     """The sections whose own module renders them, in this order."""
-    from . import executors, locks, metadata_table, s3_cost
+    from . import commit_rate, executors, locks, metadata_table, s3_cost
 
-    renderers = {"locks": locks.render, "metadata_table": metadata_table.render,
+    renderers = {"commit_rate": commit_rate.render, "locks": locks.render, "metadata_table": metadata_table.render,
                  "metadata_table_listing": metadata_table.render_listing,
                  "metadata_table_long_run": metadata_table.render_long_run, "executors": executors.render,
                  "s3_cost": s3_cost.render}

@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
+from . import commit_rate, data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,6 +340,8 @@ _MOR_NBCC = {
     "mdt_long_run_clean_every": {"small": 10, "full": 10},
     "mdt_long_run_rows": {"small": 100, "full": 100},
     "mdt_long_run_partitions": {"small": 5, "full": 5},
+    "commit_rate_writers": {"small": [1, 4, 8], "full": [1, 4, 8, 16]},
+    "commit_rate_seconds": {"small": 8, "full": 20},
 }
 
 SIZES = {
@@ -373,4 +375,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
-             "executors": executors.large_batch, "s3_cost": s3_cost.cost}
+             "executors": executors.large_batch, "s3_cost": s3_cost.cost,
+             "commit_rate": commit_rate.commit_rate}

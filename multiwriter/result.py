@@ -20,5 +20,6 @@ class CommitResult:
     conflicts: int = 0
     log_bytes: int = 0  # bytes of log files appended (Merge-on-Read)
     phases: dict[str, float] = field(default_factory=dict)
-    #: protocol costs of the successful attempt: lock_wait, lock_hold, conflict_check, timeline_io
+    #: protocol costs of the successful attempt: lock_wait, lock_hold, conflict_check, timeline_io,
+    #: commit_hold (the commit's own lock hold) and hold_<step> per step of it (transaction.STEPS)
     protocol: dict[str, float] = field(default_factory=dict)

@@ -36,6 +36,7 @@ from .table import decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
+from .table.properties import PROPERTIES_FILE
 from .table.table import Table
 from .table.timeline import Timeline
 
@@ -57,6 +58,23 @@ class TxnTimings:
     conflict_check_s: float = 0.0
     timeline_io_s: float = 0.0
     lock_holds: list[float] = field(default_factory=list)
+    #: the last commit attempt's lock hold (``lock_holds`` has begin's too)
+    commit_hold_s: float = 0.0
+    #: the commit's lock hold by step (seconds, the successful or last attempt): decision read,
+    #: timeline load, checkpoint, conflict, schema, settings, fence, metadata table, decide,
+    #: completed file, release (see :data:`STEPS`)
+    steps: dict[str, float] = field(default_factory=dict)
+
+    def step(self, name: str, since: float) -> float:
+        """Add the time since ``since`` to step ``name``; returns now."""
+        now = time.monotonic()
+        self.steps[name] = self.steps.get(name, 0.0) + now - since
+        return now
+
+
+#: the steps of a commit's lock hold, in order (:attr:`TxnTimings.steps`)
+STEPS = ("decision_read", "timeline_load", "checkpoint", "conflict", "schema", "settings", "fence",
+         "metadata_table", "decide", "completed_file", "release")
 
 
 class Transaction:
@@ -95,6 +113,8 @@ class Transaction:
         self._state = "new"
         #: the newest decision read under the lock at commit (the one ours must follow)
         self._after: decisions.Decision | None = None
+        #: the decision this commit created
+        self._decided: decisions.Decision | None = None
 
     @classmethod
     def resume(cls, table: Table, lock: TableLock, *, instant: Instant, base: Instant | None,
@@ -176,7 +196,7 @@ class Transaction:
         accept_reset: bool = False,
     ) -> Instant:
         """Lock, reload, check conflicts, then the fenced completion step (:meth:`_complete`:
-        fence, fresh listing, ``<T>_<C>.commit``, verify), unlock.
+        fence, metadata table, decision, ``<T>_<C>.commit``), unlock.
 
         ``checkpoint`` (writer id, batch id) sent by the streaming query ``query_id`` is recorded
         in the carried-forward maps (:mod:`checkpoint`); ``accept_reset`` lets a batch id at or
@@ -209,24 +229,41 @@ class Transaction:
         # commits completed since are added (see _checkpoints)
         carried = ckpt.carried_entries(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
         since = self._acquire()
+        steps = self.timings
+        steps.steps = {}
         try:
             faults.point("after-lock-acquired")
             t0 = time.monotonic()
-            self._after, tl = decisions.settle(self._decisions(), self.table.timeline)
-            self.timings.timeline_io_s += time.monotonic() - t0
+            loaded = [0.0]
+
+            def load() -> Timeline:
+                l0 = time.monotonic()
+                try:
+                    return self.table.timeline()
+                finally:
+                    loaded[0] += time.monotonic() - l0
+
+            self._after, tl = decisions.settle(self._decisions(), load)
+            t1 = time.monotonic()
+            self.timings.timeline_io_s += t1 - t0
+            steps.steps["timeline_load"] = loaded[0]
+            steps.steps["decision_read"] = t1 - t0 - loaded[0]
             if checkpoint is not None:
                 entry = ckpt.Checkpoint(checkpoint[1], query_id)
                 _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset)
                 metadata.extra_metadata.update(ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint[0], entry)))
-            t1 = time.monotonic()
+            t1 = steps.step("checkpoint", t1)
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
                 conflict = find_insert_conflict(tl, base_ct, t, inserted_keys, skip=pre_checked)
             self.timings.conflict_check_s += time.monotonic() - t1
+            t1 = steps.step("conflict", t1)
             if conflict is not None:
                 raise self._conflict_error(conflict)
             self._reconcile_schema(tl, base_ct, metadata)
+            t1 = steps.step("schema", t1)
             self._check_table_settings()
+            steps.step("settings", t1)
             faults.point("before-complete")
             t2 = time.monotonic()
             self._complete(tl, metadata)
@@ -234,13 +271,18 @@ class Transaction:
             faults.point("after-complete")
         finally:
             try:
+                t3 = time.monotonic()
                 self._release(since)
+                steps.step("release", t3)
+                steps.commit_hold_s = steps.lock_holds[-1]
             except Exception as e:
                 if not self.committed:
                     raise
                 log.warning("instant %s committed, but releasing the table lock failed: %s", t, e)
             if self.committed:
                 self._finish()
+                if self._decided is not None:  # old decisions are garbage: deleted after the lock
+                    self._decisions().prune_due(self._decided.seq)
         return self.instant
 
     def _conflict_error(self, conflict: Any) -> WriteConflictError:
@@ -272,14 +314,23 @@ class Transaction:
 
     def _check_table_settings(self) -> None:
         """Under the lock: the table's settings as written now, with the metadata partitions we
-        do not maintain dropped (:mod:`.table.metadata_table`). A Hudi 1.1 writer sharing the
+        do not maintain dropped (:mod:`.table.metadata_table`). On a local disk the file is read
+        only when it changed since the last check (its inode, size, mtime and ctime, which any
+        rewrite, Hudi's backup-and-replace among them, changes); an object store reads it. A Hudi 1.1 writer sharing the
         table upgrades it from version 8 to 9 on its first write; what we wrote stays valid (the
         record-key format is fixed when a table is created), so we go on with the new settings,
         unless they are ones we do not write (refused by name, the commit does not land)."""
-        ours, now = self.table.config, self.table.read_config()
+        ours = self.table.config
+        stamp = _properties_stamp(self.table.storage)
+        if stamp is not None and _SETTINGS_SEEN.get(self.table.storage.uri) == (stamp, ours.raw):
+            return  # the file is the one whose settings we checked: same inode, size and times
+        now = self.table.read_config()
         if metadata_table.drop_unmaintained(self.table.storage, current=now.raw):
             now = self.table.read_config()
+            stamp = _properties_stamp(self.table.storage)
         if now.raw == ours.raw:
+            if stamp is not None:
+                _SETTINGS_SEEN[self.table.storage.uri] = (stamp, dict(ours.raw))
             return
         now.check_writable()
         self.table.config = now
@@ -291,14 +342,16 @@ class Transaction:
         return decisions.DecisionLog(self.table.storage, self.table.config)
 
     def _complete(self, tl: Timeline, metadata: CommitMetadata) -> None:
-        """The completion step: fence, fresh listing, metadata-table deltacommit, the decision,
-        the completed file.
+        """The completion step: fence, metadata-table deltacommit, the decision, the completed
+        file.
 
         A writer may pause anywhere (GC, a frozen VM) and its lock session expire meanwhile;
         another holder may then complete, with a clock running ahead. The fence (lock session
-        probed on the server, instant still pending, heartbeat without a gap) and one fresh
-        listing (a completion that appeared since ``tl`` was read under the lock means the lock
-        passed on) refuse most such commits early. What decides is the creation of the next
+        probed on the server, instant still pending, heartbeat without a gap) refuses most such
+        commits early. The probe comes after ``tl`` was listed under the lock, so it also stands
+        for a second listing: every completer, Hudi's JVM writers among them, completes under
+        the lock, so a completion that appeared since ``tl`` means the lock passed on, which the
+        probe finds (the lock node gone with its session, the lease object replaced). What decides is the creation of the next
         decision (:mod:`.table.decisions`) after the one read under the lock: a writer frozen
         past its lock finds it taken and never writes its completed file. Once decided, the
         commit is final: if this writer freezes or dies before its completed file, the next
@@ -306,17 +359,20 @@ class Transaction:
         is never below one a consumer may already have read."""
         assert self.instant is not None
         t, action = self.instant.requested_time, self.instant.action
+        steps = self.timings
+        t0 = time.monotonic()
         self._fence(tl)
-        seen = self._look(tl)
+        t0 = steps.step("fence", t0)
         faults.point("before-completed-file")
-        floor = [_max_time(seen), t] + ([self._after.completion] if self._after and self._after.completion else [])
+        floor = [_max_time(tl.instants), t] + ([self._after.completion] if self._after and self._after.completion else [])
         completion = self.clock.issue(floor)
         data = metadata.to_bytes()
         metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata)
+        t0 = steps.step("metadata_table", t0)
         self._state = "deciding"
         try:
-            self._decisions().decide(self._after, decisions.Decision(decisions.COMPLETE, t, action, self.writer_id,
-                                                                     completion=completion, data=data))
+            self._decided = self._decisions().decide(self._after, decisions.Decision(
+                decisions.COMPLETE, t, action, self.writer_id, completion=completion, data=data), prune=False)
         except CommitDecisionLostError:
             self._state = "begun"  # not decided: nothing of it can become visible
             raise
@@ -327,25 +383,11 @@ class Transaction:
             raise CommitStateUnknownError(f"deciding the completion of instant {t} ended without an answer ({e}); "
                                           "re-read the decision log and the timeline before retrying", instant=t) from e
         self._state = "committed"
+        t0 = steps.step("decide", t0)
         self.instant = Instant(t, action, inst.COMPLETED, completion)
         faults.point("after-decision")
         decisions.write_completed(self.table.storage, self.table.config, t, completion, action, data)
-
-    def _look(self, tl: Timeline) -> list[Instant]:
-        """The fresh listing before completing; raises LockLostError when an instant completed
-        since ``tl`` (every completion, writers' and the cleaner's, happens under the lock)."""
-        assert self.instant is not None
-        seen = tlmod.list_instants(self.table.storage, self.table.config)
-        before = {(i.requested_time, i.action) for i in tl.completed()}
-        appeared = [i for i in seen if i.is_completed and (i.requested_time, i.action) not in before]
-        if appeared:
-            raise LockLostError(
-                f"instant {appeared[0].requested_time} ({appeared[0].action}) completed on the timeline of "
-                f"{self.table.path} while instant {self.instant.requested_time} of writer {self.writer_id!r} held the "
-                "table lock, so the lock passed to another writer (a pause longer than the lock session); this "
-                "commit is refused and its batch must be retried"
-            )
-        return seen
+        steps.step("completed_file", t0)
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""
@@ -433,6 +475,22 @@ class Transaction:
         self._state = "aborted"
         log.info("aborted instant %s of writer %s: deleted %d files", t, self.writer_id, len(deleted))
         return deleted
+
+
+#: per table on a local disk: (stamp of hoodie.properties, its settings) last checked equal to ours
+_SETTINGS_SEEN: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {}
+
+
+def _properties_stamp(storage: Any) -> tuple[int, ...] | None:
+    """``hoodie.properties``' inode, size, mtime and ctime on a local disk (None elsewhere, or
+    when it is missing: the properties are then read)."""
+    if not storage.is_local:
+        return None
+    try:
+        st = os.stat(storage.abs(PROPERTIES_FILE))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _max_time(instants: list[Instant]) -> str:

@@ -188,10 +188,11 @@ class DecisionLog:
                     "forward to %s", d.instant, d.action, d.actor or "?", d.seq, rel)
         return True
 
-    def decide(self, after: Decision | None, d: Decision) -> Decision:
+    def decide(self, after: Decision | None, d: Decision, *, prune: bool = True) -> Decision:
         """Create the decision after ``after`` (the newest one read under the lock); raises
         :class:`CommitDecisionLostError` when another completer decided first (nothing of ``d``
-        is then decided)."""
+        is then decided). ``prune=False``: the caller deletes old decisions itself, after
+        releasing the lock (:meth:`prune_due`)."""
         seq = (after.seq if after is not None else 0) + 1
         d = Decision(d.kind, d.instant, d.action, d.actor, d.completion, d.target, d.data, seq, d.nonce)
         rel = path_of(seq)
@@ -205,9 +206,16 @@ class DecisionLog:
             raise _lost(d, f"decisions up to {newer[-1]} exist already")
         if self.storage.is_s3 and not newer:
             _MINE[self.storage.uri] = (seq, raw)
+        if prune:
+            self.prune_due(seq)
+        return d
+
+    def prune_due(self, seq: int) -> None:
+        """Delete old decisions when ``seq`` (a decision just made) is a PRUNE_EVERY-th one. Safe
+        without the lock: only decisions at least KEEP below ``seq`` go, never the newest, and a
+        create into a freed slot is caught by its creator (:meth:`decide`)."""
         if seq % PRUNE_EVERY == 0:
             self._prune(seq)
-        return d
 
     def _rolled_forward(self, d: Decision) -> bool:
         """Was ``d`` the newest decision when the next one was made? Then its completed file

@@ -261,7 +261,9 @@ class Writer:
             conflicts=conflicts,
             phases=phases,
             protocol={"lock_wait": txn.timings.lock_wait_s, "lock_hold": txn.timings.lock_hold_s,
-                      "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s},
+                      "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s,
+                      "commit_hold": txn.timings.commit_hold_s,
+                      **{f"hold_{k}": v for k, v in txn.timings.steps.items()}},
         )
 
     def _commit(self, txn: Transaction, meta: CommitMetadata, batch_id: int | None, inserted: Any,

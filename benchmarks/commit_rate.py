@@ -1,0 +1,217 @@
+"""Commit rate of one table under many writers (issue 58), and where a commit's lock hold goes.
+
+W writer processes (``commit_rate_writers``), each appending 100-row batches of new keys to its
+own partition for ``commit_rate_seconds``, all at once: multiwriter with its defaults
+(Copy-on-Write, ZooKeeper lock, metadata table on) and deltalake's ``write_deltalake(mode=
+"append")`` on the same batches (its own optimistic commit, retried up to 15 times), the two
+systems interleaved per W. Each landed commit reports its lock hold by step
+(:data:`multiwriter.transaction.STEPS`); the rows of both tables are counted, ours also by hudi-rs.
+
+Worker processes run ``python -m benchmarks.commit_rate <system> '<json>'`` and print one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 100
+DELTA_RETRIES = 15
+
+
+def _batch(writer: int, n: int):
+    from . import data
+
+    ids = writer * 10**7 + n * BATCH + np.arange(BATCH)
+    return data.rows(ids, np.array([data.DAYS[writer % len(data.DAYS)]] * BATCH), 1, n)
+
+
+def _wait_go(ctl: Path, index: int) -> float:
+    (ctl / f"ready-{index}").touch()
+    while not (ctl / "go").exists():
+        time.sleep(0.005)
+    return float((ctl / "go").read_text())
+
+
+def mw_worker(a: dict) -> dict:
+    import multiwriter as mw
+
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path="/bench-rate")
+    w = mw.Writer(mw.Table.open(a["path"]), mw.WriterConfig(writer_id=f"r{a['index']}", lock=lock))
+    out = []
+    try:
+        w.write(_batch(a["index"], 10**6))  # warm up (imports, the first listing): not counted
+        deadline = _wait_go(Path(a["ctl"]), a["index"])
+        n = 0
+        while time.time() < deadline:
+            t0 = time.perf_counter()
+            r = w.write(_batch(a["index"], n))
+            out.append({"seconds": time.perf_counter() - t0, "end": time.time(), **r.protocol})
+            n += 1
+    finally:
+        w.close()
+        lock.close()
+    return {"commits": out, "failed": 0}
+
+
+def delta_worker(a: dict) -> dict:
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    for _ in range(DELTA_RETRIES + 1):  # warm up: not counted
+        try:
+            write_deltalake(a["path"], _batch(a["index"], 10**6), partition_by=["date"], mode="append")
+            break
+        except CommitFailedError:
+            pass
+    deadline = _wait_go(Path(a["ctl"]), a["index"])
+    out, failed, n = [], 0, 0
+    while time.time() < deadline:
+        t0 = time.perf_counter()
+        for _ in range(DELTA_RETRIES + 1):
+            try:
+                write_deltalake(a["path"], _batch(a["index"], n), partition_by=["date"], mode="append")
+                break
+            except CommitFailedError:  # after deltalake's own retries
+                failed += 1
+        else:
+            n += 1
+            continue
+        out.append({"seconds": time.perf_counter() - t0, "end": time.time()})
+        n += 1
+    return {"commits": out, "failed": failed}
+
+
+WORKERS = {"multiwriter": mw_worker, "deltalake": delta_worker}
+
+
+def _p(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
+
+
+def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
+    import multiwriter as mw
+
+    from .data import SCHEMA
+    from .peers import reset
+
+    reset(work)
+    ctl = work / "ctl"
+    ctl.mkdir(parents=True)
+    path = str(work / "table")
+    if system == "multiwriter":
+        mw.Table.create(path, name="bench_rate", schema=SCHEMA, record_key="id", partition_by=["date"],
+                        ordering_field="ts")
+    else:  # created before the writers start, as ours is
+        from deltalake import write_deltalake
+
+        write_deltalake(path, _batch(29, 10**6)[:0], partition_by=["date"], mode="append")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", system,
+                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i})],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for i in range(k)]
+    while not all((ctl / f"ready-{i}").exists() for i in range(k)):
+        if any(p.poll() is not None for p in ps):
+            break
+        time.sleep(0.02)
+    t0 = time.time()
+    (ctl / "go.tmp").write_text(repr(t0 + seconds))
+    os.replace(ctl / "go.tmp", ctl / "go")
+    res = []
+    for p in ps:
+        o, e = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{system} x{k}: a writer failed ({p.returncode}): {e[-3000:]}")
+        res.append(json.loads(o.strip().splitlines()[-1]))
+    commits = [c for r in res for c in r["commits"]]
+    wall = max([c["end"] for c in commits], default=t0) - t0
+    expected = (len(commits) + k) * BATCH  # the warm-up batches too
+    out = {"writers": k, "commits": len(commits), "seconds": wall, "commits_per_s": len(commits) / wall,
+           "commit_p50_ms": 1000 * _p([c["seconds"] for c in commits], 0.5),
+           "commit_p99_ms": 1000 * _p([c["seconds"] for c in commits], 0.99),
+           "failed": sum(r["failed"] for r in res)}
+    if system == "multiwriter":
+        rows = mw.Table.open(path).read(columns=["id"]).num_rows
+        from hudi import HudiTableBuilder
+
+        hudi_rows = sum(b.num_rows for b in HudiTableBuilder.from_base_uri(path).build().read())
+        if rows != expected or hudi_rows != expected:
+            raise AssertionError(f"multiwriter x{k}: {rows} rows (hudi-rs {hudi_rows}), expected {expected}")
+        holds = [c["commit_hold"] for c in commits]
+        out.update({"lock_hold_p50_ms": 1000 * _p(holds, 0.5), "lock_hold_p99_ms": 1000 * _p(holds, 0.99),
+                    "lock_wait_p50_ms": 1000 * _p([c["lock_wait"] for c in commits], 0.5),
+                    "begin_hold_p50_ms": 1000 * _p([c["lock_hold"] - c["commit_hold"] for c in commits], 0.5),
+                    "steps_p50_ms": {}, "steps_mean_ms": {}})
+        from multiwriter.transaction import STEPS
+
+        for s in STEPS:
+            xs = [c.get(f"hold_{s}", 0.0) for c in commits]
+            out["steps_p50_ms"][s] = 1000 * _p(xs, 0.5)
+            out["steps_mean_ms"][s] = 1000 * statistics.mean(xs) if xs else float("nan")
+    else:
+        from deltalake import DeltaTable
+
+        rows = DeltaTable(path).to_pyarrow_table(columns=["id"]).num_rows
+        if rows != expected:
+            raise AssertionError(f"deltalake x{k}: {rows} rows, expected {expected}")
+    out["rows"] = rows
+    return out
+
+
+def commit_rate(size: dict, work: Path, spark) -> dict:
+    import multiwriter as mw
+
+    out: dict = {"multiwriter": {}, "deltalake": {}, "seconds": size["commit_rate_seconds"], "batch_rows": BATCH}
+    with mw.LocalZooKeeper(port=0) as zk:
+        for j, k in enumerate(size["commit_rate_writers"]):
+            systems = ["multiwriter", "deltalake"][j % 2:] + ["multiwriter", "deltalake"][:j % 2]
+            for system in systems:
+                r = _run(system, work / f"{system}-{k}", k, size["commit_rate_seconds"], zk)
+                out[system][str(k)] = r
+                print(f"   {system} x{k}: {r['commits_per_s']:.1f} commits/s, p50 {r['commit_p50_ms']:.0f} ms"
+                      + (f", lock hold p50 {r['lock_hold_p50_ms']:.1f} p99 {r['lock_hold_p99_ms']:.1f} ms"
+                         if "lock_hold_p50_ms" in r else ""), flush=True)
+                if "steps_mean_ms" in r:
+                    print("     mean ms: " + ", ".join(f"{s} {v:.2f}" for s, v in r["steps_mean_ms"].items()), flush=True)
+    return out
+
+
+def render(r: dict) -> list[str]:
+    """The section of RESULTS.md."""
+    from multiwriter.transaction import STEPS
+
+    mw_, dl = r["multiwriter"], r["deltalake"]
+    out = [f"## Commit rate of one table under many writers ({r['batch_rows']}-row appends, each writer its own "
+           f"partition, {r['seconds']} s; ZooKeeper lock, Copy-on-Write, metadata table on)", "",
+           "| writers | multiwriter commits/s | p50 per commit ms | lock hold p50 ms | p99 ms | begin hold p50 ms "
+           "| deltalake commits/s | p50 ms | deltalake failures |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k in mw_:
+        m, d = mw_[k], dl.get(k, {})
+        out.append(f"| {k} | {m['commits_per_s']:.1f} | {m['commit_p50_ms']:.0f} | {m['lock_hold_p50_ms']:.1f} | "
+                   f"{m['lock_hold_p99_ms']:.1f} | {m['begin_hold_p50_ms']:.1f} | {d.get('commits_per_s', float('nan')):.1f} | "
+                   f"{d.get('commit_p50_ms', float('nan')):.0f} | {d.get('failed', '')} |")
+    out += ["", "The commit's lock hold by step (mean ms per commit; p50 in parentheses):", "",
+            "| step | " + " | ".join(f"x{k}" for k in mw_) + " |", "| --- |" + " ---: |" * len(mw_)]
+    for s in STEPS:
+        out.append(f"| {s} | " + " | ".join(f"{mw_[k]['steps_mean_ms'][s]:.2f} ({mw_[k]['steps_p50_ms'][s]:.2f})"
+                                            for k in mw_) + " |")
+    return out + [""]
+
+
+def main(argv: list[str]) -> int:
+    print(json.dumps(WORKERS[argv[0]](json.loads(argv[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
