@@ -19,7 +19,7 @@ from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows, s3_storage_options
 from tests.test_concurrency import result, spawn
 
-LEASE_S = 3.0  # the frozen writer's ZooKeeper session, or its storage lock's validity
+LEASE_S = 2.5  # the frozen writer's ZooKeeper session, or its storage lock's validity
 #: the commit's steps from the lock on, in order; a writer frozen at the last two had decided
 STEPS = ["after-lock-acquired", "before-complete", "before-completed-file", "after-metadata-table",
          "after-decision", "after-completed-file"]
@@ -79,7 +79,7 @@ def test_a_writer_frozen_at_any_step_lands_once_or_leaves_nothing(zk_server, zk_
     try:
         _wait_for(tmp_path / f"{step}.hanging", frozen)
         os.kill(frozen.pid, signal.SIGSTOP)  # its lock and heartbeat lapse while it is frozen
-        time.sleep(LEASE_S + 2.5)
+        time.sleep(LEASE_S + 1.5)  # past the lease and the heartbeat bound (1 s x (2 misses + 1))
         other = result(spawn("write", dict(args, writer="other", ids=[1, 3], ts=10, value=5.0, batch_id=0,
                                            retries=3, validity_s=10.0)))
         assert other["ok"], other

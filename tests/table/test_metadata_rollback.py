@@ -155,11 +155,11 @@ def test_a_pending_instant_keeps_its_log_on_top_of_the_files_partitions_compacti
     failed: list[tuple[inst.Instant, bytes]] = []
     real_decide = decisions.DecisionLog.decide
 
-    def dies_deciding_once(self, after, d):
+    def dies_deciding_once(self, after, d, **kw):
         if not failed:
             failed.append((d.completed, d.data))
             raise _Killed("the writer died as it decided its completion")
-        return real_decide(self, after, d)
+        return real_decide(self, after, d, **kw)
 
     monkeypatch.setattr(decisions.DecisionLog, "decide", dies_deciding_once)
     with pytest.raises(_Killed):

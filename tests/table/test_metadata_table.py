@@ -250,7 +250,7 @@ def test_an_undecided_commit_stays_invisible_while_its_entries_outlive_compactio
     cfg = mw.WriterConfig(writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0)
     mw.write(_batch(range(6), ts=1, v=1.0), path, cfg)
     real_decide = decisions.DecisionLog.decide
-    monkeypatch.setattr(decisions.DecisionLog, "decide", lambda self, after, d: (_ for _ in ()).throw(Killed()))
+    monkeypatch.setattr(decisions.DecisionLog, "decide", lambda self, after, d, **kw: (_ for _ in ()).throw(Killed()))
     with pytest.raises(Killed):
         mw.write(_batch(range(3, 9), ts=2, v=2.0), path, cfg)
     monkeypatch.setattr(decisions.DecisionLog, "decide", real_decide)
