@@ -191,8 +191,10 @@ def _points(action: str) -> tuple[str, ...]:
     return ROLLBACK_POINTS if action == "rollback" else COMPLETION_POINTS
 
 
-@pytest.mark.parametrize("mode", ["error", "kill"])
-@pytest.mark.parametrize(("action", "kind"), CASES)
+#: the companion job's clean and rollback are killed only: an error there leaves the step pending for
+#: the next run exactly as a kill does (the job has no undo of its own for them)
+@pytest.mark.parametrize(("action", "kind", "mode"), [(a, k, m) for a, k in CASES for m in ("error", "kill")
+                                                     if m == "kill" or a in ("write", "clustering", "compaction")])
 def test_a_fault_at_every_metadata_table_step(action, kind, mode, tmp_path, monkeypatch):
     monkeypatch.setattr(mf, "MAX_DELTA_COMMITS", 2)
     monkeypatch.setattr(mf, "RETAIN_COMMITS", 3)
