@@ -234,3 +234,66 @@ def test_a_parquet_log_block_planted_in_a_committed_log_stops_compaction_with_a_
     assert_typed(out, victim)
     assert "CleanerError" in out  # the job reports it
     assert_typed(capped("import multiwriter as mw\nmw.Table.open(path).read()", path), victim)
+
+
+def test_a_planted_parquet_base_file_stops_clustering_with_a_typed_error(tmp_path):
+    """Clustering reads its input groups through the same checked reads: a bomb among them is a
+    typed error naming the file, which the job reports; nothing is rewritten through it."""
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="bombed", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    for n in range(3):  # inserts only: a new small file group per batch and partition
+        mw.write(_batch(range(10 * n, 10 * n + 10), 1), path, cfg)
+    t = mw.Table.open(path)
+    p0 = sorted(f.path for f in t.snapshot().files() if f.partition.endswith("p0"))
+    assert len(p0) == 3
+    victim = p0[0]
+    schema = pa.schema([pa.field(n, pa.string()) for n in
+                        ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key",
+                         "_hoodie_partition_path", "_hoodie_file_name")] + list(SCHEMA))
+    Path(t.storage.abs(victim)).write_bytes(null_parquet(schema))
+    out = capped("""
+        import multiwriter as mw
+        mw.Cleaner(path, lock=mw.InProcessLock(), compaction=None,
+                   clustering=mw.ClusteringConfig(min_file_groups=2)).run_once()
+    """, path)
+    assert_typed(out, victim)
+    assert "CleanerError" in out  # the job reports it
+    t = mw.Table.open(path)
+    tl = t.timeline()
+    assert not [i for i in tl.completed() if i.action == "replacecommit"], "nothing was clustered through it"
+    snap = t.snapshot(timeline=tl)
+    p1 = [f for f in snap.files() if f.partition.endswith("p1")]
+    assert t.read_slices(p1, t.read_schema(tl, snap)).num_rows == 15, "the other partition reads whole"
+
+
+def test_a_planted_history_file_stops_the_archivers_compaction_with_a_typed_error(tmp_path):
+    """The archiver compacts the history's files (Hudi's LSM layout) by reading them through the
+    checked reads: a bomb among them is a typed error naming it, and the table reads whole."""
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="bombed", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    with mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, retain_commits=1, archive_keep_min=1,
+                    archive_keep_max=2) as job:
+        for n in range(8):
+            mw.write(_batch(range(n, n + 2), n + 1), path, cfg)
+            job.run_once()
+    t = mw.Table.open(path)
+    history = t.config.history_dir
+    files = sorted(n for n in os.listdir(t.storage.abs(history)) if n.endswith(".parquet"))
+    assert len(files) >= 2, "archival made history files to compact"
+    before = rows(t.read(), COLS)
+    victim = f"{history}/{files[0]}"
+    Path(t.storage.abs(victim)).write_bytes(null_parquet(lsm.SCHEMA))
+    out = capped("""
+        import multiwriter as mw
+        from multiwriter.table import lsm_timeline as lsm
+        t = mw.Table.open(path)
+        lsm.compact_and_clean(t.storage, t.config.history_dir, batch=2)
+    """, path)
+    assert_typed(out, files[0])
+    with pytest.raises(mw.errors.TableFormatError, match=files[0]):  # our reader consults the history: typed
+        mw.Table.open(path).read()
+    from tests.oracle import hudi_read
+
+    assert rows(hudi_read(path), COLS) == before, "no committed row lost"
