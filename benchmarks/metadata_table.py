@@ -24,7 +24,6 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +31,7 @@ import pyarrow as pa
 import multiwriter as mw
 from multiwriter.storage import Storage
 from multiwriter.table import metadata_files as mf
+from tools.moto_s3 import request_kind
 
 from . import data, goals
 from .peers import Multiwriter, reset
@@ -87,20 +87,6 @@ def render(r: dict) -> list[str]:
 KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
 #: partitions an upsert touches, whatever the table's number of partitions
 TOUCHED = 20
-
-
-def request_kind(method: str, path: str, query: str) -> str:
-    """An S3 request (path-style) by kind: a GET on the bucket itself is a listing."""
-    parts = path.strip("/").split("/", 1)
-    keyed = len(parts) == 2 and parts[1] != ""
-    q = parse_qs(query, keep_blank_values=True)
-    if method == "GET" and not keyed:
-        return "LIST" if not q or {"list-type", "prefix", "delimiter", "continuation-token", "marker"} & set(q) else "other"
-    if method == "POST" and "delete" in q:
-        return "DELETE"
-    if method == "POST" and {"uploads", "uploadId"} & set(q):
-        return "MULTIPART"  # a multipart upload's start or completion (its parts are PUTs)
-    return {"HEAD": "HEAD", "GET": "GET", "PUT": "PUT", "DELETE": "DELETE"}.get(method, "other")
 
 
 class RequestCounter:

@@ -11,21 +11,10 @@ import zlib
 import pyarrow as pa
 
 from multiwriter.table import hfile
+from multiwriter.table.hfile import _varint  # the same base-128 varint Thrift's compact protocol uses
 
 # -- Thrift compact protocol -------------------------------------------------------------------
 I32, I64, BINARY, LIST, STRUCT = 5, 6, 8, 9, 12
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _zigzag(n: int) -> bytes:
