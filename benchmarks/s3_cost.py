@@ -72,20 +72,22 @@ class Multiwriter:
         mw.Table.create(uri, name="bench", schema=schema, record_key="id", partition_by=["date"], ordering_field="ts",
                         metadata=True, **table)
         self.lock = mw.InProcessLock()
-        self.cfg = mw.WriterConfig(writer_id="bench", executor="driver", lock=self.lock)
-        self.insert_cfg = mw.WriterConfig(writer_id="bench", executor="driver", lock=self.lock, operation="insert")
+        # long-lived writers, as the streaming sink keeps one per table
+        self.writer = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="bench", executor="driver", lock=self.lock))
+        self.inserter = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="bench-insert", executor="driver",
+                                                                      lock=self.lock, operation="insert"))
         self.completions: list[str] = []
 
     def _done(self, r) -> None:
         self.completions.append(r.instant.completion_time)
 
     def load(self, t: pa.Table) -> None:
-        self._done(mw.write(t, self.uri, self.cfg))
+        self._done(self.writer.write(t))
 
     upsert = load
 
     def insert(self, t: pa.Table) -> None:
-        self._done(mw.write(t, self.uri, self.insert_cfg))
+        self._done(self.inserter.write(t))
 
     def read(self) -> pa.Table:
         return mw.Table.open(self.uri).read(columns=["id", "ts", "amount"])

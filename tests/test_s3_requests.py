@@ -96,3 +96,28 @@ def test_upsert_requests_do_not_grow_with_the_tables_age(s3, table_type):
     assert old[1] <= young[1], f"requests per upsert over the table's life: {costs}"
     got = mw.Table.open(uri).read(columns=["id"]).num_rows
     assert got == 60 + 18 * 10
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_listings_do_not_grow_with_the_files_an_upsert_writes(s3, table_type):
+    """An upsert into 12 partitions lists no more than one into 1: the instant's own timeline
+    files are listed once per write, not once per data file (the in-process heartbeat check
+    covers the rest), and a long-lived writer lists the timeline once per batch."""
+    uri, bucket, _ = _table(s3, 12, table_type)
+    w = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="long", executor="driver", lock=mw.InProcessLock()))
+    try:
+        lists = {}
+        for ts, parts in ((1, 1), (2, 12), (3, 1), (4, 12)):
+            batch = _rows(np.arange(parts) + 1_000_000 * ts, DAYS[:parts], ts)
+            s3.counter.take()
+            r = w.write(batch)
+            t = r.instant.requested_time
+            listed = [path for kind, _, path in s3.counter.requests if kind == "LIST" and f"/{bucket}" in path]
+            lists[(ts, parts)] = listed
+            own = [p for p in listed if f"timeline%2F{t}" in p]
+            assert len(own) == 1, f"{table_type}, {parts} partitions: the instant's files listed {len(own)} times"
+            if ts > 1:  # the first batch also loads the schema the batch is prepared against
+                assert sum("prefix=t%2F.hoodie%2Ftimeline%2F&" in p for p in listed) == 2, "\n".join(listed)  # begin, commit
+        assert len(lists[(4, 12)]) == len(lists[(3, 1)]), lists
+    finally:
+        w.close()

@@ -201,6 +201,7 @@ class _InFlight:
     last_ok: float  # when the last successful beat started (= the ts written into the file)
     consecutive_failures: int = 0
     worst_gap_s: float = 0.0  # longest time between two successful beats (catches healed pauses)
+    pending_seen: bool = False  # the timeline showed the instant pending while its beats were sound
 
 
 class HeartbeatClient:
@@ -372,6 +373,21 @@ class HeartbeatClient:
             f"{self.bound_s:.1f}s = {self.interval_s:g}s x ({self.tolerable_misses} + 1)); another writer "
             "or the cleaner may already consider this writer dead; the batch will be retried/aborted"
         )
+
+    def confirm_pending(self, instant_time: str) -> None:
+        """Record that the timeline showed ``instant_time`` pending after a :meth:`check` passed.
+        From then on :meth:`check` alone proves it still is: a rollback needs the heartbeat to
+        lapse first, and a lapse fails every later check."""
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            if b is not None:
+                b.pending_seen = True
+
+    def pending_confirmed(self, instant_time: str) -> bool:
+        """Whether :meth:`confirm_pending` was called for the instant's current beating."""
+        with self._mu:
+            b = self._inflight.get(instant_time)
+            return b is not None and b.pending_seen
 
     def _problem(self, b: _InFlight | None, alive: bool, now: float) -> str | None:
         if b is None:

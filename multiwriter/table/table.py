@@ -54,6 +54,7 @@ class Table:
     def __init__(self, storage: Storage, config: TableConfig) -> None:
         self.storage = storage
         self.config = config
+        self._last_timeline: Timeline | None = None
 
     # -- lifecycle -------------------------------------------------------------
     @classmethod
@@ -207,7 +208,16 @@ class Table:
     # -- timeline and schema -----------------------------------------------------
     def timeline(self) -> Timeline:
         """A fresh view of the timeline."""
-        return Timeline.load(self.storage, self.config)
+        tl = Timeline.load(self.storage, self.config)
+        self._last_timeline = tl
+        return tl
+
+    def known_schema(self) -> pa.Schema:
+        """The schema as of the last timeline this object loaded (loading one when it has none).
+        Enough to prepare a batch before its attempt loads the timeline under the lock, which
+        checks the batch again against the fresh schema: a long-lived writer then lists the
+        timeline once per batch, not twice."""
+        return self.schema(self._last_timeline)
 
     def snapshot(self, as_of: str | None = None, *, timeline: Timeline | None = None, partitions: list[str] | None = None) -> Snapshot:
         """The visible file slices (as of requested time ``as_of``); raises

@@ -61,11 +61,18 @@ def pending_files(config: TableConfig, instant_time: str, action: str | None = N
 def check_alive(storage: Storage, instant_time: str, bound_s: float | None, pending: tuple[str, ...], what: str) -> None:
     """Raise unless ``instant_time`` may still write ``what``; nothing is written on failure.
     The timeline is looked at once (its files of ``instant_time``: one listing request on an
-    object store), for both questions: completed already, still pending."""
+    object store), for both questions: completed already, still pending. In the writer's own
+    process it is looked at once per instant: after that the heartbeat client's check suffices,
+    since a rollback must wait for a lapse and a lapse fails every later check (and the process
+    completes its instant only after its last file), so a write of N files makes one listing,
+    not N."""
+    client = beating_client(instant_time)
+    if client is not None and pending and client.pending_confirmed(instant_time):
+        client.check(instant_time)  # no lapse since the timeline showed it pending: nobody rolled it back
+        return
     names = _instant_names(storage, instant_time, pending) if pending else []
     if pending:  # first: a late attempt's heartbeat is gone too, but this says why
         _check_not_completed(names, instant_time, what)
-    client = beating_client(instant_time)
     if client is not None:
         client.check(instant_time)
     elif bound_s is not None:
@@ -75,6 +82,8 @@ def check_alive(storage: Storage, instant_time: str, bound_s: float | None, pend
             f"instant {instant_time} is no longer pending (no {pending[0].rsplit('/', 1)[-1]} on the timeline): "
             f"the cleaner rolled it back, so {what} is not written; the batch will be retried with a new instant"
         )
+    if client is not None and pending:
+        client.confirm_pending(instant_time)
 
 
 def _instant_names(storage: Storage, instant_time: str, pending: tuple[str, ...]) -> list[str]:

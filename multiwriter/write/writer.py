@@ -77,6 +77,9 @@ class Writer:
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
+        #: other writers committed during this writer's last commit (then new keys are checked
+        #: against their commits before the lock too: :attr:`Transaction.precheck_inserts`)
+        self._contended = False
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
@@ -116,8 +119,10 @@ class Writer:
                               non_blocking=self.non_blocking,
                               allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
+            txn.precheck_inserts = self._contended
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
+                self._contended = txn.completed_since_base > 0
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
@@ -126,6 +131,7 @@ class Writer:
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
             except (WriteConflictError, LockAcquireTimeout, CommitNotLandedError) as e:
                 txn.abort()
+                self._contended = True
                 conflicts += isinstance(e, WriteConflictError)
                 self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
                 if attempts > self.config.max_conflict_retries:
@@ -243,7 +249,8 @@ class Writer:
         meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
         if replacing:
             meta = overwrite.replace_metadata(meta, replaced)
-        markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
+        if batch.spark_df is not None:  # extra files of retried tasks; the driver writes each file once
+            markers.reconcile(self.table.storage, t, [s.path for s in stats])
         t1 = time.monotonic()
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
@@ -367,7 +374,7 @@ class _Batch:
             else:
                 schema = spark_path.arrow_schema(data)
                 b = cls(None, data, schema, config.operation, **_column_rules(table, config))
-                b.evolved_schema(table.schema())
+                b.evolved_schema(table.known_schema())
                 spark_path.check_columns(data, table.config)  # the rows are checked where they are written
                 return b
         if not isinstance(data, pa.Table):
@@ -379,7 +386,7 @@ class _Batch:
         # Validate fully now, so bad input fails before an instant exists; keep the result for
         # the first attempt when the table schema has not changed meanwhile.
         b._start_hashing(table.config)
-        b.prepared_schema = b.evolved_schema(table.schema())
+        b.prepared_schema = b.evolved_schema(table.known_schema())
         b.prepared, b.hashes = b._prepare(table.config, b.prepared_schema)
         return b
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import multiwriter as mw
-from multiwriter.errors import InstantCompletedError, InstantRolledBackError
+from multiwriter.errors import HeartbeatExpiredError, InstantCompletedError, InstantRolledBackError
+from multiwriter.heartbeat.client import HeartbeatClient
 from multiwriter.table import layout
 from multiwriter.table import timeline as tlmod
 from multiwriter.write import guard, merge
@@ -115,3 +116,38 @@ def test_a_driver_write_checks_once_before_its_markers_and_once_per_published_fi
     assert calls[0].startswith("the markers of")
     assert sorted(calls[1:]) == sorted(published)
     assert sorted(rows(hudi_read(table_path), ["id", "value"])) == sorted((str(i), 1.0) for i in range(40))
+
+
+def test_a_beating_writer_lists_its_instant_once_and_a_later_lapse_still_stops_it(trips_table, table_path):
+    """In the writer's process the timeline is listed at the first check only: later checks ask
+    the heartbeat client, which fails for good once a beat came later than the bound (a
+    rollback needs such a lapse first), so a file after the lapse is not published."""
+    storage, cfg = trips_table.storage, trips_table.config
+    t = "20240101000000000"
+    tlmod.create_requested(storage, cfg, t)
+    pending = guard.pending_files(cfg, t)
+    now = [1000.0]
+    client = HeartbeatClient(storage, interval_s=1.0, tolerable_misses=1, clock=lambda: now[0])
+    client.start(t)
+    listed: list[str] = []
+    real = storage.list_names
+
+    def counting(folder, prefix=""):
+        listed.append(prefix)
+        return real(folder, prefix)
+
+    storage.list_names = counting
+    try:
+        names = [layout.data_file_path("2024-01-01", layout.DataFileName(layout.new_file_id(), "0-0-0", t).name)
+                 for _ in range(3)]
+        for rel in names[:2]:
+            guard.write_checked(storage, t, None, pending, rel, lambda path: storage.write_bytes(path, b"x"))
+        assert listed == [t], "one listing of the instant's timeline files for two files"
+        now[0] += 5.0  # no beat for 5 s against a 2 s bound: the cleaner may roll it back now
+        with pytest.raises(HeartbeatExpiredError, match=t):
+            guard.write_checked(storage, t, None, pending, names[2], lambda path: storage.write_bytes(path, b"x"))
+        assert [storage.exists(r) for r in names] == [True, True, False]
+    finally:
+        storage.list_names = real
+        client.stop(t)
+        client.close()
