@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
-# ruff, then the import contracts in pyproject.toml (layers one way, pyspark only in the Spark
-# adapters, no cycles in the cleaner and the benchmarks)
+# ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
+# layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)
 lint: install
-	$(PY) -m ruff check multiwriter tests tools benchmarks
+	$(PY) -m ruff check multiwriter tests tools benchmarks testbed
 	$(VENV)/bin/lint-imports --no-cache
 
 demo: install
