@@ -177,7 +177,7 @@ def sections(r: dict, sizes: dict, plots_dir: Path) -> list[str]:
                 f"over the last 50 batches ({100 * m['growth']:+.1f} %, {m['rss_mib_at_end'] - m['rss_mib_at_100']:+.0f} MiB). "
                 f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s."
                 + (" The driver is a fresh process started with " + ", ".join(f"`{k}={v}`" for k, v in m["driver_env"].items())
-                   + " (README, \"Reliability\")." if m.get("driver_env") else ""), ""]
+                   + " (docs/reliability.md, \"Long-running drivers\")." if m.get("driver_env") else ""), ""]
         series = {"driver (Python)": ([x["batch"] for x in s], [x["python_mib"] for x in s])}
         if s and s[0]["jvm_mib"] is not None:
             series["Spark JVM"] = ([x["batch"] for x in s], [x["jvm_mib"] for x in s])
