@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
-# ruff, then the import contracts in pyproject.toml (layers one way, pyspark only in the Spark
-# adapters, no cycles in the cleaner and the benchmarks)
+# ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
+# layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)
 lint: install
-	$(PY) -m ruff check multiwriter tests tools benchmarks
+	$(PY) -m ruff check multiwriter tests tools benchmarks testbed
 	$(VENV)/bin/lint-imports --no-cache
 
 demo: install
@@ -41,14 +41,14 @@ notebooks: install
 chaos: install
 	$(PY) -m tests.chaos.run --minutes $${MINUTES:-30}
 
-# Every section; `make bench ONLY=long_run` runs one (merged into the newest results of that size).
+# Every section; `make bench ONLY=long_run` runs one (its block of RESULTS.md replaced, the others kept).
 bench: install
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	$(PY) -m benchmarks.run --size small $(if $(ONLY),--only $(ONLY) --merge)
+	$(PY) -m benchmarks.run --size small $(if $(ONLY),--only $(ONLY))
 
 bench-full: install
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	$(PY) -m benchmarks.run --size full $(if $(ONLY),--only $(ONLY) --merge)
+	$(PY) -m benchmarks.run --size full $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf demo-output .pytest_cache build *.egg-info

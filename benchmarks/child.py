@@ -3,7 +3,7 @@
 For figures that depend on how the process was started (its environment, e.g. the allocator
 pyarrow uses, which is chosen when pyarrow first allocates) and on nothing that ran in it
 before: a section measuring a long-lived driver's memory runs in a driver started the way
-the README says to start one.
+docs/reliability.md ("Long-running drivers") says to start one.
 
     python -m benchmarks.child MODULE.FUNCTION SIZES_JSON WORK_DIR OUT_JSON
 """

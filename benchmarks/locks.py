@@ -31,7 +31,7 @@ PROCESSES = 4
 
 def storage_vs_zookeeper(size: dict, work: Path, spark=None) -> dict:
     import multiwriter as mw
-    from tools.moto_s3 import MotoS3
+    from testbed.moto_s3 import MotoS3
 
     per = int(size["lock_acquisitions"]) // PROCESSES
     out: dict = {"processes": PROCESSES, "acquisitions": per * PROCESSES}

@@ -31,7 +31,7 @@ import pyarrow as pa
 import multiwriter as mw
 from multiwriter.storage import Storage
 from multiwriter.table import metadata_files as mf
-from tools.moto_s3 import request_kind
+from testbed.moto_s3 import request_kind
 
 from . import data, goals
 from .peers import Multiwriter, reset
@@ -112,11 +112,11 @@ class RequestCounter:
 
 
 class CountingS3:
-    """moto's S3 server on 127.0.0.1 with a :class:`RequestCounter` (:class:`tools.moto_s3.MotoS3`,
+    """moto's S3 server on 127.0.0.1 with a :class:`RequestCounter` (:class:`testbed.moto_s3.MotoS3`,
     which sets the AWS variables meanwhile)."""
 
     def __enter__(self) -> CountingS3:
-        from tools.moto_s3 import MotoS3
+        from testbed.moto_s3 import MotoS3
 
         self.s3 = MotoS3(prefix="bench", wrap=RequestCounter).__enter__()
         self.counter, self.client = self.s3.app, self.s3.client

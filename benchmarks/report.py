@@ -1,4 +1,4 @@
-"""Render a run as Markdown tables with ratios (and matplotlib plots)."""
+"""A run's sections as Markdown blocks of RESULTS.md: tables with ratios, matplotlib plots."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -96,7 +96,8 @@ def _goal_upserts(r: dict, sizes: dict) -> list[str]:
     shapes = {k: r[k] for k in ("goal_upsert", "goal_upsert_event") if k in r}
     names = list(dict.fromkeys(n for res in shapes.values() for n in res))
     heads = {"goal_upsert": "string keys, new keys over 30 days", "goal_upsert_event": "event: int64 keys, 5 newest days"}
-    out = [f"## Upsert goal ({sizes['batch_rows']:,}-row batches into {sizes['table_rows']:,} rows, 10 % updates; "
+    which = f", {heads[next(iter(shapes))]}" if len(shapes) == 1 else ""
+    out = [f"## Upsert goal{which} ({sizes['batch_rows']:,}-row batches into {sizes['table_rows']:,} rows, 10 % updates; "
            "median s per batch)", "",
            "| system | " + " | ".join(heads[k] for k in shapes) + " |", "| --- |" + " ---: |" * len(shapes)]
     for n in names:
@@ -116,36 +117,52 @@ def _module_sections(r: dict) -> list[str]:
                  "s3_cost": s3_cost.render}
     return [line for name, fn in renderers.items() if name in r for line in fn(r[name])]
 
-def render(run: dict, plots_dir: Path) -> str:
-    r = run["results"]
-    out = [f"# Benchmark results ({run['size']} size, {run['when'][:19]} UTC)", "",
-           f"Machine: {run['machine']['platform']}, {run['machine']['cpus']} CPUs, Python {run['machine']['python']}.  ",
-           "Versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()) + ".", "",
-           "Sizes: " + ", ".join(f"{k}={v}" for k, v in run["sizes"].items()) + ".", "",
-           "Run: `make bench` (every section) or `make bench ONLY=long_run` (one section, merged into the newest "
-           "results); `python -m benchmarks.run --list` names the sections.", ""]
-    from .goals import ratio_table
+def taken(run: dict, section: str) -> str:
+    """When, on what machine and at what sizes a section's figures were taken."""
+    from .workloads import SIZES
 
-    if r:
-        out += ["## Goals (systems interleaved batch by batch in one process; results checksummed)", "",
-                "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source, 35: the event "
-                "workload and the insert limit); MOR n: the "
-                "Merge-on-Read goals, NBCC n: the non-blocking writer goals (the small size runs them on smaller tables, "
-                "see each section).", "",
-                ratio_table(r), ""]
-    if run.get("section_when"):
-        out += ["Sections were run one at a time: " + ", ".join(f"{k} {v[:16]}" for k, v in run["section_when"].items())
-                + " (UTC).", ""]
+    m, when = run["machine"], run.get("section_when", {}).get(section, run["when"])
+    default = SIZES.get(run["size"], {})
+    changed = {k: v for k, v in run["sizes"].items() if default.get(k) != v}
+    line = (f"Taken {when[:16].replace('T', ' ')} UTC" + (f" ({run['note']})" if run.get("note") else "")
+            + f": {m['platform']}, {m['cpus']} CPUs, Python {m['python']}; `--size {run['size']}`"
+            + ("".join(f", `{k}={v}`" for k, v in changed.items()) if changed else "") + ".  ")
+    line += "\nVersions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()) + "."
+    return line + (f"  \nRaw results: `results/{run['raw']}`." if run.get("raw") else "")
+
+
+def render_section(name: str, run: dict, plots_dir: Path) -> str:
+    """One section's block of RESULTS.md: its heading, when it was taken, its tables and plots."""
+    lines = sections({name: run["results"][name]}, run["sizes"], plots_dir)
+    if not lines:
+        lines = [f"## {name}", ""]
+    rest = lines[2:] if len(lines) > 1 and lines[1] == "" else lines[1:]
+    return "\n".join([lines[0], "", taken(run, name), "", *rest]).rstrip() + "\n"
+
+
+def sections(r: dict, sizes: dict, plots_dir: Path) -> list[str]:
+    """The tables and plots of the sections in ``r`` (a section's heading first)."""
+    out: list[str] = []
     if "stream" in r:
         out += _per_batch(r["stream"], "## foreachBatch streaming upsert (parquet source, availableNow, one file per "
                                        "micro-batch, both queries take turns on each file)", "multiwriter sink")
     if "stream_event" in r:
         out += _per_batch(r["stream_event"], "## foreachBatch streaming upsert, event workload (int64 keys, the 5 "
                                              "newest days; deltalake merge with `streamed_exec=False`)", "multiwriter sink")
+    if "stream_write" in r:
+        out += ["## writeStream.format(multiwriter) beside the foreachBatch sink (the same parquet source, upserts; "
+                "Spark's trigger duration per micro-batch)", "",
+                "| sink | median s / micro-batch |", "| --- | ---: |"]
+        out += [f"| {k} | {v['median_s']:.3f} |" for k, v in r["stream_write"].items()] + [""]
+    if "goal_import" in r:
+        g = r["goal_import"]
+        out += ["## Import time (`import multiwriter` in a fresh process, 5 runs)", "",
+                f"Median {g['median_s'] * 1000:.1f} ms (runs: " + ", ".join(f"{x * 1000:.1f}" for x in g["all_s"]) + " ms).",
+                ""]
     if "goal_upsert" in r or "goal_upsert_event" in r:
-        out += _goal_upserts(r, run["sizes"])
+        out += _goal_upserts(r, sizes)
     if "goal_insert" in r:
-        out += [f"## Insert goal ({run['sizes']['batch_rows']:,} new rows per batch over 30 days)", ""]
+        out += [f"## Insert goal ({sizes['batch_rows']:,} new rows per batch over 30 days)", ""]
         out += _ratio_table(r["goal_insert"], ["multiwriter insert", "multiwriter insert, virtual keys"]) + [""]
     if "long_run" in r:
         out += _long_run(r["long_run"], plots_dir)
@@ -160,7 +177,7 @@ def render(run: dict, plots_dir: Path) -> str:
                 f"over the last 50 batches ({100 * m['growth']:+.1f} %, {m['rss_mib_at_end'] - m['rss_mib_at_100']:+.0f} MiB). "
                 f"The companion cleaner runs every 50 batches in the same driver. Wall time {m['wall_s']:.0f} s."
                 + (" The driver is a fresh process started with " + ", ".join(f"`{k}={v}`" for k, v in m["driver_env"].items())
-                   + " (README, \"Reliability\")." if m.get("driver_env") else ""), ""]
+                   + " (docs/reliability.md, \"Long-running drivers\")." if m.get("driver_env") else ""), ""]
         series = {"driver (Python)": ([x["batch"] for x in s], [x["python_mib"] for x in s])}
         if s and s[0]["jvm_mib"] is not None:
             series["Spark JVM"] = ([x["batch"] for x in s], [x["jvm_mib"] for x in s])
@@ -227,4 +244,4 @@ def render(run: dict, plots_dir: Path) -> str:
             out += ["![driver RSS](results/memory.png)", ""]
         except ImportError:
             pass
-    return "\n".join(out) + "\n"
+    return out

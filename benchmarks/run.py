@@ -1,13 +1,16 @@
-"""``python -m benchmarks.run --size small|full [--only long_run,stream,...] [--merge]``.
+"""``python -m benchmarks.run --size small|full [--only long_run,stream,...] [--note TEXT]``.
 
 Runs the sections in one process on one machine, writes ``benchmarks/results/<timestamp>.json``
-(machine, versions, raw timings), prints a table and rewrites ``benchmarks/RESULTS.md``.
+(machine, versions, raw timings of this run's sections), prints the tables and updates
+``benchmarks/RESULTS.md``: the block of each section run, and its rows of the goals table, are
+replaced; every other section's block is left as it was (``benchmarks.results_md``). So the
+file holds the latest figure of each section, never a history of runs.
 Ratios taken in one run are what to compare: absolute times drift on shared machines.
 
 ``--list`` names the sections; ``--set key=value`` overrides one size setting (for a quick try
 at a smaller scale); ``--long-run-batches N`` (or ``MW_BENCH_LONG_RUN_BATCHES``) sets the
-long-run length; ``--merge`` adds this run's sections to the newest results file of the same
-size, so sections run one at a time still give one RESULTS.md.
+long-run length; ``--note`` says under what conditions the figures were taken (``busy machine:
+load average 5-27``), shown in each block.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from . import goals
-from .report import render
+from . import goals, results_md
+from .report import render_section
 from .session import spark_session as _spark
 from .workloads import SIZES, WORKLOADS
 
@@ -54,17 +57,23 @@ def _sizes(a: argparse.Namespace) -> dict:
     return size
 
 
-def _merge(run: dict, results_dir: Path) -> dict:
-    """This run's sections on top of the newest earlier results file of the same size."""
-    older = sorted(p for p in results_dir.glob("*.json") if json.loads(p.read_text()).get("size") == run["size"])
-    if not older:
-        return run
-    base = json.loads(older[-1].read_text())
-    when = base.get("section_when") or {k: base["when"] for k in base["results"]}
-    when.update({k: run["when"] for k in run["results"]})
-    base["results"].update(run["results"])
-    base["sizes"].update(run["sizes"])
-    return {**run, "results": base["results"], "sizes": base["sizes"], "section_when": when}
+def goal_rows(run: dict) -> dict[str, str]:
+    """The goals table's rows of the sections this run measured, by goal."""
+    taken = {k: run.get("section_when", {}).get(k, run["when"])[:10] for k in run["results"]}
+    sections = {goal: section for goal, section, _ in goals.GOALS}
+    return {goal: results_md.goal_row(goal, sections.get(goal, ""), target, value, taken.get(sections.get(goal), ""),
+                                      goal in goals.REPLACED)
+            for goal, value, target in goals.ratios(run["results"])}
+
+
+def write_results_md(run: dict, path: Path, plots_dir: Path) -> str:
+    """Update ``path`` with this run's sections (their blocks and goal rows); returns the blocks."""
+    blocks = {name: render_section(name, run, plots_dir) for name in run["results"]}
+    old = path.read_text() if path.exists() else None
+    _, rows, _ = results_md.parse(old) if old else ("", [], {})
+    rows = results_md.merge_goal_rows(rows, goal_rows(run), goals.GOALS, set(run["results"]))
+    path.write_text(results_md.update(old, WORKLOADS, blocks, rows))
+    return "\n".join(blocks.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the section names and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one size setting")
     p.add_argument("--long-run-batches", type=int, default=None)
-    p.add_argument("--merge", action="store_true", help="merge into the newest results file of the same size")
+    p.add_argument("--note", default="", help="the conditions the figures were taken under (shown in each block)")
     p.add_argument("--out", type=Path, default=None,
                    help="write the JSON, plots and RESULTS.md there instead of benchmarks/ (a trial run)")
     a = p.parse_args(argv)
@@ -98,20 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     run = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(), "size": a.size, "sizes": size,
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
-        "versions": _versions(), "results": results,
+        "versions": _versions(), "results": results, **({"note": a.note} if a.note else {}),
     }
     home = a.out or HERE
     results_dir = home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
-    if a.merge:
-        run = _merge(run, results_dir)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = results_dir / f"{stamp}.json"
     out.write_text(json.dumps(run, indent=1))
-    text = render(run, plots_dir=results_dir)
-    print(text)
+    run["raw"] = out.name
+    print(write_results_md(run, home / "RESULTS.md", results_dir))
     print("Goals (ratios measured side by side):\n" + goals.ratio_table(run["results"]))
-    (home / "RESULTS.md").write_text(text)
     print(f"raw results: {out}")
     return 0
 

@@ -1,5 +1,5 @@
 """What an operation costs on object storage (issue 57): requests by kind and seconds per
-operation on moto's S3 server (127.0.0.1) behind :class:`tools.moto_s3.CountingLatency`, which
+operation on moto's S3 server (127.0.0.1) behind :class:`testbed.moto_s3.CountingLatency`, which
 counts every request and answers each one ``s3_cost_latency_ms`` later, as a real store would.
 
 On the same batches, interleaved in one process (who goes first rotates), with string and
@@ -290,7 +290,7 @@ def _med(runs: list[dict]) -> dict:
 
 def cost(size: dict, work: Path, spark=None, *, log: bool = False) -> dict:
     """The section; ``log=True`` also returns the requests of each operation's last run."""
-    from tools.moto_s3 import CountingLatency, MotoS3
+    from testbed.moto_s3 import CountingLatency, MotoS3
 
     latency = size["s3_cost_latency_ms"] / 1000
     holder: dict = {}

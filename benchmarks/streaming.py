@@ -270,7 +270,7 @@ def _jvm(proc):
     return kids[0] if kids else None
 
 
-#: how a long-lived driver is started (README, "Reliability")
+#: how a long-lived driver is started (docs/reliability.md, "Long-running drivers")
 DRIVER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_MMAP_THRESHOLD_": "131072"}
 
 

@@ -153,10 +153,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3 endpoint (moto's server) on 127.0.0.1 with a free port, started on first use
-    (:class:`tools.moto_s3.MotoS3`: the standard AWS variables point this process and its
+    (:class:`testbed.moto_s3.MotoS3`: the standard AWS variables point this process and its
     children at it). Yields a factory of fresh buckets: ``s3_server()`` -> ``"s3://<bucket>"``,
     with ``.client`` (boto3), ``.endpoint`` and ``.writes`` (the :class:`SerializedWrites` middleware)."""
-    from tools.moto_s3 import MotoS3, SerializedWrites
+    from testbed.moto_s3 import MotoS3, SerializedWrites
 
     with MotoS3(wrap=SerializedWrites) as s3:  # moto's conditional writes made atomic, as S3's
         def bucket(versioned: bool = False) -> str:

@@ -1,6 +1,6 @@
 """What an upsert costs on S3 does not grow with the table (issue 57).
 
-moto's S3 server behind :class:`tools.moto_s3.CountingLatency` (no added latency here): the
+moto's S3 server behind :class:`testbed.moto_s3.CountingLatency` (no added latency here): the
 requests of one upsert into two partitions are counted by the server itself, per bucket. They
 must not grow with the partitions the upsert does not touch, nor with the number of commits the
 table has seen; and every request of an upsert is accounted for by kind (no directory markers,
@@ -24,7 +24,7 @@ DAYS = [f"2024-01-{d:02d}" for d in range(1, 29)]
 
 @pytest.fixture(scope="module")
 def s3():
-    from tools.moto_s3 import CountingLatency, MotoS3, SerializedWrites
+    from testbed.moto_s3 import CountingLatency, MotoS3, SerializedWrites
 
     holder = {}
 

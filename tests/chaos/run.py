@@ -190,9 +190,9 @@ def run_round(seed: int, workdir: Path, batches: int = 8, max_seconds: float = 2
 
 @contextlib.contextmanager
 def _s3_table(workdir: Path):
-    """A fresh bucket on moto's S3 server (:class:`tools.moto_s3.MotoS3`: the AWS variables point
+    """A fresh bucket on moto's S3 server (:class:`testbed.moto_s3.MotoS3`: the AWS variables point
     this process and its children at it while the round runs): the round's table URI."""
-    from tools.moto_s3 import MotoS3
+    from testbed.moto_s3 import MotoS3
 
     with MotoS3(prefix="chaos") as s3:
         yield f"{s3.bucket()}/table"

@@ -7,7 +7,7 @@ import multiwriter as mw
 from multiwriter.config import ZK_PROVIDER, table_settings_from_options
 from multiwriter.errors import ConfigError
 
-#: what a Hudi Spark job sharing the table sets (README: Running beside Hudi's JVM writers)
+#: what a Hudi Spark job sharing the table sets (docs/interop.md: Running beside Hudi's JVM writers)
 JVM_OPTIONS = {
     "hoodie.table.name": "trips",
     "hoodie.datasource.write.recordkey.field": "id",

@@ -1,7 +1,7 @@
 """The decision log (:mod:`multiwriter.table.decisions`): one create decides each completion.
 
 Local disk and S3 (moto's server, its writes serialized by a WSGI middleware,
-``tools.moto_s3.SerializedWrites``: moto's own conditional PUT is not atomic under concurrency,
+``testbed.moto_s3.SerializedWrites``: moto's own conditional PUT is not atomic under concurrency,
 so without it the test would prove nothing)."""
 from __future__ import annotations
 

@@ -188,7 +188,7 @@ def test_a_range_of_clustering_only_reads_nothing_on_copy_on_write(trips_table, 
 
 
 class _Consumer:
-    """The loop README shows: read from the saved offset, apply, save ``batch.end``."""
+    """The loop README.md and docs/consumers.md show: read from the saved offset, apply, save ``batch.end``."""
 
     def __init__(self, path: str) -> None:
         self.path = path

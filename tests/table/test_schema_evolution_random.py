@@ -92,7 +92,7 @@ def _check(path: str, want: dict[str, tuple], names: list[str]) -> None:
     assert _rows(mw.Table.open(path).read(), names) == want
     try:
         theirs = hudi_read(path)
-    except BaseException as e:  # noqa: BLE001 -- hudi-rs raises (or panics) on slices it cannot read (README)
+    except BaseException as e:  # noqa: BLE001 -- hudi-rs raises (or panics) on slices it cannot read (docs/schema-evolution.md)
         if isinstance(e, KeyboardInterrupt):
             raise
         return
