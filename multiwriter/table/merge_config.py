@@ -133,7 +133,8 @@ def _v9_merge(raw: dict[str, str], fields: tuple[str, ...], source: str) -> tupl
     payload = raw.get(PAYLOAD_CLASS_KEY) or raw.get(LEGACY_PAYLOAD_CLASS_KEY)
     strategy = raw.get(STRATEGY_ID_KEY)
     if mode == CUSTOM:
-        mode = _custom(payload, strategy, source, f"{MERGE_MODE_KEY}=CUSTOM")[0]
+        named = f"{PAYLOAD_CLASS_KEY}={payload}" if payload else f"{STRATEGY_ID_KEY}={strategy}"
+        mode = _custom(payload, strategy, source, f"{MERGE_MODE_KEY}=CUSTOM, {named}")[0]
     elif mode not in (EVENT_TIME, COMMIT_TIME):
         raise MergeSettingError(f"{source}: {MERGE_MODE_KEY}={mode} is not a merge mode Hudi knows; fix the table's properties")
     partial = raw.get(PARTIAL_UPDATE_MODE_KEY, NO_PARTIAL).strip().upper() or NO_PARTIAL
@@ -164,7 +165,7 @@ def _pre_v9_merge(raw: dict[str, str], fields: tuple[str, ...], version: int, so
     by_payload = _PAYLOAD_MODES.get(payload, CUSTOM) if payload else None
     first, second = (by_strategy, by_payload) if version >= 8 else (by_payload, by_strategy)
     mode = first or second
-    if recorded and recorded != mode:
+    if recorded and _effective(recorded, fields) != _effective(mode, fields):
         raise MergeSettingError(
             f"{source}: {MERGE_MODE_KEY}={recorded} contradicts {PAYLOAD_CLASS_KEY}={payload} / "
             f"{STRATEGY_ID_KEY}={strategy} (Hudi refuses this table too); fix the table's properties")
@@ -173,6 +174,13 @@ def _pre_v9_merge(raw: dict[str, str], fields: tuple[str, ...], version: int, so
     key = PAYLOAD_CLASS_KEY if payload else STRATEGY_ID_KEY
     mode, partial = _custom(payload, strategy, source, f"{key}={payload or strategy}")
     return mode, partial, payload, strategy
+
+
+def _effective(mode: str, fields: tuple[str, ...]) -> str:
+    """A mode as it merges: event time without an ordering field is commit time (tables this
+    package wrote at version 8 name ``DefaultHoodieRecordPayload`` with ``COMMIT_TIME_ORDERING``
+    when they have no ordering field: the same merge)."""
+    return COMMIT_TIME if mode == EVENT_TIME and not fields else mode
 
 
 def _custom(payload: str | None, strategy: str | None, source: str, setting: str) -> tuple[str, str]:
