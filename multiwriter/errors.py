@@ -31,6 +31,13 @@ class TableFormatError(MultiWriterError):
     """A table file is unreadable, corrupt or of an unsupported version."""
 
 
+class MergeSettingError(TableFormatError):
+    """A table setting that changes how versions of a record merge (a merge mode, payload class,
+    record merger, partial-update mode or merge property) asks for a merge multiwriter does not
+    do; the message names the setting. Nothing was read, compacted or written by it: use Hudi
+    for this table (``docs/merge-settings.md`` lists every setting)."""
+
+
 class UnsafePathError(TableFormatError):
     """A path named by a table's own files (a plan, a manifest, ``hoodie.properties``, write
     statistics, a listing) would leave the table: ``..``, an absolute path, a name that is not

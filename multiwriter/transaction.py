@@ -36,6 +36,7 @@ from .table import decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .table.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
+from .table.merge_config import MergeConfig
 from .table.properties import PROPERTIES_FILE
 from .table.table import Table
 from .table.timeline import Timeline
@@ -157,6 +158,7 @@ class Transaction:
         if self._state != "new":
             raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
         self.table.config.check_writable()
+        MergeConfig.from_table_config(self.table.config)  # a merge setting no path of ours honours
         since = self._acquire()
         try:
             t0 = time.monotonic()
@@ -340,6 +342,7 @@ class Transaction:
                 _SETTINGS_SEEN[self.table.storage.uri] = (stamp, dict(ours.raw))
             return
         now.check_writable()
+        MergeConfig.from_table_config(now)
         self.table.config = now
         if now.version != ours.version:
             log.info("table %s is now version %d (was %d): going on with its settings", self.table.path,

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from .. import faults, markers
 from ..errors import ConfigError, InvalidRecordError, MultiWriterError, TableFormatError
+from ..table.merge_config import MergeConfig
 from ..table import instant as inst
 from ..table import layout
 from ..table import bounds, decisions, metadata_files
@@ -387,6 +388,7 @@ def execute(ctx: CleanerContext, plan: ClusteringPlan, cfg: ClusteringConfig | N
     from ..write.merge import context
 
     t = plan.clustering_time
+    MergeConfig.from_table_config(ctx.config)  # a merge setting we do not honour: refused by name, as on every path
     tl = ctx.table.timeline()
     schema = ctx.table.schema(tl)
     bound = ctx.heartbeat.bound_s if ctx.heartbeat is not None else None

@@ -60,6 +60,7 @@ from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_
 from ..table.files import FileGroup, FileSlice, LogFile
 from ..table.instant import Instant
 from ..table.log_file import parse_log_file
+from ..table.merge_config import MergeConfig
 from ..table.merged_slice import read_slice
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
@@ -263,6 +264,7 @@ def schedule(ctx: CleanerContext, cfg: CompactionConfig) -> Scheduled | None:
     and ``<T>.compaction.requested`` written. None when there is nothing to compact."""
     if not ctx.config.merge_on_read:
         return None
+    MergeConfig.from_table_config(ctx.config)  # a merge we do not do: refused by name, no plan written
     tl0 = ctx.table.timeline()
     if delta_commits_since(tl0, last_request(tl0)) < cfg.delta_commits:
         return None
@@ -355,6 +357,7 @@ def execute(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig | None 
 
     cfg = cfg or CompactionConfig()
     t = sched.compaction_time
+    merge = MergeConfig.from_table_config(ctx.config)  # refused by name before the compaction starts
     mark_inflight(ctx, t, inst.COMPACTION)
     tl = ctx.table.timeline()
     bound = ctx.heartbeat.bound_s if ctx.heartbeat is not None else None
@@ -362,6 +365,7 @@ def execute(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig | None 
         context(ctx.storage.uri, t, ctx.table.schema(tl), ctx.config.ordering_field, len(ctx.config.partition_by) or 1),
         heartbeat_bound_s=bound,
         pending_files=guard.pending_files(ctx.config, t, inst.COMPACTION),
+        merge_config=merge,
     )
     jobs = jobs_of(ctx, tl, sched)
     stats: dict[int, WriteStat] = {}
@@ -392,7 +396,7 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
     fs = job.file_slice()
     full = mctx.file_schema
     try:
-        rows = read_slice(storage, fs, full, mctx.ordering_field, logs=job.logs)
+        rows = read_slice(storage, fs, full, mctx.merge_config or mctx.ordering_field, logs=job.logs)
         base = _base_versions(storage, fs)
     except FileNotFoundError as e:
         raise CompactionPlanError(

@@ -25,6 +25,7 @@ from ..storage import Storage
 from ..table import bounds
 from ..table.files import FileSlice, LogFile
 from ..table.layout import DEFAULT_PARTITION, parse_data_file
+from ..table.merge_config import MergeConfig
 from ..table.merged_slice import read_slice
 from ..table.schema import cast_column, has_double, stored_float_types
 from ..table.table import Table
@@ -63,7 +64,7 @@ class ScanPlan:
     tasks: tuple[ScanTask, ...]
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
     task_bytes: int = 128 * 1024 * 1024  # scan tasks are packed into Spark tasks of about this size
-    ordering_field: str | None = None  # the merge rule's ordering field (Merge-on-Read)
+    merge: MergeConfig | None = None  # the table's merge (Merge-on-Read slices with logs)
 
     def groups(self) -> list[tuple[ScanTask, ...]]:
         """The scan tasks packed into Spark tasks (see :func:`pack`)."""
@@ -89,8 +90,9 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
             slices = [dataclasses.replace(s, logs=()) for s in slices if s.has_base]  # a log-only group: nothing
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
+    merge = table.merge_config if any(t.logs for t in tasks) else None  # refused here, by name
     return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
-                    table.config.ordering_field)
+                    merge)
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -131,7 +133,7 @@ def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], p
     else:  # a log-only slice
         first = min(task.logs, key=lambda lf: lf.instant_time)
         fs = FileSlice(task.partition, first.file_id, first.instant_time, "", 0, task.logs)
-    t = read_slice(storage, fs, plan.schema, plan.ordering_field)
+    t = read_slice(storage, fs, plan.schema, plan.merge)
     expr = data_filter(plan.schema, predicates)
     return (t.filter(expr) if expr is not None else t).select(cols)
 

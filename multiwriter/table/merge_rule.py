@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 
 from ..errors import TableFormatError
 from .log_file import avro_time_unit
+from .merge_config import MergeConfig
 from .schema import META_COLUMNS, cast_column
 
 RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
@@ -87,13 +88,14 @@ def log_order(log: Any) -> tuple[str, int, str]:
     return (log.instant_time, log.version, log.name)
 
 
-def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema,
-          key: str = RECORD_KEY) -> pa.Table:
+def merge(sources: Sequence[Versions], *, schema: pa.Schema, config: MergeConfig | None = None,
+          ordering_field: str | None = None, key: str = RECORD_KEY) -> pa.Table:
     """Surviving rows, one per record key, in ``schema`` (the file schema: meta columns + data
     columns, or some of them). Columns a source lacks (added later by schema evolution) are
     null; columns stored in another order or a narrower type are reordered and cast.
-    ``ordering_field`` None is commit-time merging, else event-time merging on that column
-    (rules: the module docstring).
+    ``config``: the table's merge (:class:`~.merge_config.MergeConfig`; rules: the module
+    docstring); without one, ``ordering_field`` None is commit-time merging, else event-time
+    merging on that column.
     ``key``: the column of ``schema`` holding each record's key (Hudi's meta column by default;
     a column that always equals it may stand in, see :func:`~.merged_slice.key_column`).
 
@@ -110,16 +112,22 @@ def merge(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa
     (by rank, then position). Base rows of keys that no log touches pass through as stored
     (the base file is assumed to hold each key once).
 
-    Raises :class:`TableFormatError` when ``ordering_field`` is not in ``schema`` or a source's
+    Raises :class:`TableFormatError` when an ordering field is not in ``schema`` or a source's
     ordering values cannot be compared with the ordering column.
     """
-    ordering = _ordering_field(schema, ordering_field)
+    cfg = _config(config, ordering_field)
+    ordering = _ordering_fields(schema, cfg)
     base_rows, logs = _split(sources, schema)
     if not logs:
         return base_rows if base_rows is not None else schema.empty_table()
     if schema.get_field_index(key) < 0:
         raise TableFormatError(f"record key column {key!r} is not a column of the file schema")
-    return _merge_logs(base_rows, logs, ordering, schema, key)
+    return _merge_logs(base_rows, logs, ordering, schema, key, cfg.ignore_defaults)
+
+
+def _config(config: MergeConfig | None, ordering_field: str | None) -> MergeConfig:
+    """The merge asked for: ``config``, else event time on ``ordering_field`` (commit time without one)."""
+    return config if config is not None else MergeConfig.event_time(ordering_field)
 
 
 @dataclass
@@ -131,29 +139,30 @@ class Prepared:
     collected: _Collected | None = None
 
 
-def prepare(sources: Sequence[Versions], *, ordering_field: str | None, schema: pa.Schema,
-            key: str = RECORD_KEY) -> Prepared:
+def prepare(sources: Sequence[Versions], *, schema: pa.Schema, config: MergeConfig | None = None,
+            ordering_field: str | None = None, key: str = RECORD_KEY) -> Prepared:
     """The per-slice part of :func:`merge_prepared` (slices may be prepared side by side): the
     slice's rows read and its candidates keyed, its winners not yet chosen."""
-    ordering = _ordering_field(schema, ordering_field)
+    cfg = _config(config, ordering_field)
+    ordering = _ordering_fields(schema, cfg)
     base, logs = _split(sources, schema)
     if not logs:
         return Prepared(done=base if base is not None else schema.empty_table())
     if schema.get_field_index(key) < 0:
         raise TableFormatError(f"record key column {key!r} is not a column of the file schema")
-    if any(s.carries is not None for s in logs):
-        return Prepared(done=_merge_logs(base, logs, ordering, schema, key))
+    if cfg.ignore_defaults or any(s.carries is not None for s in logs):
+        return Prepared(done=_merge_logs(base, logs, ordering, schema, key, cfg.ignore_defaults))
     return Prepared(collected=_collect(base, logs, ordering, schema, key))
 
 
-def merge_prepared(parts: Sequence[Prepared], *, ordering_field: str | None, schema: pa.Schema,
-                   key: str = RECORD_KEY, map_: Mapper = map) -> pa.Table:
+def merge_prepared(parts: Sequence[Prepared], *, schema: pa.Schema, config: MergeConfig | None = None,
+                   ordering_field: str | None = None, key: str = RECORD_KEY, map_: Mapper = map) -> pa.Table:
     """The rows of many slices (:func:`prepare` of each), each slice's as :func:`merge` returns
     them, one slice after another. The winners of every slice are chosen at once (each key
     qualified by its slice), and each column is assembled once for all of them: the work per
     slice that stays is reading and keying its rows. ``map_``: how the columns are assembled
     (a thread pool's ``map`` assembles them side by side)."""
-    ordering = _ordering_field(schema, ordering_field)
+    ordering = _ordering_fields(schema, _config(config, ordering_field))
     pending = [p.collected for p in parts if p.collected is not None]
     if len(pending) == 1:
         c = pending[0]
@@ -200,7 +209,7 @@ class _Candidates:
     """The versions that compete, in history order (their ``seq`` ascends): parallel columns."""
 
     keys: list[pa.Array | pa.ChunkedArray]
-    ordering: list[pa.Array | pa.ChunkedArray]
+    ordering: list[tuple[pa.Array | pa.ChunkedArray, ...]]  # per source, one array per ordering field
     seq: list[np.ndarray]  # place in the slice's history (base rows: their base position)
     row: list[np.ndarray]  # the record's row in the stored rows; -1 for a delete
     plain: list[np.ndarray]  # a delete without an ordering value
@@ -239,17 +248,19 @@ class _Collected:
     logs_from: int  # where the logs' records begin in ``stored`` (1 after a base file)
 
 
-def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
-                key: str) -> pa.Table:
+def _merge_logs(base: pa.Table | None, logs: list[Versions], ordering: tuple[pa.Field, ...], schema: pa.Schema,
+                key: str, ignore_defaults: bool = False) -> pa.Table:
     """:func:`merge` when some log holds rows: the candidates are every log version plus the
     base rows of the keys the logs touch (:func:`_collect`)."""
     c = _collect(base, logs, ordering, schema, key)
     winners, first_seq, kept = _winners(c.cands, c.codes, c.n_keys, ordering, c.n_base)
-    filled = _filled_columns(c.cands, c.codes, schema, kept, c.n_base) if len(c.cands.carried) > 1 else []
+    filled: list[tuple[list[str], np.ndarray]] = []
+    if (len(c.cands.carried) > 1 or ignore_defaults) and len(winners):
+        filled = _filled_columns(c.cands, c.codes, schema, kept, c.n_base, c.stored if ignore_defaults else None, key)
     return _assemble(c.stored, schema, key, c.n_base, c.at, winners, first_seq, filled)
 
 
-def _collect(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | None, schema: pa.Schema,
+def _collect(base: pa.Table | None, logs: list[Versions], ordering: tuple[pa.Field, ...], schema: pa.Schema,
              key: str) -> _Collected:
     """The candidates of one slice whose logs hold versions: every log version plus the base
     rows of the keys the logs touch."""
@@ -270,7 +281,7 @@ def _collect(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | N
             d = s.deletes
             n = d.num_rows
             values = _delete_ordering(d, ordering)
-            plain = np.zeros(n, bool) if values is None else _is_null(values)
+            plain = _is_null(values[0]) if values else np.zeros(n, bool)
             cands.add(_delete_keys(d, key_type), values, np.arange(seq0, seq0 + n), np.full(n, -1), plain)
             seq0 += n
     # one hash pass over the logs' keys, one lookup of the base keys in them: the base rows the
@@ -281,7 +292,7 @@ def _collect(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | N
     if n_base:
         at, base_codes = touched(base.column(key), encoded.dictionary)
         codes.insert(0, base_codes)
-        cands.ordering.insert(0, base.column(ordering.name).take(pa.array(at)) if ordering is not None else None)
+        cands.ordering.insert(0, tuple(base.column(f.name).take(pa.array(at)) for f in ordering))
         cands.seq.insert(0, at)
         cands.row.insert(0, at)
         cands.plain.insert(0, np.zeros(len(at), bool))
@@ -290,7 +301,7 @@ def _collect(base: pa.Table | None, logs: list[Versions], ordering: pa.Field | N
                       int(base is not None))
 
 
-def _merge_many(cs: list[_Collected], ordering: pa.Field | None, schema: pa.Schema, key: str,
+def _merge_many(cs: list[_Collected], ordering: tuple[pa.Field, ...], schema: pa.Schema, key: str,
                 map_: Mapper = map) -> list[pa.Table]:
     """:func:`merge_prepared` of slices without partial updates: their candidates as one set
     (places, rows and key codes shifted past those of the slices before, so equal keys of two
@@ -542,7 +553,7 @@ class _Kept:
     win_rows: np.ndarray  # their winning rows, alike
 
 
-def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Field | None, n_base: int = 0
+def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: tuple[pa.Field, ...], n_base: int = 0
              ) -> tuple[np.ndarray, np.ndarray, _Kept]:
     """(stored row of each surviving key's winning record, the place of that key's first
     version), ordered by that first place; keys whose winner is a delete are left out.
@@ -554,11 +565,12 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     first_seq = np.full(n_keys, np.iinfo(np.int64).max)
     np.minimum.at(first_seq, codes, seq)  # before any candidate is dropped
     alive = np.ones(len(seq), bool)
-    if ordering is None:
+    if not ordering:
         score = np.zeros(len(seq), np.int64)
     else:
         plain = np.concatenate(cands.plain)
-        score = _scores(_concat(cands.ordering, ordering.type), plain)
+        score = _combined_scores([_scores(_concat([o[i] for o in cands.ordering], f.type), plain)
+                                  for i, f in enumerate(ordering)], plain)
         alive = _after_plain_deletes(codes, seq, row, plain, n_keys, n_base)
     span = int(seq[-1]) + 1
     packed = (score + 1) * span + seq  # scores and places stay far below 2**31, so no overflow
@@ -573,48 +585,74 @@ def _winners(cands: _Candidates, codes: np.ndarray, n_keys: int, ordering: pa.Fi
     return win_rows, places[order], _Kept(packed, seq, row, np.flatnonzero(kept)[order], win_rows)
 
 
-def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept, n_base: int
-                    ) -> list[tuple[list[str], np.ndarray]]:
-    """Partial updates: for the columns some versions do not carry, the stored row each
-    surviving key takes them from (aligned with the winners; -1: null), grouped by the versions
-    that carry them (the rule: :func:`merge`). Vectorized: the log versions sorted by key, a
-    running maximum of their packed (score, place) per key marks the running winners; per
-    column the last running winner that carries it, after the key's last running-winner delete,
-    else the base row."""
-    pattern = np.concatenate(cands.pattern)
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for name in schema.names:
-        carriers = tuple(i for i, c in enumerate(cands.carried) if c is None or name in c)
-        if len(carriers) < len(cands.carried):
-            groups.setdefault(carriers, []).append(name)
-    if not groups:
-        return []
-    n_keys = int(codes.max()) + 1
+def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, kept: _Kept, n_base: int,
+                    stored: list[pa.Table] | None, key: str) -> list[tuple[list[str], np.ndarray]]:
+    """Partial merges: for each column, the stored row each surviving key takes it from (aligned
+    with the winners; -1: null), as Hudi folds a key's versions pairwise, the winner of each pair
+    taking the columns it lacks from the loser (``PartialUpdateBufferedRecordMerger``: a block
+    marked ``IS_PARTIAL`` lacks the columns it does not carry; ``PartialUpdateHandler
+    .reconcileDefaultValues`` under ``IGNORE_DEFAULTS``: a null value, the Avro default of our
+    nullable columns, when ``stored`` is given). A delete on either side leaves the winner as it
+    is. So each key's result is the first version, in this order, that has the column:
+
+    - the base row, when it beats the logs' result (``finalMerge``),
+    - the logs' running winners since their last winning delete, latest first (each one that
+      beats the fold so far goes before it),
+    - the logs' other records after the first of those, in log order (each one that loses to the
+      fold goes after it),
+    - the base row, when the logs' result beats it.
+
+    Vectorized: the running winners come from a running maximum of the candidates' packed
+    (score, place) per key, each candidate gets a priority, and per column each key takes the
+    candidate of least priority among those that have it."""
     packed, seq, row = kept.packed, kept.seq, kept.row
-    base = (seq < n_base) & (packed >= 0)
-    base_row = np.full(n_keys, -1, np.int64)
-    base_row[codes[base]] = row[base]
+    n_keys = int(codes.max()) + 1
+    span = int(seq[-1]) + 1
     logs = np.flatnonzero((seq >= n_base) & (packed >= 0))
     logs = logs[np.lexsort((seq[logs], codes[logs]))]  # by key, then place
-    code = codes[logs]
+    code, lseq, is_del = codes[logs], seq[logs], row[logs] < 0
     rank = np.empty(len(logs), np.int64)  # packed values ranked: small enough to shift keys apart
     rank[np.argsort(packed[logs], kind="stable")] = np.arange(len(logs))
     shifted = code.astype(np.int64) * (len(logs) + 1) + rank  # one running maximum over every key
     before = np.concatenate([[-1], np.maximum.accumulate(shifted)[:-1]])
     leads = shifted > before  # a new running winner of its key (a key's first log version too)
     cleared = np.full(n_keys, -1, np.int64)
-    deleted = leads & (row[logs] < 0)
-    np.maximum.at(cleared, code[deleted], seq[logs][deleted])
-    setter = leads & (row[logs] >= 0) & (seq[logs] > cleared[code])
-    by_log = kept.win_rows >= n_base  # keys whose winner is a log version
+    np.maximum.at(cleared, code[leads & is_del], lseq[leads & is_del])
+    led = leads & ~is_del & (lseq > cleared[code])
+    none = np.iinfo(np.int64).max
+    first_led = np.full(n_keys, none)
+    np.minimum.at(first_led, code[led], lseq[led])
+    trailing = ~leads & ~is_del & (lseq > first_led[code])
+    # priorities: 0 the base row when it wins, then span.. the running winners latest first,
+    # 2*span.. the losing records in log order, 3*span the base row when the logs win
+    base_wins = np.zeros(n_keys, bool)
+    base_wins[kept.keys] = kept.win_rows < n_base
+    prio = np.full(len(seq), -1, np.int64)
+    prio[logs[led]] = span + (span - 1 - lseq[led])
+    prio[logs[trailing]] = 2 * span + lseq[trailing]
+    in_base = np.flatnonzero((seq < n_base) & (packed >= 0))
+    prio[in_base] = np.where(base_wins[codes[in_base]], 0, 3 * span)
+    logs_deleted = (cleared >= 0) & (first_led == none)  # the fold ends on a winning delete
+    drop = (prio > 0) & (seq >= n_base) & logs_deleted[codes]  # the base row won alone over a deleted fold
+    prio[drop] = -1
+    member = np.flatnonzero(prio >= 0)
+    pattern = np.concatenate(cands.pattern)
+    rows = pa.concat_tables(stored) if stored is not None else None
+    n_cand = len(seq)
     out = []
-    for carriers, names in groups.items():
-        mask = setter & np.isin(pattern[logs], carriers)
-        last = np.full(n_keys, -1, np.int64)
-        np.maximum.at(last, code[mask], seq[logs][mask])
-        last = last[kept.keys]
-        found = np.where(last >= 0, row[np.searchsorted(seq, np.maximum(last, 0))], base_row[kept.keys])
-        out.append((names, np.where(by_log, found, kept.win_rows)))
+    for name in schema.names:
+        if name == key:
+            continue
+        carriers = np.array([c is None or name in c for c in cands.carried])
+        has = carriers[pattern[member]]
+        if rows is not None and rows.column(name).null_count:
+            has &= ~_bool(rows.column(name).take(pa.array(row[member])).is_null())
+        if has.all():  # the first member, the winner, has it
+            continue
+        chosen = np.full(n_keys, none)
+        np.minimum.at(chosen, codes[member[has]], prio[member[has]] * n_cand + member[has])
+        pick = chosen[kept.keys]
+        out.append(([name], np.where(pick < none, row[pick % n_cand], kept.win_rows)))
     return out
 
 
@@ -630,6 +668,19 @@ def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
         raise TableFormatError(f"ordering values of type {values.type} cannot be compared: {e}") from e
     score = _numpy(ranks).astype(np.int64)
     score[_is_null(values)] = 0
+    score[plain] = -1
+    return score
+
+
+def _combined_scores(scores: list[np.ndarray], plain: np.ndarray) -> np.ndarray:
+    """Several ordering fields' scores (:func:`_scores`) as one that sorts alike: compared field
+    by field, the first difference deciding (Hudi's ``ArrayComparable.compareTo``); a dense rank
+    of the tuples, -1 for a plain delete."""
+    if len(scores) == 1:
+        return scores[0]
+    tuples = np.stack(scores, axis=1)
+    _, inverse = np.unique(tuples, axis=0, return_inverse=True)  # rows of the tuples in ascending order
+    score = inverse.reshape(-1).astype(np.int64)
     score[plain] = -1
     return score
 
@@ -785,26 +836,37 @@ def _exact(t: pa.DataType) -> bool:
             or pa.types.is_temporal(t) or pa.types.is_decimal(t))
 
 
-def _ordering_field(schema: pa.Schema, name: str | None) -> pa.Field | None:
-    if name is None:
-        return None
-    i = schema.get_field_index(name)
-    if i < 0:
-        raise TableFormatError(f"ordering field {name!r} is not a column of the file schema")
-    return schema.field(i)
+def _ordering_fields(schema: pa.Schema, config: MergeConfig) -> tuple[pa.Field, ...]:
+    """The columns of ``schema`` the merge orders by (none: commit-time merging)."""
+    out = []
+    for name in config.ordering_fields:
+        i = schema.get_field_index(name)
+        if i < 0:
+            raise TableFormatError(f"ordering field {name!r} is not a column of the file schema")
+        out.append(schema.field(i))
+    return tuple(out)
 
 
-def _ordering_of(t: pa.Table, ordering: pa.Field | None) -> pa.ChunkedArray | None:
-    return t.column(ordering.name) if ordering is not None else None
+def _ordering_of(t: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[pa.ChunkedArray, ...]:
+    return tuple(t.column(f.name) for f in ordering)
 
 
-def _delete_ordering(d: pa.Table, ordering: pa.Field | None) -> pa.Array | None:
+def _delete_ordering(d: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[pa.Array, ...]:
+    """A delete block's ordering values, one array per ordering field (none for commit-time
+    merging). Several fields: Hudi compares an ``ArrayComparable`` of their values, which a
+    delete's single value (or the default) is never of the class of
+    (``OrderingValues.isSameClass``): every such delete is plain, null in every field."""
+    if len(ordering) > 1:
+        return tuple(pa.nulls(d.num_rows, f.type) for f in ordering)
+    if ordering:
+        return (_delete_values(d, ordering[0]),)
+    return ()
+
+
+def _delete_values(d: pa.Table, ordering: pa.Field) -> pa.Array:
     """A delete block's ordering values in the ordering column's type, null for a plain delete
     (see the module docstring: no value, ``Integer`` 0, or a value of another Java class than
-    the ordering field's); safe cast: values that do not fit raise rather than wrap. None when
-    the table has no ordering field."""
-    if ordering is None:
-        return None
+    the ordering field's); safe cast: values that do not fit raise rather than wrap."""
     if d.schema.get_field_index(DELETE_ORDERING) < 0:
         return pa.nulls(d.num_rows, ordering.type)
     values = plain_defaults(d.column(DELETE_ORDERING).combine_chunks())

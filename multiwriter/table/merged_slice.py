@@ -12,6 +12,8 @@ from ..storage import Storage
 from . import bounds
 from .files import FileSlice, LogFile
 from .log_file import LogBlock, read_log_blocks
+from .merge_config import MergeConfig
+from .merge_rule import merge as merge_rows
 from .merge_rule import (
     DELETE_ORDERING,
     RECORD_KEY,
@@ -19,7 +21,6 @@ from .merge_rule import (
     Prepared,
     Versions,
     log_order,
-    merge,
     merge_prepared,
     plain_defaults,
     prepare,
@@ -48,16 +49,20 @@ def _key_type(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
 
 
-def merge_schema(schema: pa.Schema, columns: Collection[str] | None, ordering_field: str | None,
+def merge_config(merge: MergeConfig | str | None) -> MergeConfig:
+    """The merge a caller asks for: a :class:`MergeConfig` as is; a bare ordering field (or None)
+    as event time on it (commit time without one), what such callers meant before."""
+    return merge if isinstance(merge, MergeConfig) else MergeConfig.event_time(merge)
+
+
+def merge_schema(schema: pa.Schema, columns: Collection[str] | None, merge: MergeConfig | str | None,
                  key: str = RECORD_KEY) -> pa.Schema:
     """The columns a merge of a slice reads to return ``columns`` of ``schema`` (all by default):
-    those plus the key column and the ordering field, which decide the winners; in ``schema``'s
-    order. Every other column is neither read nor merged."""
+    those plus the key column and every ordering field, which decide the winners; in
+    ``schema``'s order. Every other column is neither read nor merged."""
     if columns is None:
         return schema
-    keep = {*columns, key}
-    if ordering_field is not None:
-        keep.add(ordering_field)
+    keep = {*columns, key, *merge_config(merge).ordering_fields}
     return pa.schema([f for f in schema if f.name in keep], metadata=schema.metadata)
 
 
@@ -75,27 +80,31 @@ def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool 
 
 
 def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> list[Versions]:
-    """One log file's record and delete blocks as sources of versions, all of rank ``rank``
-    (Parquet data blocks decode only the columns of ``schema``): one source, unless its data
-    blocks differ in being partial updates (``IS_PARTIAL``) or in the columns such a block
-    carries; then one per run of alike blocks, in block order. The deletes go with the last.
-    Corrupt blocks (a torn append) are skipped, as Hudi's reader does; command blocks are not
-    written by table version 8 writers (a failed deltacommit's log files are deleted instead)."""
+    """One log file's record and delete blocks as sources of versions, all of rank ``rank``, in
+    block order (Parquet data blocks decode only the columns of ``schema``): Hudi's reader
+    applies a file's blocks one after another (``BaseHoodieLogRecordReader``), so a delete block
+    before a data block deletes only what came before it. Consecutive blocks of one kind (data
+    blocks alike in being partial updates, ``IS_PARTIAL``, and in the columns they carry) form
+    one source. Corrupt blocks (a torn append) are skipped, as Hudi's reader does; command blocks
+    are not written by table version 8 writers (a failed deltacommit's log files are deleted
+    instead)."""
     blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
-    runs: list[tuple[frozenset[str] | None, list[pa.Table]]] = []
+    runs: list[tuple[str, frozenset[str] | None, list[pa.Table]]] = []
     for b in blocks:
-        if b.kind != "data" or b.records is None:
+        if b.records is None or b.kind not in ("data", "delete") or (b.kind == "delete" and not b.records.num_rows):
             continue
-        carries = _carried(b)
-        if not runs or runs[-1][0] != carries:
-            runs.append((carries, []))
-        runs[-1][1].append(_aligned(b.records, schema))
-    deletes = [_plain_zero(b.records) for b in blocks if b.kind == "delete" and b.records is not None and b.records.num_rows]
-    out = [Versions(rank=rank, records=pa.concat_tables(t), carries=c) for c, t in runs] or [Versions(rank, None)]
-    if deletes:
-        last = out[-1]
-        out[-1] = Versions(rank, last.records, pa.concat_tables(deletes, promote_options="permissive"), last.carries)
-    return out
+        kind = b.kind
+        carries = _carried(b) if kind == "data" else None
+        if not runs or runs[-1][:2] != (kind, carries):
+            runs.append((kind, carries, []))
+        runs[-1][2].append(_aligned(b.records, schema) if kind == "data" else _plain_zero(b.records))
+    out = []
+    for kind, carries, tables in runs:
+        if kind == "data":
+            out.append(Versions(rank, pa.concat_tables(tables), carries=carries))
+        else:
+            out.append(Versions(rank, None, pa.concat_tables(tables, promote_options="permissive")))
+    return out or [Versions(rank, None)]
 
 
 def _carried(block: LogBlock) -> frozenset[str] | None:
@@ -109,39 +118,42 @@ def _carried(block: LogBlock) -> frozenset[str] | None:
     return frozenset(f["name"] for f in schema.get("fields", ()))
 
 
-def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, ordering_field: str | None,
+def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, merge: MergeConfig | str | None,
                logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
                key: str = RECORD_KEY, threads: bool = True) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
     else base and logs merged (``logs``: a subset of the slice's; all of them by default; they
     merge in :func:`~.merge_rule.log_order` whatever their order here). A log-only slice (no
     base file, as Hudi's non-blocking writers start a bucket) merges its logs alone.
-    ``columns``: read and merge only these (plus ``key`` and the ordering field: the rows come
+    ``merge``: the table's merge (:class:`MergeConfig`; a bare ordering field: :func:`merge_config`).
+    ``columns``: read and merge only these (plus ``key`` and the ordering fields: the rows come
     in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
     The same rows win either way. ``threads``: as :func:`read_base`."""
-    schema = merge_schema(schema, columns, ordering_field, key)
+    config = merge_config(merge)
+    schema = merge_schema(schema, columns, config, key)
     sources = _sources(storage, fs, schema, logs, threads)
     if isinstance(sources, pa.Table):
         return sources
-    return merge(sources, ordering_field=ordering_field, schema=schema, key=key)
+    return merge_rows(sources, config=config, schema=schema, key=key)
 
 
-def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa.Schema, ordering_field: str | None,
+def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa.Schema, merge: MergeConfig | str | None,
                 columns: Collection[str] | None = None, key: str = RECORD_KEY,
                 map_: Mapper = map) -> pa.Table:
     """:func:`read_slice` of each slice (all their logs), the rows one slice after another.
     Each slice is read and keyed by ``map_`` (a thread pool's ``map`` reads them side by
     side); the winners of all of them are then chosen at once
     (:func:`~.merge_rule.merge_prepared`), so the fixed cost of a merge is paid once, not per slice."""
-    schema = merge_schema(schema, columns, ordering_field, key)
+    config = merge_config(merge)
+    schema = merge_schema(schema, columns, config, key)
 
     def one(fs: FileSlice) -> Prepared:
         sources = _sources(storage, fs, schema, None, threads=False)
         if isinstance(sources, pa.Table):
             return Prepared(done=sources)
-        return prepare(sources, ordering_field=ordering_field, schema=schema, key=key)
+        return prepare(sources, config=config, schema=schema, key=key)
 
-    return merge_prepared(list(map_(one, slices)), ordering_field=ordering_field, schema=schema, key=key, map_=map_)
+    return merge_prepared(list(map_(one, slices)), config=config, schema=schema, key=key, map_=map_)
 
 
 def _sources(storage: Storage, fs: FileSlice, schema: pa.Schema, logs: Sequence[LogFile] | None,

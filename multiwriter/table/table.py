@@ -33,6 +33,7 @@ from .schema import (
     with_meta,
 )
 from .files import FileSlice, list_data_files, list_files
+from .merge_config import MergeConfig
 from .merge_rule import RECORD_KEY
 from .merged_slice import key_column, read_merged_slices, read_slice
 from .snapshot import Snapshot
@@ -201,6 +202,12 @@ class Table:
         return self.config.name
 
     @property
+    def merge_config(self) -> MergeConfig:
+        """How versions of a record merge in this table (:class:`MergeConfig`); raises
+        :class:`~multiwriter.errors.MergeSettingError` naming a setting multiwriter does not merge by."""
+        return MergeConfig.from_table_config(self.config)
+
+    @property
     def table_id(self) -> str:
         """Safe for ZooKeeper paths and unique per table location: name + hash of the root."""
         return table_id_for(self.storage, self.config.name)
@@ -276,7 +283,7 @@ class Table:
         plain = _read_files(self.storage, [f.path for f in slices if not f.logs], schema, columns, filters)
         if not merged:
             return plain
-        ordering = self.config.ordering_field
+        ordering = self.merge_config  # refused by name here when the table merges otherwise
         expr = _filters_expr(filters)
         # only the asked columns, those the filter reads and those that decide the merge
         need = None if columns is None else _filter_columns(filters, schema, columns)

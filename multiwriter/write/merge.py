@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from .. import markers
 from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
+from ..table.merge_config import MergeConfig
 from ..table import layout
 from ..table import bounds
 from ..table.properties import TableConfig
@@ -66,6 +67,9 @@ class MergeContext:
     #: the table's config when it has virtual keys (:attr:`TableConfig.virtual_keys`): files get
     #: null meta columns and no bloom filter, stored rows' keys are computed from their key fields
     virtual_keys: TableConfig | None = None
+    #: the table's merge (:class:`~multiwriter.table.merge_config.MergeConfig`) where slices are
+    #: merged (compaction); None: event time on ``ordering_field``
+    merge_config: MergeConfig | None = None
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -90,7 +94,11 @@ def context(
 ) -> MergeContext:
     """``record_key``: the table's key fields; a single one is unique within each file.
     ``log_append``: the table is Merge-on-Read. ``config``: the table's, whose virtual keys
-    the files follow."""
+    the files follow and whose merge decides whether a stored row newer by ``ordering_field``
+    stays (not on a table merged by commit time, whatever ordering field it names:
+    :class:`~multiwriter.table.merge_config.MergeConfig`)."""
+    if config is not None:
+        ordering_field = MergeConfig.from_table_config(config).ordering_field
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
                         unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
                         virtual_keys=config if config is not None and config.virtual_keys else None)

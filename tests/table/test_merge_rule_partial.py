@@ -76,14 +76,17 @@ def test_a_partial_update_with_a_lower_ordering_value_loses_every_column():
         ("k1", "100", 1, "a", 10), ("k2", "100", 1, "b", 20)]
 
 
-def test_a_lacking_column_comes_from_the_last_running_winner_that_carries_it():
+def test_a_lacking_column_comes_from_the_losing_version_too():
     """Full versions at ts 1 (base) and 3, a partial one at ts 5 lacking n: n comes from ts 3
-    when that version came first; when it came after the partial one it never led, so n is the
-    base row's."""
+    whether that version came before the partial one or after it and lost: Hudi's pairwise
+    partial merge gives the winner the loser's values of the columns it lacks
+    (``BufferedRecordMergerFactory.PartialUpdateBufferedRecordMerger.deltaMerge``, through
+    ``HoodieRecordMerger.partialMerge``). hudi-rs differs in the second case: a version that
+    never led adds nothing there, so it reads the base row's n (10)."""
     full = Versions(0, recs("200", {"k": "k1", "ts": 3, "v": "c", "n": 30}))
     later_full = Versions(1, recs("300", {"k": "k1", "ts": 3, "v": "c", "n": 30}))
     assert event(BASE, full, partial(1, "300", {"k": "k1", "ts": 5, "v": "P"}))[0] == ("k1", "300", 5, "P", 30)
-    assert event(BASE, partial(0, "200", {"k": "k1", "ts": 5, "v": "P"}), later_full)[0] == ("k1", "200", 5, "P", 10)
+    assert event(BASE, partial(0, "200", {"k": "k1", "ts": 5, "v": "P"}), later_full)[0] == ("k1", "200", 5, "P", 30)
 
 
 def test_the_logs_fold_before_the_base_row_joins():
@@ -147,35 +150,45 @@ def test_full_records_of_a_narrower_schema_are_not_partial():
 
 
 def fold(base: dict[str, dict], logs: list[tuple[str, dict | None]], event_time: bool) -> dict[str, tuple]:
-    """(ts, v, n) per surviving key, by folding each key's versions one by one, as hudi-rs merges
-    partial updates: in the logs a version that wins (event time: ``ts`` at least the held one's,
-    a null below every value; a plain delete always wins and the first record after it replaces
-    it) overlays the columns it carries on the held record's (a delete holds none); then the
-    survivor meets the base row the same way."""
+    """(ts, v, n) per surviving key, by folding each key's versions one by one, as Hudi's JVM
+    reader merges partial updates (``PartialUpdateBufferedRecordMerger``): in the logs the winner
+    of the held version and the next (event time: ``ts`` at least the held one's, a null below
+    every value; a plain delete always wins and the first record after it replaces it) takes the
+    loser's values of the columns it lacks, unless either is a delete; then the survivor meets
+    the base row the same way (``finalMerge``)."""
     def at_least(a, b) -> bool:
         return b is None if a is None else (b is None or a >= b)
+
+    def pair(hi: dict, lo: dict) -> dict:
+        if hi["kind"] == "rec" and lo["kind"] == "rec":
+            return {**hi, "cols": {**lo["cols"], **hi["cols"]}}
+        return hi
 
     state: dict[str, dict] = {}
     for key, version in logs:
         held = state.get(key)
-        if held is None or not event_time:
+        version = {**version, "cols": dict(version.get("cols", {}))}
+        if held is None:
+            state[key] = version
+            continue
+        if not event_time:
             wins = True
         elif version["kind"] == "rec":
             wins = held.get("plain") or at_least(version["ts"], held["ts"])
         else:
             wins = not held.get("plain") and (version.get("plain") or at_least(version["ts"], held["ts"]))
-        if wins:
-            cols = {} if version["kind"] == "del" or held is None or held["kind"] == "del" else dict(held["cols"])
-            state[key] = {**version, "cols": {**cols, **version.get("cols", {})}}
+        state[key] = pair(version, held) if wins else pair(held, version)
     out = {}
     for key in {*base, *state}:
         b, s = base.get(key), state.get(key)
         if s is None:
             win = b
-        elif b is None or not event_time or s.get("plain") or at_least(s["ts"], b["ts"]):
-            win = {**s, "cols": {**(b["cols"] if b is not None and s["kind"] == "rec" else {}), **s["cols"]}}
+        elif b is None:
+            win = s
+        elif not event_time or s.get("plain") or at_least(s["ts"], b["ts"]):
+            win = pair(s, b)
         else:
-            win = b
+            win = pair(b, s)
         if win["kind"] == "rec":
             out[key] = (win["ts"], win["cols"].get("v"), win["cols"].get("n"))
     return out
