@@ -60,6 +60,7 @@ from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_
 from ..table.files import FileGroup, FileSlice, LogFile
 from ..table.instant import Instant
 from ..table.log_file import parse_log_file
+from ..table.delete_markers import DeleteMarkers
 from ..table.merged_slice import read_slice
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
@@ -362,6 +363,7 @@ def execute(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig | None 
         context(ctx.storage.uri, t, ctx.table.schema(tl), ctx.config.ordering_field, len(ctx.config.partition_by) or 1),
         heartbeat_bound_s=bound,
         pending_files=guard.pending_files(ctx.config, t, inst.COMPACTION),
+        delete_markers=DeleteMarkers.of(ctx.config),
     )
     jobs = jobs_of(ctx, tl, sched)
     stats: dict[int, WriteStat] = {}
@@ -392,7 +394,7 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
     fs = job.file_slice()
     full = mctx.file_schema
     try:
-        rows = read_slice(storage, fs, full, mctx.ordering_field, logs=job.logs)
+        rows = read_slice(storage, fs, full, mctx.ordering_field, logs=job.logs, markers=mctx.delete_markers)
         base = _base_versions(storage, fs)
     except FileNotFoundError as e:
         raise CompactionPlanError(

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Storage
 from ..table import bounds
+from ..table.delete_markers import DeleteMarkers
 from ..table.files import FileSlice, LogFile
 from ..table.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merged_slice import read_slice
@@ -64,6 +65,7 @@ class ScanPlan:
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
     task_bytes: int = 128 * 1024 * 1024  # scan tasks are packed into Spark tasks of about this size
     ordering_field: str | None = None  # the merge rule's ordering field (Merge-on-Read)
+    markers: DeleteMarkers = DeleteMarkers()  # the table's delete markers (Merge-on-Read)
 
     def groups(self) -> list[tuple[ScanTask, ...]]:
         """The scan tasks packed into Spark tasks (see :func:`pack`)."""
@@ -90,7 +92,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
     return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
-                    table.config.ordering_field)
+                    table.config.ordering_field, DeleteMarkers.of(table.config))
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -131,7 +133,7 @@ def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], p
     else:  # a log-only slice
         first = min(task.logs, key=lambda lf: lf.instant_time)
         fs = FileSlice(task.partition, first.file_id, first.instant_time, "", 0, task.logs)
-    t = read_slice(storage, fs, plan.schema, plan.ordering_field)
+    t = read_slice(storage, fs, plan.schema, plan.ordering_field, markers=plan.markers)
     expr = data_filter(plan.schema, predicates)
     return (t.filter(expr) if expr is not None else t).select(cols)
 
