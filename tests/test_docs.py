@@ -9,8 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-#: linked pages that land with their own changes: checked like every other page once present
-LANDING = {ROOT / "docs" / "merge-settings.md", ROOT / "docs" / "delete-markers-and-keys.md"}
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
@@ -41,8 +39,6 @@ def test_every_relative_link_resolves(page: Path):
             continue
         target, _, anchor = link.partition("#")
         path = (page.parent / target).resolve() if target else page
-        if path in LANDING and not path.exists():
-            continue
         if not path.exists():
             broken.append(f"{link}: no such file")
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
@@ -55,7 +51,7 @@ def test_readme_is_the_short_entry_point():
     assert len(text.splitlines()) < 300
     assert "make demo" in text and "make test" in text and ".ci/run" in text
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in _links(text) if not re.match(r"^[a-z]+:", t)}
-    for page in sorted((ROOT / "docs").glob("*.md")) + sorted(LANDING):
+    for page in sorted((ROOT / "docs").glob("*.md")):
         assert page.resolve() in linked, f"README.md does not link {page.relative_to(ROOT)}"
 
 

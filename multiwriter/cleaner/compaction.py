@@ -28,9 +28,13 @@ once the compaction commits, and on the old slice until then: no read ever misse
 
 A compaction whose cleaner died stays pending: like Hudi, the next run re-executes its plan (the
 plan is the contract Java Hudi also honours) once its heartbeat lapsed, after deleting the dead
-attempt's files through their markers. A plan a JVM writer scheduled and no one executes yet
-(requested, no heartbeat: Hudi beats only while executing) is executed at once, as Hudi's
-compactors take it. A plan of ours that can no longer be executed (an input file gone, an
+attempt's files through their markers. A plan another writer scheduled (its plan names no
+cleaner of ours: a JVM writer's) is left to it by default: Hudi's compactors take a requested
+plan without a lock or heartbeat, and roll back an inflight one they did not start before
+running it again (``BaseHoodieTableServiceClient.compact``), so nothing fences our run of it from
+theirs. With ``CompactionConfig.execute_foreign_plans`` (the user asserts no JVM compactor runs)
+such a plan is executed as Hudi's compactors take it: at once while it waits (requested, no
+heartbeat: Hudi beats only while executing), else once it lapsed. A plan of ours that can no longer be executed (an input file gone, an
 unreadable plan) is unscheduled: its files and pending instant files are deleted and the next
 run plans again; a JVM writer's plan is never deleted, only this attempt's files. Until a compaction commits nothing it wrote is visible.
 """
@@ -61,6 +65,7 @@ from ..table.files import FileGroup, FileSlice, LogFile
 from ..table.instant import Instant
 from ..table.log_file import parse_log_file
 from ..table.merge_config import MergeConfig
+from ..table.delete_markers import DeleteMarkers
 from ..table.merged_slice import read_slice
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
@@ -106,14 +111,20 @@ class CompactionConfig:
     ``executor_min_bytes``: slices of at least this many bytes (base plus logs) are compacted on
     Spark executors, one task each, when the cleaner has a SparkSession; None keeps them all on
     the driver. ``threads``: driver threads compacting slices in parallel.
+    ``execute_foreign_plans``: also execute compaction plans another writer scheduled (a JVM
+    writer's). Off by default: a JVM compactor may run the same plan, and nothing fences the
+    two (see the module docstring); turn it on only when no JVM compactor serves the table.
     """
 
     delta_commits: int = 5
     max_file_groups: int | None = None
     executor_min_bytes: int | None = 256 * _MB
     threads: int = 4
+    execute_foreign_plans: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.execute_foreign_plans, bool):
+            raise ConfigError(f"CompactionConfig execute_foreign_plans={self.execute_foreign_plans!r}: must be a bool")
         names = ["delta_commits", "threads"]
         names += [n for n in ("max_file_groups", "executor_min_bytes") if getattr(self, n) is not None]
         for name in names:
@@ -366,6 +377,7 @@ def execute(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig | None 
         heartbeat_bound_s=bound,
         pending_files=guard.pending_files(ctx.config, t, inst.COMPACTION),
         merge_config=merge,
+        delete_markers=DeleteMarkers.of(ctx.config),
     )
     jobs = jobs_of(ctx, tl, sched)
     stats: dict[int, WriteStat] = {}
@@ -396,7 +408,8 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
     fs = job.file_slice()
     full = mctx.file_schema
     try:
-        rows = read_slice(storage, fs, full, mctx.merge_config or mctx.ordering_field, logs=job.logs)
+        rows = read_slice(storage, fs, full, mctx.merge_config or mctx.ordering_field, logs=job.logs,
+                          markers=mctx.delete_markers)
         base = _base_versions(storage, fs)
     except FileNotFoundError as e:
         raise CompactionPlanError(
@@ -568,7 +581,7 @@ def run(ctx: CleanerContext, cfg: CompactionConfig) -> CompactionResult:
     result = CompactionResult()
     if not ctx.config.merge_on_read:
         return result
-    for t in _lapsed(ctx):
+    for t in _lapsed(ctx, cfg):
         if not _claim(ctx, t):
             continue  # another cleaner took it, or it completed
         try:
@@ -596,12 +609,32 @@ def lag(snapshot: Snapshot, now: float) -> tuple[int, float]:
     return most, (max(0.0, now - parse_time(oldest)) if oldest else 0.0)
 
 
-def _lapsed(ctx: CleanerContext) -> list[str]:
-    """Pending compactions whose cleaner stopped beating, and JVM plans waiting to run (oldest
-    first)."""
+def _lapsed(ctx: CleanerContext, cfg: CompactionConfig) -> list[str]:
+    """Pending compactions whose cleaner stopped beating (oldest first); another writer's plans
+    only with ``cfg.execute_foreign_plans``, then also those waiting to run."""
     tl = ctx.table.timeline()
-    return [i.requested_time for i in tl.pending(frozenset({inst.COMPACTION}))
-            if _waiting_foreign(ctx, i) or ctx.is_lapsed(i.requested_time)]
+    out = []
+    for i in tl.pending(frozenset({inst.COMPACTION})):
+        if _foreign(ctx, i.requested_time):
+            if not cfg.execute_foreign_plans:
+                log.info("compaction %s was planned by another writer: left to it (execute_foreign_plans is off)",
+                         i.requested_time)
+                continue
+            if _waiting_foreign(ctx, i):
+                out.append(i.requested_time)
+                continue
+        if ctx.is_lapsed(i.requested_time):
+            out.append(i.requested_time)
+    return out
+
+
+def _foreign(ctx: CleanerContext, t: str) -> bool:
+    """Whether pending compaction ``t``'s plan names no cleaner of ours (False when it cannot be
+    read: such a plan is unscheduled once lapsed, as before)."""
+    try:
+        return not planned_here(read_plan(ctx, t))
+    except CompactionPlanError:
+        return False
 
 
 def _waiting_foreign(ctx: CleanerContext, i: Instant) -> bool:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Storage
 from ..table import bounds
+from ..table.delete_markers import DeleteMarkers
 from ..table.files import FileSlice, LogFile
 from ..table.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merge_config import MergeConfig
@@ -65,6 +66,7 @@ class ScanPlan:
     commit_times: frozenset[str] | None = None  # incremental: keep rows of these commits
     task_bytes: int = 128 * 1024 * 1024  # scan tasks are packed into Spark tasks of about this size
     merge: MergeConfig | None = None  # the table's merge (Merge-on-Read slices with logs)
+    markers: DeleteMarkers = DeleteMarkers()  # the table's delete markers (Merge-on-Read)
 
     def groups(self) -> list[tuple[ScanTask, ...]]:
         """The scan tasks packed into Spark tasks (see :func:`pack`)."""
@@ -92,7 +94,7 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
     merge = table.merge_config if any(t.logs for t in tasks) else None  # refused here, by name
     return ScanPlan(table.storage.uri, schema, tuple(tasks), commit_times, task_bytes(tasks, opts.split_bytes, opts.parallelism),
-                    merge)
+                    merge, DeleteMarkers.of(table.config))
 
 
 def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: list[Predicate] = ()) -> Iterator[pa.RecordBatch]:
@@ -133,7 +135,7 @@ def _merged(storage: Storage, plan: ScanPlan, task: ScanTask, cols: list[str], p
     else:  # a log-only slice
         first = min(task.logs, key=lambda lf: lf.instant_time)
         fs = FileSlice(task.partition, first.file_id, first.instant_time, "", 0, task.logs)
-    t = read_slice(storage, fs, plan.schema, plan.merge)
+    t = read_slice(storage, fs, plan.schema, plan.merge, markers=plan.markers)
     expr = data_filter(plan.schema, predicates)
     return (t.filter(expr) if expr is not None else t).select(cols)
 

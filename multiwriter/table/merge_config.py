@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import MergeSettingError
+from .delete_markers import DELETE_FIELD_KEY, DELETE_MARKER_KEY, MERGE_PROPERTY_PREFIX
 from .properties import (
     MERGE_MODE_KEY,
     ORDERING_FIELDS_KEY,
@@ -47,7 +48,6 @@ HONOURED_PARTIAL_MODES = (NO_PARTIAL, IGNORE_DEFAULTS)
 PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
 LEGACY_PAYLOAD_CLASS_KEY = "hoodie.table.legacy.payload.class"
 STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
-MERGE_PROPERTY_PREFIX = "hoodie.record.merge.property."
 
 #: ``HoodieRecordMerger``'s built-in strategy ids
 EVENT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
@@ -199,8 +199,10 @@ def _custom(payload: str | None, strategy: str | None, source: str, setting: str
 
 
 def _refuse_merge_properties(raw: dict[str, str], source: str) -> None:
-    """``hoodie.record.merge.property.*`` (delete markers, partial-update markers) change a merge."""
-    named = sorted(k for k in raw if k.startswith(MERGE_PROPERTY_PREFIX))
+    """``hoodie.record.merge.property.*`` change a merge: the custom delete marker is honoured
+    (:mod:`.delete_markers`), any other one (a partial-update marker, a merger's own setting) refused."""
+    honoured = {MERGE_PROPERTY_PREFIX + DELETE_FIELD_KEY, MERGE_PROPERTY_PREFIX + DELETE_MARKER_KEY}
+    named = sorted(k for k in raw if k.startswith(MERGE_PROPERTY_PREFIX) and k not in honoured)
     if named:
         raise MergeSettingError(
             f"{source}: {named[0]}={raw[named[0]]}: multiwriter does not merge by this setting; "

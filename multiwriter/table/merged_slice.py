@@ -5,17 +5,22 @@ read slices through here, so they cannot disagree on which version of a record i
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from ..storage import Storage
 from . import bounds
+from .delete_markers import DeleteMarkers
 from .files import FileSlice, LogFile
 from .log_file import LogBlock, read_log_blocks
 from .merge_config import MergeConfig
 from .merge_rule import merge as merge_rows
 from .merge_rule import (
+    DELETE_KEY,
     DELETE_ORDERING,
+    DELETE_PARTITION,
     RECORD_KEY,
     Mapper,
     Prepared,
@@ -26,7 +31,9 @@ from .merge_rule import (
     prepare,
 )
 from .properties import TableConfig
-from .schema import cast_column
+from .schema import META_COLUMNS, cast_column
+
+PARTITION_PATH = META_COLUMNS[3]  # _hoodie_partition_path
 
 
 def key_column(config: TableConfig, schema: pa.Schema) -> str:
@@ -120,7 +127,7 @@ def _carried(block: LogBlock) -> frozenset[str] | None:
 
 def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, merge: MergeConfig | str | None,
                logs: Sequence[LogFile] | None = None, columns: Collection[str] | None = None,
-               key: str = RECORD_KEY, threads: bool = True) -> pa.Table:
+               key: str = RECORD_KEY, threads: bool = True, markers: DeleteMarkers | None = None) -> pa.Table:
     """The current rows of one file slice in ``schema``: the base file when it has no logs,
     else base and logs merged (``logs``: a subset of the slice's; all of them by default; they
     merge in :func:`~.merge_rule.log_order` whatever their order here). A log-only slice (no
@@ -128,10 +135,13 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, merge: MergeC
     ``merge``: the table's merge (:class:`MergeConfig`; a bare ordering field: :func:`merge_config`).
     ``columns``: read and merge only these (plus ``key`` and the ordering fields: the rows come
     in :func:`merge_schema`); ``key``: the column holding the record key (:func:`key_column`).
-    The same rows win either way. ``threads``: as :func:`read_base`."""
+    The same rows win either way. ``threads``: as :func:`read_base`. ``markers``: the table's
+    delete markers (:class:`~.delete_markers.DeleteMarkers`; the built-in columns by default):
+    a log record they flag is a delete (:func:`_flagged_as_deletes`)."""
     config = merge_config(merge)
+    flags = _flag_columns(schema, markers, _delete_ordering_field(config))
     schema = merge_schema(schema, columns, config, key)
-    sources = _sources(storage, fs, schema, logs, threads)
+    sources = _sources(storage, fs, schema, logs, threads, flags, key)
     if isinstance(sources, pa.Table):
         return sources
     return merge_rows(sources, config=config, schema=schema, key=key)
@@ -139,16 +149,17 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, merge: MergeC
 
 def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa.Schema, merge: MergeConfig | str | None,
                 columns: Collection[str] | None = None, key: str = RECORD_KEY,
-                map_: Mapper = map) -> pa.Table:
+                map_: Mapper = map, markers: DeleteMarkers | None = None) -> pa.Table:
     """:func:`read_slice` of each slice (all their logs), the rows one slice after another.
     Each slice is read and keyed by ``map_`` (a thread pool's ``map`` reads them side by
     side); the winners of all of them are then chosen at once
     (:func:`~.merge_rule.merge_prepared`), so the fixed cost of a merge is paid once, not per slice."""
     config = merge_config(merge)
+    flags = _flag_columns(schema, markers, _delete_ordering_field(config))
     schema = merge_schema(schema, columns, config, key)
 
     def one(fs: FileSlice) -> Prepared:
-        sources = _sources(storage, fs, schema, None, threads=False)
+        sources = _sources(storage, fs, schema, None, False, flags, key)
         if isinstance(sources, pa.Table):
             return Prepared(done=sources)
         return prepare(sources, config=config, schema=schema, key=key)
@@ -157,16 +168,90 @@ def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa
 
 
 def _sources(storage: Storage, fs: FileSlice, schema: pa.Schema, logs: Sequence[LogFile] | None,
-             threads: bool) -> list[Versions] | pa.Table:
+             threads: bool, flags: _Flags | None = None, key: str = RECORD_KEY) -> list[Versions] | pa.Table:
     """The slice's base rows and its logs' versions (``logs``: all of the slice's by default),
-    or the base rows alone as a table when there are no logs."""
+    or the base rows alone as a table when there are no logs. ``flags``: the table's delete
+    markers, when its schema has their columns: the log records they flag become deletes
+    (:func:`_flagged_as_deletes`). A base file's rows are taken as they are, flagged or not,
+    as Hudi's reader takes them (``FileGroupRecordBuffer.hasNextBaseRecord``)."""
     use = sorted(fs.logs if logs is None else logs, key=log_order)
     base = read_base(storage, fs, schema, threads) if fs.has_base else schema.empty_table()
     if not use:
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
-    sources += [v for rank, lf in enumerate(use) for v in read_log(storage, lf, rank, schema)]
+    read_as = flags.widened(schema) if flags is not None else schema
+    for rank, lf in enumerate(use):
+        versions = read_log(storage, lf, rank, read_as)
+        sources += _flagged_as_deletes(versions, flags, key) if flags is not None else versions
     return sources
+
+
+@dataclass(frozen=True)
+class _Flags:
+    """The delete markers of a read and the marker columns it reads beside the merged ones."""
+
+    markers: DeleteMarkers
+    columns: tuple[pa.Field, ...]
+    ordering_field: str | None
+
+    def widened(self, schema: pa.Schema) -> pa.Schema:
+        extra = [f for f in self.columns if schema.get_field_index(f.name) < 0]
+        return pa.schema(list(schema) + extra, metadata=schema.metadata) if extra else schema
+
+
+def _delete_ordering_field(config: MergeConfig) -> str | None:
+    """The field whose value a flagged record's delete carries: the one ordering field of an
+    event-time merge. With several fields a delete is plain, as the merge rule reads every delete
+    there (``OrderingValues.isSameClass`` never holds for an ``ArrayComparable``); by commit time
+    ordering values decide nothing."""
+    return config.ordering_fields[0] if len(config.ordering_fields) == 1 else None
+
+
+def _flag_columns(schema: pa.Schema, markers: DeleteMarkers | None, ordering_field: str | None) -> _Flags | None:
+    """The marker columns of the table schema ``schema`` (None when it has none: nothing to check)."""
+    markers = markers if markers is not None else DeleteMarkers()
+    names = markers.columns(schema)
+    if not names:
+        return None
+    return _Flags(markers, tuple(schema.field(n) for n in names), ordering_field)
+
+
+def _flagged_as_deletes(versions: list[Versions], flags: _Flags, key: str) -> list[Versions]:
+    """One log file's versions with the records a delete marker flags turned into deletes that
+    carry their ordering value, each at its record's place: the records before and after it stay
+    sources of their own, in block order, and delete blocks keep their places. Hudi's
+    reader merges such a record as a delete (``RecordContext.isDeleteRecord``,
+    ``BufferedRecord.isCommitTimeOrderingDelete``: with the default ordering value it is a plain
+    delete, as :func:`~.merge_rule.plain_defaults` reads it)."""
+    out: list[Versions] = []
+    for v in versions:
+        mask = flags.markers.deleted(v.records) if v.records is not None and v.records.num_rows else None
+        if mask is None or mask.true_count == 0:
+            out.append(v)
+            continue
+        flagged = mask.to_numpy(zero_copy_only=False)
+        cuts = np.flatnonzero(np.r_[True, flagged[1:] != flagged[:-1]])
+        ends = np.r_[cuts[1:], len(flagged)]
+        for lo, hi in zip(cuts.tolist(), ends.tolist(), strict=True):
+            run = v.records.slice(lo, hi - lo)
+            if flagged[lo]:
+                out.append(Versions(v.rank, None, _as_deletes(run, flags.ordering_field, key)))
+            else:
+                out.append(Versions(v.rank, run, carries=v.carries))
+        if v.deletes is not None:
+            out.append(Versions(v.rank, None, v.deletes))
+    return out
+
+
+def _as_deletes(rows: pa.Table, ordering: str | None, key: str) -> pa.Table:
+    """Flagged records as a source's deletes: key, partition path, ordering value (the record's,
+    the ``Integer`` 0 read as none)."""
+    n = rows.num_rows
+    part = rows.column(PARTITION_PATH) if rows.schema.get_field_index(PARTITION_PATH) >= 0 else pa.nulls(n, pa.string())
+    cols = {DELETE_KEY: rows.column(key), DELETE_PARTITION: part}
+    if ordering is not None and rows.schema.get_field_index(ordering) >= 0:
+        cols[DELETE_ORDERING] = plain_defaults(rows.column(ordering).combine_chunks())
+    return pa.table(cols)
 
 
 def _plain_zero(deletes: pa.Table) -> pa.Table:

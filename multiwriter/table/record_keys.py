@@ -39,27 +39,67 @@ def read_stored_keys(pf: pq.ParquetFile, config: TableConfig) -> pa.Array:
 
 def record_keys(batch: pa.Table, config: TableConfig) -> pa.Array:
     """Hudi's record key: the value for one field; ``f1:v1,f2:v2`` for several (complex keygen),
-    and ``f1:v1`` for one field under the complex key generator of a version 9 table (Hudi 1.1)."""
+    and ``f1:v1`` for one field under the complex key generator of a version 9 table (Hudi 1.1).
+
+    A key of several fields takes a null part as ``__null__`` and an empty one as ``__empty__``
+    and is refused only when every part is (``KeyGenUtils.getRecordKey``); a one-field key is
+    refused when null or empty."""
     fields = config.record_key
     cols = []
     for f in fields:
         if batch.schema.get_field_index(f) < 0:
             raise SchemaMismatchError(f"record key column {f!r} is missing from the batch")
-        col = key_string(batch.column(f), java=config.java_key_strings)
-        n_bad = null_or_empty(col)
+        cols.append(key_string(batch.column(f), java=config.java_key_strings))
+    if len(fields) == 1:
+        n_bad = null_or_empty(cols[0])
         if n_bad:
             raise InvalidRecordError(
-                f"{n_bad} record(s) have a null or empty record key {f!r}; every record needs a key "
+                f"{n_bad} record(s) have a null or empty record key {fields[0]!r}; every record needs a key "
                 "(nothing was written)"
             )
-        cols.append(col)
-    if len(fields) == 1 and not config.field_named_keys:  # the column itself (no copy): the plan then gathers it once
-        return pc.cast(one_array(cols[0]), pa.string())
+        if not config.field_named_keys:  # the column itself (no copy): the plan then gathers it once
+            return pc.cast(one_array(cols[0]), pa.string())
+    else:
+        cols = _with_placeholders(fields, cols)
     parts = []
     for f, c in zip(fields, cols, strict=True):
         parts.append(pc.binary_join_element_wise(pa.scalar(f), c, ":"))
     out = pc.binary_join_element_wise(*parts, ",")
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+#: what Hudi writes for a null or empty part of a multi-field key (``KeyGenUtils``)
+NULL_PLACEHOLDER = "__null__"
+EMPTY_PLACEHOLDER = "__empty__"
+
+
+def _with_placeholders(fields: tuple[str, ...], cols: list) -> list:
+    """The parts of a multi-field key with Hudi's placeholders for null and empty values;
+    :class:`InvalidRecordError` when some record's parts are all null or empty."""
+    bad = [_null_or_empty_mask(c) if null_or_empty(c) else None for c in cols]
+    if all(b is None for b in bad):
+        return cols
+    if all(b is not None for b in bad):
+        every = bad[0]
+        for b in bad[1:]:
+            every = pc.and_(every, b)
+        n = pc.sum(pc.cast(every, pa.int64())).as_py() or 0
+        if n:
+            raise InvalidRecordError(
+                f"{n} record(s) have record key fields {list(fields)} entirely null or empty; Hudi refuses such a key "
+                "(KeyGenUtils.getRecordKey): give at least one of them a value (nothing was written)")
+    out = []
+    for c, b in zip(cols, bad, strict=True):
+        if b is None:
+            out.append(c)
+            continue
+        filled = pc.if_else(pc.is_null(c), pa.scalar(NULL_PLACEHOLDER), c)
+        out.append(pc.if_else(pc.equal(pc.binary_length(filled), 0), pa.scalar(EMPTY_PLACEHOLDER), filled))
+    return out
+
+
+def _null_or_empty_mask(col) -> pa.Array | pa.ChunkedArray:
+    return pc.fill_null(pc.or_(pc.is_null(col), pc.equal(pc.binary_length(col), 0)), True)
 
 
 def null_or_empty(col: pa.ChunkedArray | pa.Array) -> int:

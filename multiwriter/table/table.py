@@ -35,6 +35,7 @@ from .schema import (
 from .files import FileSlice, list_data_files, list_files
 from .merge_config import MergeConfig
 from .merge_rule import RECORD_KEY
+from .delete_markers import DeleteMarkers
 from .merged_slice import key_column, read_merged_slices, read_slice
 from .snapshot import Snapshot
 from .timeline import Timeline
@@ -290,10 +291,11 @@ class Table:
         key = key_column(self.config, schema) if need is not None else RECORD_KEY
 
         if len(merged) == 1:
-            t = read_slice(self.storage, merged[0], schema, ordering, columns=need, key=key, threads=True)
+            t = read_slice(self.storage, merged[0], schema, ordering, columns=need, key=key, threads=True,
+                           markers=DeleteMarkers.of(self.config))
         else:  # reading and keying release the GIL: slices side by side on every core, one merge
             t = read_merged_slices(self.storage, merged, schema, ordering, columns=need, key=key,
-                                    map_=SLICE_READERS.get().map)
+                                    map_=SLICE_READERS.get().map, markers=DeleteMarkers.of(self.config))
         if expr is not None:
             t = t.filter(expr)
         if columns is not None:

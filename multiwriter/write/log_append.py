@@ -175,11 +175,15 @@ def _records(ctx: MergeContext, task: FileGroupTask, upserts: pa.Table) -> pa.Ta
 
 def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Table:
     """Record key, partition path and (when the batch carries it) the ordering value of each
-    delete; without one a delete is Hudi's plain delete (it removes every older version)."""
+    delete; without one a delete is Hudi's plain delete (it removes every older version). A row
+    flagged by a delete marker is written so, with its ordering value, as Hudi's append handle
+    writes it (a delete block's ``DeleteRecord`` carrying the record's ordering value): every
+    reader, hudi-rs too, then sees a delete, and no compaction can carry the row into a base
+    file. A null value is written as none (plain), as Hudi's default ordering value is."""
     cols = {"record_key": deletes.column(KEY).cast(pa.string()),
             "partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), deletes.num_rows)}
     field = ctx.ordering_field
-    if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count == 0:
+    if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count < deletes.num_rows:
         cols["ordering_value"] = deletes.column(field)
     return pa.table(cols)
 

@@ -35,6 +35,8 @@ from ..table import layout
 from ..table import bounds
 from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
+from ..table.delete_markers import DeleteMarkers
+from ..table.merge_rule import plain_defaults
 from ..table.metadata import WriteStat
 from ..table.schema import META_COLUMNS, cast_column, data_schema, with_meta
 from . import bloom, guard
@@ -70,6 +72,8 @@ class MergeContext:
     #: the table's merge (:class:`~multiwriter.table.merge_config.MergeConfig`) where slices are
     #: merged (compaction); None: event time on ``ordering_field``
     merge_config: MergeConfig | None = None
+    #: the table's delete markers: a compaction reading log records they flag merges them as deletes
+    delete_markers: DeleteMarkers = DeleteMarkers()
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -187,6 +191,7 @@ def merge_file_group(
         n_update = int(np.count_nonzero(pos >= 0))
         if deletes is not None:
             old_keys = old.column("_hoodie_record_key").combine_chunks()
+            deletes = outranked_deletes_dropped(deletes, old_keys, old, ctx.ordering_field)
             removed = pc.is_in(old_keys, value_set=deletes.column(KEY).combine_chunks()).to_numpy(zero_copy_only=False)
             n_delete = int(np.count_nonzero(removed & ~drop))
             drop |= removed
@@ -232,6 +237,27 @@ def merge_file_group(
         prev_base_file=task.old_file,
         create_time_ms=int((time.monotonic() - started) * 1000),
     )
+
+
+def outranked_deletes_dropped(deletes: pa.Table, old_keys: pa.Array, old: pa.Table, ordering: str | None) -> pa.Table:
+    """The deletes that remove their stored row. Event-time ordering: a delete that carries an
+    ordering value (a row flagged by a delete marker, or a delete batch that sends the ordering
+    field) removes a stored row only when its value is not below the stored one, as Hudi's
+    merge handle lets the higher ordering value win (``EventTimeRecordMerger``); a plain delete
+    (no value, or the ``Integer`` 0: ``BufferedRecord.isCommitTimeOrderingDelete``) always
+    does, as a Merge-on-Read read of the same delete decides (:mod:`~..table.merge_rule`)."""
+    if not ordering or deletes.num_rows == 0 or deletes.schema.get_field_index(ordering) < 0:
+        return deletes
+    values = plain_defaults(deletes.column(ordering).combine_chunks())
+    if values.null_count == len(values):
+        return deletes
+    at = pc.index_in(deletes.column(KEY).combine_chunks(), value_set=old_keys)
+    stored = old.column(ordering).combine_chunks()
+    if pa.types.is_dictionary(stored.type):
+        stored = stored.cast(stored.type.value_type)
+    outranked = pc.less(values, stored.take(at))  # null (plain, or no stored row): not outranked
+    keep = pc.invert(pc.fill_null(outranked, False))
+    return deletes if keep.false_count == 0 else deletes.filter(keep)
 
 
 def split_deletes(incoming: pa.Table) -> tuple[pa.Table, pa.Table | None]:

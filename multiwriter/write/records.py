@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidRecordError, SchemaMismatchError
 from ..table import layout
+from ..table.delete_markers import DeleteMarkers
 from ..table.properties import TableConfig
 from ..table.record_keys import as_string as _as_string
 from ..table.record_keys import one_array as _one_array
@@ -74,12 +75,23 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     if operation != "delete" and config.ordering_field and batch.schema.get_field_index(config.ordering_field) < 0:
         raise SchemaMismatchError(f"ordering field {config.ordering_field!r} is missing from the batch")
     data = _null_fill(batch, table_schema)
-    op = OP_DELETE if operation == "delete" else OP_UPSERT
     data = data.append_column(KEY, keys).append_column(PARTITION, parts)
-    data = data.append_column(OP, pa.repeat(pa.scalar(op, pa.int8()), data.num_rows))
+    data = data.append_column(OP, operations(batch, config, operation))
     if hashes:
         data = bloom.with_hashes(data, KEY)
     return dedupe(data, config.ordering_field if operation != "delete" else None)
+
+
+def operations(batch: pa.Table, config: TableConfig, operation: str) -> pa.Array:
+    """Each row's ``_mw_op``: a delete batch deletes every key; any other batch deletes the keys
+    of its rows that carry one of the table's delete markers (:mod:`~..table.delete_markers`),
+    as Hudi's writers do, and upserts the rest."""
+    if operation == "delete":
+        return pa.repeat(pa.scalar(OP_DELETE, pa.int8()), batch.num_rows)
+    flagged = DeleteMarkers.of(config).deleted(batch)
+    if flagged is None or flagged.true_count == 0:
+        return pa.repeat(pa.scalar(OP_UPSERT, pa.int8()), batch.num_rows)
+    return pc.if_else(flagged, pa.scalar(OP_DELETE, pa.int8()), pa.scalar(OP_UPSERT, pa.int8()))
 
 
 def _null_fill(batch: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -439,6 +439,8 @@ def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, op
             for group in _groups(pa.Table.from_batches(got), operation):
                 task = tasks[group.column(TASK)[0].as_py()]
                 prepared = records.prepare(group, cfg, data_schema, operation=operation)
+                if _only_deletes_of_new_keys(prepared, task, cfg):
+                    continue
                 yield _stats_batch(_merge_all([(task, prepared)], ctx))
         except RELAYED as e:
             yield _marker(FAILED, type(e).__name__, str(e))
@@ -450,6 +452,15 @@ def _merge(tagged: Any, columns: list[str], cfg: Any, data_schema: pa.Schema, op
         row = out.slice(kind.index(FAILED), 1).to_pylist()[0]
         raise _relayed(row[ERROR], row[MESSAGE])
     return [WriteStat.from_row(row) for row in out.to_pylist()]
+
+
+def _only_deletes_of_new_keys(prepared: pa.Table, task: FileGroupTask, cfg: Any) -> bool:
+    """Whether a Copy-on-Write task of a new file group holds nothing but deletes: rows flagged
+    by a delete marker whose keys the table does not hold (the plan counted them before they
+    were read as deletes). Hudi writes nothing for them; neither do we (no empty base file)."""
+    if cfg.merge_on_read or not task.is_new or prepared.num_rows == 0:
+        return False
+    return pc.min(prepared.column(records.OP)).as_py() == records.OP_DELETE
 
 
 def _results(job: Any, ctx: Any) -> pa.Table:

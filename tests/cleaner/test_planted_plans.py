@@ -104,7 +104,8 @@ def test_a_compaction_plan_leaving_out_logs_of_the_slice_is_refused(mor_table, t
     op = CompactionOperation.for_slice(slice_.partition, slice_.file_id, slice_.instant_time,
                                        (slice_.name, slice_.size) if slice_.has_base else None, [(first.name, first.size)])
     tlmod.create_requested(mor_table.storage, mor_table.config, t, inst.COMPACTION, encode_plan(CompactionPlan((op,))))
-    cleaner = _cleaner(cleaners, table_path, compaction=mw.CompactionConfig(delta_commits=100))
+    # a plan naming no cleaner of ours is checked when it would be executed: foreign plans opted in
+    cleaner = _cleaner(cleaners, table_path, compaction=mw.CompactionConfig(delta_commits=100, execute_foreign_plans=True))
     report = cleaner.run_once(raise_errors=False)
     assert _both(mor_table) == (expected, expected), "no committed row lost"
     assert report.compaction_instants == []

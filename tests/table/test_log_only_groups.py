@@ -32,8 +32,10 @@ def _cfg(w: str = "ours") -> mw.WriterConfig:
 
 
 def _cleaner(path: str, delta_commits: int = 1) -> mw.Cleaner:
+    """A cleaner that also executes JVM writers' plans (no JVM compactor serves these tables)."""
     return mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                      heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=delta_commits))
+                      heartbeat_tolerable_misses=1,
+                      compaction=mw.CompactionConfig(delta_commits=delta_commits, execute_foreign_plans=True))
 
 
 def _bases(path: str) -> list[str]:

@@ -88,8 +88,10 @@ def test_the_merge_a_table_names(version, props, expected):
      "com.example.MyPayload"),
     (9, {"hoodie.table.partial.update.mode": "IGNORE_MARKERS"}, "hoodie.table.partial.update.mode=IGNORE_MARKERS"),
     (9, {"hoodie.table.partial.update.mode": "FILL_UNAVAILABLE"}, "FILL_UNAVAILABLE"),
+    # the custom delete marker is honoured (delete_markers); another merge property is not
     (9, {"hoodie.record.merge.mode": "COMMIT_TIME_ORDERING",
-         "hoodie.record.merge.property.hoodie.payload.delete.field": "Op"}, "hoodie.payload.delete.field"),
+         "hoodie.record.merge.property.hoodie.write.partial.update.custom.marker": "__u__"},
+     "hoodie.write.partial.update.custom.marker"),
     # a recorded mode that contradicts the payload: Hudi's checkArgument refuses it too
     (8, {"hoodie.record.merge.mode": "EVENT_TIME_ORDERING", "hoodie.table.precombine.field": "ts",
          "hoodie.compaction.payload.class": M + "OverwriteWithLatestAvroPayload"}, "contradicts"),
