@@ -29,7 +29,10 @@ import logging
 import os
 import posixpath
 import stat
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -52,6 +55,10 @@ class FileEntry:
     path: str  # relative to the table root
     size: int
     mtime_s: float
+
+
+#: the listings a :meth:`Storage.listings_kept` block keeps, per thread
+_KEPT = threading.local()
 
 
 class Storage:
@@ -106,8 +113,39 @@ class Storage:
             return None
         return FileEntry(rel, fi.size or 0, _mtime(fi))
 
+    @contextmanager
+    def listings_kept(self) -> Iterator[None]:
+        """Within the block (on this thread), each folder is listed once: a read that lists one
+        folder several times (the archived history's loader: its snapshot number, manifests and
+        older batches live side by side) pays one request on an object store. For reads only:
+        a file written inside the block is not seen by a listing kept before it."""
+        kept = getattr(_KEPT, "listings", None)
+        if kept is not None:  # nested: the outer block keeps them
+            yield
+            return
+        _KEPT.listings = {}
+        try:
+            yield
+        finally:
+            _KEPT.listings = None
+
+    def forget_listings(self) -> None:
+        """List again inside a :meth:`listings_kept` block (a read that found a listed file gone)."""
+        kept = getattr(_KEPT, "listings", None)
+        if kept is not None:
+            kept.clear()
+
     def list_dir(self, rel: str, *, files_only: bool = False) -> list[FileEntry]:
         """Direct children of ``rel``; an absent directory lists as empty."""
+        kept = getattr(_KEPT, "listings", None)
+        if kept is not None:
+            key = (self.uri, rel, files_only)
+            if key not in kept:
+                kept[key] = self._list_dir(rel, files_only)
+            return list(kept[key])
+        return self._list_dir(rel, files_only)
+
+    def _list_dir(self, rel: str, files_only: bool) -> list[FileEntry]:
         if self.is_local:
             return self._list_local(rel, files_only)
         sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,19 @@ class CleanerContext:
     judge: HeartbeatJudge | None = None  # made on first use when not given
     #: the newest commit decision, read under the lock by :meth:`locked`
     decided: decisions.Decision | None = field(default=None, init=False, repr=False)
+    #: what one run reads more than once and only archival changes (:meth:`remembered`)
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def remembered(self, what: str, read: Callable[[], Any]) -> Any:
+        """``read()`` once per run: the archived history is read by several steps (the plan
+        checks, clustering's proof, the failed-write sweep), each a listing and a read on an
+        object store. Archival, which changes it, and each new run call :meth:`forget`."""
+        if what not in self._memo:
+            self._memo[what] = read()
+        return self._memo[what]
+
+    def forget(self) -> None:
+        self._memo.clear()
 
     def decision_log(self) -> decisions.DecisionLog:
         return decisions.DecisionLog(self.storage, self.config)

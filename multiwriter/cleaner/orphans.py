@@ -171,7 +171,7 @@ def failed_write_files(
         return []  # no active instant at all: nothing to judge against
     known = {i.requested_time for i in tl.latest_states()}  # completed or pending, any action
     done = tl.completed_write_times()
-    archived, complete = archived_times(ctx)
+    archived, complete = archived_times(ctx, fresh=True)
     names: dict[str, set[str]] = {}
     out = []
     for f in files:
@@ -196,16 +196,29 @@ def _named_files(tl: Timeline, i: Instant) -> set[str]:
     return named_files(tl.commit_metadata(i).all_stats())
 
 
-def archived_times(ctx: CleanerContext) -> tuple[set[str], bool]:
+def archived_times(ctx: CleanerContext, *, fresh: bool = False) -> tuple[set[str], bool]:
     """Requested times of every archived instant that completed, and whether the archive is
     complete: Hudi's LSM history (written by us or by Hudi's archiver) and JSON batches of
     earlier releases; anything else there (a version 6 archive) cannot be read here. An
-    archived instant that never completed accounts for no data file (readers take none)."""
-    foreign = history.unreadable_files(ctx.storage, ctx.config.history_dir)
-    if foreign:
-        log.info("archive holds files that are not multiwriter history batches (first: %s); "
-                 "data files older than the earliest active instant are not swept", foreign[0])
-    return {a.requested_time for a in archive_mod.load_history(ctx.table) if a.completion_time}, not foreign
+    archived instant that never completed accounts for no data file (readers take none).
+    Read once per cleaner run (:meth:`~.CleanerContext.remembered`); ``fresh``: read now, as a
+    deletion must, after listing the files it judges."""
+    def read() -> tuple[set[str], bool]:
+        foreign = history.unreadable_files(ctx.storage, ctx.config.history_dir)
+        if foreign:
+            log.info("archive holds files that are not multiwriter history batches (first: %s); "
+                     "data files older than the earliest active instant are not swept", foreign[0])
+        return {a.requested_time for a in archived_instants(ctx) if a.completion_time}, not foreign
+
+    if fresh:  # read after the files it accounts for: another cleaner may have archived since
+        ctx.forget()
+    times, complete = ctx.remembered("archived_times", read)
+    return set(times), complete
+
+
+def archived_instants(ctx: CleanerContext) -> list:
+    """Every archived instant (:func:`~.archive.load_history`), read once per cleaner run."""
+    return ctx.remembered("history", lambda: archive_mod.load_history(ctx.table))
 
 
 def sweep_failed_writes(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[str]:

@@ -93,7 +93,7 @@ def quarantine(ctx: CleanerContext, t: str, action: str, why: str) -> list[Quara
 def history_floor(ctx: CleanerContext) -> str | None:
     """The newest archived requested time (None when nothing is archived or it cannot be read)."""
     try:
-        archived = history.load(ctx.storage, ctx.config.history_dir)
+        archived = ctx.remembered("history", lambda: history.load(ctx.storage, ctx.config.history_dir))
     except Exception as e:  # noqa: BLE001 -- an unreadable history is archival's report, not this check's
         log.debug("history of %s not read for the pending-time check: %s", ctx.table_name, e)
         return None

@@ -44,7 +44,7 @@ import fastavro
 
 from ..errors import InvalidRecordError, MultiWriterError, PlanRefusedError, TableFormatError
 from ..table import instant as inst
-from ..table import layout
+from ..table import layout, metadata_files
 from ..table import timeline as tlmod
 from ..table.instant import Instant
 from ..table.metadata import NS, decode_records, encode, parsing
@@ -277,7 +277,10 @@ def plan(ctx: CleanerContext, tl: Timeline, retain_commits: int) -> CleanPlan | 
     e = earliest_to_retain(tl, retain_commits)
     if e is None:
         return None
-    bases, logs = list_files(ctx.storage, logs=tl.config.merge_on_read)
+    # the metadata table lists every committed file version (a clean removes its entries): no
+    # walk of the whole store when the table keeps one
+    listed = metadata_files.list_files(ctx.storage, ctx.config, logs=tl.config.merge_on_read)
+    bases, logs = listed if listed is not None else list_files(ctx.storage, logs=tl.config.merge_on_read)
     doomed = old_slices(tl, bases, e, logs)
     last = tl.last_completed_write()
     return CleanPlan(e, last.requested_time if last else "", tuple(f.path for f in doomed))

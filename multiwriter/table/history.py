@@ -105,11 +105,12 @@ def load(storage: Storage, history_dir: str) -> list[ArchivedInstant]:
     """Every archived instant, by requested time; an instant recorded twice (in the LSM history
     and a JSON batch, or in two LSM files) is read once."""
     seen: dict[tuple[str, str], ArchivedInstant] = {}
-    for r in lsm.read_instants(storage, history_dir):
-        seen.setdefault((r.instant_time, r.action), from_lsm(r))
-    for rel in legacy_batches(storage, history_dir):
-        for a in decode_legacy_batch(storage.read_bytes(rel), source=rel):
-            seen.setdefault((a.requested_time, a.action), a)
+    with storage.listings_kept():  # the snapshot number, the manifests and the batches: one listing
+        for r in lsm.read_instants(storage, history_dir):
+            seen.setdefault((r.instant_time, r.action), from_lsm(r))
+        for rel in legacy_batches(storage, history_dir):
+            for a in decode_legacy_batch(storage.read_bytes(rel), source=rel):
+                seen.setdefault((a.requested_time, a.action), a)
     return sorted(seen.values(), key=lambda a: (a.requested_time, a.action))
 
 

@@ -267,6 +267,7 @@ def read_instants(storage: Storage, history: str, *, states_only: bool = False) 
                     seen.setdefault((r.instant_time, r.action), r)
         except FileNotFoundError as e:
             missing = str(e)
+            storage.forget_listings()
             continue
         return sorted(seen.values(), key=lambda r: (r.instant_time, r.action))
     raise TableFormatError(
