@@ -29,9 +29,7 @@ from dataclasses import dataclass
 from ..errors import MergeSettingError
 from .properties import (
     MERGE_MODE_KEY,
-    ORDERING_FIELDS_KEY,
     PARTIAL_UPDATE_MODE_KEY,
-    PRECOMBINE_KEY,
     PROPERTIES_FILE,
     TableConfig,
 )
@@ -112,19 +110,13 @@ class MergeConfig:
         setting when it asks for a merge this package does not do (a custom merger or payload,
         a partial-update mode but NONE / IGNORE_DEFAULTS, merge properties such as delete markers)."""
         raw = config.raw
-        fields = _ordering_fields(raw, config.version)
+        fields = config.ordering_fields
         mode, partial, payload, strategy = (_v9_merge(raw, fields, source) if config.version >= 9
                                             else _pre_v9_merge(raw, fields, config.version, source))
         _refuse_merge_properties(raw, source)
         if mode == EVENT_TIME and not fields:  # inferMergingConfigsForPreV9Table: commit time then
             mode = COMMIT_TIME
         return cls(mode, fields if mode == EVENT_TIME else (), partial, payload, strategy)
-
-
-def _ordering_fields(raw: dict[str, str], version: int) -> tuple[str, ...]:
-    first, second = (ORDERING_FIELDS_KEY, PRECOMBINE_KEY) if version >= 9 else (PRECOMBINE_KEY, ORDERING_FIELDS_KEY)
-    named = raw.get(first) or raw.get(second) or ""
-    return tuple(f.strip() for f in named.split(",") if f.strip())
 
 
 def _v9_merge(raw: dict[str, str], fields: tuple[str, ...], source: str) -> tuple[str, str, str | None, str | None]:

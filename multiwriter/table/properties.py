@@ -226,7 +226,8 @@ class TableConfig:
 
     def check_writable(self, source: str = PROPERTIES_FILE) -> None:
         """Refuse, by name, a table whose settings our writers would not honour: an unwritten
-        version, a custom merger, several ordering fields, a partial-update mode."""
+        version, a custom merger, a partial-update mode. Several ordering fields are honoured
+        (:attr:`ordering_fields`)."""
         if self.version not in WRITE_VERSIONS:
             raise TableFormatError(
                 f"{source}: table version {self.version}: multiwriter writes versions 8 and 9; upgrade it with Hudi first"
@@ -236,11 +237,6 @@ class TableConfig:
             raise TableFormatError(
                 f"{source}: {MERGE_MODE_KEY}={mode}: multiwriter merges by event time or commit time only; "
                 "write this table with the Hudi writer that knows its merger"
-            )
-        fields = [f for f in self.raw.get(ORDERING_FIELDS_KEY, "").split(",") if f]
-        if len(fields) > 1:
-            raise TableFormatError(
-                f"{source}: {ORDERING_FIELDS_KEY}={','.join(fields)}: multiwriter orders records by one field only"
             )
         if self.virtual_keys and self.merge_on_read:
             raise VirtualKeysError(
@@ -252,6 +248,13 @@ class TableConfig:
             raise TableFormatError(
                 f"{source}: {PARTIAL_UPDATE_MODE_KEY}={partial} is not supported by multiwriter's writers"
             )
+
+    @property
+    def ordering_fields(self) -> tuple[str, ...]:
+        """Every ordering field the table names, in order (version 9 may name several, compared
+        field by field as Hudi's ``ArrayComparable``); :attr:`ordering_field` is the first."""
+        named = ordering_fields(self.raw, self.version)
+        return named or ((self.ordering_field,) if self.ordering_field else ())
 
     @property
     def java_key_strings(self) -> bool:
@@ -363,13 +366,18 @@ def _check_names_and_folders(props: dict[str, str], name: str, keys: tuple[str, 
             paths.hoodie_subdir(key, props[key], source=source)
 
 
-def _ordering_field(props: dict[str, str], version: int) -> str | None:
-    """Version 9 names ordering fields (the old precombine key is only a fallback there); version
-    8 the precombine field. Several fields are kept whole and refused when written
-    (:meth:`TableConfig.check_writable`); readers order by the first."""
+def ordering_fields(props: dict[str, str], version: int) -> tuple[str, ...]:
+    """The ordering fields ``hoodie.properties`` names: version 9 names ordering fields (the old
+    precombine key is only a fallback there), version 8 the precombine field; either may list
+    several, comma-separated."""
     first, second = (ORDERING_FIELDS_KEY, PRECOMBINE_KEY) if version >= 9 else (PRECOMBINE_KEY, ORDERING_FIELDS_KEY)
     named = props.get(first) or props.get(second) or ""
-    return next((f.strip() for f in named.split(",") if f.strip()), None)
+    return tuple(f.strip() for f in named.split(",") if f.strip())
+
+
+def _ordering_field(props: dict[str, str], version: int) -> str | None:
+    """The first ordering field (:func:`ordering_fields`), or None."""
+    return next(iter(ordering_fields(props, version)), None)
 
 
 def _buckets(props: dict[str, str], source: str) -> int | None:

@@ -175,10 +175,13 @@ def _records(ctx: MergeContext, task: FileGroupTask, upserts: pa.Table) -> pa.Ta
 
 def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Table:
     """Record key, partition path and (when the batch carries it) the ordering value of each
-    delete; without one a delete is Hudi's plain delete (it removes every older version)."""
+    delete; without one a delete is Hudi's plain delete (it removes every older version).
+    Several ordering fields: Hudi 1.1 writes a delete's ``ArrayComparable`` as an
+    ``ArrayWrapper`` (``HoodieAvroUtils.wrapValueIntoAvro``), a branch our delete block codec
+    does not write, so such a table's deletes are plain."""
     cols = {"record_key": deletes.column(KEY).cast(pa.string()),
             "partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), deletes.num_rows)}
-    field = ctx.ordering_field
+    field = ctx.ordering_field if len(ctx.ordering) == 1 else None
     if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count == 0:
         cols["ordering_value"] = deletes.column(field)
     return pa.table(cols)
