@@ -28,9 +28,13 @@ from dataclasses import dataclass
 
 from ..errors import MergeSettingError
 from .properties import (
+    COMMIT_TIME_STRATEGY,
+    EVENT_TIME_STRATEGY,
     MERGE_MODE_KEY,
     PARTIAL_UPDATE_MODE_KEY,
+    PAYLOAD_CLASS_KEY,
     PROPERTIES_FILE,
+    STRATEGY_ID_KEY,
     TableConfig,
 )
 
@@ -42,14 +46,10 @@ NO_PARTIAL = "NONE"
 IGNORE_DEFAULTS = "IGNORE_DEFAULTS"
 HONOURED_PARTIAL_MODES = (NO_PARTIAL, IGNORE_DEFAULTS)
 
-PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
 LEGACY_PAYLOAD_CLASS_KEY = "hoodie.table.legacy.payload.class"
-STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
 MERGE_PROPERTY_PREFIX = "hoodie.record.merge.property."
 
-#: ``HoodieRecordMerger``'s built-in strategy ids
-EVENT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
-COMMIT_TIME_STRATEGY = "ce9acb64-bde0-424c-9b91-f6ebba25356d"
+#: the payload-based strategy id (the built-in event-time and commit-time ones: :mod:`.properties`)
 PAYLOAD_STRATEGY = "00000000-0000-0000-0000-000000000000"
 _STRATEGY_MODES = {EVENT_TIME_STRATEGY: EVENT_TIME, COMMIT_TIME_STRATEGY: COMMIT_TIME}
 
@@ -170,8 +170,9 @@ def _pre_v9_merge(raw: dict[str, str], fields: tuple[str, ...], version: int, so
 
 def _effective(mode: str, fields: tuple[str, ...]) -> str:
     """A mode as it merges: event time without an ordering field is commit time (tables this
-    package wrote at version 8 name ``DefaultHoodieRecordPayload`` with ``COMMIT_TIME_ORDERING``
-    when they have no ordering field: the same merge)."""
+    package wrote at version 8 before it recorded Hudi's pair, ``OverwriteWithLatestAvroPayload``
+    and the commit-time strategy id, name ``DefaultHoodieRecordPayload`` with
+    ``COMMIT_TIME_ORDERING`` when they have no ordering field: the same merge, still read)."""
     return COMMIT_TIME if mode == EVENT_TIME and not fields else mode
 
 

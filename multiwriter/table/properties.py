@@ -28,6 +28,18 @@ PRECOMBINE_KEY = "hoodie.table.precombine.field"
 MERGE_MODE_KEY = "hoodie.record.merge.mode"
 PARTIAL_UPDATE_MODE_KEY = "hoodie.table.partial.update.mode"
 MERGE_MODES = ("EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING")
+PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
+STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
+#: ``HoodieRecordMerger``'s built-in strategy ids
+EVENT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
+COMMIT_TIME_STRATEGY = "ce9acb64-bde0-424c-9b91-f6ebba25356d"
+#: what Hudi 1.1 records beside a version 8 table's merge mode (``HoodieTableMetaClient.TableBuilder``
+#: through ``HoodieTableConfig.inferMergingConfigsForPreV9Table``: the payload of
+#: ``HoodieRecordPayload.getAvroPayloadForMergeMode``, the id of ``HoodieRecordMerger.getRecordMergeStrategyId``)
+V8_MERGE_SETTINGS = {
+    "EVENT_TIME_ORDERING": ("org.apache.hudi.common.model.DefaultHoodieRecordPayload", EVENT_TIME_STRATEGY),
+    "COMMIT_TIME_ORDERING": ("org.apache.hudi.common.model.OverwriteWithLatestAvroPayload", COMMIT_TIME_STRATEGY),
+}
 #: how this table's float, double and timestamp record-key values became strings ("java" or "arrow")
 KEY_STRINGS_KEY = "multiwriter.record.key.strings"
 
@@ -266,9 +278,10 @@ class TableConfig:
         return mode == "java" if mode else self.version >= 9
 
     def to_properties(self) -> dict[str, str]:
-        p: dict[str, str] = {} if self.version >= 9 else {  # version 9 names a merge mode instead
-            "hoodie.compaction.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
-        }
+        mode = "EVENT_TIME_ORDERING" if self.ordering_field else "COMMIT_TIME_ORDERING"
+        p: dict[str, str] = {}
+        if self.version < 9:  # version 9 names the merge mode alone
+            p[PAYLOAD_CLASS_KEY], p[STRATEGY_ID_KEY] = V8_MERGE_SETTINGS[mode]
         p[KEY_STRINGS_KEY] = "java"
         p.update({
             "hoodie.table.initial.version": str(self.version),
@@ -298,7 +311,7 @@ class TableConfig:
                 "hoodie.datasource.write.hive_style_partitioning": str(self.hive_style_partitioning).lower(),
                 "hoodie.database.name": self.database,
                 "hoodie.datasource.write.partitionpath.urlencode": "false",
-                "hoodie.record.merge.mode": "EVENT_TIME_ORDERING" if self.ordering_field else "COMMIT_TIME_ORDERING",
+                MERGE_MODE_KEY: mode,
                 "hoodie.table.base.file.format": "PARQUET",
                 POPULATE_META_FIELDS_KEY: str(self.populate_meta_fields).lower(),
                 "hoodie.table.version": str(self.version),
