@@ -289,3 +289,29 @@ def test_a_v8_table_written_before_keeps_reading_by_commit_time():
     assert (MergeConfig.from_table_config(older).mode, MergeConfig.from_table_config(older).ordering_fields) == (
         COMMIT_TIME, ())
     older.check_writable()
+
+
+# -- partial-update blocks that lose on ordering, through compaction ------------------------------
+
+def test_partial_updates_that_lose_on_ordering_end_to_end(mor_table, table_path):
+    """Base A(1, 1.0), B(5, 5.0); then IS_PARTIAL blocks without ``value``: A(ts 5), B(ts 3);
+    then a full A(3, 3.0). B's partial version loses to the base whole: (5, 5.0). A's partial
+    version (ts 5) beats the full one (ts 3), and as the winner of that pair it takes the
+    loser's value (``BufferedRecordMergerFactory.PartialUpdateBufferedRecordMerger.deltaMerge``):
+    (5, 3.0), from our reader, our compaction, then hudi-rs reading the compacted base. Before
+    the compaction hudi-rs reads A as (5, 1.0): a version that never led the fold adds nothing
+    there, so the column comes from the base row (tests/table/test_merge_rule_partial.py)."""
+    from tests.conftest import trips
+
+    a, b = keys_in_bucket(3, 2)
+    full = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(pa.concat_tables([trips([a], ts=1, value=1.0), trips([b], ts=5, value=5.0)]), table_path, full)
+    partial = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), partial_update=True)
+    mw.write(pa.concat_tables([trips([a], ts=5), trips([b], ts=3)]).drop_columns(["value"]), table_path, partial)
+    mw.write(trips([a], ts=3, value=3.0), table_path, full)
+    expected = sorted([(a, 5, 3.0), (b, 5, 5.0)], key=repr)
+    assert _values(table_path) == expected
+    assert rows(hudi_read(table_path), ["id", "ts", "value"]) == sorted([(a, 5, 1.0), (b, 5, 5.0)], key=repr)
+    _compact(table_path)
+    assert _values(table_path) == expected
+    assert rows(hudi_read(table_path), ["id", "ts", "value"]) == expected
