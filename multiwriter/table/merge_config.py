@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from ..errors import MergeSettingError
 from .delete_markers import DELETE_FIELD_KEY, DELETE_MARKER_KEY, MERGE_PROPERTY_PREFIX
 from .properties import (
+    COMMIT_TIME_STRATEGY,
+    EVENT_TIME_STRATEGY,
     MERGE_MODE_KEY,
-    ORDERING_FIELDS_KEY,
     PARTIAL_UPDATE_MODE_KEY,
-    PRECOMBINE_KEY,
+    PAYLOAD_CLASS_KEY,
     PROPERTIES_FILE,
+    STRATEGY_ID_KEY,
     TableConfig,
 )
 
@@ -45,13 +47,9 @@ NO_PARTIAL = "NONE"
 IGNORE_DEFAULTS = "IGNORE_DEFAULTS"
 HONOURED_PARTIAL_MODES = (NO_PARTIAL, IGNORE_DEFAULTS)
 
-PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
 LEGACY_PAYLOAD_CLASS_KEY = "hoodie.table.legacy.payload.class"
-STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
 
-#: ``HoodieRecordMerger``'s built-in strategy ids
-EVENT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
-COMMIT_TIME_STRATEGY = "ce9acb64-bde0-424c-9b91-f6ebba25356d"
+#: the payload-based strategy id (the built-in event-time and commit-time ones: :mod:`.properties`)
 PAYLOAD_STRATEGY = "00000000-0000-0000-0000-000000000000"
 _STRATEGY_MODES = {EVENT_TIME_STRATEGY: EVENT_TIME, COMMIT_TIME_STRATEGY: COMMIT_TIME}
 
@@ -112,19 +110,13 @@ class MergeConfig:
         setting when it asks for a merge this package does not do (a custom merger or payload,
         a partial-update mode but NONE / IGNORE_DEFAULTS, merge properties such as delete markers)."""
         raw = config.raw
-        fields = _ordering_fields(raw, config.version)
+        fields = config.ordering_fields
         mode, partial, payload, strategy = (_v9_merge(raw, fields, source) if config.version >= 9
                                             else _pre_v9_merge(raw, fields, config.version, source))
         _refuse_merge_properties(raw, source)
         if mode == EVENT_TIME and not fields:  # inferMergingConfigsForPreV9Table: commit time then
             mode = COMMIT_TIME
         return cls(mode, fields if mode == EVENT_TIME else (), partial, payload, strategy)
-
-
-def _ordering_fields(raw: dict[str, str], version: int) -> tuple[str, ...]:
-    first, second = (ORDERING_FIELDS_KEY, PRECOMBINE_KEY) if version >= 9 else (PRECOMBINE_KEY, ORDERING_FIELDS_KEY)
-    named = raw.get(first) or raw.get(second) or ""
-    return tuple(f.strip() for f in named.split(",") if f.strip())
 
 
 def _v9_merge(raw: dict[str, str], fields: tuple[str, ...], source: str) -> tuple[str, str, str | None, str | None]:
@@ -178,8 +170,9 @@ def _pre_v9_merge(raw: dict[str, str], fields: tuple[str, ...], version: int, so
 
 def _effective(mode: str, fields: tuple[str, ...]) -> str:
     """A mode as it merges: event time without an ordering field is commit time (tables this
-    package wrote at version 8 name ``DefaultHoodieRecordPayload`` with ``COMMIT_TIME_ORDERING``
-    when they have no ordering field: the same merge)."""
+    package wrote at version 8 before it recorded Hudi's pair, ``OverwriteWithLatestAvroPayload``
+    and the commit-time strategy id, name ``DefaultHoodieRecordPayload`` with
+    ``COMMIT_TIME_ORDERING`` when they have no ordering field: the same merge, still read)."""
     return COMMIT_TIME if mode == EVENT_TIME and not fields else mode
 
 

@@ -656,6 +656,18 @@ def _filled_columns(cands: _Candidates, codes: np.ndarray, schema: pa.Schema, ke
     return out
 
 
+def ordering_scores(columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """Each row's ordering value (``columns``: one per ordering field, rows aligned) as an
+    integer that sorts as the merge compares them (Hudi's ``ArrayComparable.compareTo`` for
+    several fields, a null field value as :func:`merge` takes it): for writers, which keep one
+    version of a key within a batch and drop an incoming row older than the stored one by the
+    same comparison as reads and compaction."""
+    n = len(columns[0]) if columns else 0
+    plain = np.zeros(n, bool)
+    one = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    return _combined_scores([_scores(c, plain) for c in one], plain)
+
+
 def _scores(values: pa.Array, plain: np.ndarray) -> np.ndarray:
     """Each candidate's ordering value as an integer that sorts alike: a dense rank (from 1),
     0 for a null value, -1 for a plain delete (below everything, so it wins only alone). A null

@@ -28,6 +28,18 @@ PRECOMBINE_KEY = "hoodie.table.precombine.field"
 MERGE_MODE_KEY = "hoodie.record.merge.mode"
 PARTIAL_UPDATE_MODE_KEY = "hoodie.table.partial.update.mode"
 MERGE_MODES = ("EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING")
+PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
+STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
+#: ``HoodieRecordMerger``'s built-in strategy ids
+EVENT_TIME_STRATEGY = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
+COMMIT_TIME_STRATEGY = "ce9acb64-bde0-424c-9b91-f6ebba25356d"
+#: what Hudi 1.1 records beside a version 8 table's merge mode (``HoodieTableMetaClient.TableBuilder``
+#: through ``HoodieTableConfig.inferMergingConfigsForPreV9Table``: the payload of
+#: ``HoodieRecordPayload.getAvroPayloadForMergeMode``, the id of ``HoodieRecordMerger.getRecordMergeStrategyId``)
+V8_MERGE_SETTINGS = {
+    "EVENT_TIME_ORDERING": ("org.apache.hudi.common.model.DefaultHoodieRecordPayload", EVENT_TIME_STRATEGY),
+    "COMMIT_TIME_ORDERING": ("org.apache.hudi.common.model.OverwriteWithLatestAvroPayload", COMMIT_TIME_STRATEGY),
+}
 #: how this table's float, double and timestamp record-key values became strings ("java" or "arrow")
 KEY_STRINGS_KEY = "multiwriter.record.key.strings"
 
@@ -226,7 +238,8 @@ class TableConfig:
 
     def check_writable(self, source: str = PROPERTIES_FILE) -> None:
         """Refuse, by name, a table whose settings our writers would not honour: an unwritten
-        version, a custom merger, several ordering fields, a partial-update mode."""
+        version, a custom merger, a partial-update mode. Several ordering fields are honoured
+        (:attr:`ordering_fields`)."""
         if self.version not in WRITE_VERSIONS:
             raise TableFormatError(
                 f"{source}: table version {self.version}: multiwriter writes versions 8 and 9; upgrade it with Hudi first"
@@ -236,11 +249,6 @@ class TableConfig:
             raise TableFormatError(
                 f"{source}: {MERGE_MODE_KEY}={mode}: multiwriter merges by event time or commit time only; "
                 "write this table with the Hudi writer that knows its merger"
-            )
-        fields = [f for f in self.raw.get(ORDERING_FIELDS_KEY, "").split(",") if f]
-        if len(fields) > 1:
-            raise TableFormatError(
-                f"{source}: {ORDERING_FIELDS_KEY}={','.join(fields)}: multiwriter orders records by one field only"
             )
         if self.virtual_keys and self.merge_on_read:
             raise VirtualKeysError(
@@ -254,6 +262,13 @@ class TableConfig:
             )
 
     @property
+    def ordering_fields(self) -> tuple[str, ...]:
+        """Every ordering field the table names, in order (version 9 may name several, compared
+        field by field as Hudi's ``ArrayComparable``); :attr:`ordering_field` is the first."""
+        named = ordering_fields(self.raw, self.version)
+        return named or ((self.ordering_field,) if self.ordering_field else ())
+
+    @property
     def java_key_strings(self) -> bool:
         """Record keys of float, double and timestamp key columns written as Hudi's JVM key
         generators print them (``1.0``, the timestamp's Avro long). Tables created since we do
@@ -263,9 +278,10 @@ class TableConfig:
         return mode == "java" if mode else self.version >= 9
 
     def to_properties(self) -> dict[str, str]:
-        p: dict[str, str] = {} if self.version >= 9 else {  # version 9 names a merge mode instead
-            "hoodie.compaction.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
-        }
+        mode = "EVENT_TIME_ORDERING" if self.ordering_field else "COMMIT_TIME_ORDERING"
+        p: dict[str, str] = {}
+        if self.version < 9:  # version 9 names the merge mode alone
+            p[PAYLOAD_CLASS_KEY], p[STRATEGY_ID_KEY] = V8_MERGE_SETTINGS[mode]
         p[KEY_STRINGS_KEY] = "java"
         p.update({
             "hoodie.table.initial.version": str(self.version),
@@ -295,7 +311,7 @@ class TableConfig:
                 "hoodie.datasource.write.hive_style_partitioning": str(self.hive_style_partitioning).lower(),
                 "hoodie.database.name": self.database,
                 "hoodie.datasource.write.partitionpath.urlencode": "false",
-                "hoodie.record.merge.mode": "EVENT_TIME_ORDERING" if self.ordering_field else "COMMIT_TIME_ORDERING",
+                MERGE_MODE_KEY: mode,
                 "hoodie.table.base.file.format": "PARQUET",
                 POPULATE_META_FIELDS_KEY: str(self.populate_meta_fields).lower(),
                 "hoodie.table.version": str(self.version),
@@ -363,13 +379,18 @@ def _check_names_and_folders(props: dict[str, str], name: str, keys: tuple[str, 
             paths.hoodie_subdir(key, props[key], source=source)
 
 
-def _ordering_field(props: dict[str, str], version: int) -> str | None:
-    """Version 9 names ordering fields (the old precombine key is only a fallback there); version
-    8 the precombine field. Several fields are kept whole and refused when written
-    (:meth:`TableConfig.check_writable`); readers order by the first."""
+def ordering_fields(props: dict[str, str], version: int) -> tuple[str, ...]:
+    """The ordering fields ``hoodie.properties`` names: version 9 names ordering fields (the old
+    precombine key is only a fallback there), version 8 the precombine field; either may list
+    several, comma-separated."""
     first, second = (ORDERING_FIELDS_KEY, PRECOMBINE_KEY) if version >= 9 else (PRECOMBINE_KEY, ORDERING_FIELDS_KEY)
     named = props.get(first) or props.get(second) or ""
-    return next((f.strip() for f in named.split(",") if f.strip()), None)
+    return tuple(f.strip() for f in named.split(",") if f.strip())
+
+
+def _ordering_field(props: dict[str, str], version: int) -> str | None:
+    """The first ordering field (:func:`ordering_fields`), or None."""
+    return next(iter(ordering_fields(props, version)), None)
 
 
 def _buckets(props: dict[str, str], source: str) -> int | None:

@@ -179,10 +179,13 @@ def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Ta
     flagged by a delete marker is written so, with its ordering value, as Hudi's append handle
     writes it (a delete block's ``DeleteRecord`` carrying the record's ordering value): every
     reader, hudi-rs too, then sees a delete, and no compaction can carry the row into a base
-    file. A null value is written as none (plain), as Hudi's default ordering value is."""
+    file. A null value is written as none (plain), as Hudi's default ordering value is.
+    Several ordering fields: Hudi 1.1 writes a delete's ``ArrayComparable`` as an
+    ``ArrayWrapper`` (``HoodieAvroUtils.wrapValueIntoAvro``), a branch our delete block codec
+    does not write, so such a table's deletes are plain."""
     cols = {"record_key": deletes.column(KEY).cast(pa.string()),
             "partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), deletes.num_rows)}
-    field = ctx.ordering_field
+    field = ctx.ordering_field if len(ctx.ordering) == 1 else None
     if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count < deletes.num_rows:
         cols["ordering_value"] = deletes.column(field)
     return pa.table(cols)

@@ -31,6 +31,7 @@ from .. import markers
 from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
 from ..table.merge_config import MergeConfig
+from ..table.merge_rule import ordering_scores
 from ..table import layout
 from ..table import bounds
 from ..table.properties import TableConfig
@@ -74,6 +75,14 @@ class MergeContext:
     merge_config: MergeConfig | None = None
     #: the table's delete markers: a compaction reading log records they flag merges them as deletes
     delete_markers: DeleteMarkers = DeleteMarkers()
+    #: every ordering field when the merge names several (compared field by field, Hudi's
+    #: ``ArrayComparable``); empty when ``ordering_field`` alone (or none) orders
+    ordering_fields: tuple[str, ...] = ()
+
+    @property
+    def ordering(self) -> tuple[str, ...]:
+        """The fields a version is ordered by (none: commit time)."""
+        return self.ordering_fields or ((self.ordering_field,) if self.ordering_field else ())
 
     @property
     def data_schema(self) -> pa.Schema:
@@ -101,11 +110,15 @@ def context(
     the files follow and whose merge decides whether a stored row newer by ``ordering_field``
     stays (not on a table merged by commit time, whatever ordering field it names:
     :class:`~multiwriter.table.merge_config.MergeConfig`)."""
+    several: tuple[str, ...] = ()
     if config is not None:
-        ordering_field = MergeConfig.from_table_config(config).ordering_field
+        merge = MergeConfig.from_table_config(config)
+        ordering_field = merge.ordering_field
+        several = merge.ordering_fields if len(merge.ordering_fields) > 1 else ()
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
                         unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
-                        virtual_keys=config if config is not None and config.virtual_keys else None)
+                        virtual_keys=config if config is not None and config.virtual_keys else None,
+                        ordering_fields=several)
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -172,9 +185,9 @@ def merge_file_group(
     ensure_partition_metadata(storage, task.partition, t, ctx.partition_depth)
 
     if not deduped and incoming.num_rows > 1:
-        incoming = dedupe(incoming, ctx.ordering_field)
+        incoming = dedupe(incoming, ctx.ordering)
     upserts, deletes = split_deletes(incoming) if may_delete else (incoming, None)
-    old, old_md = _read_old(storage, task, full, old_read, plain=(ctx.ordering_field or "",) + ctx.unique_columns)
+    old, old_md = _read_old(storage, task, full, old_read, plain=ctx.ordering + ctx.unique_columns)
     virtual = ctx.virtual_keys is not None
     if virtual and old is not None:  # no key stored: computed from the key fields, as Hudi's simple index does
         old = old.set_column(full.get_field_index(RECORD_KEY), RECORD_KEY, stored_keys(old, ctx.virtual_keys))
@@ -183,7 +196,7 @@ def merge_file_group(
     if old is not None and old.num_rows:
         old_col, new_col = _match_columns(ctx, old, upserts)
         pos = _positions_in_old(old.column(old_col), upserts.column(new_col))
-        upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering_field)
+        upserts, pos = _drop_stale(upserts, pos, old, ctx.ordering)
         if ctx.keep_columns:
             upserts = keep_stored(upserts, pos, old, ctx.keep_columns)
         drop = np.zeros(old.num_rows, dtype=bool)
@@ -430,16 +443,36 @@ def keep_stored(upserts: pa.Table, pos: np.ndarray, old: pa.Table, columns: tupl
     return upserts
 
 
-def _drop_stale(upserts: pa.Table, pos: np.ndarray, old: pa.Table, ordering: str | None) -> tuple[pa.Table, np.ndarray]:
-    """Event-time ordering: an incoming row older than the stored one does not replace it.
+def _drop_stale(upserts: pa.Table, pos: np.ndarray, old: pa.Table, ordering: tuple[str, ...]
+                ) -> tuple[pa.Table, np.ndarray]:
+    """Event-time ordering: an incoming row older than the stored one does not replace it
+    (equal values: the incoming row, ``EventTimeRecordMerger.shouldKeepNewerRecord``). Several
+    ordering fields compare field by field, as the merge rule does (:func:`_not_older`).
     ``pos``: each incoming row's row in ``old`` (-1 when new); filtered alike."""
     if not ordering or upserts.num_rows == 0 or not (pos >= 0).any():
         return upserts, pos
-    stored = old.column(ordering).combine_chunks().take(pa.array(pos, mask=pos < 0))
-    newer = pc.fill_null(pc.greater_equal(upserts.column(ordering).combine_chunks(), stored), True)
+    if len(ordering) > 1:
+        newer = pa.array(_not_older(upserts, pos, old, ordering))
+    else:
+        stored = old.column(ordering[0]).combine_chunks().take(pa.array(pos, mask=pos < 0))
+        newer = pc.fill_null(pc.greater_equal(upserts.column(ordering[0]).combine_chunks(), stored), True)
     if newer.false_count == 0:
         return upserts, pos
     return upserts.filter(newer), pos[newer.to_numpy(zero_copy_only=False)]
+
+
+def _not_older(upserts: pa.Table, pos: np.ndarray, old: pa.Table, ordering: tuple[str, ...]) -> np.ndarray:
+    """Whether each incoming row's ordering values are not below its stored row's (a new row's
+    are), compared as :func:`~multiwriter.table.merge_rule.ordering_scores` compares them."""
+    matched = np.flatnonzero(pos >= 0)
+    mine, theirs = pa.array(matched), pa.array(pos[matched])
+    cols = [pa.concat_arrays([upserts.column(f).combine_chunks().take(mine),
+                              cast_column(old.column(f), upserts.schema.field(f).type).combine_chunks().take(theirs)])
+            for f in ordering]
+    score = ordering_scores(cols)
+    out = np.ones(upserts.num_rows, bool)
+    out[matched] = score[:len(matched)] >= score[len(matched):]
+    return out
 
 
 #: "0".."n-1" as strings (for sequence numbers): casting integers to strings per file costs

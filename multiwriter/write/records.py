@@ -5,7 +5,7 @@ Pure pyarrow; used on the driver and inside Spark executors alike, so both paths
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidRecordError, SchemaMismatchError
 from ..table import layout
 from ..table.delete_markers import DeleteMarkers
+from ..table.merge_rule import ordering_scores
 from ..table.properties import TableConfig
 from ..table.record_keys import as_string as _as_string
 from ..table.record_keys import one_array as _one_array
@@ -25,6 +26,7 @@ KEY = "_mw_key"
 PARTITION = "_mw_partition"
 OP = "_mw_op"  # 0 = upsert/insert, 1 = delete
 ROW = "_mw_row"
+SCORE = "_mw_ordering"  # several ordering fields' values as one comparable integer (dedupe only)
 OP_UPSERT = 0
 OP_DELETE = 1
 
@@ -72,14 +74,16 @@ def prepare(batch: pa.Table, config: TableConfig, table_schema: pa.Schema, *, op
     if on_keys is not None:
         on_keys(keys)
     parts = partition_paths(batch, config)
-    if operation != "delete" and config.ordering_field and batch.schema.get_field_index(config.ordering_field) < 0:
-        raise SchemaMismatchError(f"ordering field {config.ordering_field!r} is missing from the batch")
+    ordering = config.ordering_fields if operation != "delete" else ()
+    missing = [f for f in ordering if batch.schema.get_field_index(f) < 0]
+    if missing:
+        raise SchemaMismatchError(f"ordering field {missing[0]!r} is missing from the batch")
     data = _null_fill(batch, table_schema)
     data = data.append_column(KEY, keys).append_column(PARTITION, parts)
     data = data.append_column(OP, operations(batch, config, operation))
     if hashes:
         data = bloom.with_hashes(data, KEY)
-    return dedupe(data, config.ordering_field if operation != "delete" else None)
+    return dedupe(data, ordering)
 
 
 def operations(batch: pa.Table, config: TableConfig, operation: str) -> pa.Array:
@@ -120,16 +124,22 @@ def _cast(col: pa.ChunkedArray, f: pa.Field) -> pa.ChunkedArray:
         ) from e
 
 
-def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
+def dedupe(data: pa.Table, ordering: str | Sequence[str] | None) -> pa.Table:
     """One row per (partition, key): greatest ordering value wins, ties go to the later row.
+    ``ordering``: the ordering field, or several, compared field by field as the merge rule
+    compares them (Hudi's ``ArrayComparable``, :func:`~multiwriter.table.merge_rule.ordering_scores`).
 
     Batches rarely repeat a key, and one hash pass tells: only then is the batch sorted."""
     if data.num_rows <= 1 or not has_duplicates(data):
         return data
+    fields = (ordering,) if isinstance(ordering, str) else tuple(ordering or ())
     data = data.append_column(ROW, pa.array(range(data.num_rows), pa.int64()))
     sort = [(PARTITION, "ascending"), (KEY, "ascending")]
-    if ordering_field:
-        sort.append((ordering_field, "descending"))
+    if len(fields) == 1:
+        sort.append((fields[0], "descending"))
+    elif fields:
+        data = data.append_column(SCORE, pa.array(ordering_scores([data.column(f) for f in fields])))
+        sort.append((SCORE, "descending"))
     sort.append((ROW, "descending"))
     idx = pc.sort_indices(data, sort_keys=sort)  # nulls sort last: a null ordering value loses
     data = data.take(idx)
@@ -139,7 +149,7 @@ def dedupe(data: pa.Table, ordering_field: str | None) -> pa.Table:
         same = pc.and_(pc.equal(k[1:], k[:-1]), pc.equal(p[1:], p[:-1]))
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
         data = data.filter(keep)
-    return data.drop_columns([ROW])
+    return data.drop_columns([c for c in (ROW, SCORE) if c in data.column_names])
 
 
 def has_duplicates(data: pa.Table) -> bool:

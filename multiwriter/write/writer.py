@@ -439,7 +439,7 @@ class _Batch:
 def _column_rules(table: Table, config: WriterConfig) -> dict[str, Any]:
     """Columns every upsert batch must carry, and whether others may be omitted."""
     c = table.config
-    required = tuple(c.record_key) + tuple(c.partition_by) + ((c.ordering_field,) if c.ordering_field else ())
+    required = tuple(c.record_key) + tuple(c.partition_by) + c.ordering_fields
     return {"required": required, "allow_missing": config.allow_missing_columns or config.partial_update}
 
 

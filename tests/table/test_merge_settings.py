@@ -257,3 +257,63 @@ def test_item2_several_ordering_fields_end_to_end(mor_table, table_path):
     # hudi-rs 0.5 refuses such a table ("Multiple ordering fields ... are not yet supported")
     with pytest.raises(Exception, match="Multiple ordering fields"):
         hudi_read(table_path)
+
+
+# -- what a version 8 table records beside its merge mode ------------------------------------------
+
+_V8_KEYS = ("hoodie.record.merge.mode", "hoodie.compaction.payload.class", "hoodie.record.merge.strategy.id")
+
+
+def test_a_v8_table_records_hudis_pair_for_its_merge_mode(tmp_path):
+    """Hudi 1.1 writes a version 8 table's payload class and strategy id from its merge mode
+    (``HoodieTableMetaClient.TableBuilder.build`` -> ``HoodieTableConfig
+    .inferMergingConfigsForPreV9Table``: ``HoodieRecordPayload.getAvroPayloadForMergeMode``,
+    ``HoodieRecordMerger.getRecordMergeStrategyId``); a recorded mode the payload contradicts is
+    refused there (its ``checkArgument``). Event time: as the Hudi-written fixture records it;
+    commit time (no ordering field): ``OverwriteWithLatestAvroPayload``, the commit-time id."""
+    from tests.oracle import unzip_fixture
+
+    hudi = properties.parse((unzip_fixture("v8_trips_8i3d", tmp_path, "mor") / ".hoodie/hoodie.properties").read_text())
+    ours = TableConfig(name="t", record_key=("id",), ordering_field="ts", version=8).to_properties()
+    assert [ours[k] for k in _V8_KEYS] == [hudi[k] for k in _V8_KEYS]
+    commit_time = TableConfig(name="t", record_key=("id",), version=8).to_properties()
+    assert [commit_time[k] for k in _V8_KEYS] == ["COMMIT_TIME_ORDERING", M + "OverwriteWithLatestAvroPayload",
+                                                  COMMIT_TIME_STRATEGY]
+    assert MergeConfig.from_table_config(TableConfig.from_properties(commit_time)).mode == COMMIT_TIME
+
+
+def test_a_v8_table_written_before_keeps_reading_by_commit_time():
+    """Tables this package created at version 8 without an ordering field name
+    ``DefaultHoodieRecordPayload`` with ``COMMIT_TIME_ORDERING``: event time without an ordering
+    field merges by commit time (``inferMergingConfigsForPreV9Table``), so they read as before."""
+    older = config(8, **{"hoodie.compaction.payload.class": M + "DefaultHoodieRecordPayload",
+                         "hoodie.record.merge.mode": "COMMIT_TIME_ORDERING"})
+    assert (MergeConfig.from_table_config(older).mode, MergeConfig.from_table_config(older).ordering_fields) == (
+        COMMIT_TIME, ())
+    older.check_writable()
+
+
+# -- partial-update blocks that lose on ordering, through compaction ------------------------------
+
+def test_partial_updates_that_lose_on_ordering_end_to_end(mor_table, table_path):
+    """Base A(1, 1.0), B(5, 5.0); then IS_PARTIAL blocks without ``value``: A(ts 5), B(ts 3);
+    then a full A(3, 3.0). B's partial version loses to the base whole: (5, 5.0). A's partial
+    version (ts 5) beats the full one (ts 3), and as the winner of that pair it takes the
+    loser's value (``BufferedRecordMergerFactory.PartialUpdateBufferedRecordMerger.deltaMerge``):
+    (5, 3.0), from our reader, our compaction, then hudi-rs reading the compacted base. Before
+    the compaction hudi-rs reads A as (5, 1.0): a version that never led the fold adds nothing
+    there, so the column comes from the base row (tests/table/test_merge_rule_partial.py)."""
+    from tests.conftest import trips
+
+    a, b = keys_in_bucket(3, 2)
+    full = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(pa.concat_tables([trips([a], ts=1, value=1.0), trips([b], ts=5, value=5.0)]), table_path, full)
+    partial = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), partial_update=True)
+    mw.write(pa.concat_tables([trips([a], ts=5), trips([b], ts=3)]).drop_columns(["value"]), table_path, partial)
+    mw.write(trips([a], ts=3, value=3.0), table_path, full)
+    expected = sorted([(a, 5, 3.0), (b, 5, 5.0)], key=repr)
+    assert _values(table_path) == expected
+    assert rows(hudi_read(table_path), ["id", "ts", "value"]) == sorted([(a, 5, 1.0), (b, 5, 5.0)], key=repr)
+    _compact(table_path)
+    assert _values(table_path) == expected
+    assert rows(hudi_read(table_path), ["id", "ts", "value"]) == expected

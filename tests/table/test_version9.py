@@ -151,7 +151,6 @@ def test_writers_go_on_when_the_table_is_upgraded_between_their_commits(tmp_path
 
 @pytest.mark.parametrize(("key", "value"), [
     ("hoodie.record.merge.mode", "CUSTOM"),
-    ("hoodie.table.ordering.fields", "ts,v"),
     ("hoodie.table.partial.update.mode", "IGNORE_DEFAULTS"),
     ("hoodie.table.version", "10"),
 ])
@@ -166,6 +165,14 @@ def test_settings_we_do_not_write_are_refused_by_name(key, value):
     with pytest.raises(TableFormatError, match=key.replace(".", r"\.")):
         cfg.check_writable()
     TableConfig.from_properties(TableConfig(name="t", record_key=("id",), version=9).to_properties()).check_writable()
+
+
+def test_several_ordering_fields_are_writable():
+    """Writers order by every field (tests/write/test_ordering_fields.py)."""
+    base = TableConfig(name="t", record_key=("id",), ordering_field="ts", version=9).to_properties()
+    cfg = TableConfig.from_properties({**base, "hoodie.table.ordering.fields": "ts,v"})
+    cfg.check_writable()
+    assert cfg.ordering_fields == ("ts", "v") and cfg.ordering_field == "ts"
 
 
 def test_a_write_into_a_table_with_a_custom_merger_is_refused_and_leaves_nothing(tmp_path):
