@@ -8,7 +8,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: install lint test demo notebooks chaos bench bench-full clean
+.PHONY: install lint test test-full demo notebooks chaos bench bench-full clean
 
 install: $(STAMP)
 
@@ -24,6 +24,13 @@ $(STAMP): pyproject.toml
 # keep both cores busy.
 test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
+
+# The whole fault matrices (frozen writers on every pair of table type and lock, every metadata
+# table fault in both modes, every seeded chaos round), which `make test` samples to stay within
+# its time: those files alone.
+test-full: install
+	MW_FULL_MATRIX=1 $(PY) -m pytest tests/test_frozen_commit.py tests/table/test_metadata_faults.py \
+		tests/chaos/test_chaos_small.py -q -n 2
 
 # ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
 # layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)

@@ -13,6 +13,7 @@ step and the slice cleaning are reached inside it), every 2 otherwise, and keeps
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -192,9 +193,15 @@ def _points(action: str) -> tuple[str, ...]:
 
 
 #: the companion job's clean and rollback are killed only: an error there leaves the step pending for
-#: the next run exactly as a kill does (the job has no undo of its own for them)
+#: the next run exactly as a kill does (the job has no undo of its own for them). ``make test`` raises
+#: errors in a Merge-on-Read write and compaction (the undo paths with the most metadata-table
+#: steps); ``MW_FULL_MATRIX=1`` in a Copy-on-Write write and clustering too
+ERROR_CASES = (("write", "mor"), ("compaction", "mor")) if os.environ.get("MW_FULL_MATRIX") != "1" else \
+    (("write", "cow"), ("write", "mor"), ("clustering", "cow"), ("compaction", "mor"))
+
+
 @pytest.mark.parametrize(("action", "kind", "mode"), [(a, k, m) for a, k in CASES for m in ("error", "kill")
-                                                     if m == "kill" or a in ("write", "clustering", "compaction")])
+                                                     if m == "kill" or (a, k) in ERROR_CASES])
 def test_a_fault_at_every_metadata_table_step(action, kind, mode, tmp_path, monkeypatch):
     monkeypatch.setattr(mf, "MAX_DELTA_COMMITS", 2)
     monkeypatch.setattr(mf, "RETAIN_COMMITS", 3)
