@@ -110,7 +110,7 @@ def _fill(path: str, n: int) -> None:
     from multiwriter.table.metadata import CommitMetadata
     from multiwriter.transaction import Transaction
 
-    from multiwriter.table.schema import arrow_to_avro_json
+    from multiwriter.format.schema import arrow_to_avro_json
 
     t = mw.Table.open(path)
     lock = mw.InProcessLock().for_table(t.table_id, t.storage)

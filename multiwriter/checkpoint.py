@@ -34,7 +34,7 @@ from .redact import redact
 if TYPE_CHECKING:  # pragma: no cover
     from .lock.base import LockProvider
     from .storage import Storage
-    from .table.instant import Instant
+    from .format.instant import Instant
     from .table.metadata import CommitMetadata
     from .table.table import Table
     from .table.timeline import Timeline
@@ -256,7 +256,7 @@ def _claim_id(table: Table, writer_id: str, lock: LockProvider):
 
 
 def _refuse_in_flight(table: Table, tl: Timeline, writer_id: str) -> None:
-    from .table import layout
+    from .format import layout
 
     for i in tl.pending():
         try:

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import TableFormatError, UnsafePathError
-from .table import instant as inst
-from .table import bounds, paths
-from .table.instant import Instant
+from .format import instant as inst
+from .format import bounds, paths
+from .format.instant import Instant
 from .table.metadata import CommitMetadata, decode_commit_metadata
 from .table.record_keys import read_stored_keys
 from .table.timeline import Timeline

@@ -320,7 +320,7 @@ def _stop_gracefully(queries: list, sinks: dict) -> None:
 
 def _mor_summary(path: Path, table, sinks: dict, final) -> dict[str, bool]:
     """The Merge-on-Read pair: its figures, and the checks the main summary adds."""
-    from .table import instant as inst
+    from .format import instant as inst
 
     st = _stats(sinks)
     tl = table.timeline()
@@ -392,7 +392,7 @@ def _file_groups(table, tl) -> tuple[int, int, int]:
     """(file groups the writers' commits created, live file groups now, completed clusterings),
     over the active timeline and the archived history."""
     from .cleaner.archive import load_history
-    from .table import instant as inst
+    from .format import instant as inst
 
     history = [a for a in load_history(table) if a.completion_time]
     metas = [tl.commit_metadata(i) for i in tl.completed(frozenset({inst.COMMIT}))]

@@ -27,9 +27,9 @@ from collections.abc import Iterable
 
 from .errors import InvalidRecordError
 from .storage import FileExists, Storage
-from .table import layout
-from .table.instant import TIME_RE
-from .table.log_file import parse_log_file
+from .format import layout
+from .format.instant import TIME_RE
+from .format.log_file import parse_log_file
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .table.instant import Instant
+from .format.instant import Instant
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from itertools import pairwise
 import pyarrow as pa
 
 from .errors import SchemaMismatchError, WriteConflictError
-from .table import instant as inst
-from .table.instant import Instant
-from .table.schema import arrow_to_avro_json, avro_to_arrow, data_schema, evolve_type, missing_columns, widens
+from .format import instant as inst
+from .format.instant import Instant
+from .format.schema import arrow_to_avro_json, avro_to_arrow, data_schema, evolve_type, missing_columns, widens
 from .table.table import Table
 from .table.timeline import Timeline
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from . import checkpoint as ckpt
 from .redact import redact
-from .table import instant as inst
-from .table.instant import Instant
+from .format import instant as inst
+from .format.instant import Instant
 from .table.table import Table
 from .table.timeline import Timeline
 
@@ -130,7 +130,7 @@ def _narrow_log_columns(table: Table, tl: Timeline, snap: Any) -> list[str]:
     metadata of the deltacommits those log files came from; no data file is read."""
     if not table.config.merge_on_read:
         return []
-    from .table.schema import avro_to_arrow
+    from .format.schema import avro_to_arrow
 
     times = {lf.instant_time for fs in snap.files() for lf in fs.logs}
     if not times:
@@ -224,7 +224,7 @@ def _judge_in_flight(
 def _cleaner_last(table: Table, tl: Timeline) -> dict[str, Any]:
     """The newest completed rollback, clean and clustering, and the newest archive batch."""
     from .cleaner.archive import batch_files
-    from .table import lsm_timeline as lsm
+    from .format import lsm_timeline as lsm
 
     out: dict[str, Any] = {}
     for action in (inst.ROLLBACK, inst.CLEAN):

@@ -31,10 +31,10 @@ from .errors import (
 from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
-from .table import instant as inst
+from .format import instant as inst
 from .table import decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
-from .table.instant import Instant
+from .format.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
 from .table.merge_config import MergeConfig
 from .table.properties import PROPERTIES_FILE

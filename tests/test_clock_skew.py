@@ -31,8 +31,8 @@ import multiwriter as mw
 from multiwriter.cleaner.archive import load_history
 from multiwriter.heartbeat.client import is_lapsed
 from multiwriter.heartbeat.judge import read_beat
-from multiwriter.table import instant as inst
-from multiwriter.table import layout
+from multiwriter.format import instant as inst
+from multiwriter.format import layout
 from multiwriter.transaction import Transaction
 from tests.cleaner.conftest import rollbacks
 from tests.conftest import trips

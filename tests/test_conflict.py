@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from multiwriter.conflict import FileGroupOverlapStrategy
 from multiwriter.instant_time import format_time
-from multiwriter.table.instant import COMPLETED, REQUESTED, Instant
+from multiwriter.format.instant import COMPLETED, REQUESTED, Instant
 from multiwriter.table.metadata import CommitMetadata, WriteStat
 from multiwriter.table.properties import TableConfig
 from multiwriter.table.timeline import Timeline

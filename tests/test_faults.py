@@ -10,8 +10,8 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import faults
-from multiwriter.table.layout import parse_data_file
-from multiwriter.table.log_file import parse_log_file
+from multiwriter.format.layout import parse_data_file
+from multiwriter.format.log_file import parse_log_file
 from multiwriter.transaction import CHECKPOINT_KEY
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows

@@ -11,7 +11,7 @@ import pytest
 import multiwriter as mw
 from multiwriter import faults, markers
 from multiwriter.storage import Storage
-from multiwriter.table import layout
+from multiwriter.format import layout
 from multiwriter.write import merge
 from tests.conftest import trips
 from tests.oracle import hudi_read

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import multiwriter as mw
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 from tests.test_concurrency import ROOT, base_args, result, spawn

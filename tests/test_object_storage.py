@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import multiwriter as mw
-from multiwriter.table import layout
+from multiwriter.format import layout
 from multiwriter.table.snapshot import list_data_files
 from tests.cleaner.conftest import wait_lapsed
 from tests.conftest import TRIPS_SCHEMA, trips

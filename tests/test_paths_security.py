@@ -19,7 +19,7 @@ import multiwriter as mw
 from multiwriter import errors
 from multiwriter.instant_time import next_after
 from multiwriter.storage import Storage
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table import properties as props
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.metadata import encode
@@ -291,7 +291,7 @@ def test_a_write_stat_path_outside_the_table_is_never_opened(tmp_path, caplog):
 
 def test_a_history_manifest_entry_outside_the_table_is_refused(tmp_path):
     from multiwriter.table import history
-    from multiwriter.table import lsm_timeline as lsm
+    from multiwriter.format import lsm_timeline as lsm
 
     table = _create(str(tmp_path / "trips"))
     mw.write(trips([1]), table.path, _cfg())

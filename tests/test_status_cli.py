@@ -13,7 +13,7 @@ from pathlib import Path
 import fastavro
 
 import multiwriter as mw
-from multiwriter.table import layout
+from multiwriter.format import layout
 from multiwriter.transaction import Transaction
 from tests.conftest import trips
 from tests.oracle import hudi_read

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..instant_time import PROCESS_CLOCK, InstantClock
 from ..storage import Storage
-from ..table import instant as inst
-from ..table import decisions, layout, metadata_table
+from ..format import instant as inst
+from ..table import decisions, metadata_table
+from ..format import layout
 from ..table import timeline as tlmod
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.properties import TableConfig
 from ..table.table import Table
 from ..table.timeline import Timeline
@@ -190,7 +191,7 @@ def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, actio
     caller holds (``tl`` loaded under it, its fence passed): the table schema as of now goes into
     the metadata, so a rewrite never records an older one, then ``<T>_<C>.<action>``."""
     from ..schema_resolution import SCHEMA_KEY
-    from ..table.schema import arrow_to_avro_json
+    from ..format.schema import arrow_to_avro_json
 
     schema = ctx.table.schema(tl)
     if len(schema):

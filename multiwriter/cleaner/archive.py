@@ -2,7 +2,7 @@
 
 Every reader and writer lists the active timeline, so it must not grow with every commit. When
 more than ``keep_max`` completed instants are active, the oldest ones move to
-``.hoodie/timeline/history/`` in Hudi's own LSM layout (:mod:`multiwriter.table.lsm_timeline`), so
+``.hoodie/timeline/history/`` in Hudi's own LSM layout (:mod:`multiwriter.format.lsm_timeline`), so
 Hudi's JVM readers and archivers see one archived timeline (see docs/cleaner.md). Tables archived
 by earlier releases hold JSON batches ``<first>_<last>.archive.json`` there: they are still read,
 and the next archival moves them into the LSM layout. Readers treat a data file older than the earliest active instant
@@ -34,7 +34,7 @@ rule is what holds archival back, the archiver compacts the files partition firs
 lock), as the table's companion job.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
-under the table lock, and the history is compacted there too (see :mod:`~multiwriter.table.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
+under the table lock, and the history is compacted there too (see :mod:`~multiwriter.format.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
 before completed, so an interrupted archival never leaves an instant that looks pending. The next
 run finishes it: active instants already in the history are deleted without being archived again.
 """
@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import checkpoint as ckpt
-from ..table import instant as inst
+from ..format import instant as inst
 from ..table import history
-from ..table import lsm_timeline as lsm
+from ..format import lsm_timeline as lsm
 from ..table import metadata_files
 from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.metadata import named_files
 from ..table.table import Table
 from ..table.timeline import Timeline

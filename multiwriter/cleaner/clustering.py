@@ -39,14 +39,15 @@ import pyarrow as pa
 from .. import faults, markers
 from ..errors import ConfigError, InvalidRecordError, MultiWriterError, TableFormatError
 from ..table.merge_config import MergeConfig
-from ..table import instant as inst
-from ..table import layout
-from ..table import bounds, decisions, metadata_files
+from ..format import instant as inst
+from ..format import layout
+from ..table import decisions, metadata_files
+from ..format import bounds
 from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.metadata import ReplaceCommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, parsing
-from ..table.schema import with_meta
+from ..format.schema import with_meta
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets

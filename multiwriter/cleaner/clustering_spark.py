@@ -48,7 +48,7 @@ def _run(mctx: Any, job: Any, task: Task) -> tuple[int, str]:  # runs on an exec
 
     from pyspark import TaskContext
 
-    from ..table import layout
+    from ..format import layout
 
     tc = TaskContext.get()
     token = layout.write_token(job.index, tc.stageId() if tc else 0, tc.attemptNumber() if tc else 0)

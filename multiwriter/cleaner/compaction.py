@@ -56,14 +56,15 @@ from ..errors import (ConfigError, HeartbeatExpiredError, MultiWriterError, Plan
                       UnsafePathError)
 from ..instant_time import parse_time
 from ..storage import Storage
-from ..table import instant as inst
-from ..table import layout
-from ..table import bounds, decisions
+from ..format import instant as inst
+from ..format import layout
+from ..table import decisions
+from ..format import bounds
 from ..table import timeline as tlmod
 from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_plan, encode_plan
 from ..table.files import FileGroup, FileSlice, LogFile
-from ..table.instant import Instant
-from ..table.log_file import parse_log_file
+from ..format.instant import Instant
+from ..format.log_file import parse_log_file
 from ..table.merge_config import MergeConfig
 from ..table.delete_markers import DeleteMarkers
 from ..table.merged_slice import read_slice

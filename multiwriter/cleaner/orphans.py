@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from .. import markers
 from ..instant_time import parse_time
 from ..table import history
-from ..table import instant as inst
-from ..table import layout
+from ..format import instant as inst
+from ..format import layout
 from ..table.files import FileSlice, LogFile, list_files
-from ..table.log_file import parse_log_file
+from ..format.log_file import parse_log_file
 from ..table.metadata import named_files
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.timeline import Timeline
 from . import CleanerContext
 from . import archive as archive_mod

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PlanRefusedError, TableFormatError
-from ..table import instant as inst
-from ..table import history, layout, metadata_files, paths
-from ..table.instant import Instant
+from ..format import instant as inst
+from ..table import history, metadata_files
+from ..format import layout, paths
+from ..format.instant import Instant
 from ..table.plan_checks import forged_time
 from ..table.timeline import Timeline
 from . import CleanerContext

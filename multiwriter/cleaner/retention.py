@@ -43,13 +43,14 @@ from typing import Any
 import fastavro
 
 from ..errors import InvalidRecordError, MultiWriterError, PlanRefusedError, TableFormatError
-from ..table import instant as inst
-from ..table import layout, metadata_files
+from ..format import instant as inst
+from ..table import metadata_files
+from ..format import layout
 from ..table import timeline as tlmod
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.metadata import NS, decode_records, encode, parsing
 from ..table.files import FileGroup, FileSlice, LogFile, list_files
-from ..table.log_file import parse_log_file
+from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
 from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks

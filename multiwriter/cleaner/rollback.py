@@ -40,13 +40,14 @@ from typing import Any
 
 from .. import markers
 from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError, UnsafePathError
-from ..table import instant as inst
-from ..table import decisions, layout, metadata_files, paths
+from ..format import instant as inst
+from ..table import decisions, metadata_files
+from ..format import layout, paths
 from ..table import timeline as tlmod
-from ..table.instant import Instant
+from ..format.instant import Instant
 from ..table.metadata import decode_records, encode, parsing, rollback_target
 from ..table.files import list_files
-from ..table.log_file import parse_log_file
+from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..transaction import rollback_targets
 from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks

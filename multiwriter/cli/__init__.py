@@ -124,7 +124,7 @@ def _timeline(args: argparse.Namespace) -> int:
 def _heartbeats(args: argparse.Namespace) -> int:
     from ..heartbeat.client import heartbeat_age_s
     from ..heartbeat.judge import HeartbeatJudge, skew_beyond
-    from ..table import layout
+    from ..format import layout
     from ..table.table import Table
 
     t = Table.open(args.path)

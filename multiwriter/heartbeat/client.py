@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError, HeartbeatExpiredError
 from ..instant_time import parse_time
 from ..storage import Storage
-from ..table.layout import heartbeat_path
+from ..format.layout import heartbeat_path
 
 log = logging.getLogger(__name__)
 

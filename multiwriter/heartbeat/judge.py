@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..storage import Storage
-from ..table.layout import heartbeat_path
+from ..format.layout import heartbeat_path
 from .client import MAX_INTERVAL_S, MAX_TOLERABLE_MISSES, expiry_bound_s
 
 log = logging.getLogger(__name__)

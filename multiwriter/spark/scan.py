@@ -22,13 +22,13 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..storage import Storage
-from ..table import bounds
+from ..format import bounds
 from ..table.delete_markers import DeleteMarkers
 from ..table.files import FileSlice, LogFile
-from ..table.layout import DEFAULT_PARTITION, parse_data_file
+from ..format.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merge_config import MergeConfig
 from ..table.merged_slice import read_slice
-from ..table.schema import cast_column, has_double, stored_float_types
+from ..format.schema import cast_column, has_double, stored_float_types
 from ..table.table import Table
 from .options import ReadOptions
 

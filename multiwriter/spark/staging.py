@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError
 from ..storage import Storage
-from ..table import layout
+from ..format import layout
 
 STAGING_ROOT = f"{layout.TEMP_DIR}/streaming"
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")

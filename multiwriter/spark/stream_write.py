@@ -73,9 +73,9 @@ from ..errors import (
 from ..redact import redact
 from ..heartbeat.client import HeartbeatClient, expiry_bound_s, heartbeat_age_s
 from ..storage import Storage
-from ..table import instant as inst
-from ..table import layout
-from ..table.instant import Instant
+from ..format import instant as inst
+from ..format import layout
+from ..format.instant import Instant
 from ..table.metadata import WriteStat
 from ..table.table import Table
 from ..table.timeline import Timeline

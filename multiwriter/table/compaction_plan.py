@@ -18,8 +18,8 @@ from typing import Any
 import fastavro
 
 from ..errors import TableFormatError
-from . import avro
-from .log_file import parse_log_file
+from ..format import avro
+from ..format.log_file import parse_log_file
 from .metadata import NS, decode_records, parsing
 
 #: plan version 2 keeps file names; version 1 kept full paths (Hudi migrates those on read)

@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING
 from .. import faults
 from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError
 from ..storage import FileExists, Storage
-from . import instant as inst
+from ..format import instant as inst
 from . import metadata_files
-from .instant import Instant
+from ..format.instant import Instant
 from .metadata import CommitMetadata
 from .properties import TableConfig
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..storage import Storage
-from .layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
-from .log_file import parse_log_file
+from ..format.layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
+from ..format.log_file import parse_log_file
 
 #: (partition path, fileId): the unit of versioning, conflict and replacement
 FileGroup = tuple[str, str]

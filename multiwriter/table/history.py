@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from ..errors import TableFormatError
 from ..storage import Storage
-from . import instant as inst
-from . import lsm_timeline as lsm
-from . import paths
-from .instant import Instant
+from ..format import instant as inst
+from ..format import lsm_timeline as lsm
+from ..format import paths
+from ..format.instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
 
 LEGACY_FORMAT = "multiwriter-archive"

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .log_file import avro_time_unit
+from ..format.log_file import avro_time_unit
 
 __all__ = ["java_float_string", "java_key_strings"]
 

@@ -48,9 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TableFormatError
-from .log_file import avro_time_unit
+from ..format.log_file import avro_time_unit
 from .merge_config import MergeConfig
-from .schema import META_COLUMNS, cast_column
+from ..format.schema import META_COLUMNS, cast_column
 
 RECORD_KEY = META_COLUMNS[2]  # _hoodie_record_key
 BASE_RANK = -1

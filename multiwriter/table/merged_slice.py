@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..storage import Storage
-from . import bounds
+from ..format import bounds
 from .delete_markers import DeleteMarkers
 from .files import FileSlice, LogFile
-from .log_file import LogBlock, read_log_blocks
+from ..format.log_file import LogBlock, read_log_blocks
 from .merge_config import MergeConfig
 from .merge_rule import merge as merge_rows
 from .merge_rule import (
@@ -31,7 +31,7 @@ from .merge_rule import (
     prepare,
 )
 from .properties import TableConfig
-from .schema import META_COLUMNS, cast_column
+from ..format.schema import META_COLUMNS, cast_column
 
 PARTITION_PATH = META_COLUMNS[3]  # _hoodie_partition_path
 

@@ -16,7 +16,7 @@ import fastavro
 import pyarrow as pa
 
 from ..errors import MultiWriterError, TableFormatError
-from . import avro
+from ..format import avro
 
 NS = "org.apache.hudi.avro.model"
 

@@ -35,13 +35,13 @@ import fastavro
 from .. import faults
 from ..errors import TableFormatError, UnsafePathError
 from ..storage import FileExists, Storage
-from . import avro, hfile, paths
-from . import instant as inst
+from ..format import avro, hfile, paths
+from ..format import instant as inst
 from . import properties as props
 from .files import FileSlice, LogFile
-from .layout import parse_data_file
+from ..format.layout import parse_data_file
 from .compaction_plan import CompactionOperation, CompactionPlan, encode_plan
-from .log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
+from ..format.log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
 from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, rollback_target
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .instant import Instant, instant_action
+from ..format.instant import Instant, instant_action
 
 
 def forged_time(pending: Instant, completed: Iterable[Instant], floor: str | None = None) -> str | None:

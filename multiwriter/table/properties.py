@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import TableFormatError, VirtualKeysError
-from . import names, paths
+from ..format import names, paths
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from ..errors import InvalidRecordError, SchemaMismatchError
 from .key_strings import java_key_strings
 from .properties import TableConfig
-from .schema import META_COLUMNS
+from ..format.schema import META_COLUMNS
 
 RECORD_KEY = META_COLUMNS[2]
 

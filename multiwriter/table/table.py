@@ -16,11 +16,12 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bounds, bucket, hooks, metadata_files, names
+from . import bucket, hooks, metadata_files
+from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
 from .properties import PROPERTIES_FILE, TableConfig
-from .schema import (
+from ..format.schema import (
     META_COLUMNS,
     META_SCHEMA,
     arrow_to_avro_json,

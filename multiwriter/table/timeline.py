@@ -16,9 +16,9 @@ from functools import cached_property
 
 from ..errors import InstantExistsError, TableFormatError
 from ..storage import FileEntry, FileExists, Storage
-from . import instant as inst
+from ..format import instant as inst
 from . import metadata_files
-from .instant import Instant
+from ..format.instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
 from .properties import WRITE_VERSIONS, TableConfig
 

@@ -30,10 +30,10 @@ from functools import cached_property
 
 from ..errors import InstantNotRetainedError, TableFormatError
 from . import history
-from . import instant as inst
+from ..format import instant as inst
 from .files import FileGroup, FileSlice, LogFile, list_data_files
 from .history import ArchivedInstant
-from .instant import Instant
+from ..format.instant import Instant
 from .metadata import CommitMetadata, decode_records
 from .timeline import Timeline
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 from .. import markers
 from ..storage import Storage
 from ..threads import ProcessPool
-from ..table import layout
+from ..format import layout
 from ..table.metadata import WriteStat
 from ..table.properties import TableConfig
 from ..table.snapshot import FileSlice

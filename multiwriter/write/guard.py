@@ -36,9 +36,9 @@ from typing import TypeVar
 from ..errors import HeartbeatExpiredError, InstantCompletedError
 from ..heartbeat.client import beating_client, heartbeat_age_s
 from ..storage import Storage
-from ..table import instant as inst
-from ..table import layout
-from ..table.instant import Instant
+from ..format import instant as inst
+from ..format import layout
+from ..format.instant import Instant
 from ..table.properties import TableConfig
 from ..transaction import InstantRolledBackError
 

@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import Storage
-from ..table import bounds, bucket, metadata_files
+from ..table import bucket, metadata_files
+from ..format import bounds
 from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys
 from ..table.snapshot import FileSlice, Snapshot

@@ -23,11 +23,11 @@ import pyarrow as pa
 
 from .. import faults, markers
 from ..storage import Storage
-from ..table import layout
-from ..table import bounds
-from ..table.log_file import LogFileName, encode_log_file
+from ..format import layout
+from ..format import bounds
+from ..format.log_file import LogFileName, encode_log_file
 from ..table.metadata import WriteStat
-from ..table.schema import arrow_to_avro_json, data_schema
+from ..format.schema import arrow_to_avro_json, data_schema
 from . import guard
 from .index import FooterKeys
 from .merge import (

@@ -32,14 +32,14 @@ from ..heartbeat.client import beating_client
 from ..storage import FileExists, Storage
 from ..table.merge_config import MergeConfig
 from ..table.merge_rule import ordering_scores
-from ..table import layout
-from ..table import bounds
+from ..format import layout
+from ..format import bounds
 from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import plain_defaults
 from ..table.metadata import WriteStat
-from ..table.schema import META_COLUMNS, cast_column, data_schema, with_meta
+from ..format.schema import META_COLUMNS, cast_column, data_schema, with_meta
 from . import bloom, guard
 from .columns import Prefixes, constant, constant_value
 from .index import SHARED_FOOTERS, FooterKeys, with_typed_range

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..table import layout
+from ..format import layout
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline

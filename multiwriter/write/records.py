@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidRecordError, SchemaMismatchError
-from ..table import layout
+from ..format import layout
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import ordering_scores
 from ..table.properties import TableConfig
 from ..table.record_keys import as_string as _as_string
 from ..table.record_keys import one_array as _one_array
 from ..table.record_keys import record_keys
-from ..table.schema import META_COLUMNS, cast_column, data_schema
+from ..format.schema import META_COLUMNS, cast_column, data_schema
 from . import bloom
 
 KEY = "_mw_key"

@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 
 from ..errors import HeartbeatExpiredError, InstantRolledBackError, InvalidRecordError, MultiWriterError, SchemaMismatchError
 from ..storage import Storage
-from ..table import bounds, bucket, layout
+from ..table import bucket
+from ..format import bounds, layout
 from ..table.metadata import WRITE_STAT_FIELDS, WriteStat
 from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys

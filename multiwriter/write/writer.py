@@ -32,9 +32,9 @@ from ..metrics import Metrics
 from ..metrics import default as default_metrics
 from ..redact import redact
 from ..result import CommitResult
-from ..table.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
+from ..format.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
-from ..table.schema import arrow_to_avro_json, check_compatible, data_schema
+from ..format.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
 from ..table.table import Table
 from ..errors import ConfigError, DuplicateBatchError

@@ -290,8 +290,8 @@ def check(path: str, workdir: Path, batches: int, s: Summary) -> None:
     from multiwriter.schema_resolution import history_violations
     from multiwriter.table import metadata_files
     from multiwriter.table.files import list_files
-    from multiwriter.table.layout import parse_data_file
-    from multiwriter.table.log_file import parse_log_file
+    from multiwriter.format.layout import parse_data_file
+    from multiwriter.format.log_file import parse_log_file
     from multiwriter.table.view import TimelineView
     from multiwriter.transaction import CHECKPOINT_KEY, WRITER_KEY
     from tests.oracle import hudi_read, rows, s3_storage_options

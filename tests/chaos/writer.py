@@ -49,7 +49,7 @@ def simulate_task_retries(rate: float, seed: int) -> None:
     import dataclasses
     import random
 
-    from multiwriter.table import layout
+    from multiwriter.format import layout
     from multiwriter.write import log_append
 
     rng = random.Random(seed)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import multiwriter as mw
-from multiwriter.table import instant as inst
-from multiwriter.table import layout
+from multiwriter.format import instant as inst
+from multiwriter.format import layout
 from multiwriter.table.metadata import CommitMetadata, WriteStat, decode_records
 from multiwriter.table.files import list_files
 from multiwriter.transaction import Transaction

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 import multiwriter as mw
 from multiwriter.cleaner import clustering
 from multiwriter.metrics import Metrics
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from tests.cleaner.conftest import HB, MISSES, ROOT, data_files_of, writer_config
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows

@@ -16,7 +16,7 @@ import multiwriter as mw
 from multiwriter import faults
 from multiwriter.cleaner import compaction
 from multiwriter.conflict import is_compaction
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table.compaction_plan import decode_plan
 from multiwriter.table.files import list_files
 from tests.cleaner.conftest import HB, MISSES, ROOT

@@ -15,8 +15,8 @@ import pytest
 import multiwriter as mw
 from multiwriter.errors import TableFormatError
 from multiwriter.instant_time import format_time
-from multiwriter.table import lsm_timeline as lsm
-from multiwriter.table.layout import heartbeat_path
+from multiwriter.format import lsm_timeline as lsm
+from multiwriter.format.layout import heartbeat_path
 from tests.cleaner.conftest import writer_config
 from tests.conftest import trips
 

@@ -17,7 +17,7 @@ import multiwriter as mw
 from multiwriter.cleaner import archive, orphans
 from multiwriter.instant_time import format_time, next_after, parse_time
 from multiwriter.metrics import Metrics
-from multiwriter.table import layout
+from multiwriter.format import layout
 from tests.cleaner.conftest import BOUND, fake_failed_write, writer_config
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows

@@ -13,7 +13,7 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.errors import ConfigError
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.files import list_files
 from tests.oracle import hudi_read, rows

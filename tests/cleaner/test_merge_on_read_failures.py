@@ -21,10 +21,10 @@ import multiwriter as mw
 from multiwriter import faults, markers
 from multiwriter.cleaner import archive, orphans
 from multiwriter.instant_time import next_after, parse_time
-from multiwriter.table import instant as inst
-from multiwriter.table import layout
+from multiwriter.format import instant as inst
+from multiwriter.format import layout
 from multiwriter.table.files import LogFile, list_files
-from multiwriter.table.log_file import LogFileName, encode_log_file, parse_log_file, read_log_blocks
+from multiwriter.format.log_file import LogFileName, encode_log_file, parse_log_file, read_log_blocks
 from multiwriter.table.merged_slice import read_slice
 from multiwriter.table.metadata import WriteStat, decode_records
 from multiwriter.transaction import Transaction

@@ -17,7 +17,7 @@ import multiwriter as mw
 from multiwriter.cleaner import rollback
 from multiwriter.cleaner.job import Cleaner, CleanerReport
 from multiwriter.cli.cleaner import main
-from multiwriter.table import layout
+from multiwriter.format import layout
 from tests.cleaner.conftest import NO_GARBAGE, fake_failed_write, garbage_of, rollbacks, writer_config
 from tests.conftest import trips
 from tests.oracle import SHARED, hudi_read, rows

@@ -14,12 +14,12 @@ from multiwriter.cleaner import plan_checks
 from multiwriter.cleaner import retention
 from multiwriter.errors import PlanRefusedError
 from multiwriter.instant_time import next_after
-from multiwriter.table import instant as inst
-from multiwriter.table import lsm_timeline as lsm
+from multiwriter.format import instant as inst
+from multiwriter.format import lsm_timeline as lsm
 from multiwriter.table import metadata_files
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.compaction_plan import CompactionOperation, CompactionPlan, encode_plan
-from multiwriter.table.log_file import BlockType, HeaderKey, encode_block, parse_log_file
+from multiwriter.format.log_file import BlockType, HeaderKey, encode_block, parse_log_file
 from multiwriter.table.metadata import encode
 from tests.cleaner.conftest import writer_config
 from tests.conftest import trips
@@ -258,7 +258,7 @@ def test_a_write_stat_naming_a_file_longer_than_a_file_system_takes_is_an_unsafe
     it (an ``UnsafePathError`` naming the commit file, not an ``OSError`` at the first stat), and
     the metadata table never records it."""
     from multiwriter.errors import UnsafePathError
-    from multiwriter.table import paths
+    from multiwriter.format import paths
     from multiwriter.table.metadata import CommitMetadata, WriteStat
 
     long = "2024-01-01/" + "a" * 5000 + "-0_0-0-0_20240101000000000.parquet"

@@ -8,7 +8,7 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.cleaner import archive
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 from tests.table.test_replace import write_replacecommit

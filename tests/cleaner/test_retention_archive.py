@@ -10,9 +10,9 @@ import pyarrow as pa
 
 import multiwriter as mw
 from multiwriter.cleaner import archive
-from multiwriter.table import lsm_timeline as lsm
+from multiwriter.format import lsm_timeline as lsm
 from multiwriter.heartbeat.client import HeartbeatClient
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.metadata import CommitMetadata
 from multiwriter.table.snapshot import list_data_files
@@ -228,7 +228,7 @@ def test_archival_first_deletes_leftovers_it_would_make_look_committed(trips_tab
     """A file of no completed commit (here: a zombie's file written after its rollback) is
     invisible while its time is on the active timeline, and would look committed once archival
     moved the earliest instant past it: archival deletes it first."""
-    from multiwriter.table import layout
+    from multiwriter.format import layout
 
     cfg = writer_config(zk_lock(), "ingest")
     mw.write(trips([1, 2], value=0), table_path, cfg)

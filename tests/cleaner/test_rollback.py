@@ -7,7 +7,7 @@ import time
 
 import multiwriter as mw
 from multiwriter.cleaner import rollback
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from tests.cleaner.conftest import (
     BOUND,
     HB,
@@ -198,7 +198,7 @@ def test_a_rollback_deletes_a_file_of_its_instant_that_has_no_marker(trips_table
     archived commit's file once archival passed the instant."""
     import shutil
 
-    from multiwriter.table import layout
+    from multiwriter.format import layout
 
     mw.write(trips([1, 2]), table_path, writer_config(zk_lock()))
     t, files = fake_failed_write(trips_table, zk_lock(), n_files=1)

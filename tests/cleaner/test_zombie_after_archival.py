@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import multiwriter as mw
 from multiwriter.cleaner import archive
 from multiwriter.instant_time import parse_time
-from multiwriter.table import instant as inst
-from multiwriter.table import layout
+from multiwriter.format import instant as inst
+from multiwriter.format import layout
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.files import list_files
-from multiwriter.table.log_file import LogFileName, encode_log_file, read_log_blocks
+from multiwriter.format.log_file import LogFileName, encode_log_file, read_log_blocks
 from multiwriter.transaction import Transaction
 from tests.cleaner.conftest import BOUND, writer_config
 from tests.conftest import trips

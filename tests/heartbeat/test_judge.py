@@ -17,7 +17,7 @@ from multiwriter.heartbeat.client import is_lapsed
 from multiwriter.heartbeat.judge import ALIVE, LAPSED, UNDECIDED, HeartbeatJudge, read_beat
 from multiwriter.instant_time import format_time
 from multiwriter.storage import Storage
-from multiwriter.table.layout import heartbeat_path
+from multiwriter.format.layout import heartbeat_path
 
 NOW = 1_700_000_000.0
 T = format_time(NOW - 5)

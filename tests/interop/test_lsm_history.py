@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 import multiwriter as mw
 from multiwriter.cleaner import archive
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from tests.cleaner.conftest import cleaners, writer_config  # noqa: F401 (fixtures)
 from tests.conftest import trips
 

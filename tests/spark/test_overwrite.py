@@ -121,7 +121,7 @@ def test_a_crashed_overwrite_is_rolled_back_and_the_table_keeps_its_rows(point, 
     import time
     from pathlib import Path
 
-    from multiwriter.table.layout import parse_data_file
+    from multiwriter.format.layout import parse_data_file
 
     lock = mw.ZooKeeperLock(connect=zk_server.connect, base_path=zk_base)
     cfg = mw.WriterConfig(writer_id="w", lock=lock, executor="driver", heartbeat_interval_s=1.0,

@@ -410,8 +410,8 @@ def test_a_task_attempt_that_resumes_after_the_micro_batch_committed_publishes_n
 
     from multiwriter.errors import MultiWriterError
     from multiwriter.spark.stream_write import MultiWriterStreamWriter
-    from multiwriter.table import layout
-    from multiwriter.table.log_file import parse_log_file
+    from multiwriter.format import layout
+    from multiwriter.format.log_file import parse_log_file
     from multiwriter.write import merge
 
     path = str(tmp_path / "t")
@@ -465,7 +465,7 @@ def test_a_micro_batch_aborted_before_any_task_reported_is_rolled_back_and_no_lo
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from multiwriter.spark.stream_write import MultiWriterStreamWriter
-    from multiwriter.table import layout
+    from multiwriter.format import layout
 
     path = str(tmp_path / "t")
     opts = {**_opts(zk_server, zk_base), "path": path, "checkpointLocation": str(tmp_path / "ck")}

@@ -10,8 +10,8 @@ import zlib
 
 import pyarrow as pa
 
-from multiwriter.table import hfile
-from multiwriter.table.hfile import _varint  # the same base-128 varint Thrift's compact protocol uses
+from multiwriter.format import hfile
+from multiwriter.format.hfile import _varint  # the same base-128 varint Thrift's compact protocol uses
 
 # -- Thrift compact protocol -------------------------------------------------------------------
 I32, I64, BINARY, LIST, STRUCT = 5, 6, 8, 9, 12

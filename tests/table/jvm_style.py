@@ -8,12 +8,13 @@ import json
 import pyarrow as pa
 
 import multiwriter as mw
-from multiwriter.table import bucket, instant as inst, timeline as tlmod
+from multiwriter.table import bucket, timeline as tlmod
+from multiwriter.format import instant as inst
 from multiwriter.table.compaction_plan import CompactionOperation, CompactionPlan, encode_plan
-from multiwriter.table.layout import data_file_path
-from multiwriter.table.log_file import LogFileName, encode_log_file, parse_log_file, with_log_meta_columns
+from multiwriter.format.layout import data_file_path
+from multiwriter.format.log_file import LogFileName, encode_log_file, parse_log_file, with_log_meta_columns
 from multiwriter.table.metadata import CommitMetadata, WriteStat
-from multiwriter.table.schema import arrow_to_avro_json
+from multiwriter.format.schema import arrow_to_avro_json
 from multiwriter.write.merge import ensure_partition_metadata
 from tests.conftest import TRIPS_SCHEMA
 

@@ -1,6 +1,6 @@
 """Commit metadata encodes to the bytes fastavro writes for the plain record (the union values
 are only tagged with their branch to skip fastavro's search for it; commits go through the
-compiled encoder of :mod:`multiwriter.table.avro`, which fastavro checks here)."""
+compiled encoder of :mod:`multiwriter.format.avro`, which fastavro checks here)."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multiwriter.table import avro, metadata
+from multiwriter.table import metadata
+from multiwriter.format import avro
 from multiwriter.table.metadata import COMMIT_SCHEMA, REPLACE_COMMIT_SCHEMA, CommitMetadata, ReplaceCommitMetadata, WriteStat
 
 

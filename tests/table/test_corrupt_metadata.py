@@ -18,9 +18,9 @@ import pytest
 from multiwriter.cleaner.retention import CleanPlan
 from multiwriter.cleaner.rollback import RollbackPlan
 from multiwriter.errors import TableFormatError
-from multiwriter.table import lsm_timeline as lsm
+from multiwriter.format import lsm_timeline as lsm
 from multiwriter.table import properties as props
-from multiwriter.table.avro import zigzag
+from multiwriter.format.avro import zigzag
 from multiwriter.table.metadata import CommitMetadata, decode_records
 
 SYNC = b"\x00" * 16
@@ -114,7 +114,7 @@ def test_containers_whose_decoding_is_not_bounded_by_their_size_are_refused(make
 
 
 def test_a_deflate_block_that_inflates_without_bound_is_refused(monkeypatch):
-    from multiwriter.table import avro
+    from multiwriter.format import avro
 
     monkeypatch.setattr(avro, "MAX_BLOCK_BYTES", 1 << 20)
     raw = b"\x02" * (4 << 20)  # 4 Mi longs of 1: 4 MiB inflated

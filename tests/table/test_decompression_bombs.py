@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import multiwriter as mw
-from multiwriter.table import lsm_timeline as lsm
-from multiwriter.table.avro import zigzag
-from multiwriter.table.log_file import BlockType, HeaderKey, encode_block
+from multiwriter.format import lsm_timeline as lsm
+from multiwriter.format.avro import zigzag
+from multiwriter.format.log_file import BlockType, HeaderKey, encode_block
 from tests.oracle import rows
 from tests.table.bombs import hfile_with, null_parquet
 
@@ -79,7 +79,7 @@ def test_an_hfile_log_block_indexed_64_times_is_refused(tmp_path, reindexed_bomb
                 encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: T0}, reindexed_bomb))
     assert os.path.getsize(path) < 300_000
     out = capped("""
-        from multiwriter.table.log_file import read_log_blocks
+        from multiwriter.format.log_file import read_log_blocks
         from multiwriter.table.metadata_files import _decode_hfile
         for b in read_log_blocks(open(path, "rb").read(), source=path):
             _decode_hfile(b.content, path)
@@ -94,7 +94,7 @@ def test_an_hfile_file_info_schema_of_zero_width_items_is_refused(tmp_path):
     path = _log(tmp_path, ".files-0000-0_20250101000000000.log.1_0-0-0",
                 encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: T0}, bomb))
     out = capped("""
-        from multiwriter.table.log_file import read_log_blocks
+        from multiwriter.format.log_file import read_log_blocks
         from multiwriter.table.metadata_files import _decode_hfile
         for b in read_log_blocks(open(path, "rb").read(), source=path):
             _decode_hfile(b.content, path)
@@ -109,7 +109,7 @@ def test_an_avro_log_block_of_2_to_the_40_nulls_is_refused_at_once(tmp_path):
     path = _log(tmp_path, ".f1-0_20250101000000000.log.1_0-0-0", encode_block(BlockType.AVRO_DATA, header, content))
     out = capped("""
         import time
-        from multiwriter.table.log_file import read_log_blocks
+        from multiwriter.format.log_file import read_log_blocks
         t = time.monotonic()
         try:
             read_log_blocks(open(path, "rb").read(), source=path)
@@ -125,7 +125,7 @@ def test_a_parquet_log_block_of_a_trillion_bytes_is_refused(tmp_path):
     path = _log(tmp_path, ".f1-0_20250101000000000.log.1_0-0-0", encode_block(BlockType.PARQUET_DATA, header, block))
     assert os.path.getsize(path) < 20_000
     out = capped("""
-        from multiwriter.table.log_file import read_log_blocks
+        from multiwriter.format.log_file import read_log_blocks
         read_log_blocks(open(path, "rb").read(), source=path)
     """, path)
     assert_typed(out, path)
@@ -138,7 +138,7 @@ def test_a_history_parquet_file_of_hundreds_of_gb_is_refused(tmp_path, states_on
     (tmp_path / rel).write_bytes(null_parquet(lsm.SCHEMA))
     out = capped(f"""
         from multiwriter.storage import Storage
-        from multiwriter.table import lsm_timeline as lsm
+        from multiwriter.format import lsm_timeline as lsm
         lsm.read_file(Storage(path), {rel!r}, states_only={states_only})
     """, str(tmp_path))
     assert_typed(out, rel)
@@ -190,7 +190,7 @@ def test_a_planted_parquet_base_file_is_refused_by_readers_and_writers_and_the_r
 
 def test_legitimate_files_stay_within_the_budgets(tmp_path):
     """A real base file of 200,000 rows in several row groups reads as ever."""
-    from multiwriter.table import bounds
+    from multiwriter.format import bounds
     import pyarrow.parquet as pq
 
     t = pa.table({"k": [f"key-{i}" for i in range(200_000)], "x": list(range(200_000))})
@@ -202,7 +202,7 @@ def test_legitimate_files_stay_within_the_budgets(tmp_path):
 
 def test_the_budgets_are_configurable(tmp_path, monkeypatch):
     from multiwriter.errors import TableFormatError
-    from multiwriter.table import bounds
+    from multiwriter.format import bounds
     import pyarrow.parquet as pq
 
     t = pa.table({"x": list(range(100_000))})
@@ -287,7 +287,7 @@ def test_a_planted_history_file_stops_the_archivers_compaction_with_a_typed_erro
     Path(t.storage.abs(victim)).write_bytes(null_parquet(lsm.SCHEMA))
     out = capped("""
         import multiwriter as mw
-        from multiwriter.table import lsm_timeline as lsm
+        from multiwriter.format import lsm_timeline as lsm
         t = mw.Table.open(path)
         lsm.compact_and_clean(t.storage, t.config.history_dir, batch=2)
     """, path)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import multiwriter as mw
-from multiwriter.table.schema import cast_column
+from multiwriter.format.schema import cast_column
 from tests.oracle import hudi_read, rows
 
 

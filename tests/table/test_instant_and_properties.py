@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from multiwriter.instant_time import InstantClock, format_time, next_after, parse_time
 from multiwriter.table import properties
-from multiwriter.table.instant import COMPLETED, INFLIGHT, REQUESTED, Instant, decode_file_name
+from multiwriter.format.instant import COMPLETED, INFLIGHT, REQUESTED, Instant, decode_file_name
 
 
 @pytest.mark.parametrize(

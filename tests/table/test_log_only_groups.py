@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 import multiwriter as mw
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table.files import FileSlice, LogFile, list_files
 from multiwriter.table.metadata import CommitMetadata, WriteStat
 from multiwriter.table import timeline as tlmod

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import multiwriter as mw
 from multiwriter.table import merge_rule
 from multiwriter.table.merge_rule import Versions, merge
-from multiwriter.table.schema import META_COLUMNS
+from multiwriter.format.schema import META_COLUMNS
 from tests.oracle import hudi_read
 
 SCHEMA = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS]

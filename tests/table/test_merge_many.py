@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import multiwriter as mw
 from multiwriter.table.merge_rule import Versions, merge, merge_prepared, prepare
-from multiwriter.table.schema import META_COLUMNS
+from multiwriter.format.schema import META_COLUMNS
 from tests.oracle import hudi_read
 from tests.table.test_merge_assemble import FLOATS, SCHEMA, _exact, _table, versions
 

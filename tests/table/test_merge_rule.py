@@ -9,7 +9,7 @@ import pytest
 
 from multiwriter.errors import TableFormatError
 from multiwriter.table.merge_rule import Versions, merge
-from multiwriter.table.schema import META_COLUMNS
+from multiwriter.format.schema import META_COLUMNS
 
 INT64 = pa.int64()
 SCHEMA = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS] + [("ts", pa.int64()), ("val", pa.string())])

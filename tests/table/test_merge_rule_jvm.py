@@ -182,7 +182,7 @@ def test_deletes_on_date_and_timestamp_ordering_fields_carry_int_and_long_wrappe
     or TimestampMicrosWrapper unwraps to a LocalDate / Instant it cannot compare): our deletes
     carry those, and still lose to a newer record and win over an older one (hudi-rs agrees)."""
     from multiwriter.table.files import list_files
-    from multiwriter.table.log_file import read_log_blocks
+    from multiwriter.format.log_file import read_log_blocks
 
     path = str(tmp_path / "t")
     schema = pa.schema([("id", pa.string()), ("date", pa.string()), ("ts", typ), ("value", pa.float64())])

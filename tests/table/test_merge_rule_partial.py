@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from multiwriter.table.merge_rule import Versions, merge
-from multiwriter.table.schema import META_COLUMNS
+from multiwriter.format.schema import META_COLUMNS
 
 SCHEMA = pa.schema([pa.field(c, pa.string()) for c in META_COLUMNS]
                    + [("ts", pa.int64()), ("v", pa.string()), ("n", pa.int64())])

@@ -11,7 +11,7 @@ from multiwriter.errors import MergeSettingError
 from multiwriter.storage import Storage
 from multiwriter.table import properties
 from multiwriter.table.files import LogFile
-from multiwriter.table.log_file import encode_delete_block, encode_parquet_data_block, with_log_meta_columns
+from multiwriter.format.log_file import encode_delete_block, encode_parquet_data_block, with_log_meta_columns
 from multiwriter.table.merge_config import (
     COMMIT_TIME,
     COMMIT_TIME_STRATEGY,

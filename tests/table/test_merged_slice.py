@@ -14,7 +14,7 @@ import multiwriter as mw
 from multiwriter.table.merge_rule import RECORD_KEY, Versions, merge
 from multiwriter.table.merged_slice import key_column, merge_schema
 from multiwriter.table.properties import TableConfig
-from multiwriter.table.schema import META_COLUMNS, with_meta
+from multiwriter.format.schema import META_COLUMNS, with_meta
 from tests.table.test_merge_rule import SCHEMA, dels, recs
 
 DATES = ("2024-01-01", "2024-01-02")
@@ -137,9 +137,9 @@ def test_a_log_file_mixing_partial_and_full_blocks_is_read_as_runs_in_block_orde
     applies a file's blocks one after another)."""
     from multiwriter.storage import Storage
     from multiwriter.table.files import LogFile
-    from multiwriter.table.log_file import LogFileName, encode_data_block, encode_delete_block, encode_parquet_data_block
+    from multiwriter.format.log_file import LogFileName, encode_data_block, encode_delete_block, encode_parquet_data_block
     from multiwriter.table.merged_slice import read_log
-    from multiwriter.table.schema import arrow_to_avro_json, data_schema
+    from multiwriter.format.schema import arrow_to_avro_json, data_schema
 
     import json
 

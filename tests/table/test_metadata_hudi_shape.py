@@ -145,7 +145,7 @@ def test_an_action_with_no_files_writes_its_deltacommit(kind, tmp_path):
 def test_a_clean_with_no_files_writes_its_deltacommit(tmp_path):
     """Hudi writes the deltacommit of every completed action, with no log file when it has no
     record (an empty upsert of the metadata table)."""
-    from multiwriter.table import instant as inst
+    from multiwriter.format import instant as inst
     from multiwriter.table.metadata import encode
 
     path = str(tmp_path / "t")

@@ -14,7 +14,7 @@ import pytest
 import multiwriter as mw
 from multiwriter import faults, markers
 from multiwriter.table import decisions
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table import metadata_files as mf
 from multiwriter.table import timeline as tlmod
 from tests.table.test_metadata_table import _agreed, _batch, _create, _listing_is_storage, _roll_back_the_failed_write

@@ -9,7 +9,7 @@ import pytest
 import multiwriter as mw
 from multiwriter.errors import SchemaMismatchError
 from multiwriter.schema_resolution import resolve
-from multiwriter.table.schema import check_compatible, widens
+from multiwriter.format.schema import check_compatible, widens
 from tests.oracle import hudi_read, rows
 
 S1 = pa.struct([("a", pa.int32())])

@@ -16,7 +16,7 @@ import multiwriter as mw
 from multiwriter import checkpoint as ckpt
 from multiwriter import errors
 from multiwriter.table import history
-from multiwriter.table import lsm_timeline as lsm
+from multiwriter.format import lsm_timeline as lsm
 from multiwriter.table.metadata import CommitMetadata, decode_commit_metadata
 from multiwriter.table.timeline import Timeline
 from tests.conftest import TRIPS_SCHEMA, trips

@@ -14,8 +14,8 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.conflict import FileGroupOverlapStrategy
-from multiwriter.table import instant as inst
-from multiwriter.table import layout
+from multiwriter.format import instant as inst
+from multiwriter.format import layout
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows, unzip_fixture
 
@@ -108,7 +108,7 @@ def test_incremental_reads_of_overwritten_fixture_match_hudi_rs(tmp_path):
 def test_write_into_overwritten_fixture_keeps_replaced_groups_retired(tmp_path):
     path = str(unzip_fixture(NAME, tmp_path))
     t = mw.Table.open(path)
-    old = t.read(as_of=BEFORE_REPLACE).drop_columns(list(mw.table.schema.META_COLUMNS))
+    old = t.read(as_of=BEFORE_REPLACE).drop_columns(list(mw.format.schema.META_COLUMNS))
     alice = old.filter(pc.equal(old["id"], 1))  # only in a replaced group
     diana = old.filter(pc.equal(old["id"], 4))
     diana = diana.set_column(diana.schema.get_field_index("longField"), "longField", pa.array([987654322], pa.int64()))

@@ -7,7 +7,7 @@ import pytest
 from multiwriter.errors import SchemaMismatchError
 from multiwriter.schema_resolution import describe, is_older, is_superset, resolve, superset_violations
 from multiwriter.table.properties import TableConfig
-from multiwriter.table.schema import arrow_to_avro_json, avro_to_arrow, check_compatible, widens
+from multiwriter.format.schema import arrow_to_avro_json, avro_to_arrow, check_compatible, widens
 from multiwriter.write.records import KEY, prepare
 
 BASE = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("n", pa.int16()), ("f", pa.float32())])
@@ -165,7 +165,7 @@ def test_table_create_refuses_a_column_that_is_not_an_avro_name(tmp_path):
 def test_decimal_fixed_size_is_sparks_minimum(precision, size):
     """Spark's ``Decimal.minBytesForPrecision`` (the fewest bytes whose two's complement holds
     10**precision - 1); a larger size makes a JVM reader fail to resolve our schema against Spark's."""
-    from multiwriter.table.schema import arrow_to_avro
+    from multiwriter.format.schema import arrow_to_avro
 
     avro = arrow_to_avro(pa.schema([("d", pa.decimal128(precision, 0))]), "t")
     (fixed,) = [b for b in avro["fields"][0]["type"] if b != "null"]

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import multiwriter as mw
-from multiwriter.table import layout
+from multiwriter.format import layout
 from multiwriter.table import timeline as tlmod
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
@@ -38,7 +38,7 @@ def test_table_files_are_hudi_shaped(trips_table, table_path):
     parsed = layout.parse_data_file(files[0].name)
     assert parsed and parsed.instant_time == r.instant.requested_time
     f = pq.ParquetFile(files[0])
-    assert f.schema_arrow.names[:5] == list(mw.table.schema.META_COLUMNS)
+    assert f.schema_arrow.names[:5] == list(mw.format.schema.META_COLUMNS)
     md = f.metadata.metadata
     assert md[b"hoodie_min_record_key"] == b"0" and md[b"hoodie_max_record_key"] == b"3"
     tl = mw.Table.open(table_path).timeline()

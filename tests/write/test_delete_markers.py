@@ -26,15 +26,15 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.errors import SchemaMismatchError, TableFormatError
-from multiwriter.table import instant as inst
+from multiwriter.format import instant as inst
 from multiwriter.table import properties as props
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.delete_markers import DeleteMarkers
 from multiwriter.table.files import list_files
-from multiwriter.table.layout import data_file_path
-from multiwriter.table.log_file import LogFileName, encode_log_file, with_log_meta_columns
+from multiwriter.format.layout import data_file_path
+from multiwriter.format.log_file import LogFileName, encode_log_file, with_log_meta_columns
 from multiwriter.table.metadata import CommitMetadata, WriteStat
-from multiwriter.table.schema import arrow_to_avro_json
+from multiwriter.format.schema import arrow_to_avro_json
 from tests.oracle import hudi_read, rows
 
 FLAG = "_hoodie_is_deleted"

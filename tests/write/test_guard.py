@@ -12,7 +12,7 @@ import pytest
 import multiwriter as mw
 from multiwriter.errors import HeartbeatExpiredError, InstantCompletedError, InstantRolledBackError
 from multiwriter.heartbeat.client import HeartbeatClient
-from multiwriter.table import layout
+from multiwriter.format import layout
 from multiwriter.table import timeline as tlmod
 from multiwriter.write import guard, merge
 from multiwriter.write.plan import FileGroupTask

@@ -11,7 +11,7 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.table import properties
-from multiwriter.table.log_file import read_log_blocks
+from multiwriter.format.log_file import read_log_blocks
 from multiwriter.write.records import KEY, PARTITION, dedupe
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows

@@ -9,7 +9,7 @@ import pytest
 import multiwriter as mw
 from multiwriter.errors import SchemaMismatchError
 from multiwriter.table.files import list_files
-from multiwriter.table.log_file import read_log_blocks
+from multiwriter.format.log_file import read_log_blocks
 from tests.oracle import hudi_read, rows
 
 SCHEMA = pa.schema([("id", pa.string()), ("p", pa.string()), ("ts", pa.int64()), ("v", pa.string()), ("n", pa.int64())])

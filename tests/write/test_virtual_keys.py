@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import multiwriter as mw
 from multiwriter.errors import ConfigError, VirtualKeysError
 from multiwriter.table import properties as props
-from multiwriter.table.schema import META_COLUMNS
+from multiwriter.format.schema import META_COLUMNS
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows
 from tests.test_concurrency import base_args, insert_the_same_new_key_from_two_writers, result, spawn

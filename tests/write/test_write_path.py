@@ -249,7 +249,7 @@ def test_random_batches_match_a_model(tmp_path_factory, ops):
 def test_upsert_into_spark_written_fixture(spark, tmp_path, executor):
     path = str(unzip_fixture("v8_simplekeygen_nonhivestyle", tmp_path))
     t = mw.Table.open(path)
-    base = t.read().drop_columns(list(mw.table.schema.META_COLUMNS))
+    base = t.read().drop_columns(list(mw.format.schema.META_COLUMNS))
     upd = base.filter(pa.compute.equal(base["id"], 2))
     upd = upd.set_column(upd.schema.get_field_index("name"), "name", pa.array(["Bobby"]))
     upd = upd.set_column(upd.schema.get_field_index("longField"), "longField", pa.array([9876543211], pa.int64()))

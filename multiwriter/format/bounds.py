@@ -145,7 +145,7 @@ def read_parquet(f: Any, source: str, *, columns: list[str] | None = None, use_t
 def out_of_memory(source: str, e: BaseException) -> TableFormatError:
     """The typed error of a file whose decoding ran out of memory within its budget."""
     return TableFormatError(f"{source}: decoding it ran out of memory ({type(e).__name__}: {e}); "
-                            "a file this large needs more memory or a smaller budget (see multiwriter.table.bounds)")
+                            "a file this large needs more memory or a smaller budget (see multiwriter.format.bounds)")
 
 
 def _size_of(f: Any) -> int | None:

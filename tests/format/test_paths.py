@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from multiwriter.errors import ConfigError, UnsafePathError
-from multiwriter.table import names, paths
+from multiwriter.format import names, paths
 
 SRC = ".hoodie/timeline/x.rollback.requested"
 

@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 import pytest
 
 from multiwriter.errors import InvalidRecordError, SchemaMismatchError, TableFormatError
-from multiwriter.table import log_file as lf
+from multiwriter.format import log_file as lf
 from multiwriter.table import metadata
-from multiwriter.table.schema import arrow_to_avro
+from multiwriter.format.schema import arrow_to_avro
 from tests.oracle import FIXTURES, hudi_read
 
 MOR_FIXTURES = ["8i1u", "8i3d", "8i3u1d"]

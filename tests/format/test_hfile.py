@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multiwriter.errors import TableFormatError
-from multiwriter.table import hfile
+from multiwriter.format import hfile
 from tests.oracle import FIXTURES
 
 

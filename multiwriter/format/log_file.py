@@ -339,7 +339,7 @@ def encode_data_block(records: pa.Table, schema: Mapping[str, Any], *, instant_t
 
     ``records`` holds the five meta columns (see :func:`with_log_meta_columns`) and the data
     columns; ``schema`` is the Avro record schema of the data columns (meta fields optional), e.g.
-    from :func:`multiwriter.table.schema.arrow_to_avro`. The header carries INSTANT_TIME and the
+    from :func:`multiwriter.format.schema.arrow_to_avro`. The header carries INSTANT_TIME and the
     writer schema as SCHEMA, which is what readers decode the records with; ``partial``: the
     records are partial updates (:func:`_data_header`).
     """
