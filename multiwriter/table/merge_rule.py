@@ -947,6 +947,18 @@ def _as_ordering_type(values: pa.Array, ordering: pa.Field) -> pa.Array:
         ) from e
 
 
+def array_ordering(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.StructArray:
+    """Several ordering fields' values (one column per field, in field order) as the deletes'
+    ``ordering_values`` column: Hudi's ``ArrayComparable`` of a record (``OrderingValues.create``),
+    which a delete block holds as an ``ArrayWrapper``. A row with a null field gets none (null:
+    a plain delete), since Hudi's comparison fails on a null field (:func:`_delete_arrays`)."""
+    one = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    missing = np.zeros(len(one[0]) if one else 0, bool)
+    for c in one:
+        missing |= _is_null(c)
+    return pa.StructArray.from_arrays(one, names=[str(i) for i in range(len(one))], mask=pa.array(missing))
+
+
 def plain_defaults(values: pa.Array) -> pa.Array:
     """Delete ordering values with Hudi's default, the ``Integer`` 0 (an Avro ``int``, as a delete
     without an ordering value carries it), as null: such a delete is plain, it removes every
