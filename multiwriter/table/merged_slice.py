@@ -15,6 +15,7 @@ from . import bounds
 from .delete_markers import DeleteMarkers
 from .files import FileSlice, LogFile
 from .log_file import LogBlock, read_log_blocks
+from .log_rollbacks import surviving_blocks
 from .merge_config import MergeConfig
 from .merge_rule import merge as merge_rows
 from .merge_rule import (
@@ -89,15 +90,25 @@ def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool 
 
 
 def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> list[Versions]:
-    """One log file's record and delete blocks as sources of versions, all of rank ``rank``, in
+    """One log file's record and delete blocks as sources of versions, all of rank ``rank``
+    (:func:`log_versions`; its rollback blocks applied, :mod:`.log_rollbacks`)."""
+    (blocks,) = surviving_blocks([(lf.path, _blocks(storage, lf, schema))])
+    return log_versions(blocks, rank, schema)
+
+
+def _blocks(storage: Storage, lf: LogFile, schema: pa.Schema) -> list[LogBlock]:
+    return read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
+
+
+def log_versions(blocks: Sequence[LogBlock], rank: int, schema: pa.Schema) -> list[Versions]:
+    """A log file's record and delete blocks as sources of versions, all of rank ``rank``, in
     block order (Parquet data blocks decode only the columns of ``schema``): Hudi's reader
     applies a file's blocks one after another (``BaseHoodieLogRecordReader``), so a delete block
     before a data block deletes only what came before it. Consecutive blocks of one kind (data
     blocks alike in being partial updates, ``IS_PARTIAL``, and in the columns they carry) form
-    one source. Corrupt blocks (a torn append) are skipped, as Hudi's reader does; command blocks
-    are not written by table version 8 writers (a failed deltacommit's log files are deleted
-    instead)."""
-    blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
+    one source. Corrupt and command blocks are skipped: rollback blocks were applied before
+    (:func:`~.log_rollbacks.surviving_blocks`), and a torn append is skipped as Hudi's reader
+    skips it."""
     runs: list[tuple[str, frozenset[str] | None, list[pa.Table]]] = []
     for b in blocks:
         if b.records is None or b.kind not in ("data", "delete") or (b.kind == "delete" and not b.records.num_rows):
@@ -182,8 +193,10 @@ def _sources(storage: Storage, fs: FileSlice, schema: pa.Schema, logs: Sequence[
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
     read_as = flags.widened(schema) if flags is not None else schema
-    for rank, lf in enumerate(use):
-        versions = read_log(storage, lf, rank, read_as)
+    # rollback blocks drop blocks of the slice's earlier log files too: every log's blocks first
+    kept = surviving_blocks([(lf.path, _blocks(storage, lf, read_as)) for lf in use])
+    for rank, blocks in enumerate(kept):
+        versions = log_versions(blocks, rank, read_as)
         sources += _flagged_as_deletes(versions, flags, key) if flags is not None else versions
     return sources
 
