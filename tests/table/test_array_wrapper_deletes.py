@@ -175,3 +175,17 @@ def test_jvm_style_array_wrapper_deletes_through_reads_and_compaction(mor_table,
     assert rows(mw.Table.open(table_path).read(), ["id", "ts", "value"]) == expected
     with pytest.raises(Exception, match="Multiple ordering fields"):
         hudi_read(table_path)
+
+
+def test_a_flagged_log_record_carries_both_fields_as_a_delete():
+    """A log record a delete marker flags is a delete carrying its ordering value
+    (``RecordContext.isDeleteRecord``), here ``OrderingValues.create`` of both fields: flagged
+    A(5, 1.0) loses to base A(5, 9.0) and deletes base B(4, 0.0); a flagged row with a null
+    field is plain."""
+    from multiwriter.table.merged_slice import _as_deletes
+
+    flagged = recs("200", ("A", 5, 1.0), ("B", 5, 1.0), ("C", 5, None))
+    d = _as_deletes(flagged, ("ts", "value"), "_hoodie_record_key")
+    assert d.column(lf.DELETE_ORDERING_VALUES).to_pylist() == [{"0": 5, "1": 1.0}] * 2 + [None]
+    base = Versions(-1, recs("100", ("A", 5, 9.0), ("B", 4, 0.0), ("C", 9, 9.0)))
+    assert merged(base, Versions(0, None, d)) == [("A", 5, 9.0)]
