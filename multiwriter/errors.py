@@ -38,6 +38,18 @@ class MergeSettingError(TableFormatError):
     for this table (``docs/merge-settings.md`` lists every setting)."""
 
 
+class CommandBlockError(TableFormatError):
+    """A log file holds a command block Hudi's reader would not apply either (a command other
+    than a rollback, or a rollback naming no target instant): the slice is refused, nothing read
+    from it. ``path`` names the log file, ``offset`` the block; read the slice with Hudi, or
+    compact or roll back its instants with Hudi's tools."""
+
+    def __init__(self, message: str, *, path: str = "", offset: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
 class UnsafePathError(TableFormatError):
     """A path named by a table's own files (a plan, a manifest, ``hoodie.properties``, write
     statistics, a listing) would leave the table: ``..``, an absolute path, a name that is not

@@ -201,6 +201,16 @@ _ORDERING_WRAPPERS: list[tuple[str, Any]] = [
     ("TimestampMicrosWrapper", "long"),
 ]
 
+#: ``ArrayWrapper``, the branch after them (Hudi 1.1, ``HoodieAvroUtils.wrapValueIntoAvro`` of an
+#: ``ArrayComparable``: a table with several ordering fields): its ``wrappedValues`` hold one
+#: wrapped value per ordering field, in field order, each null or one of the wrappers above
+_ARRAY_WRAPPER = "ArrayWrapper"
+_ARRAY_WRAPPER_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": _ARRAY_WRAPPER, "namespace": _NS,
+    "fields": [{"name": "wrappedValues", "type": {
+        "type": "array", "items": ["null"] + [f"{_NS}.{n}" for n, _ in _ORDERING_WRAPPERS]}}],
+}
+
 DELETE_RECORD_LIST_SCHEMA: dict[str, Any] = {
     "type": "record",
     "name": "HoodieDeleteRecordList",
@@ -214,7 +224,8 @@ DELETE_RECORD_LIST_SCHEMA: dict[str, Any] = {
             "fields": [
                 {"name": "recordKey", "type": ["null", "string"], "default": None},
                 {"name": "partitionPath", "type": ["null", "string"], "default": None},
-                {"name": "orderingVal", "type": ["null"] + [_wrapper(n, t) for n, t in _ORDERING_WRAPPERS],
+                {"name": "orderingVal",
+                 "type": ["null"] + [_wrapper(n, t) for n, t in _ORDERING_WRAPPERS] + [_ARRAY_WRAPPER_SCHEMA],
                  "default": None},
             ],
         }},
@@ -238,6 +249,10 @@ _WRAPPER_ARROW: dict[str, pa.DataType] = {
 }
 
 DELETE_COLUMNS = ("record_key", "partition_path", "ordering_value")
+#: a delete block's column of ``ArrayWrapper`` ordering values: a struct of one child per
+#: ordering field, in field order (children ``"0"``, ``"1"``, ...); null where the delete
+#: carries a single value (in ``ordering_value``) or none
+DELETE_ORDERING_VALUES = "ordering_values"
 
 
 # -- Arrow columns <-> Avro values --------------------------------------------------
@@ -492,11 +507,13 @@ def _delete_content(deletes: pa.Table) -> bytes:
         raise InvalidRecordError("a delete has a null record key")
     partitions = deletes.column("partition_path").to_pylist()
     if "ordering_value" in deletes.column_names:
-        ordering = _wrap_ordering(deletes.column("ordering_value"))
+        ordering = [_wrapped(o) for o in _wrap_ordering(deletes.column("ordering_value"))]
     else:
-        ordering = [("IntWrapper", 0)] * len(keys)
+        ordering = [_wrapped(("IntWrapper", 0))] * len(keys)
+    if DELETE_ORDERING_VALUES in deletes.column_names:
+        ordering = _with_arrays(ordering, deletes.column(DELETE_ORDERING_VALUES))
     items = [
-        {"recordKey": k, "partitionPath": p, "orderingVal": None if o is None else (f"{_NS}.{o[0]}", {"value": o[1]})}
+        {"recordKey": k, "partitionPath": p, "orderingVal": o}
         for k, p, o in zip(keys, partitions, ordering, strict=True)
     ]
     buf = io.BytesIO()
@@ -506,6 +523,27 @@ def _delete_content(deletes: pa.Table) -> bytes:
         raise InvalidRecordError(f"deletes do not fit Hudi's delete record schema: {e}") from e
     body = buf.getvalue()
     return _INT.pack(BLOCK_CONTENT_VERSION) + _INT.pack(len(body)) + body
+
+
+def _wrapped(o: tuple[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+    """(wrapper name, value) as the Avro union branch fastavro writes."""
+    return None if o is None else (f"{_NS}.{o[0]}", {"value": o[1]})
+
+
+def _with_arrays(ordering: list[Any], col: pa.ChunkedArray) -> list[Any]:
+    """``ordering`` with the rows where ``col`` (a struct, one child per ordering field in
+    field order) is set replaced by an ``ArrayWrapper`` of its children, each wrapped by its
+    type (a null child as the null branch), as Hudi 1.1 writes an ``ArrayComparable``
+    (``HoodieAvroUtils.wrapValueIntoAvro``)."""
+    if not pa.types.is_struct(col.type) or col.type.num_fields == 0:
+        raise SchemaMismatchError(f"{DELETE_ORDERING_VALUES} must be a struct of one child per ordering field, "
+                                  f"not {col.type}")
+    arr = col.combine_chunks()
+    children = [[_wrapped(o) for o in _wrap_ordering(pa.chunked_array([arr.field(i)]))]
+                for i in range(col.type.num_fields)]
+    valid = arr.is_valid().to_pylist()
+    return [(f"{_NS}.{_ARRAY_WRAPPER}", {"wrappedValues": [c[r] for c in children]}) if valid[r] else o
+            for r, o in enumerate(ordering)]
 
 
 def avro_time_unit(t: pa.DataType) -> str:
@@ -863,12 +901,34 @@ def _decode_deletes(content: bytes, where: str) -> pa.Table:
     items = decoded["deleteRecordList"]
     keys = [d["recordKey"] for d in items]
     partitions = [d["partitionPath"] for d in items]
-    ordering = _ordering_column([d["orderingVal"] for d in items])
-    return pa.table({
+    wrapped = [d["orderingVal"] for d in items]
+    arrays = [w[1]["wrappedValues"] if _is_array_wrapper(w) else None for w in wrapped]
+    out = {
         "record_key": pa.array(keys, pa.string()),
         "partition_path": pa.array(partitions, pa.string()),
-        "ordering_value": ordering,
-    })
+        "ordering_value": _ordering_column([None if a is not None else w for w, a in zip(wrapped, arrays, strict=True)]),
+    }
+    if any(a is not None for a in arrays):
+        out[DELETE_ORDERING_VALUES] = _array_column(arrays, where)
+    return pa.table(out)
+
+
+def _is_array_wrapper(wrapped: Any) -> bool:
+    return wrapped is not None and wrapped[0].rsplit(".", 1)[-1] == _ARRAY_WRAPPER
+
+
+def _array_column(arrays: list[list[Any] | None], where: str) -> pa.StructArray:
+    """``ArrayWrapper`` values as a struct column, one child per position (ordering field),
+    each unwrapped as :func:`_ordering_column` does; null for a row without one. Hudi compares
+    such values position by position (``ArrayComparable``), so every one must have as many."""
+    sizes = {len(a) for a in arrays if a is not None}
+    if len(sizes) != 1 or 0 in sizes:
+        raise TableFormatError(f"{where}: delete ordering values (ArrayWrapper) of {sorted(sizes)} fields in one "
+                               "block; Hudi compares them field by field, so they must all have one, non-zero count")
+    (size,) = sizes
+    children = [_ordering_column([None if a is None else a[i] for a in arrays]) for i in range(size)]
+    mask = pa.array([a is None for a in arrays], pa.bool_())
+    return pa.StructArray.from_arrays(children, names=[str(i) for i in range(size)], mask=mask)
 
 
 def _ordering_column(wrapped: list[Any]) -> pa.Array:

@@ -21,7 +21,10 @@ within a source its records come before its deletes. Then, per key (Hudi's
   no record after it, the key is deleted. A delete is plain when its ordering
   value is null or the ``Integer`` 0 (``OrderingValues.isDefault``; a ``Long`` 0 is a value), or
   when its value's Java class differs from the ordering field's (``deltaMergeDeleteRecord``
-  keeps an older version only for ``OrderingValues.isSameClass`` values).
+  keeps an older version only for ``OrderingValues.isSameClass`` values). With several ordering
+  fields records compare field by field (``ArrayComparable.compareTo``) and a delete competes
+  only with an ``ArrayComparable`` of its own (Hudi 1.1's ``ArrayWrapper``) whose fields are of
+  the fields' classes (``ArrayComparable.isValueSameClass``); any other delete is plain.
 - **commit time** (no ordering field): the latest place wins, deletes included.
 
 A winning delete removes the key. Partial updates (log blocks marked ``IS_PARTIAL``, holding
@@ -48,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TableFormatError
-from ..format.log_file import avro_time_unit
+from ..format.log_file import DELETE_ORDERING_VALUES, avro_time_unit
 from .merge_config import MergeConfig
 from ..format.schema import META_COLUMNS, cast_column
 
@@ -59,6 +62,8 @@ BASE_RANK = -1
 DELETE_KEY = "record_key"
 DELETE_PARTITION = "partition_path"
 DELETE_ORDERING = "ordering_value"
+#: several ordering fields: a delete's ``ArrayWrapper`` value, a struct of one child per field
+DELETE_ORDERINGS = DELETE_ORDERING_VALUES
 
 _CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
@@ -280,8 +285,7 @@ def _collect(base: pa.Table | None, logs: list[Versions], ordering: tuple[pa.Fie
         if _rows(s.deletes):
             d = s.deletes
             n = d.num_rows
-            values = _delete_ordering(d, ordering)
-            plain = _is_null(values[0]) if values else np.zeros(n, bool)
+            values, plain = _delete_ordering(d, ordering)
             cands.add(_delete_keys(d, key_type), values, np.arange(seq0, seq0 + n), np.full(n, -1), plain)
             seq0 += n
     # one hash pass over the logs' keys, one lookup of the base keys in them: the base rows the
@@ -863,16 +867,56 @@ def _ordering_of(t: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[pa.Chunke
     return tuple(t.column(f.name) for f in ordering)
 
 
-def _delete_ordering(d: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[pa.Array, ...]:
+def _delete_ordering(d: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[tuple[pa.Array, ...], np.ndarray]:
     """A delete block's ordering values, one array per ordering field (none for commit-time
-    merging). Several fields: Hudi compares an ``ArrayComparable`` of their values, which a
-    delete's single value (or the default) is never of the class of
-    (``OrderingValues.isSameClass``): every such delete is plain, null in every field."""
+    merging), and which deletes are plain. One field: the single values (:func:`_delete_values`).
+    Several fields: Hudi compares ``ArrayComparable`` values, so only a delete carrying one
+    (an ``ArrayWrapper``, :func:`_delete_arrays`) competes; a single value or the default is
+    never of its class (``OrderingValues.isSameClass``), so such a delete is plain."""
+    n = d.num_rows
     if len(ordering) > 1:
-        return tuple(pa.nulls(d.num_rows, f.type) for f in ordering)
+        return _delete_arrays(d, ordering)
     if ordering:
-        return (_delete_values(d, ordering[0]),)
-    return ()
+        values = _delete_values(d, ordering[0])
+        return (values,), _is_null(values)
+    return (), np.zeros(n, bool)
+
+
+def _delete_arrays(d: pa.Table, ordering: tuple[pa.Field, ...]) -> tuple[tuple[pa.Array, ...], np.ndarray]:
+    """The ``ArrayWrapper`` ordering values of a delete block (column ``ordering_values``, one
+    child per field in field order) on a table of several ordering fields, and which deletes
+    are plain: those without one, and all of them when a child's Java class differs from its
+    field's (``EventTimeRecordMerger.deltaMergeDeleteRecord`` keeps an older version only for
+    ``OrderingValues.isSameClass`` values, ``ArrayComparable.isValueSameClass`` comparing the
+    classes field by field). No value is the default here (``OrderingValues.isDefault`` holds
+    for the ``Integer`` 0 alone), so an ``Integer`` 0 field competes as 0.
+
+    Raises :class:`TableFormatError` for a value of another count of fields than the table's,
+    or with a null field (Hudi's comparison fails on both: ``ArrayComparable.compareTo``,
+    ``isValueSameClass`` calls ``getClass`` on each field)."""
+    n = d.num_rows
+    plain_all = (tuple(pa.nulls(n, f.type) for f in ordering), np.ones(n, bool))
+    if d.schema.get_field_index(DELETE_ORDERING_VALUES) < 0:
+        return plain_all
+    arrays = d.column(DELETE_ORDERING_VALUES).combine_chunks()
+    if not pa.types.is_struct(arrays.type):
+        raise TableFormatError(f"delete ordering values ({arrays.type}) are not one value per ordering field")
+    names = [f.name for f in ordering]
+    if arrays.type.num_fields != len(ordering):
+        raise TableFormatError(f"a delete's ordering value holds {arrays.type.num_fields} fields, the table orders by "
+                               f"{len(ordering)} ({names}): Hudi cannot compare them")
+    has = _bool(arrays.is_valid())
+    children = [arrays.field(i) for i in range(len(ordering))]
+    if any(_bool(c.is_null())[has].any() for c in children):
+        raise TableFormatError(f"a delete's ordering value on {names} has a null field, which Hudi's "
+                               "ArrayComparable cannot compare (it fails with a NullPointerException)")
+    if not has.any() or any(java_class(c.type) != java_class(f.type) for c, f in zip(children, ordering, strict=True)):
+        return plain_all
+    plain = ~has
+    mask = pa.array(plain)
+    values = tuple(pc.if_else(mask, pa.scalar(None, f.type), _as_ordering_type(c, f))
+                   for c, f in zip(children, ordering, strict=True))
+    return values, plain
 
 
 def _delete_values(d: pa.Table, ordering: pa.Field) -> pa.Array:
@@ -884,6 +928,12 @@ def _delete_values(d: pa.Table, ordering: pa.Field) -> pa.Array:
     values = plain_defaults(d.column(DELETE_ORDERING).combine_chunks())
     if values.null_count == len(values) or java_class(values.type) != java_class(ordering.type):
         return pa.nulls(d.num_rows, ordering.type)
+    return _as_ordering_type(values, ordering)
+
+
+def _as_ordering_type(values: pa.Array, ordering: pa.Field) -> pa.Array:
+    """Delete ordering values of the ordering field's Java class in the field's Arrow type (a
+    timestamp's Avro long as that timestamp); safe cast: values that do not fit raise rather than wrap."""
     if values.type == ordering.type:
         return values
     try:
@@ -895,6 +945,18 @@ def _delete_values(d: pa.Table, ordering: pa.Field) -> pa.Array:
             f"delete ordering values ({values.type}) cannot be compared with ordering field "
             f"{ordering.name!r} ({ordering.type}): {e}"
         ) from e
+
+
+def array_ordering(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.StructArray:
+    """Several ordering fields' values (one column per field, in field order) as the deletes'
+    ``ordering_values`` column: Hudi's ``ArrayComparable`` of a record (``OrderingValues.create``),
+    which a delete block holds as an ``ArrayWrapper``. A row with a null field gets none (null:
+    a plain delete), since Hudi's comparison fails on a null field (:func:`_delete_arrays`)."""
+    one = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    missing = np.zeros(len(one[0]) if one else 0, bool)
+    for c in one:
+        missing |= _is_null(c)
+    return pa.StructArray.from_arrays(one, names=[str(i) for i in range(len(one))], mask=pa.array(missing))
 
 
 def plain_defaults(values: pa.Array) -> pa.Array:

@@ -15,16 +15,19 @@ from ..format import bounds
 from .delete_markers import DeleteMarkers
 from .files import FileSlice, LogFile
 from ..format.log_file import LogBlock, read_log_blocks
+from .log_rollbacks import surviving_blocks
 from .merge_config import MergeConfig
 from .merge_rule import merge as merge_rows
 from .merge_rule import (
     DELETE_KEY,
     DELETE_ORDERING,
+    DELETE_ORDERINGS,
     DELETE_PARTITION,
     RECORD_KEY,
     Mapper,
     Prepared,
     Versions,
+    array_ordering,
     log_order,
     merge_prepared,
     plain_defaults,
@@ -87,15 +90,25 @@ def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool 
 
 
 def read_log(storage: Storage, lf: LogFile, rank: int, schema: pa.Schema) -> list[Versions]:
-    """One log file's record and delete blocks as sources of versions, all of rank ``rank``, in
+    """One log file's record and delete blocks as sources of versions, all of rank ``rank``
+    (:func:`log_versions`; its rollback blocks applied, :mod:`.log_rollbacks`)."""
+    (blocks,) = surviving_blocks([(lf.path, _blocks(storage, lf, schema))])
+    return log_versions(blocks, rank, schema)
+
+
+def _blocks(storage: Storage, lf: LogFile, schema: pa.Schema) -> list[LogBlock]:
+    return read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
+
+
+def log_versions(blocks: Sequence[LogBlock], rank: int, schema: pa.Schema) -> list[Versions]:
+    """A log file's record and delete blocks as sources of versions, all of rank ``rank``, in
     block order (Parquet data blocks decode only the columns of ``schema``): Hudi's reader
     applies a file's blocks one after another (``BaseHoodieLogRecordReader``), so a delete block
     before a data block deletes only what came before it. Consecutive blocks of one kind (data
     blocks alike in being partial updates, ``IS_PARTIAL``, and in the columns they carry) form
-    one source. Corrupt blocks (a torn append) are skipped, as Hudi's reader does; command blocks
-    are not written by table version 8 writers (a failed deltacommit's log files are deleted
-    instead)."""
-    blocks = read_log_blocks(storage.read_bytes(lf.path), source=lf.path, columns=schema.names)
+    one source. Corrupt and command blocks are skipped: rollback blocks were applied before
+    (:func:`~.log_rollbacks.surviving_blocks`), and a torn append is skipped as Hudi's reader
+    skips it."""
     runs: list[tuple[str, frozenset[str] | None, list[pa.Table]]] = []
     for b in blocks:
         if b.records is None or b.kind not in ("data", "delete") or (b.kind == "delete" and not b.records.num_rows):
@@ -139,7 +152,7 @@ def read_slice(storage: Storage, fs: FileSlice, schema: pa.Schema, merge: MergeC
     delete markers (:class:`~.delete_markers.DeleteMarkers`; the built-in columns by default):
     a log record they flag is a delete (:func:`_flagged_as_deletes`)."""
     config = merge_config(merge)
-    flags = _flag_columns(schema, markers, _delete_ordering_field(config))
+    flags = _flag_columns(schema, markers, _delete_ordering_fields(config))
     schema = merge_schema(schema, columns, config, key)
     sources = _sources(storage, fs, schema, logs, threads, flags, key)
     if isinstance(sources, pa.Table):
@@ -155,7 +168,7 @@ def read_merged_slices(storage: Storage, slices: Sequence[FileSlice], schema: pa
     side); the winners of all of them are then chosen at once
     (:func:`~.merge_rule.merge_prepared`), so the fixed cost of a merge is paid once, not per slice."""
     config = merge_config(merge)
-    flags = _flag_columns(schema, markers, _delete_ordering_field(config))
+    flags = _flag_columns(schema, markers, _delete_ordering_fields(config))
     schema = merge_schema(schema, columns, config, key)
 
     def one(fs: FileSlice) -> Prepared:
@@ -180,8 +193,10 @@ def _sources(storage: Storage, fs: FileSlice, schema: pa.Schema, logs: Sequence[
         return base
     sources = [Versions(rank=-1, records=base)] if fs.has_base else []
     read_as = flags.widened(schema) if flags is not None else schema
-    for rank, lf in enumerate(use):
-        versions = read_log(storage, lf, rank, read_as)
+    # rollback blocks drop blocks of the slice's earlier log files too: every log's blocks first
+    kept = surviving_blocks([(lf.path, _blocks(storage, lf, read_as)) for lf in use])
+    for rank, blocks in enumerate(kept):
+        versions = log_versions(blocks, rank, read_as)
         sources += _flagged_as_deletes(versions, flags, key) if flags is not None else versions
     return sources
 
@@ -192,28 +207,27 @@ class _Flags:
 
     markers: DeleteMarkers
     columns: tuple[pa.Field, ...]
-    ordering_field: str | None
+    ordering_fields: tuple[str, ...]
 
     def widened(self, schema: pa.Schema) -> pa.Schema:
         extra = [f for f in self.columns if schema.get_field_index(f.name) < 0]
         return pa.schema(list(schema) + extra, metadata=schema.metadata) if extra else schema
 
 
-def _delete_ordering_field(config: MergeConfig) -> str | None:
-    """The field whose value a flagged record's delete carries: the one ordering field of an
-    event-time merge. With several fields a delete is plain, as the merge rule reads every delete
-    there (``OrderingValues.isSameClass`` never holds for an ``ArrayComparable``); by commit time
-    ordering values decide nothing."""
-    return config.ordering_fields[0] if len(config.ordering_fields) == 1 else None
+def _delete_ordering_fields(config: MergeConfig) -> tuple[str, ...]:
+    """The fields whose values a flagged record's delete carries: the ordering fields of an
+    event-time merge (several: as an ``ArrayComparable``, Hudi's ``OrderingValues.create``); by
+    commit time ordering values decide nothing."""
+    return config.ordering_fields
 
 
-def _flag_columns(schema: pa.Schema, markers: DeleteMarkers | None, ordering_field: str | None) -> _Flags | None:
+def _flag_columns(schema: pa.Schema, markers: DeleteMarkers | None, ordering_fields: tuple[str, ...]) -> _Flags | None:
     """The marker columns of the table schema ``schema`` (None when it has none: nothing to check)."""
     markers = markers if markers is not None else DeleteMarkers()
     names = markers.columns(schema)
     if not names:
         return None
-    return _Flags(markers, tuple(schema.field(n) for n in names), ordering_field)
+    return _Flags(markers, tuple(schema.field(n) for n in names), ordering_fields)
 
 
 def _flagged_as_deletes(versions: list[Versions], flags: _Flags, key: str) -> list[Versions]:
@@ -235,7 +249,7 @@ def _flagged_as_deletes(versions: list[Versions], flags: _Flags, key: str) -> li
         for lo, hi in zip(cuts.tolist(), ends.tolist(), strict=True):
             run = v.records.slice(lo, hi - lo)
             if flagged[lo]:
-                out.append(Versions(v.rank, None, _as_deletes(run, flags.ordering_field, key)))
+                out.append(Versions(v.rank, None, _as_deletes(run, flags.ordering_fields, key)))
             else:
                 out.append(Versions(v.rank, run, carries=v.carries))
         if v.deletes is not None:
@@ -243,14 +257,19 @@ def _flagged_as_deletes(versions: list[Versions], flags: _Flags, key: str) -> li
     return out
 
 
-def _as_deletes(rows: pa.Table, ordering: str | None, key: str) -> pa.Table:
+def _as_deletes(rows: pa.Table, ordering: tuple[str, ...], key: str) -> pa.Table:
     """Flagged records as a source's deletes: key, partition path, ordering value (the record's,
-    the ``Integer`` 0 read as none)."""
+    the ``Integer`` 0 read as none; several fields: their values as an ``ArrayComparable``,
+    :func:`~.merge_rule.array_ordering`)."""
     n = rows.num_rows
     part = rows.column(PARTITION_PATH) if rows.schema.get_field_index(PARTITION_PATH) >= 0 else pa.nulls(n, pa.string())
     cols = {DELETE_KEY: rows.column(key), DELETE_PARTITION: part}
-    if ordering is not None and rows.schema.get_field_index(ordering) >= 0:
-        cols[DELETE_ORDERING] = plain_defaults(rows.column(ordering).combine_chunks())
+    if not ordering or any(rows.schema.get_field_index(f) < 0 for f in ordering):
+        return pa.table(cols)
+    if len(ordering) > 1:
+        cols[DELETE_ORDERINGS] = array_ordering([rows.column(f) for f in ordering])
+    else:
+        cols[DELETE_ORDERING] = plain_defaults(rows.column(ordering[0]).combine_chunks())
     return pa.table(cols)
 
 

@@ -26,6 +26,7 @@ from ..storage import Storage
 from ..format import layout
 from ..format import bounds
 from ..format.log_file import LogFileName, encode_log_file
+from ..table.merge_rule import DELETE_ORDERINGS, array_ordering
 from ..table.metadata import WriteStat
 from ..format.schema import arrow_to_avro_json, data_schema
 from . import guard
@@ -180,14 +181,21 @@ def _deletes(ctx: MergeContext, task: FileGroupTask, deletes: pa.Table) -> pa.Ta
     writes it (a delete block's ``DeleteRecord`` carrying the record's ordering value): every
     reader, hudi-rs too, then sees a delete, and no compaction can carry the row into a base
     file. A null value is written as none (plain), as Hudi's default ordering value is.
-    Several ordering fields: Hudi 1.1 writes a delete's ``ArrayComparable`` as an
-    ``ArrayWrapper`` (``HoodieAvroUtils.wrapValueIntoAvro``), a branch our delete block codec
-    does not write, so such a table's deletes are plain."""
+    Several ordering fields: the values of all of them, as Hudi 1.1 writes a delete's
+    ``ArrayComparable`` (an ``ArrayWrapper``: ``HoodieAvroUtils.wrapValueIntoAvro``), when the
+    batch carries every field; a row with a null field is written plain
+    (:func:`~multiwriter.table.merge_rule.array_ordering`)."""
     cols = {"record_key": deletes.column(KEY).cast(pa.string()),
             "partition_path": pa.repeat(pa.scalar(task.partition, pa.string()), deletes.num_rows)}
-    field = ctx.ordering_field if len(ctx.ordering) == 1 else None
-    if field and deletes.schema.get_field_index(field) >= 0 and deletes.column(field).null_count < deletes.num_rows:
-        cols["ordering_value"] = deletes.column(field)
+    fields = ctx.ordering
+    if not fields or any(deletes.schema.get_field_index(f) < 0 for f in fields):
+        return pa.table(cols)
+    if len(fields) > 1:
+        arrays = array_ordering([deletes.column(f) for f in fields])
+        if arrays.null_count < len(arrays):
+            cols[DELETE_ORDERINGS] = arrays
+    elif deletes.column(fields[0]).null_count < deletes.num_rows:
+        cols["ordering_value"] = deletes.column(fields[0])
     return pa.table(cols)
 
 

@@ -76,26 +76,51 @@ def test_copy_on_write_keeps_the_stored_row_when_the_incoming_one_is_older(table
         hudi_read(table_path)
 
 
-def test_merge_on_read_orders_logs_by_both_fields_and_deletes_plainly(table_path):
-    """Base A(5, 9.0), B(1, 1.0); a log with A(5, 1.0): A stays (5, 9.0) through our reader
-    and compaction. A delete of B carrying (ts 0, value 0.0) is written plain (Hudi's default
-    ``Integer`` 0: ``DeleteRecord.create``; Hudi 1.1 would write an ``ArrayWrapper`` our codec
-    does not): it removes B whatever B's ordering values."""
-    t = _table(table_path, "MERGE_ON_READ")
-    _write(table_path, pa.concat_tables([trips(["A"], ts=5, value=9.0), trips(["B"], ts=1, value=1.0)]))
-    _write(table_path, trips(["A"], ts=5, value=1.0))
-    _write(table_path, trips(["B"], ts=0, value=0.0), operation="delete")
-    assert _values(table_path) == [("A", 5, 9.0)]
-    deletes = [b.records for n in t.storage.list_names("2024-01-01") if ".log." in n
-               for b in read_log_blocks(t.storage.read_bytes(f"2024-01-01/{n}")) if b.kind == "delete"]
-    assert [d.column("ordering_value").to_pylist() for d in deletes] == [[0]]
-    c = mw.Cleaner(table_path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
+def _delete_blocks(t: mw.Table) -> list[pa.Table]:
+    return [b.records for n in t.storage.list_names("2024-01-01") if ".log." in n
+            for b in read_log_blocks(t.storage.read_bytes(f"2024-01-01/{n}")) if b.kind == "delete"]
+
+
+def _compact(path: str) -> None:
+    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
                    heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
     try:
         assert c.run_once().compaction_instants
     finally:
         c.close()
-    assert _values(table_path) == [("A", 5, 9.0)]
+
+
+def test_merge_on_read_orders_logs_and_deletes_by_both_fields(table_path):
+    """Base A(5, 9.0), B(1, 1.0), C(5, 9.0); a log with A(5, 1.0): A stays (5, 9.0). Deletes of
+    B and C carrying (ts 5, value 1.0) are written as Hudi 1.1 writes them, an ``ArrayWrapper``
+    of both values (``HoodieDeleteBlock.serializeV3``, ``HoodieAvroUtils.wrapValueIntoAvro``):
+    B (1, 1.0) is older and goes, C (5, 9.0) is newer and stays
+    (``EventTimeRecordMerger.deltaMergeDeleteRecord``), through our reader and compaction."""
+    t = _table(table_path, "MERGE_ON_READ")
+    _write(table_path, pa.concat_tables([trips(["A"], ts=5, value=9.0), trips(["B"], ts=1, value=1.0),
+                                         trips(["C"], ts=5, value=9.0)]))
+    _write(table_path, trips(["A"], ts=5, value=1.0))
+    _write(table_path, trips(["B", "C"], ts=5, value=1.0), operation="delete")
+    expected = [("A", 5, 9.0), ("C", 5, 9.0)]
+    assert _values(table_path) == expected
+    (deletes,) = _delete_blocks(t)
+    assert deletes.column("ordering_values").to_pylist() == [{"0": 5, "1": 1.0}] * 2
+    _compact(table_path)
+    assert _values(table_path) == expected
+
+
+def test_a_delete_without_every_field_is_plain(table_path):
+    """A delete row with a null field is written plain (Hudi's default ``Integer`` 0): Hudi's
+    ``ArrayComparable`` cannot compare a null field. It removes B whatever B's values."""
+    t = _table(table_path, "MERGE_ON_READ")
+    _write(table_path, trips(["B"], ts=9, value=9.0))
+    batch = trips(["B"], ts=1)
+    _write(table_path, batch.set_column(batch.schema.get_field_index("value"), "value", pa.nulls(1, pa.float64())),
+           operation="delete")
+    assert _values(table_path) == []
+    (deletes,) = _delete_blocks(t)
+    assert deletes.column("ordering_value").to_pylist() == [0]
+    assert "ordering_values" not in deletes.column_names
 
 
 def test_a_batch_without_the_second_field_is_refused(table_path):
