@@ -111,12 +111,6 @@ class Transaction:
         self.base: Instant | None = None
         self.base_timeline: Timeline | None = None
         self.timings = TxnTimings()
-        #: check new keys against commits that completed since the base outside the lock first
-        #: (a listing and key reads the lock then need not wait for); worth it only when other
-        #: writers commit meanwhile, so a writer that saw none last time skips it
-        self.precheck_inserts = True
-        #: how many commits completed between the base and this commit (known under the lock)
-        self.completed_since_base = 0
         self._state = "new"
         #: the newest decision read under the lock at commit (the one ours must follow)
         self._after: decisions.Decision | None = None
@@ -225,7 +219,7 @@ class Transaction:
         # The same-new-key check reads Parquet key columns: do it outside the lock against what
         # completed so far, and under the lock only for what completed after this look.
         pre_checked: set[str] = set()
-        if inserted_keys and self.precheck_inserts:
+        if inserted_keys:
             t0 = time.monotonic()
             pre_tl = self.table.timeline()
             pre_checked = {i.requested_time for i in pre_tl.completed_after(base_ct)}
@@ -261,7 +255,6 @@ class Transaction:
                 _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset)
                 metadata.extra_metadata.update(ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint[0], entry)))
             t1 = steps.step("checkpoint", t1)
-            self.completed_since_base = len(tl.completed_after(base_ct))
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
             if conflict is None and inserted_keys:
                 conflict = find_insert_conflict(tl, base_ct, t, inserted_keys, skip=pre_checked)

@@ -117,7 +117,10 @@ def test_listings_do_not_grow_with_the_files_an_upsert_writes(s3, table_type):
             own = [p for p in listed if f"timeline%2F{t}" in p]
             assert len(own) == 1, f"{table_type}, {parts} partitions: the instant's files listed {len(own)} times"
             if ts > 1:  # the first batch also loads the schema the batch is prepared against
-                assert sum("prefix=t%2F.hoodie%2Ftimeline%2F&" in p for p in listed) == 2, "\n".join(listed)  # begin, commit
+                # begin, commit, and on Copy-on-Write the new keys' check outside the lock (its key
+                # reads never hold the lock; buckets of non-blocking writers need no such check)
+                want = 3 if table_type == "COPY_ON_WRITE" else 2
+                assert sum("prefix=t%2F.hoodie%2Ftimeline%2F&" in p for p in listed) == want, "\n".join(listed)
         assert len(lists[(4, 12)]) == len(lists[(3, 1)]), lists
     finally:
         w.close()

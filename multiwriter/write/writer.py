@@ -77,9 +77,6 @@ class Writer:
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
-        #: other writers committed during this writer's last commit (then new keys are checked
-        #: against their commits before the lock too: :attr:`Transaction.precheck_inserts`)
-        self._contended = False
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
@@ -119,10 +116,8 @@ class Writer:
                               non_blocking=self.non_blocking,
                               allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
-            txn.precheck_inserts = self._contended
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
-                self._contended = txn.completed_since_base > 0
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
@@ -131,7 +126,6 @@ class Writer:
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
             except (WriteConflictError, LockAcquireTimeout, CommitNotLandedError) as e:
                 txn.abort()
-                self._contended = True
                 conflicts += isinstance(e, WriteConflictError)
                 self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
                 if attempts > self.config.max_conflict_retries:
@@ -249,8 +243,7 @@ class Writer:
         meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
         if replacing:
             meta = overwrite.replace_metadata(meta, replaced)
-        if batch.spark_df is not None:  # extra files of retried tasks; the driver writes each file once
-            markers.reconcile(self.table.storage, t, [s.path for s in stats])
+        markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
         t1 = time.monotonic()
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1

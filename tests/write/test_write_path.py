@@ -229,13 +229,16 @@ def test_random_batches_match_a_model(tmp_path_factory, ops):
                           "ts": pa.array([ts for _, _, ts in recs], pa.int64()), "value": [float(n * 100 + i) for i in range(len(recs))]})
         mw.write(batch, path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="m", operation=op))
         latest: dict[tuple[str, str], tuple[int, float]] = {}
-        for i, (k, d, ts) in enumerate(recs):  # in-batch dedupe: greatest ts, then the last
+        for i, (k, d, ts) in enumerate(recs):  # in-batch dedupe: greatest ts, then the last (a delete batch: the last)
             cur = latest.get((str(k), d))
-            if cur is None or ts >= cur[0]:
+            if cur is None or ts >= cur[0] or op == "delete":
                 latest[(str(k), d)] = (ts, float(n * 100 + i))
         for key, (ts, v) in latest.items():
+            # a delete carrying the ordering field competes by it as an upsert does (event time:
+            # it removes the stored row unless that row's ts is greater), on both table types
             if op == "delete":
-                model.pop(key, None)
+                if key in model and ts >= model[key][0]:
+                    del model[key]
             elif key not in model or ts >= model[key][0]:
                 model[key] = (ts, v)
     got = mw.Table.open(path).read()
