@@ -141,6 +141,7 @@ class CleanerContext:
         if self.heartbeat is not None:
             try:
                 self.heartbeat.stop(instant_time)
+                return  # stopping deletes the file
             except Exception as e:  # noqa: BLE001 -- a heartbeat that will not stop only delays a resume
                 log.warning("could not stop the heartbeat of cleaner instant %s: %s", instant_time, e)
         # the file goes too: a completed instant has no owner to beat for it
