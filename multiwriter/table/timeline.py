@@ -164,8 +164,10 @@ class Timeline:
 
 
 def _scan(storage: Storage, config: TableConfig) -> list[tuple[Instant, FileEntry]]:
+    """The timeline's instants with their files; only completed instants' files carry their
+    size and mtime (the metadata cache's key) on a local disk, where each costs a stat."""
     out = []
-    for e in storage.list_dir(config.timeline_dir, files_only=True):
+    for e in storage.list_dir(config.timeline_dir, files_only=True, sized=_completed_name):
         name = e.path.rsplit("/", 1)[-1]
         i = inst.decode_file_name(name)
         if i is None:
@@ -175,6 +177,12 @@ def _scan(storage: Storage, config: TableConfig) -> list[tuple[Instant, FileEntr
         out.append((i, e))
     out.sort(key=lambda ie: (ie[0].requested_time, ie[0].state))
     return out
+
+
+def _completed_name(name: str) -> bool:
+    """Whether a timeline file name may be a completed instant's (cheap: no parse; a version 6
+    completed file has no state suffix)."""
+    return not (name.endswith(".requested") or name.endswith(".inflight"))
 
 
 def list_instants(storage: Storage, config: TableConfig) -> list[Instant]:
