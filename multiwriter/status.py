@@ -126,7 +126,7 @@ def collect(
 def _narrow_log_columns(table: Table, tl: Timeline, snap: Any) -> list[str]:
     """Merge-on-Read log files not yet compacted that hold a column in a narrower type than the
     table's (int32 under int64, float under double, a smaller decimal): hudi-rs cannot read some
-    such slices until compaction rewrites them (README, "Schema evolution"). From the commit
+    such slices until compaction rewrites them (docs/schema-evolution.md). From the commit
     metadata of the deltacommits those log files came from; no data file is read."""
     if not table.config.merge_on_read:
         return []
