@@ -40,7 +40,13 @@ Actors, each step one atomic read or write of shared storage:
 * crashes: up to ``crashes`` times, a writer or the cleaner loses its local state at any step
   (its files stay; the lease expires).
 
-Mutants (``Config.mutant``): ``no-decision`` (complete without the decision log), ``withdraw``
+* data files: with ``files=2`` a batch writes two, each after the liveness check of
+  ``multiwriter.write.guard``: the timeline listed at the first file (``T`` pending), the
+  heartbeat client's own check at every file (it fails once the writer paused). A data file of an
+  instant whose pending file a rollback deleted must never be written.
+
+Mutants (``Config.mutant``): ``no-liveness-check`` and ``listing-once-without-client`` (the
+timeline listed at the first file, the client never asked) need ``files=2``; ``no-decision`` (complete without the decision log), ``withdraw``
 (the old protocol: no log; after the completed file re-list, and withdraw it when another
 completion appeared), ``no-roll-forward`` (a holder ignores an unmaterialised newest decision),
 ``rollback-without-decision`` (the cleaner rolls back without deciding).
@@ -72,7 +78,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
-MUTANTS = ("no-decision", "withdraw", "no-roll-forward", "rollback-without-decision")
+MUTANTS = ("no-decision", "withdraw", "no-roll-forward", "rollback-without-decision", "no-liveness-check",
+           "listing-once-without-client")
 
 WRITE, ROLLBACK = "commit", "rollback"
 SLOTS = 10
@@ -103,6 +110,9 @@ class Config:
     # (the brief as written: any decision above N+1 means lost), a writer whose decision a later
     # holder rolled forward and built on withdraws a visible commit.
     rolled_forward_wins: bool = True
+    # data files per batch, each written after the liveness check (``multiwriter.write.guard``):
+    # with 2, a writer may pause between its files
+    files: int = 1
 
     def __post_init__(self) -> None:
         assert self.mutant is None or self.mutant in MUTANTS, self.mutant
@@ -133,6 +143,8 @@ class Writer(NamedTuple):
     pauses: int = 0
     paused: bool = False
     clock: int = 0  # the last time it issued (a process's clock never repeats a time)
+    files: int = 0  # data files of this batch written so far
+    confirmed: bool = False  # the liveness check saw T pending on the timeline with sound beats
 
 
 class Cleaner(NamedTuple):
@@ -165,6 +177,7 @@ class State(NamedTuple):
     acked: frozenset  # ghost: requested times of acknowledged batches
     ever: frozenset  # ghost: every completed file that ever existed
     duplicate: bool = False  # ghost: a time was issued twice
+    late: frozenset = frozenset()  # ghost: times a data file was written for after their rollback
 
 
 # -- storage helpers ------------------------------------------------------------------------------
@@ -346,7 +359,27 @@ class Model:
             s, i, w._replace(pc="write", t=t, base_ct=base_ct, clock=t))
 
     def w_write(self, s: State, i: int, w: Writer, spec: WriterSpec):
-        return f"writes data files of T={w.t}", self.set_writer(s._replace(data=s.data | {w.t}), i, w._replace(pc="lock"))
+        """One data file after the liveness check (``guard.check_alive``): the real check lists
+        the timeline (``T`` pending) at the first file only, then asks the heartbeat client, which
+        fails once the writer paused (a lapse: the cleaner may have rolled ``T`` back meanwhile).
+        A failed check aborts the batch."""
+        if not self.alive(s, w):
+            return f"fails the liveness check before a data file of T={w.t}", self.set_writer(
+                s, i, w._replace(pc="abort"))
+        late = s.late | ({w.t} if (w.t, WRITE) not in s.pending else frozenset())
+        s = s._replace(data=s.data | {w.t}, late=late)
+        files = w.files + 1
+        nxt = "lock" if files >= self.cfg.files else "write"
+        return f"writes data file {files} of T={w.t}", self.set_writer(
+            s, i, w._replace(pc=nxt, files=files, confirmed=True))
+
+    def alive(self, s: State, w: Writer) -> bool:
+        if self.cfg.files <= 1 or self.m == "no-liveness-check":
+            return True  # one file: the model abstracts the check away (the fence decides)
+        pending = (w.t, WRITE) in s.pending
+        if self.m == "listing-once-without-client":
+            return w.confirmed or pending
+        return not w.paused and (w.confirmed or pending)
 
     def w_lock(self, s: State, i: int, w: Writer, spec: WriterSpec):
         if s.lock is not None:
@@ -542,10 +575,14 @@ class Model:
             ("conflict rule", self.inv_conflict),
             ("consumer offset", self.inv_consumer),
             ("decided commit not undone", self.inv_decided),
+            ("no data file after its instant's rollback", self.inv_no_late_file),
         ]
 
     def final_checks(self):
         return [("exactly-once delivery at quiescence", self.final_exactly_once)]
+
+    def inv_no_late_file(self, s: State) -> Optional[str]:
+        return f"a data file of T={min(s.late)} was written after its rollback" if s.late else None
 
     def inv_unique(self, s: State) -> Optional[str]:
         return "two instants were issued the same requested time" if s.duplicate else None

@@ -23,6 +23,9 @@ REAL = {
     "two batches, crash": Config(writers=(W(groups=("g", "g")), W()), cleaner=False, consumer_reads=2),
     # a Hudi JVM writer next to ours, while ours neither pauses nor crashes
     "JVM writer, ours steady": Config(writers=(W(pauses=0), W(kind="jvm")), crashes=0, cleaner_pauses=1),
+    # two data files per batch, each after the liveness check: a writer pausing between them while
+    # the cleaner rolls it back, beside a second writer
+    "two files per batch, cleaner": Config(writers=(W(), W(pauses=0)), crashes=0, cleaner_pauses=0, files=2),
 }
 
 
@@ -48,10 +51,24 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("mutant", list(MUTANTS))
+#: the liveness check's mutants, explored with two data files per batch
+FILE_MUTANTS = {
+    # data files written with no check at all
+    "no-liveness-check": "no data file after its instant's rollback",
+    # the timeline listed at the first file only, the heartbeat client never asked
+    "listing-once-without-client": "no data file after its instant's rollback",
+}
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS) + list(FILE_MUTANTS))
 def test_mutant_is_caught(mutant):
-    expected, only = MUTANTS[mutant]
-    res = check(Config(mutant=mutant), max_states=400_000, only=only)
+    if mutant in FILE_MUTANTS:
+        expected, only = FILE_MUTANTS[mutant], FILE_MUTANTS[mutant]
+        cfg = Config(writers=(W(), W(pauses=0)), crashes=0, cleaner_pauses=0, files=2, mutant=mutant)
+    else:
+        expected, only = MUTANTS[mutant]
+        cfg = Config(mutant=mutant)
+    res = check(cfg, max_states=400_000, only=only)
     print(f"\n{mutant}: caught after {res.states} states, {res.seconds:.1f}s\n{res.violation}")
     assert res.violation is not None, f"mutant {mutant} not caught in {res.states} states"
     if expected is not None:
