@@ -71,6 +71,7 @@ class CleanerContext:
     decided: decisions.Decision | None = field(default=None, init=False, repr=False)
     #: what one run reads more than once and only archival changes (:meth:`remembered`)
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _run_timeline: Timeline | None = field(default=None, init=False, repr=False)
 
     def remembered(self, what: str, read: Callable[[], Any]) -> Any:
         """``read()`` once per run: the archived history is read by several steps (the plan
@@ -82,6 +83,17 @@ class CleanerContext:
 
     def forget(self) -> None:
         self._memo.clear()
+        self._run_timeline = None
+
+    def timeline(self) -> Timeline:
+        """The timeline the run's choices are made on (which pending instants to observe, audit
+        or roll back, which file groups to cluster, the gauges at the end): loaded once, and
+        again after any lock hold, which may have changed it. Every action checks its choice
+        again under the lock, on a timeline loaded there; the sweeps of failed writes and
+        orphans load their own, after listing the files they judge."""
+        if self._run_timeline is None:
+            self._run_timeline = self.table.timeline()
+        return self._run_timeline
 
     def decision_log(self) -> decisions.DecisionLog:
         return decisions.DecisionLog(self.storage, self.config)
@@ -126,6 +138,7 @@ class CleanerContext:
             self.decided, tl = decisions.settle(self.decision_log(), self.table.timeline)
             yield tl
         finally:
+            self._run_timeline = None  # the hold may have changed it
             self.lock_holds.append(time.monotonic() - since)
             self.lock.release()
 

@@ -330,7 +330,7 @@ def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | Non
     there is nothing worth clustering (always on a bucket-indexed table: see :func:`candidates`)."""
     if ctx.config.bucket_index:
         return None
-    tl0 = ctx.table.timeline()
+    tl0 = ctx.timeline()
     base = tl0.last_completed_write()
     base_ct = (base.completion_time or base.requested_time) if base else None
     snap = Snapshot.build(ctx.storage, tl0)

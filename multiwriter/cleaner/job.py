@@ -274,7 +274,7 @@ class Cleaner:
                 self._step(report, "failed writes", lambda: self._sweep(ctx, report))
             self._step(report, "orphans", lambda: self._orphans(ctx, report))
             self._step(report, "pending", lambda: self._pending(ctx, report))
-            self._step(report, "health", lambda: self._health(report))
+            self._step(report, "health", lambda: self._health(ctx, report))
             self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
             report.duration_s = time.monotonic() - started
             self.runs += 1
@@ -311,7 +311,7 @@ class Cleaner:
             ctx.forget()
             self._step(report, "heartbeats", lambda: self._observe_first(ctx))
             self._step(report, name, lambda: step(ctx, report))
-            self._step(report, "health", lambda: self._health(report))
+            self._step(report, "health", lambda: self._health(ctx, report))
             self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
             report.duration_s = time.monotonic() - started
             self._push()
@@ -392,11 +392,11 @@ class Cleaner:
         for seconds, groups in r.timings:
             self.metrics.compaction(self.table.name, seconds, groups)
 
-    def _health(self, report: CleanerReport) -> None:
+    def _health(self, ctx: CleanerContext, report: CleanerReport) -> None:
         from ..table.snapshot import Snapshot
 
         small = (self.clustering or ClusteringConfig()).small_file_bytes
-        snap = Snapshot.build(self.table.storage, self.table.timeline())
+        snap = Snapshot.build(self.table.storage, ctx.timeline())
         parts = clustering_mod.health(snap, small)
         report.live_files = sum(h.file_groups for h in parts.values())
         report.small_files = sum(h.small_files for h in parts.values())
@@ -444,7 +444,7 @@ class Cleaner:
         runs rely on the judge's memory and never wait."""
         if self._observed:
             return
-        pending = [i.requested_time for i in self.table.timeline().pending()]
+        pending = [i.requested_time for i in ctx.timeline().pending()]
         if pending:
             obs = self.judge.decide(pending)
             undecided = sorted(t for t, o in obs.items() if o.verdict == "undecided")
@@ -489,7 +489,7 @@ class Cleaner:
         )
 
     def _pending(self, ctx: CleanerContext, report: CleanerReport) -> None:
-        report.pending_instants = len(self.table.timeline().pending())
+        report.pending_instants = len(ctx.timeline().pending())
         self.metrics.pending_instants(self.table.name, report.pending_instants)
 
     # -- internals ----------------------------------------------------------------------------------

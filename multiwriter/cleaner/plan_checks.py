@@ -117,7 +117,7 @@ def audit(ctx: CleanerContext) -> list[Quarantined]:
     metadata table's (before any step could act on one: roll a "failed write" back over a
     completed commit's files, undo a "compaction" over the metadata table's base file)."""
     moved: list[Quarantined] = []
-    tl = ctx.table.timeline()
+    tl = ctx.timeline()
     for p, why in forged_pending(tl, history_floor(ctx)):
         moved += quarantine(ctx, p.requested_time, p.action,
                             f"pending {p.action} refused: {why} (an instant time is issued above everything)")

@@ -408,7 +408,7 @@ def _run(ctx: CleanerContext, plan: RollbackPlan, result: RollbackResult) -> boo
 def rollback_failed_writes(ctx: CleanerContext) -> RollbackResult:
     """Resume dead cleaners' rollbacks, then roll back every failed write found now."""
     result = RollbackResult()
-    tl = ctx.table.timeline()
+    tl = ctx.timeline()
     resume(ctx, tl, result)
     for target in failed_writes(ctx, tl):
         plan = schedule(ctx, target, files_of(ctx, target.requested_time))
