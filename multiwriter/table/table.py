@@ -333,9 +333,7 @@ class Table:
         is would skip it). Neither the latest completion time looked up before or after the read
         nor ``max(_hoodie_commit_time)`` (a requested time) is a safe offset."""
         tl = self.timeline()
-        latest = _latest_completion(tl, start)
-        if end is None or latest is None or end > latest:
-            end = latest
+        end = resolve_end(tl, start, end)
         full = self.read_schema(tl)
         if end is None or (start is not None and end <= start):
             return IncrementalBatch(full.empty_table(), start, start)
@@ -362,9 +360,7 @@ class Table:
         """:meth:`read_cdc` with the range it read; ``batch.end`` is the next read's ``start``
         (resolved as :meth:`read_incremental_batch` resolves it)."""
         tl = self.timeline()
-        latest = _latest_completion(tl, start)
-        if end is None or latest is None or end > latest:
-            end = latest
+        end = resolve_end(tl, start, end)
         full = self.read_schema(tl)
         cdc.supplemental_mode(self.config)  # a bad mode is refused by name, whatever the range
         if end is None or (start is not None and end <= start):
@@ -436,6 +432,13 @@ class IncrementalBatch:
     rows: pa.Table
     start: str | None
     end: str | None
+
+
+def resolve_end(tl: Timeline, start: str | None, end: str | None) -> str | None:
+    """The ``end`` a range read uses: ``end``, clamped to the completion time of the latest
+    write on ``tl`` (that one when ``end`` is None), so it is a safe next ``start``."""
+    latest = _latest_completion(tl, start)
+    return latest if end is None or latest is None or end > latest else end
 
 
 def _latest_completion(tl: Timeline, start: str | None) -> str | None:
