@@ -1,6 +1,7 @@
 """``spark.read.format("multiwriter")`` with ``hoodie.datasource.query.incremental.format=cdc``:
 the records :meth:`Table.read_cdc` returns (op, ts_ms, before, after), one Spark task per data
-commit of the range.
+commit of the range; ``readStream`` with the same option plans its micro-batches here too
+(:mod:`.stream_read`).
 
 The driver resolves the range as :meth:`Table.read_cdc_batch` does and plans it once (a range
 the cleaner cut into fails there, before a task runs); each task reads one commit's range,
@@ -65,6 +66,11 @@ class CdcReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, CommitPartition):
-            return  # Spark reads one placeholder partition when there is nothing to read
-        rows = Table.open(partition.path).read_cdc(partition.start, partition.end)
-        yield from rows.select(self.columns).to_batches()
+            return iter(())  # Spark reads one placeholder partition when there is nothing to read
+        return read_commit(partition, self.columns)
+
+
+def read_commit(partition: CommitPartition, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """One commit's CDC records (a batch or a streaming task)."""
+    rows = Table.open(partition.path).read_cdc(partition.start, partition.end)
+    yield from rows.select(columns).to_batches()

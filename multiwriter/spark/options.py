@@ -44,7 +44,7 @@ READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES, PARAL
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
 #: streaming reads: where a new query starts (``earliest``, ``latest`` or a completion time)
 START_OFFSET = "hoodie.datasource.streaming.startOffset"
-STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES, PARALLELISM})
+STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES, PARALLELISM, INCREMENTAL_FORMAT})
 EARLIEST, LATEST = "earliest", "latest"
 
 TABLE_NAME = "hoodie.table.name"
@@ -117,6 +117,7 @@ class StreamReadOptions:
     start: str = EARLIEST
     split_bytes: int = 128 * 1024 * 1024
     parallelism: int = 1
+    cdc: bool = False  # micro-batches of CDC records (op, ts_ms, before, after)
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
     if start is None or set(start) == {"0"}:
         start = EARLIEST
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return StreamReadOptions(path, start, split, _parallelism(opts))
+    return StreamReadOptions(path, start, split, _parallelism(opts), cdc=_incremental_format(opts) == "cdc")
 
 
 def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:

@@ -67,7 +67,7 @@ class MultiWriterDataSource(DataSource):
         before, after)."""
         path, incremental = opt.schema_path(self.options)
         table = Table.open(path)
-        if incremental and opt.is_cdc(self.options):
+        if opt.is_cdc(self.options):  # a batch query also needs query.type=incremental (parse_read)
             from .cdc_read import cdc_schema
 
             return from_arrow_schema(cdc_schema(table))
