@@ -109,6 +109,9 @@ def plan(view: TimelineView, bases: list[FileSlice], logs: list[LogFile], start:
     :class:`InstantNotRetainedError` when the cleaner deleted a slice one of them needs."""
     v = view.range_view(start)
     writes = v.writes
+    if writes and _within(_completion(writes[0]), start, end) and v.has_history:
+        v = v.with_history()  # the first active write's "before" is an archived write's slice
+        writes = v.writes
     changes: list[GroupChange] = []
     missing: list[tuple[Instant, FileGroup, str]] = []
     commits: list[Instant] = []

@@ -231,3 +231,26 @@ def test_hudi_cdc_log_files_in_the_range_are_refused_naming_the_file(trips_table
     t.storage.put_if_absent(name, b"")
     with pytest.raises(cdc.CdcLogFileError, match="cdc"):
         mw.Table.open(table_path).read_cdc()
+
+
+def test_after_archival_ranges_answer_as_before_or_are_refused_with_the_earliest_start(trips_table, table_path):
+    lock = mw.InProcessLock()
+    w = mw.WriterConfig(writer_id="w", lock=lock)
+    rs = [mw.write(trips([1], ts=k, value=k), table_path, w) for k in range(6)]
+    starts = [None] + [r.instant.completion_time for r in rs]
+    t = mw.Table.open(table_path)
+    before = {s: t.read_cdc(s, None).to_pylist() for s in starts}
+    with mw.Cleaner(table_path, lock=lock, retain_commits=5, archive_keep_min=1, archive_keep_max=2) as cleaner:
+        assert cleaner.run_once().archived >= 1
+    t = mw.Table.open(table_path)
+    answered = 0
+    for s in starts:
+        try:
+            got = t.read_cdc(s, None).to_pylist()
+        except errors.InstantNotRetainedError as e:
+            assert e.earliest > (s or "")
+            assert t.read_cdc(e.earliest, None).to_pylist() == before[e.earliest]
+            continue
+        assert got == before[s], s
+        answered += 1
+    assert answered >= 5
