@@ -254,3 +254,42 @@ def test_after_archival_ranges_answer_as_before_or_are_refused_with_the_earliest
         assert got == before[s], s
         answered += 1
     assert answered >= 5
+
+
+def test_a_non_blocking_writer_s_before_is_the_row_committed_before_it_by_completion(mor_table, table_path, tmp_path,
+                                                                                    monkeypatch):
+    """Two deltacommits to the same keys under non-blocking concurrency, the one requested first
+    completing last: its ``before`` is what the other committed, its ``after`` the merged row;
+    where its version lost by the ordering field it has no record. Records come in completion
+    order, so its ``ts_ms`` (its requested time) is below the previous record's."""
+    import threading
+
+    from multiwriter import faults
+    from tests.conftest import wait_hanging
+
+    lock = mw.InProcessLock()
+    cfg = lambda w: mw.WriterConfig(writer_id=w, lock=lock)  # noqa: E731
+    c0 = mw.write(trips([1, 2], ts=1, value=1), table_path, cfg("a"))
+    monkeypatch.setenv("MULTIWRITER_FAULT_DIR", str(tmp_path))
+    faults.configure("after-data-files=hang")
+    slow_rows = pa.concat_tables([trips([1], ts=5, value=5), trips([2], ts=2, value=2)])
+    box: dict = {}
+    slow = threading.Thread(target=lambda: box.setdefault("r", mw.write(slow_rows, table_path, cfg("slow"))))
+    try:
+        slow.start()
+        assert wait_hanging(tmp_path, slow)
+        faults.configure(None)
+        c1 = mw.write(trips([1, 2], ts=3, value=3), table_path, cfg("a"))
+    finally:
+        (tmp_path / "after-data-files.release").touch()
+        slow.join(30)
+    c2 = box["r"]
+    assert c2.instant.requested_time < c1.instant.requested_time
+    assert c2.instant.completion_time > c1.instant.completion_time
+    got = mw.Table.open(table_path).read_cdc(c0.instant.completion_time, None)
+    assert [r[cdc.TS] for r in got.to_pylist()] == [c1.instant.requested_time] * 2 + [c2.instant.requested_time]
+    assert cdc_records(got) == Counter({
+        (cdc.UPDATE, c1.instant.requested_time, "1", ("1", 1, 1.0), ("1", 3, 3.0)): 1,
+        (cdc.UPDATE, c1.instant.requested_time, "2", ("2", 1, 1.0), ("2", 3, 3.0)): 1,
+        (cdc.UPDATE, c2.instant.requested_time, "1", ("1", 3, 3.0), ("1", 5, 5.0)): 1,
+    })
