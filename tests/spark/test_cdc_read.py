@@ -81,3 +81,12 @@ def test_a_cdc_stream_delivers_every_change_once_across_runs(sp, trips_table, ta
         delivered.update(cdc_records(b))
     assert delivered == cdc_records(t.read_cdc())
     assert sorted(op for op, *_ in delivered.elements()) == ["d", "i", "u"]
+
+
+def test_writing_hudi_s_cdc_log_files_is_still_refused():
+    """Reads infer the changes; writers write no CDC log files, so the table setting is refused."""
+    from multiwriter.spark import options as opt
+
+    with pytest.raises(ConfigError, match="hoodie.table.cdc.enabled"):
+        opt.parse_write({"path": "/tmp/t", "hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
+                         "hoodie.table.cdc.enabled": "true"}, table_exists=False)
