@@ -36,11 +36,15 @@ SPLIT_BYTES = "multiwriter.read.split.bytes"
 #: small file slices are packed into tasks of about total bytes / parallelism, as Spark packs
 #: the files of ``spark.read.parquet``
 PARALLELISM = "multiwriter.read.parallelism"
-READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES, PARALLELISM})
+#: Hudi's incremental query format: ``latest_state`` (the default: each changed record's latest
+#: version) or ``cdc`` (change data capture: op, ts_ms, before, after per change)
+INCREMENTAL_FORMAT = "hoodie.datasource.query.incremental.format"
+INCREMENTAL_FORMATS = ("latest_state", "cdc")
+READ_KEYS = frozenset({"path", QUERY_TYPE, AS_OF, BEGIN, END, SPLIT_BYTES, PARALLELISM, INCREMENTAL_FORMAT})
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
 #: streaming reads: where a new query starts (``earliest``, ``latest`` or a completion time)
 START_OFFSET = "hoodie.datasource.streaming.startOffset"
-STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES, PARALLELISM})
+STREAM_READ_KEYS = frozenset({"path", START_OFFSET, SPLIT_BYTES, PARALLELISM, INCREMENTAL_FORMAT})
 EARLIEST, LATEST = "earliest", "latest"
 
 TABLE_NAME = "hoodie.table.name"
@@ -101,6 +105,7 @@ class ReadOptions:
     split_bytes: int = 128 * 1024 * 1024
     parallelism: int = 1
     read_optimized: bool = False  # Merge-on-Read: base files only
+    cdc: bool = False  # incremental query in Hudi's CDC format
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ class StreamReadOptions:
     start: str = EARLIEST
     split_bytes: int = 128 * 1024 * 1024
     parallelism: int = 1
+    cdc: bool = False  # micro-batches of CDC records (op, ts_ms, before, after)
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,23 @@ def parse_read(options: Mapping[str, str]) -> ReadOptions:
     if begin is not None and set(begin) == {"0"}:
         begin = None  # Hudi's "000": from the beginning
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return ReadOptions(path, incremental, as_of, begin, end, split, _parallelism(opts), read_optimized=qt == "read_optimized")
+    cdc = _incremental_format(opts) == "cdc"
+    if cdc and not incremental:
+        raise ConfigError(f"{INCREMENTAL_FORMAT}=cdc needs {QUERY_TYPE}=incremental")
+    return ReadOptions(path, incremental, as_of, begin, end, split, _parallelism(opts), read_optimized=qt == "read_optimized",
+                       cdc=cdc)
+
+
+def _incremental_format(opts: dict[str, str]) -> str:
+    fmt = opts.get(INCREMENTAL_FORMAT, INCREMENTAL_FORMATS[0]).strip().lower()
+    if fmt not in INCREMENTAL_FORMATS:
+        raise ConfigError(f"{INCREMENTAL_FORMAT}={fmt!r} must be one of {INCREMENTAL_FORMATS}")
+    return fmt
+
+
+def is_cdc(options: Mapping[str, str]) -> bool:
+    """Does the (batch) query ask for Hudi's CDC format? (For ``DataSource.schema``.)"""
+    return _incremental_format(_lower(options)) == "cdc"
 
 
 def _parallelism(opts: dict[str, str]) -> int:
@@ -159,7 +181,7 @@ def parse_stream_read(options: Mapping[str, str]) -> StreamReadOptions:
     if start is None or set(start) == {"0"}:
         start = EARLIEST
     split = _int(opts, SPLIT_BYTES, 128 * 1024 * 1024, lo=1024)
-    return StreamReadOptions(path, start, split, _parallelism(opts))
+    return StreamReadOptions(path, start, split, _parallelism(opts), cdc=_incremental_format(opts) == "cdc")
 
 
 def schema_path(options: Mapping[str, str]) -> tuple[str, bool]:

@@ -63,15 +63,25 @@ class MultiWriterDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        """The table schema of the latest commit, meta columns first."""
+        """The table schema of the latest commit, meta columns first (a CDC query: op, ts_ms,
+        before, after)."""
         path, incremental = opt.schema_path(self.options)
         table = Table.open(path)
+        if opt.is_cdc(self.options):  # a batch query also needs query.type=incremental (parse_read)
+            from .cdc_read import cdc_schema
+
+            return from_arrow_schema(cdc_schema(table))
         tl = table.timeline()
         snap = None if incremental else table.snapshot(timeline=tl)
         return from_arrow_schema(table.read_schema(tl, snap))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MultiWriterReader(opt.parse_read(self.options), schema)
+        options = opt.parse_read(self.options)
+        if options.cdc:  # Hudi's CDC query: op, ts_ms, before, after (:mod:`.cdc_read`)
+            from .cdc_read import CdcReader
+
+            return CdcReader(options, schema)
+        return MultiWriterReader(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         from .stream_write import MultiWriterStreamWriter

@@ -10,7 +10,9 @@ it completed (completion times are issued under the table lock in one fenced ste
 time on the timeline: ``Transaction._complete``), so it lands in a later micro-batch instead of
 being skipped. Rows that compaction or clustering only moved keep their commit time and are not
 delivered again; a micro-batch of only such commits plans no partition and reads no file.
-Deletes are not delivered (docs/consumers.md). On both table types a micro-batch whose slices
+Deletes are not delivered (docs/consumers.md), except with
+``hoodie.datasource.query.incremental.format=cdc``: micro-batches of the CDC records
+:meth:`Table.read_cdc` returns for the same ranges (:mod:`.cdc_read`). On both table types a micro-batch whose slices
 the cleaner deleted fails with :class:`InstantNotRetainedError` rather than deliver fewer rows.
 
 Planning (:func:`plan_range`) runs on the driver and is a pure function of (start, end) and the
@@ -19,8 +21,8 @@ table, so a restarted query replans a logged micro-batch to the same rows; Spark
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -38,6 +40,7 @@ except ImportError:  # pragma: no cover - older pyspark
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in when pyspark has no mixin: Spark then never calls the hook."""
 
+T = TypeVar("T")
 OFFSET_KEY = "completion_time"
 #: the offset before every commit (Hudi's "000": from the beginning)
 EARLIEST_OFFSET = "0" * 17
@@ -75,8 +78,21 @@ def plan_range(options: opt.StreamReadOptions, start: str | None, end: str | Non
     """The scan of micro-batch (start, end]; a range the cleaner cut into raises
     :class:`InstantNotRetainedError` saying how to resume."""
     read = opt.ReadOptions(options.path, incremental=True, begin=start, end=end, split_bytes=options.split_bytes, parallelism=options.parallelism)
+    return _resumable(options, start, end, lambda: plan_scan(read))
+
+
+def plan_cdc_range(options: opt.StreamReadOptions, start: str | None, end: str | None) -> list[InputPartition]:
+    """The tasks of a CDC micro-batch (start, end]: one per data commit (:mod:`.cdc_read`)."""
+    from .cdc_read import commit_ranges
+
+    read = opt.ReadOptions(options.path, incremental=True, begin=start, end=end, cdc=True)
+    return _resumable(options, start, end, lambda: commit_ranges(read))
+
+
+def _resumable(options: opt.StreamReadOptions, start: str | None, end: str | None, planned: Callable[[], T]) -> T:
+    """``planned()``, an :class:`InstantNotRetainedError` said again with how to restart the query."""
     try:
-        return plan_scan(read)
+        return planned()
     except InstantNotRetainedError as e:
         resume = e.earliest or "earliest"
         raise InstantNotRetainedError(
@@ -124,9 +140,14 @@ class MultiWriterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         lo, hi = offset_time(start), offset_time(end)
         if hi is None or (lo is not None and hi <= lo):
             return []  # nothing new: an empty micro-batch
+        if self.options.cdc:
+            return plan_cdc_range(self.options, lo, hi)
         return spark_partitions(plan_range(self.options, lo, hi), self.columns, self.options.path)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from .cdc_read import CommitPartition, read_commit
         from .partitions import read_partition
 
+        if isinstance(partition, CommitPartition):
+            return read_commit(partition, self.columns)
         return read_partition(partition, self.columns)

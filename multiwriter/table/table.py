@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, hooks, metadata_files
+from . import bucket, cdc, hooks, metadata_files
 from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
@@ -333,9 +333,7 @@ class Table:
         is would skip it). Neither the latest completion time looked up before or after the read
         nor ``max(_hoodie_commit_time)`` (a requested time) is a safe offset."""
         tl = self.timeline()
-        latest = _latest_completion(tl, start)
-        if end is None or latest is None or end > latest:
-            end = latest
+        end = resolve_end(tl, start, end)
         full = self.read_schema(tl)
         if end is None or (start is not None and end <= start):
             return IncrementalBatch(full.empty_table(), start, start)
@@ -347,14 +345,54 @@ class Table:
         keep = pc.is_in(commit_time, value_set=pa.array(sorted(plan.commit_times), pa.string()))
         return IncrementalBatch(t.filter(pc.fill_null(keep, False)), start, end)
 
-    def incremental_plan(self, tl: Timeline, start: str | None, end: str | None) -> IncrementalPlan:
-        """The slices and commit times of an incremental read (merged slices on Merge-on-Read).
-        Refused on a table with virtual keys, as Hudi does: its rows carry no commit time."""
+    def read_cdc(self, start: str | None = None, end: str | None = None) -> pa.Table:
+        """Change data capture: for every data commit whose completion time is in (start, end],
+        in completion order, each key it changed once per changed file group: ``op`` (``i``,
+        ``u``, ``d``), ``ts_ms`` (the commit's requested instant time), ``before`` and ``after``
+        (structs of the data columns, null where absent), as Hudi's CDC query returns them
+        (inferred from the data files as Hudi's ``HoodieCDCExtractor`` does: :mod:`.cdc`).
+        Deletes and the rows an insert-overwrite retired are ``d`` records; compaction and
+        clustering change nothing. Bounds as :meth:`read_incremental`; a range whose slices the
+        cleaner deleted raises :class:`~multiwriter.errors.InstantNotRetainedError`."""
+        return self.read_cdc_batch(start, end).rows
+
+    def read_cdc_batch(self, start: str | None = None, end: str | None = None) -> IncrementalBatch:
+        """:meth:`read_cdc` with the range it read; ``batch.end`` is the next read's ``start``
+        (resolved as :meth:`read_incremental_batch` resolves it)."""
+        tl = self.timeline()
+        end = resolve_end(tl, start, end)
+        full = self.read_schema(tl)
+        cdc.supplemental_mode(self.config)  # a bad mode is refused by name, whatever the range
+        if end is None or (start is not None and end <= start):
+            return IncrementalBatch(cdc.cdc_schema(full).empty_table(), start, start)
+        plan = self.cdc_plan(tl, start, end)
+        cdc.check_no_cdc_logs(self.storage, self.config, plan.commits)
+        merge = self.merge_config
+        markers = DeleteMarkers.of(self.config)
+
+        def read(fs: FileSlice, logs: tuple[Any, ...] | None) -> pa.Table:
+            return read_slice(self.storage, fs, full, merge, logs=logs, markers=markers)
+
+        return IncrementalBatch(cdc.changes(plan, full, read), start, end)
+
+    def cdc_plan(self, tl: Timeline, start: str | None, end: str | None) -> cdc.CdcPlan:
+        """The slices a CDC read of (start, end] compares (:func:`.cdc.plan`); refused on a
+        table with virtual keys, as incremental reads are."""
+        self._check_meta_fields()
+        bases, logs = list_files(self.storage, logs=self.config.merge_on_read)
+        return cdc.plan(TimelineView(tl), bases, logs, start, end)
+
+    def _check_meta_fields(self) -> None:
         if self.config.virtual_keys:
             raise VirtualKeysError(
                 f"table {self.config.name} has virtual keys ({props.POPULATE_META_FIELDS_KEY}=false): its rows record "
-                "no commit time, so there are no incremental or streaming reads; read the whole table with read()"
+                "no commit time, so there are no incremental, CDC or streaming reads; read the whole table with read()"
             )
+
+    def incremental_plan(self, tl: Timeline, start: str | None, end: str | None) -> IncrementalPlan:
+        """The slices and commit times of an incremental read (merged slices on Merge-on-Read).
+        Refused on a table with virtual keys, as Hudi does: its rows carry no commit time."""
+        self._check_meta_fields()
         view = TimelineView(tl)
         if self.config.merge_on_read:
             bases, logs = list_files(self.storage)
@@ -394,6 +432,13 @@ class IncrementalBatch:
     rows: pa.Table
     start: str | None
     end: str | None
+
+
+def resolve_end(tl: Timeline, start: str | None, end: str | None) -> str | None:
+    """The ``end`` a range read uses: ``end``, clamped to the completion time of the latest
+    write on ``tl`` (that one when ``end`` is None), so it is a safe next ``start``."""
+    latest = _latest_completion(tl, start)
+    return latest if end is None or latest is None or end > latest else end
 
 
 def _latest_completion(tl: Timeline, start: str | None) -> str | None:

@@ -270,6 +270,24 @@ class TimelineView:
         chosen = sorted((slices[g] for g in touched if g in slices), key=lambda f: (f.partition, f.file_id))
         return IncrementalPlan(tuple(chosen), frozenset(i.requested_time for i in in_range))
 
+    @property
+    def writes(self) -> tuple[Instant, ...]:
+        """The completed writes this view knows (archived ones too over the history), in
+        completion order."""
+        return tuple(self._writes)
+
+    def range_view(self, start: str | None) -> TimelineView:
+        """The view a range from ``start`` is planned over (:meth:`_range_view`)."""
+        return self._range_view(start)
+
+    def missing_files(self, slices: dict[FileGroup, FileSlice], groups: Iterable[FileGroup],
+                      end: str | None) -> list[tuple[FileGroup, Instant, str]]:
+        """The files of ``groups``' slices as of ``end`` (a completion time) that the commit
+        metadata names and ``slices`` (found on storage) lack: what the cleaner deleted. The
+        check incremental reads make (:meth:`incremental_merged`), for any set of groups."""
+        expected = self._expected_slices(end)
+        return [m for g in groups for m in _missing(g, slices.get(g), expected.get(g))]
+
     def _range_view(self, start: str | None) -> TimelineView:
         """This view, over the archived instants too when ``start`` reaches before the active timeline."""
         floor = self.earliest_completion
