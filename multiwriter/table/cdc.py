@@ -40,6 +40,7 @@ from ..format.schema import META_COLUMNS, data_schema
 from ..storage import Storage
 from .files import FileGroup, FileSlice, LogFile
 from .merge_rule import RECORD_KEY
+from .properties import CDC_ENABLED_KEY as ENABLED_KEY
 from .properties import TableConfig
 from .view import TimelineView
 
@@ -48,7 +49,6 @@ OP, TS, BEFORE, AFTER = "op", "ts_ms", "before", "after"
 #: ``HoodieCDCOperation`` values
 INSERT, UPDATE, DELETE = "i", "u", "d"
 
-ENABLED_KEY = "hoodie.table.cdc.enabled"
 MODE_KEY = "hoodie.table.cdc.supplemental.logging.mode"
 #: ``HoodieCDCSupplementalLoggingMode`` (Hudi 0.13+ names; the older ``cdc_*`` values map onto them)
 MODES = ("OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER")

@@ -27,6 +27,8 @@ ORDERING_FIELDS_KEY = "hoodie.table.ordering.fields"  # version 9; version 8 nam
 PRECOMBINE_KEY = "hoodie.table.precombine.field"
 MERGE_MODE_KEY = "hoodie.record.merge.mode"
 PARTIAL_UPDATE_MODE_KEY = "hoodie.table.partial.update.mode"
+#: Hudi's change data capture: CDC log files beside every commit's data files
+CDC_ENABLED_KEY = "hoodie.table.cdc.enabled"
 MERGE_MODES = ("EVENT_TIME_ORDERING", "COMMIT_TIME_ORDERING")
 PAYLOAD_CLASS_KEY = "hoodie.compaction.payload.class"
 STRATEGY_ID_KEY = "hoodie.record.merge.strategy.id"
@@ -254,6 +256,12 @@ class TableConfig:
             raise VirtualKeysError(
                 f"{source}: {POPULATE_META_FIELDS_KEY}=false on a Merge-on-Read table: multiwriter writes virtual "
                 "keys on Copy-on-Write tables only; write this table with Hudi, or use a Copy-on-Write table"
+            )
+        if self.raw.get(CDC_ENABLED_KEY, "").strip().lower() == "true":
+            raise TableFormatError(
+                f"{source}: {CDC_ENABLED_KEY}=true: Hudi's writers add CDC log files to every commit of this table "
+                "and its CDC query needs them; multiwriter does not write them yet, so it writes this table with "
+                "Hudi only (multiwriter reads its changes: Table.read_cdc)"
             )
         partial = self.raw.get(PARTIAL_UPDATE_MODE_KEY, "").upper()
         if partial and partial != "NONE":
