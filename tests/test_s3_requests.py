@@ -124,3 +124,20 @@ def test_listings_do_not_grow_with_the_files_an_upsert_writes(s3, table_type):
         assert len(lists[(4, 12)]) == len(lists[(3, 1)]), lists
     finally:
         w.close()
+
+
+def test_a_companion_job_run_walks_the_store_once(s3):
+    """The clean plans from the metadata table's listing; the failed-write sweep walks the table
+    and the orphan scan takes the same walk: one recursive listing per run however many steps
+    look at the files (on a large table each is a request per thousand files)."""
+    uri, bucket, cfg = _table(s3, 3)
+    for ts in (1, 2, 3):
+        _upsert_cost(s3, uri, bucket, cfg, ts)
+    s3.counter.take()
+    with mw.Cleaner(uri, lock=cfg.lock, retain_commits=1) as cleaner:
+        report = cleaner.run_once()
+    assert report.old_versions_deleted > 0, "the clean ran"
+    walks = [p for kind, _, p in s3.counter.requests
+             if kind == "LIST" and p.startswith(f"/{bucket}?") and "prefix=t%2F&" in p and "delimiter" not in p]
+    assert len(walks) == 1, walks
+    assert mw.Table.open(uri).read(columns=["id"]).num_rows == 3 * 20 + 3 * 10

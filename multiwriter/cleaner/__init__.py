@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..instant_time import PROCESS_CLOCK, InstantClock
-from ..storage import Storage
+from ..storage import FileEntry, Storage
 from ..format import instant as inst
 from ..table import decisions, metadata_table
 from ..format import layout
@@ -81,9 +81,28 @@ class CleanerContext:
             self._memo[what] = read()
         return self._memo[what]
 
-    def forget(self) -> None:
+    def forget(self, *what: str) -> None:
+        """Read again what :meth:`remembered` kept under ``what`` (everything, and the run's
+        timeline, when none is named)."""
+        if what:
+            for w in what:
+                self._memo.pop(w, None)
+            return
         self._memo.clear()
         self._run_timeline = None
+
+    def walked(self, *, fresh: bool = False) -> list[FileEntry]:
+        """Every file of the table, walked once per run: the failed-write sweep walks
+        (``fresh``), the orphan scan after it takes the same walk (on an object store a walk is a
+        request per thousand files). Files a step deletes leave it (:meth:`forget_files`)."""
+        if fresh:
+            self._memo.pop("walk", None)
+        return list(self.remembered("walk", lambda: self.storage.walk_files("")))
+
+    def forget_files(self, paths: list[str]) -> None:
+        gone = set(paths)
+        if gone and "walk" in self._memo:
+            self._memo["walk"] = [e for e in self._memo["walk"] if e.path not in gone]
 
     def timeline(self) -> Timeline:
         """The timeline the run's choices are made on (which pending instants to observe, audit

@@ -400,7 +400,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     batches); instant files are deleted after the lock is released.
     """
     result = ArchiveResult()
-    ctx.forget()  # the history read before may change here; later steps read it again
+    ctx.forget("archived_times", "history")  # the history may change here; later steps read it again
     with ctx.locked() as tl:
         migrated = migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)

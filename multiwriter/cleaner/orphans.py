@@ -80,7 +80,7 @@ def find(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, now: float | No
     known = _write_times(tl)
     earliest = tl.earliest_time()
     out = []
-    for e in ctx.storage.walk_files(""):
+    for e in ctx.walked():  # the sweep's walk of this run when it walked, taken before ``tl``
         if any(seg.startswith(".") for seg in e.path.split("/")[:-1]):
             continue  # .hoodie and other hidden directories hold no data files
         name = e.path.rsplit("/", 1)[-1]
@@ -163,7 +163,7 @@ def failed_write_files(
     nor pending, or of completed ones that do not name them, old enough by the
     writer's or the store's clock (:func:`_age_of_file`); by path."""
     now = time.time() if now is None else now
-    bases, logs = list_files(ctx.storage)  # first the files, then what accounts for them
+    bases, logs = list_files(ctx.storage, walked=ctx.walked(fresh=True))  # first the files, then what accounts for them
     files: list[FileSlice | LogFile] = [*bases, *logs]
     tl = ctx.table.timeline()
     earliest = tl.earliest_time()
@@ -211,7 +211,7 @@ def archived_times(ctx: CleanerContext, *, fresh: bool = False) -> tuple[set[str
         return {a.requested_time for a in archived_instants(ctx) if a.completion_time}, not foreign
 
     if fresh:  # read after the files it accounts for: another cleaner may have archived since
-        ctx.forget()
+        ctx.forget("archived_times", "history")
     times, complete = ctx.remembered("archived_times", read)
     return set(times), complete
 
@@ -224,6 +224,7 @@ def archived_instants(ctx: CleanerContext) -> list:
 def sweep_failed_writes(ctx: CleanerContext, *, min_age_s: float, now: float | None = None) -> list[str]:
     """Delete :func:`failed_write_files`; returns the deleted paths."""
     deleted = [f.path for f in failed_write_files(ctx, min_age_s=min_age_s, now=now) if ctx.storage.delete(f.path)]
+    ctx.forget_files(deleted)
     if deleted:
         log.warning(
             "deleted %d data files of failed writes (instant neither completed nor pending; first: %s)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..storage import Storage
+from ..storage import FileEntry, Storage
 from ..format.layout import HOODIE, PARTITION_METADATA, data_file_path, parse_data_file
 from ..format.log_file import parse_log_file
 
@@ -89,12 +89,15 @@ def list_data_files(storage: Storage, partitions: list[str] | None = None) -> li
     return list_files(storage, partitions, logs=False)[0]
 
 
-def list_files(storage: Storage, partitions: list[str] | None = None, *, logs: bool = True) -> tuple[list[FileSlice], list[LogFile]]:
-    """All base files and (``logs``) log files, committed or not, in one listing."""
+def list_files(storage: Storage, partitions: list[str] | None = None, *, logs: bool = True,
+               walked: list[FileEntry] | None = None) -> tuple[list[FileSlice], list[LogFile]]:
+    """All base files and (``logs``) log files, committed or not, in one listing (``walked``:
+    a walk of the whole table already taken, instead of a new one)."""
     bases: list[FileSlice] = []
     found: list[LogFile] = []
     if partitions is None:
-        entries = [e for e in storage.walk_files("") if not e.path.startswith(HOODIE + "/") and not _hidden(e.path.rpartition("/")[0])]
+        every = storage.walk_files("") if walked is None else walked
+        entries = [e for e in every if not e.path.startswith(HOODIE + "/") and not _hidden(e.path.rpartition("/")[0])]
     else:
         entries = [e for p in partitions for e in storage.list_dir(p, files_only=True)]
     for e in entries:
