@@ -54,6 +54,7 @@ _LAZY = {
     "CompactionConfig": (".cleaner.compaction", "CompactionConfig"),
     "register": (".spark", "register"),
     "retire_writer": (".checkpoint", "retire"),
+    "bootstrap": (".write.bootstrap", "bootstrap"),
 }
 
 
@@ -106,6 +107,7 @@ __all__ = [
     "Table",
     "WriterConfig",
     "Writer",
+    "bootstrap",
     "ZooKeeperLock",
     "errors",
     "metrics",

@@ -131,6 +131,33 @@ class CommitStateUnknownError(MultiWriterError):
         self.instant = instant
 
 
+class BootstrapPendingError(MultiWriterError):
+    """A bootstrap of the table (``mw.bootstrap``) began and has not completed: writers are
+    refused until it does. ``instant`` is the bootstrap's instant time (Hudi's
+    ``FULL_BOOTSTRAP_INSTANT_TS``, or None when it has not begun its instant yet). Wait for it, or,
+    if its process died, let the companion job roll it back and run the bootstrap again."""
+
+    def __init__(self, message: str, *, instant: str | None = None) -> None:
+        super().__init__(message)
+        self.instant = instant
+
+
+class BootstrapSourceError(ConfigError):
+    """A bootstrap's source cannot be taken as it is: missing, empty, files of different schemas,
+    a key or partition column missing, a folder layout that does not match the partition
+    columns. Nothing was written to the table; ``path`` names the offending source file or folder."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class BootstrapModeError(ConfigError):
+    """A bootstrap mode multiwriter does not build (Hudi's ``METADATA_ONLY``, which keeps the
+    source files and writes skeleton files beside them): nothing was written. Use
+    ``mode="FULL_RECORD"``, or bootstrap with Hudi's JVM writer."""
+
+
 class InstantRolledBackError(MultiWriterError):
     """Our pending instant vanished or a rollback targets it: the cleaner judged us dead."""
 

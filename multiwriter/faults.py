@@ -42,6 +42,8 @@ POINTS = (
     "compaction-after-plan",
     "compaction-after-files",
     "compaction-before-complete",
+    "bootstrap-after-table",
+    "bootstrap-after-commit",
 )
 ACTIONS = ("crash", "kill", "hang", "error")
 

@@ -26,6 +26,8 @@ def parse_time(t: str) -> float:
     """17-digit (or 14-digit, older Hudi) UTC instant time -> epoch seconds."""
     if len(t) not in (14, 17) or not t.isdigit():
         raise ValueError(f"not an instant time: {t!r}")
+    if t.startswith("0000"):  # Hudi's reserved times (HoodieTimeline.INIT_INSTANT_TS, the bootstraps'): before all
+        return 0.0
     d = _dt.datetime.strptime(t[:14], _FMT).replace(tzinfo=_dt.timezone.utc)
     ms = int(t[14:]) if len(t) == 17 else 0
     return d.timestamp() + ms / 1000.0

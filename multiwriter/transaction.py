@@ -32,7 +32,7 @@ from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
 from .schema_resolution import SCHEMA_KEY, commit_schema
 from .format import instant as inst
-from .table import decisions, metadata_files, metadata_table
+from .table import bootstrap_state, decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .format.instant import Instant
 from .table.metadata import CommitMetadata, decode_records, rollback_target
@@ -144,10 +144,14 @@ class Transaction:
         self.lock.release()
 
     # -- begin -----------------------------------------------------------------------
-    def begin(self, action: str | None = None, requested: bytes = b"") -> Instant:
+    def begin(self, action: str | None = None, requested: bytes = b"", *, at: str | None = None) -> Instant:
         """Issue a unique instant under the lock, start the heartbeat, write ``T.<action>.requested``
         (with ``requested`` as its content: a replace commit's requested metadata). The action
-        defaults to the table type's write: ``commit``, or ``deltacommit`` on Merge-on-Read."""
+        defaults to the table type's write: ``commit``, or ``deltacommit`` on Merge-on-Read.
+
+        ``at``: a fixed requested time instead of an issued one, a bootstrap's (Hudi's
+        ``FULL_BOOTSTRAP_INSTANT_TS``); accepted only while no write has completed. Any other
+        writer is refused (BootstrapPendingError) while a bootstrap is unfinished."""
         action = action or (inst.DELTA_COMMIT if self.table.config.merge_on_read else inst.COMMIT)
         if self._state != "new":
             raise MultiWriterError(f"transaction is {self._state}; start a new one to retry")
@@ -157,7 +161,8 @@ class Transaction:
         try:
             t0 = time.monotonic()
             tl = self.table.timeline()
-            t = self.clock.issue([tl.max_time()])
+            bootstrap_state.check_writable(tl, self.table.config, table=self.table.path, ours=at)
+            t = self.clock.issue([tl.max_time()]) if at is None else _fixed_time(tl, at)
             if self.heartbeat is not None:
                 self.heartbeat.start(t)
             try:
@@ -405,7 +410,10 @@ class Transaction:
                 f"instant {t} is no longer pending on the timeline (state: {own.state if own else 'gone'}); "
                 "the cleaner rolled it back, so this writer must not commit: the batch will be retried"
             )
-        if rollback_targets(tl, newer_than=t) & {t}:
+        # a bootstrap's fixed time may have been rolled back before this attempt began: those
+        # rollbacks (completed when it began) are of an earlier attempt
+        earlier = _completed_rollbacks(self.base_timeline) if t in inst.BOOTSTRAP_TIMES and self.base_timeline else set()
+        if rollback_targets(tl, newer_than=t, skip=earlier) & {t}:
             raise InstantRolledBackError(f"a rollback targets instant {t}; not committing")
         if self.heartbeat is not None:
             self.heartbeat.check(t)
@@ -564,11 +572,28 @@ def last_checkpoint_entry(table: Table, writer_id: str, timeline: Timeline | Non
     return ckpt.last_entry(timeline or table.timeline(), writer_id)
 
 
-def rollback_targets(tl: Timeline, newer_than: str | None = None) -> set[str]:
-    """Requested times targeted by rollback instants (any state), read from their plans/metadata."""
+def _fixed_time(tl: Timeline, at: str) -> str:
+    """``at`` as this instant's time: only a bootstrap's, and only as the table's first write."""
+    if at not in inst.BOOTSTRAP_TIMES:
+        raise MultiWriterError(f"instant time {at} is not a bootstrap's ({sorted(inst.BOOTSTRAP_TIMES)}); "
+                               "writers issue their own times")
+    done = tl.last_completed_write()
+    if done is not None:
+        raise MultiWriterError(f"cannot begin bootstrap instant {at}: instant {done.requested_time} already completed "
+                               "(a bootstrap must be the table's first write: bootstrap into a new path)")
+    return at
+
+
+def _completed_rollbacks(tl: Timeline) -> set[str]:
+    return {i.requested_time for i in tl.latest_states() if i.action == inst.ROLLBACK and i.is_completed}
+
+
+def rollback_targets(tl: Timeline, newer_than: str | None = None, skip: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Requested times targeted by rollback instants (any state, but those whose times are in
+    ``skip``), read from their plans/metadata."""
     out: set[str] = set()
     for i in tl.latest_states():
-        if i.action != inst.ROLLBACK or (newer_than and i.requested_time <= newer_than):
+        if i.action != inst.ROLLBACK or (newer_than and i.requested_time <= newer_than) or i.requested_time in skip:
             continue
         target = _rollback_target(tl, i)
         if target:
@@ -597,3 +622,13 @@ def _rollback_target(tl: Timeline, i: Instant) -> str | None:
             return target
     return None
 
+
+
+def covering_rollback_targets(tl: Timeline, t: str) -> set[str]:
+    """The targets of rollbacks that cover a pending instant ``t``: every rollback's, but for a
+    bootstrap's fixed time, which a rerun reuses after an earlier attempt was rolled back, only
+    pending rollbacks' (a completed one removed the earlier attempt's pending files before it
+    completed, so the pending instant now is a later attempt)."""
+    if t in inst.BOOTSTRAP_TIMES:
+        return rollback_targets(tl, skip=_completed_rollbacks(tl))
+    return rollback_targets(tl)

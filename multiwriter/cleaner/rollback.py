@@ -49,7 +49,7 @@ from ..table.metadata import decode_records, encode, parsing, rollback_target
 from ..table.files import list_files
 from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
-from ..transaction import rollback_targets
+from ..transaction import covering_rollback_targets, rollback_targets
 from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,8 @@ def failed_writes(ctx: CleanerContext, tl: Timeline) -> list[Instant]:
     targeted = rollback_targets(tl)
     out = []
     for i in tl.pending(ROLLBACK_ACTIONS):
-        if i.requested_time in targeted:
+        covering = covering_rollback_targets(tl, i.requested_time) if i.requested_time in inst.BOOTSTRAP_TIMES else targeted
+        if i.requested_time in covering:
             continue
         if ctx.is_lapsed(i.requested_time):
             out.append(i)
@@ -210,7 +211,7 @@ def schedule(ctx: CleanerContext, target: Instant, files: list[str]) -> Rollback
         if current is None or not current.is_pending:
             log.info("instant %s is no longer pending (%s); nothing to roll back", t, current)
             return None
-        if t in rollback_targets(tl):
+        if t in covering_rollback_targets(tl, t):
             log.info("instant %s is already targeted by a rollback", t)
             return None
         if not ctx.is_lapsed(t):

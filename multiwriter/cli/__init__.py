@@ -1,5 +1,5 @@
 """``multiwriter`` command line: demo | zookeeper | timeline | heartbeats | clean | cluster | compact |
-status | writers retire."""
+status | bootstrap | writers retire."""
 from __future__ import annotations
 
 import argparse
@@ -270,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--small-file-bytes", type=int, default=None, help="what counts as a small file (default: clustering's)")
     add_hudi_arguments(s)
     s.set_defaults(fn=_with_hudi_options(_status))
+    from .bootstrap import add_arguments as add_bootstrap_arguments, bootstrap_command
+
+    b = sub.add_parser("bootstrap", help="make a new table of a Parquet dataset (Hudi's FULL_RECORD bootstrap) "
+                       "before starting writers")
+    add_bootstrap_arguments(b)
+    b.set_defaults(fn=bootstrap_command)
     w = sub.add_parser("writers", help="manage writer ids")
     wsub = w.add_subparsers(dest="writers_cmd", required=True)
     r = wsub.add_parser("retire", help="forget a stopped writer id's checkpoint (refused while it is live)")

@@ -42,6 +42,12 @@ def instant_action(action: str) -> str:
     return _SAME_INSTANT.get(action, action)
 
 
+#: Hudi's fixed instant times of a bootstrap (``HoodieTimeline.METADATA_BOOTSTRAP_INSTANT_TS``,
+#: ``FULL_BOOTSTRAP_INSTANT_TS``): below every real time, so the bootstrap is the table's first write
+METADATA_BOOTSTRAP_TIME = "00000000000001"
+FULL_BOOTSTRAP_TIME = "00000000000002"
+BOOTSTRAP_TIMES = frozenset({METADATA_BOOTSTRAP_TIME, FULL_BOOTSTRAP_TIME})
+
 _TIME = r"\d{17}|\d{14}"
 _V8 = re.compile(rf"^(?P<t>{_TIME})(?:_(?P<c>{_TIME}))?\.(?P<rest>[a-z.]+)$")
 TIME_RE = re.compile(r"^\d{17}\Z")

@@ -81,9 +81,9 @@ class HeaderKey(IntEnum):
 # -- names ------------------------------------------------------------------------
 
 _LOG_NAME = re.compile(
-    r"\.(?P<file_id>[^_/]+)_(?P<instant>\d{17})\.log\.(?P<version>[1-9]\d*)_(?P<token>\d+-\d+-\d+)"
+    r"\.(?P<file_id>[^_/]+)_(?P<instant>\d{17}|\d{14})\.log\.(?P<version>[1-9]\d*)_(?P<token>\d+-\d+-\d+)"
 )
-_INSTANT = re.compile(r"\d{17}")
+_INSTANT = re.compile(r"\d{17}|\d{14}")  # 14: Hudi's reserved times (a bootstrap's)
 _TOKEN = re.compile(r"\d+-\d+-\d+")
 
 
@@ -105,7 +105,7 @@ class LogFileName:
         if not self.file_id or "_" in self.file_id or "/" in self.file_id:
             raise ValueError(f"file id {self.file_id!r} must be non-empty and hold no '_' or '/'")
         if not _INSTANT.fullmatch(self.instant_time):
-            raise ValueError(f"instant time {self.instant_time!r} is not 17 digits")
+            raise ValueError(f"instant time {self.instant_time!r} is not 17 (or 14) digits")
         if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
             raise ValueError(f"log version {self.version!r} must be an int >= 1")
         if not _TOKEN.fullmatch(self.write_token):
@@ -491,7 +491,7 @@ def with_log_meta_columns(
 
 def _check_instant(instant_time: str) -> None:
     if not isinstance(instant_time, str) or not _INSTANT.fullmatch(instant_time):
-        raise ValueError(f"instant time {instant_time!r} is not 17 digits")
+        raise ValueError(f"instant time {instant_time!r} is not 17 (or 14) digits")
 
 
 def _schema_json(schema: Mapping[str, Any]) -> str:

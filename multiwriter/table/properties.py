@@ -54,6 +54,8 @@ NUM_BUCKETS_KEY = "hoodie.bucket.index.num.buckets"
 HASH_FIELD_KEY = "hoodie.bucket.index.hash.field"
 #: "false": virtual keys, Hudi writes no meta values (the meta columns stay, null) and no bloom filter
 POPULATE_META_FIELDS_KEY = "hoodie.populate.meta.fields"
+#: the source a bootstrapped table was made from (Hudi's ``HoodieTableConfig.BOOTSTRAP_BASE_PATH``)
+BOOTSTRAP_BASE_PATH_KEY = "hoodie.bootstrap.base.path"
 
 
 def parse(text: str, *, source: str = PROPERTIES_FILE) -> dict[str, str]:

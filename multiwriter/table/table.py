@@ -78,6 +78,7 @@ class Table:
         table_version: int = props.WRITE_VERSION,
         metadata: bool = True,
         populate_meta_fields: bool = True,
+        properties: dict[str, str] | None = None,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -103,6 +104,9 @@ class Table:
         nor a bloom filter into the footer; the index finds a key's file by reading the key
         columns of its partition's files, as Hudi's simple index does. As in Hudi, such a table
         has no incremental or CDC reads (:class:`~multiwriter.errors.VirtualKeysError`).
+
+        ``properties``: more ``hoodie.properties`` entries to record (a bootstrap's
+        ``hoodie.bootstrap.base.path``); not settings, so not compared with an existing table's.
         """
         if table_version not in props.WRITE_VERSIONS:
             raise ConfigError(f"table_version={table_version!r}: multiwriter writes table versions 8 and 9")
@@ -130,7 +134,7 @@ class Table:
             populate_meta_fields=populate_meta_fields,
         )
         storage = Storage(path)
-        recorded = cfg.to_properties()
+        recorded = {**(properties or {}), **cfg.to_properties()}
         if lock is not None:
             recorded.update(lock.table_properties())
         if metadata and not storage.exists(PROPERTIES_FILE):

@@ -92,8 +92,9 @@ class Writer:
         return self._checkpoint
 
     def write(self, data: Any, batch_id: int | None = None, *, extra_metadata: dict[str, str] | None = None,
-              query_id: str | None = None) -> CommitResult:
-        """Commit ``data`` as one instant (``extra_metadata``: added to the commit's extraMetadata).
+              query_id: str | None = None, instant_time: str | None = None) -> CommitResult:
+        """Commit ``data`` as one instant (``extra_metadata``: added to the commit's extraMetadata;
+        ``instant_time``: a bootstrap's fixed time, :func:`multiwriter.write.bootstrap.bootstrap`).
 
         ``batch_id`` with ``query_id`` (else ``config.query_id``): a batch id the checkpoint
         covers is skipped when the same query sent it (a replay) and raises
@@ -117,7 +118,8 @@ class Writer:
                               allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
                               strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
-                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id)
+                result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id,
+                                       at=instant_time)
             except DuplicateBatchError as e:
                 txn.abort()
                 log.info("writer %s: %s; skipping", wid, e)
@@ -188,7 +190,8 @@ class Writer:
         return self._rng.uniform(cap / 2, cap) if cap > 0 else 0.0
 
     def _attempt(self, txn: Transaction, batch: _Batch, batch_id: int | None, attempts: int, conflicts: int, started: float,
-                 extra_metadata: dict[str, str] | None = None, query_id: str | None = None) -> CommitResult:
+                 extra_metadata: dict[str, str] | None = None, query_id: str | None = None,
+                 at: str | None = None) -> CommitResult:
         name = self.table.name
         phases: dict[str, float] = {}
         replacing = overwrite.is_overwrite(self.config.operation)
@@ -196,7 +199,7 @@ class Writer:
         if replacing:
             txn.begin(REPLACE_COMMIT, overwrite.requested_metadata())
         else:
-            txn.begin()
+            txn.begin(at=at)
         assert txn.instant is not None and txn.base_timeline is not None
         t = txn.instant.requested_time
         tl = txn.base_timeline
