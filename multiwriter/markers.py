@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from .errors import InvalidRecordError
 from .storage import FileExists, Storage
 from .format import layout
-from .format.instant import TIME_RE
 from .format.log_file import parse_log_file
 
 log = logging.getLogger(__name__)
@@ -190,7 +189,7 @@ def instants_with_markers(storage: Storage) -> list[str]:
     out = []
     for d in storage.list_subdirs(layout.TEMP_DIR):
         t = d.rsplit("/", 1)[-1]
-        if TIME_RE.match(t):
+        if layout.INSTANT_TIME_RE.match(t):  # Hudi's reserved 14-digit times too (a bootstrap's)
             out.append(t)
     return sorted(out)
 

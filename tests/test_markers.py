@@ -122,3 +122,13 @@ def test_an_aborted_write_deletes_a_file_of_its_instant_that_has_no_marker(trips
     after = sorted(p for p in Path(table_path).rglob("*.parquet") if ".hoodie" not in p.parts)
     assert after == before
     assert sorted(hudi_read(table_path).column("id").to_pylist()) == sorted(trips(range(5)).column("id").to_pylist())
+
+
+def test_marker_folders_of_hudis_reserved_times_are_listed(tmp_path):
+    """A bootstrap's instant has Hudi's 14-digit reserved time (``FULL_BOOTSTRAP_INSTANT_TS``):
+    its marker folder is listed with the others, so the companion job's bookkeeping sees it."""
+    storage = Storage(str(tmp_path))
+    for t in ("00000000000002", "20240101000000000"):
+        markers.create_all(storage, t, [("2024-01-01", f"f-0_0-0-0_{t}.parquet")])
+    storage.makedirs(".hoodie/.temp/not-a-time")
+    assert markers.instants_with_markers(storage) == ["00000000000002", "20240101000000000"]

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from .. import markers
 from ..instant_time import parse_time
 from ..table import history
-from ..format import instant as inst
 from ..format import layout
 from ..table.files import FileSlice, LogFile, list_files
 from ..format.log_file import parse_log_file
@@ -146,7 +145,7 @@ def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, no
             n += 1
     for e in ctx.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True):
         t = e.path.rsplit("/", 1)[-1]
-        if inst.TIME_RE.match(t) and stale(t) and ctx.storage.delete(e.path):
+        if layout.INSTANT_TIME_RE.match(t) and stale(t) and ctx.storage.delete(e.path):
             n += 1
     return n
 
