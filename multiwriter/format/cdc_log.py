@@ -47,6 +47,8 @@ CDC_SUFFIX = ".cdc"
 #: ``HoodieCDCSupplementalLoggingMode``
 OP_KEY_ONLY, DATA_BEFORE, DATA_BEFORE_AFTER = "OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER"
 MODES = (OP_KEY_ONLY, DATA_BEFORE, DATA_BEFORE_AFTER)
+#: ``HoodieCDCOperation`` values
+INSERT_OP, UPDATE_OP, DELETE_OP = "i", "u", "d"
 #: column names (``HoodieCDCUtils.CDC_OPERATION_TYPE`` ... ``CDC_RECORD_KEY``)
 OP, TS, BEFORE, AFTER, RECORD_KEY = "op", "ts_ms", "before", "after", "record_key"
 
