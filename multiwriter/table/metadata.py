@@ -356,6 +356,12 @@ class WriteStat:
         return dict(zip(self.cdc_files, self.cdc_sizes, strict=True))
 
     @property
+    def written(self) -> tuple[str, ...]:
+        """Every file this stat names as written: its data file and its CDC log files (what a
+        commit keeps of its instant's marked files: :func:`multiwriter.markers.reconcile`)."""
+        return (self.path, *self.cdc_files)
+
+    @property
     def is_log(self) -> bool:
         return self.log_version is not None
 
