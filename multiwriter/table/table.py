@@ -354,7 +354,8 @@ class Table:
         in completion order, each key it changed once per changed file group: ``op`` (``i``,
         ``u``, ``d``), ``ts_ms`` (the commit's requested instant time), ``before`` and ``after``
         (structs of the data columns, null where absent), as Hudi's CDC query returns them
-        (inferred from the data files as Hudi's ``HoodieCDCExtractor`` does: :mod:`.cdc`).
+        (read from the CDC log files a commit's ``cdcStats`` names, else inferred from the data
+        files, as Hudi's ``HoodieCDCExtractor`` does: :mod:`.cdc`).
         Deletes and the rows an insert-overwrite retired are ``d`` records; compaction and
         clustering change nothing. Bounds as :meth:`read_incremental`; a range whose slices the
         cleaner deleted raises :class:`~multiwriter.errors.InstantNotRetainedError`."""

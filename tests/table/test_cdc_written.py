@@ -144,3 +144,23 @@ def test_the_logged_records_are_what_read_cdc_returns(trips_table, table_path):
                                                      instant_time=r.instant.requested_time))
     got = cdc_records(mw.Table.open(table_path).read_cdc(r0.instant.completion_time, None))
     assert got == Counter({("u", r.instant.requested_time, "1", ("1", 1, 1.0), ("1", 7, 7.0)): 1})
+
+
+def test_an_aborted_write_deletes_its_cdc_log_files(trips_table, table_path):
+    """A CDC log file is marked before it is written, as data files are: an aborted write
+    deletes it with the base files its markers name."""
+    from multiwriter import faults
+
+    _enable(table_path)
+    w = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(mw_trips([1, 2], 1), table_path, w)
+    faults.configure("after-data-files=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mw.write(mw_trips([1, 3], 2), table_path, w)
+    finally:
+        faults.configure(None)
+    t = mw.Table.open(table_path)
+    assert [e.path for e in t.storage.walk_files("") if e.path.endswith(cl.CDC_SUFFIX)] == []
+    mw.write(mw_trips([1, 3], 2), table_path, w)
+    assert len(_cdc_stats(mw.Table.open(table_path))) == 1
