@@ -18,6 +18,7 @@ from multiwriter.format import cdc_log as cl
 from multiwriter.table import cdc
 from multiwriter.table import properties as props
 from multiwriter.table.merged_slice import read_slice
+from tests.conftest import TRIPS_SCHEMA
 from tests.oracle import hudi_read
 from tests.table.test_cdc import _history, cdc_records
 
@@ -164,3 +165,28 @@ def test_an_aborted_write_deletes_its_cdc_log_files(trips_table, table_path):
     assert [e.path for e in t.storage.walk_files("") if e.path.endswith(cl.CDC_SUFFIX)] == []
     mw.write(mw_trips([1, 3], 2), table_path, w)
     assert len(_cdc_stats(mw.Table.open(table_path))) == 1
+
+
+def test_the_spark_executor_path_logs_the_same_changes(spark, tmp_path, monkeypatch):
+    """Executors merge through the same function (spread over tasks here): their stats carry
+    ``cdcStats`` back to the driver, whose commit keeps the files; the changes read are the
+    driver path's."""
+    from multiwriter.write import spark as spark_path
+
+    monkeypatch.setattr(spark_path, "ONE_TASK_MAX_ROWS", 0)
+    got = []
+    for ex in ("driver", "spark"):
+        p = str(tmp_path / ex)
+        mw.Table.create(p, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                        ordering_field="ts")
+        _enable(p)
+        for op, ids, ts in (("upsert", [1, 2, 3], 1), ("upsert", [2, 4], 2), ("delete", [3], 2)):
+            b = mw_trips(ids, ts)
+            data = spark.createDataFrame(b.to_pandas()) if ex == "spark" else b
+            mw.write(data, p, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="w", executor=ex, operation=op))
+        t = mw.Table.open(p)
+        assert len(_cdc_stats(t)) == 2
+        on_disk = {e.path: e.size for e in t.storage.walk_files("") if e.path.endswith(cl.CDC_SUFFIX)}
+        assert on_disk == _cdc_stats(t)
+        got.append(Counter((op, k, b, a) for op, _, k, b, a in cdc_records(t.read_cdc()).elements()))
+    assert got[0] == got[1]
