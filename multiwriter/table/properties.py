@@ -266,6 +266,11 @@ class TableConfig:
                 "multiwriter's log appends do not yet; write this table with Hudi (multiwriter reads its changes: "
                 "Table.read_cdc), or use a Copy-on-Write table, whose CDC log files multiwriter writes"
             )
+        if self.raw.get(CDC_ENABLED_KEY, "").strip().lower() == "true" and self.virtual_keys:
+            raise VirtualKeysError(
+                f"{source}: {CDC_ENABLED_KEY}=true with {POPULATE_META_FIELDS_KEY}=false: multiwriter reads no changes "
+                "of a table with virtual keys, so it writes no CDC log files for one; write this table with Hudi"
+            )
         partial = self.raw.get(PARTIAL_UPDATE_MODE_KEY, "").upper()
         if partial and partial != "NONE":
             raise TableFormatError(

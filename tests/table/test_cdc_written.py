@@ -190,3 +190,12 @@ def test_the_spark_executor_path_logs_the_same_changes(spark, tmp_path, monkeypa
         assert on_disk == _cdc_stats(t)
         got.append(Counter((op, k, b, a) for op, _, k, b, a in cdc_records(t.read_cdc()).elements()))
     assert got[0] == got[1]
+
+
+def test_cdc_with_virtual_keys_is_refused_by_name(table_path):
+    """``read_cdc`` refuses tables with virtual keys, so their writers log no changes either."""
+    mw.Table.create(table_path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", populate_meta_fields=False)
+    _enable(table_path)
+    with pytest.raises(errors.VirtualKeysError, match="hoodie.table.cdc.enabled=true with"):
+        mw.write(mw_trips([1], 1), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
