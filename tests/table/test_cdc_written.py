@@ -199,3 +199,17 @@ def test_cdc_with_virtual_keys_is_refused_by_name(table_path):
     _enable(table_path)
     with pytest.raises(errors.VirtualKeysError, match="hoodie.table.cdc.enabled=true with"):
         mw.write(mw_trips([1], 1), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+
+
+def test_the_metadata_table_lists_the_cdc_log_files(cdc_history):
+    """``HoodieTableMetadataUtil`` puts a write stat's ``cdcStats`` files into the files
+    partition beside its data file; listings through it still see only the slices' files."""
+    from multiwriter.table import metadata_files
+
+    path, model = cdc_history
+    t = mw.Table.open(path)
+    listing = metadata_files.MetadataTable(t.storage, t.config).listing()
+    names = {f"{p}/{n}" for p, files in listing.items() for n in files}
+    assert set(_cdc_stats(t)) <= names
+    assert sorted(t.read().column("id").to_pylist()) == sorted(model.state)
+    assert sorted(hudi_read(path).column("id").to_pylist()) == sorted(model.state)
