@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from .errors import InvalidRecordError
 from .storage import FileExists, Storage
 from .format import layout
+from .format.cdc_log import parse_cdc_log_file
 from .format.log_file import parse_log_file
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,8 @@ def _remember(storage: Storage, rel: str, body: bytes) -> None:
 
 def _safe_marker(entry: str) -> str | None:
     """``entry`` (``<partition>/<file><suffix>``) when its directories are safe and its file
-    name is a plain name or a log file's (``.<fileId>_<T>.log.<v>_<token>``); else None."""
+    name is a plain name or a log file's (``.<fileId>_<T>.log.<v>_<token>``, ``.cdc`` after it for a
+    CDC log); else None."""
     suffix = _APPEND_SUFFIX if entry.endswith(_APPEND_SUFFIX) else _MARKER_SUFFIX
     part, _, name = entry.rpartition("/")
     if not entry.endswith(suffix) or not name:
@@ -143,7 +145,8 @@ def _safe_marker(entry: str) -> str | None:
         if part:
             layout.check_relative(part)
         if name.startswith("."):
-            if parse_log_file(name.removesuffix(suffix)) is None:
+            bare = name.removesuffix(suffix)
+            if parse_log_file(bare) is None and parse_cdc_log_file(bare) is None:
                 return None
         else:
             layout.check_relative(name)
@@ -212,5 +215,5 @@ def _is_data_file_of(rel: str, instant_time: str) -> bool:
     """A base or log file named with ``instant_time`` (a table version 8 log file carries the
     requested time of the deltacommit that wrote it)."""
     name = rel.rsplit("/", 1)[-1]
-    parsed = layout.parse_data_file(name) or parse_log_file(name)
+    parsed = layout.parse_data_file(name) or parse_log_file(name) or parse_cdc_log_file(name)
     return parsed is not None and parsed.instant_time == instant_time

@@ -47,6 +47,7 @@ from ..table import timeline as tlmod
 from ..format.instant import Instant
 from ..table.metadata import decode_records, encode, parsing, rollback_target
 from ..table.files import list_files
+from ..format.cdc_log import parse_cdc_log_file
 from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..transaction import covering_rollback_targets, rollback_targets
@@ -77,7 +78,7 @@ class RollbackPlan:
         groups: dict[tuple[str, str | None], list[str]] = defaultdict(list)
         for rel in self.files:
             part, _, name = rel.rpartition("/")
-            parsed = layout.parse_data_file(name) or parse_log_file(name)
+            parsed = layout.parse_data_file(name) or parse_log_file(name) or parse_cdc_log_file(name)
             groups[(part, parsed.file_id if parsed else None)].append(uri_of(rel))
         requests = [
             {
@@ -127,7 +128,7 @@ def _safe_data_path(partition: str, path: str, target_time: str, source: str) ->
     """``partition/<basename>`` of a planned path, or None (with a warning) if it is not a base
     or log file of the target instant: plans store full paths, which change when a table is moved."""
     name = posixpath.basename(path)
-    parsed = layout.parse_data_file(name) or parse_log_file(name)
+    parsed = layout.parse_data_file(name) or parse_log_file(name) or parse_cdc_log_file(name)
     try:
         part: str | None = paths.partition(partition, source=source)
     except UnsafePathError:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InvalidRecordError, SchemaMismatchError, TableFormatError
 from . import avro, bounds
-from .schema import META_COLUMNS, avro_to_arrow
+from .schema import META_COLUMNS, avro_to_arrow, inline_named_types
 
 MAGIC = b"#HUDI#"
 #: the log format version after the magic; every Hudi release since 0.5 writes 1
@@ -330,6 +330,17 @@ def _encoder(parsed: Any) -> Callable[[Any], bytes]:
             return with_fastavro(value)  # fastavro encodes it or says why not
         return b"".join(parts)
     return with_compiled
+
+
+def avro_block_content(records: pa.Table, schema: Mapping[str, Any]) -> bytes:
+    """The content of an Avro-encoded block (content version, record count, per record its
+    length and Avro binary body) of ``records`` under the full record ``schema``: the layout
+    ``HoodieAvroDataBlock`` and its subclass ``HoodieCDCDataBlock`` share."""
+    try:
+        parsed = fastavro.parse_schema(dict(schema), named_schemas={})
+    except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as e:
+        raise SchemaMismatchError(f"not a usable Avro schema for log records ({e})") from e
+    return _encode_records(_records(records, schema), parsed)
 
 
 def _encode_records(records: list[dict[str, Any]], parsed: Any) -> bytes:
@@ -816,7 +827,7 @@ def _decode_avro_records(content: bytes, header: Mapping[str, str], where: str) 
         raise TableFormatError(f"{where}: data block without a SCHEMA header")
     try:
         schema = json.loads(text)
-        arrow_schema = avro_to_arrow(schema, source=where)
+        arrow_schema = avro_to_arrow(inline_named_types(schema), source=where)
         parsed = fastavro.parse_schema(_raw_time_fields(schema), named_schemas={})
     except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as e:
         raise TableFormatError(f"{where}: unreadable SCHEMA header ({e})") from e

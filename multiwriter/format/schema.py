@@ -153,6 +153,34 @@ def avro_to_arrow(avro: str | dict[str, Any], *, source: str = "schema") -> pa.S
         raise TableFormatError(f"{source}: unreadable Avro schema ({e})") from e
 
 
+def inline_named_types(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every reference to a named record, enum or fixed type replaced by its
+    definition. Avro writes a named type once and refers to it by (full) name afterwards, as in
+    a CDC block's schema, whose ``before`` and ``after`` images share the table's record type."""
+    named: dict[str, Any] = {}
+
+    def walk(t: Any, ns: str | None) -> Any:
+        if isinstance(t, list):
+            return [walk(b, ns) for b in t]
+        if isinstance(t, str):
+            return named.get(t) or named.get(f"{ns}.{t}") or t
+        if not isinstance(t, dict):
+            return t
+        own_ns = t.get("namespace", ns)
+        out = dict(t)
+        if "name" in t and t.get("type") in ("record", "enum", "fixed"):
+            full = t["name"] if "." in t["name"] or not own_ns else f"{own_ns}.{t['name']}"
+            named[full] = named[t["name"]] = out
+        if t.get("type") == "record":
+            out["fields"] = [{**f, "type": walk(f["type"], own_ns)} for f in t.get("fields", [])]
+        for key in ("items", "values"):
+            if key in t:
+                out[key] = walk(t[key], own_ns)
+        return out
+
+    return walk(schema, schema.get("namespace"))
+
+
 def _afield(f: dict[str, Any]) -> pa.Field:
     hint = f.get("arrowType")
     nullable = _nullable(f["type"])

@@ -44,7 +44,6 @@ def commit_ranges(options: opt.ReadOptions) -> list[InputPartition]:
     if end is None or (start is not None and end <= start):
         return []
     plan = table.cdc_plan(tl, start, end)
-    cdc.check_no_cdc_logs(table.storage, table.config, plan.commits)
     out: list[InputPartition] = []
     lo = start
     for c in plan.commits:

@@ -283,7 +283,7 @@ class MultiWriterStreamWriter(DataSourceStreamArrowWriter):
         w.heartbeat.start(t)
         try:
             faults.point("after-data-files")
-            markers.reconcile(table.storage, t, [s.path for s in stats])  # files of failed task attempts
+            markers.reconcile(table.storage, t, [p for s in stats for p in s.written])  # files of failed task attempts
             meta = commit_metadata(stats, begun.schema, table.name, self.operation, {QUERY_KEY: self.query})
             try:
                 txn.commit(meta, checkpoint=(self.writer_id, batch_id), inserted_keys=_merged_inserts(results) or None,

@@ -27,13 +27,14 @@ and compares them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InstantNotRetainedError, TableFormatError
+from ..format import cdc_log
 from ..format import instant as inst
 from ..format.instant import Instant
 from ..format.schema import META_COLUMNS, data_schema
@@ -47,20 +48,26 @@ from .view import TimelineView
 #: column names of a CDC record (``HoodieCDCUtils``)
 OP, TS, BEFORE, AFTER = "op", "ts_ms", "before", "after"
 #: ``HoodieCDCOperation`` values
-INSERT, UPDATE, DELETE = "i", "u", "d"
+INSERT, UPDATE, DELETE = cdc_log.INSERT_OP, cdc_log.UPDATE_OP, cdc_log.DELETE_OP
 
 MODE_KEY = "hoodie.table.cdc.supplemental.logging.mode"
 #: ``HoodieCDCSupplementalLoggingMode`` (Hudi 0.13+ names; the older ``cdc_*`` values map onto them)
-MODES = ("OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER")
+MODES = cdc_log.MODES
 _LEGACY_MODES = {"cdc_op_key": "OP_KEY_ONLY", "cdc_data_before": "DATA_BEFORE", "cdc_data_before_after": "DATA_BEFORE_AFTER"}
 _COMMIT_TIME = META_COLUMNS[0]
-CDC_LOG_SUFFIX = ".cdc"
+CDC_LOG_SUFFIX = cdc_log.CDC_SUFFIX
 
 
 class CdcLogFileError(TableFormatError):
-    """A commit in a CDC range has CDC log files Hudi wrote (``hoodie.table.cdc.enabled``):
-    Hudi's reader takes those as they are (``HoodieCDCInferenceCase.AS_IS``), which inference
-    from the data files does not reproduce in every case, so the range is refused."""
+    """A CDC log file a commit's ``cdcStats`` names is missing: Hudi's reader takes the
+    commit's changes from it as they are (``HoodieCDCInferenceCase.AS_IS``), so they cannot be
+    told."""
+
+
+def cdc_enabled(config: TableConfig) -> bool:
+    """``hoodie.table.cdc.enabled=true`` (Java's ``Boolean.parseBoolean``): Hudi's writers log
+    each commit's changes to CDC log files (:mod:`multiwriter.format.cdc_log`)."""
+    return (config.raw.get(ENABLED_KEY) or "").strip().lower() == "true"
 
 
 def supplemental_mode(config: TableConfig) -> str:
@@ -93,6 +100,9 @@ class GroupChange:
     group: FileGroup
     before: FileSlice | None
     after: FileSlice | None
+    #: the CDC log files the commit's write stat names for the group (``cdcStats``): read as
+    #: they are (``AS_IS``) instead of inferring the changes
+    cdc_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,14 +134,18 @@ def plan(view: TimelineView, bases: list[FileSlice], logs: list[LogFile], start:
         meta = v.commit_metadata(c)
         retired = meta.replaced_file_groups() if c.action == inst.REPLACE_COMMIT else set()
         touched = {(s.partition_path, s.file_id) for s in meta.all_stats() if s.file_id}
+        logged: dict[FileGroup, tuple[str, ...]] = {}
+        for s in meta.all_stats():
+            if s.file_id and s.cdc_files:
+                logged[(s.partition_path, s.file_id)] = logged.get((s.partition_path, s.file_id), ()) + s.cdc_files
         before = v.slices_by_completion(bases, logs, prev) if prev is not None else {}
         after = v.slices_by_completion(bases, logs, done)
         groups = sorted(touched | retired)
         if prev is not None:
             missing += [(c, g, p) for g, _, p in v.missing_files(before, groups, prev)]
         missing += [(c, g, p) for g, _, p in v.missing_files(after, sorted(touched - retired), done)]
-        changes += [GroupChange(c, g, before.get(g), None if g in retired and g not in touched else after.get(g))
-                    for g in groups]
+        changes += [GroupChange(c, g, before.get(g), None if g in retired and g not in touched else after.get(g),
+                                logged.get(g, ())) for g in groups]
     if missing:
         _refuse(v, missing)
     return CdcPlan(tuple(changes), tuple(commits))
@@ -148,36 +162,29 @@ def _refuse(view: TimelineView, missing: list[tuple[Instant, FileGroup, str]]) -
     )
 
 
-def check_no_cdc_logs(storage: Storage, config: TableConfig, commits: Iterable[Instant]) -> None:
-    """Refuse (:class:`CdcLogFileError`, naming the file) a range in which Hudi wrote CDC log
-    files: a table without ``hoodie.table.cdc.enabled=true`` has none, and is not listed."""
-    if (config.raw.get(ENABLED_KEY) or "").strip().lower() != "true":
-        return
-    wanted = {c.requested_time for c in commits}
-    for e in storage.walk_files(""):
-        name = e.path.rsplit("/", 1)[-1]
-        if name.endswith(CDC_LOG_SUFFIX) and _cdc_log_instant(name) in wanted:
-            raise CdcLogFileError(
-                f"{e.path} is a CDC log file Hudi wrote for instant {_cdc_log_instant(name)}; Hudi's CDC query reads "
-                "such files as they are, which multiwriter's inference from the data files does not reproduce in every "
-                "case: read this range with Hudi, or read ranges of commits multiwriter wrote"
-            )
-
-
-def _cdc_log_instant(name: str) -> str | None:
-    """The instant of a CDC log file name (``.<fileId>_<instant>.log.<v>_<token>.cdc``)."""
-    head = name[1:].split(".log.", 1)[0]
-    return head.rsplit("_", 1)[-1] if "_" in head else None
+def read_cdc_file(storage: Storage, path: str) -> pa.Table:
+    """The records of a CDC log file a write stat names (``cdcStats``, a path from the table
+    root); a missing file is refused (:class:`CdcLogFileError`) naming it."""
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError as e:
+        raise CdcLogFileError(
+            f"{path} is named by a commit's cdcStats but is not in the table; Hudi's CDC query reads the changes "
+            "from it, so they cannot be told: restore the file, or read a range without that commit") from e
+    return cdc_log.read_cdc_records(data, source=path)
 
 
 SliceReader = Callable[[FileSlice, tuple[LogFile, ...] | None], pa.Table]
+CdcFileReader = Callable[[str], pa.Table]
 
 
-def changes(plan_: CdcPlan, schema: pa.Schema, read: SliceReader) -> pa.Table:
+def changes(plan_: CdcPlan, schema: pa.Schema, read: SliceReader, read_log: CdcFileReader | None = None,
+            mode: str = MODES[-1]) -> pa.Table:
     """The CDC records of ``plan_`` in :func:`cdc_schema`; ``schema``: the read schema (meta
     columns first); ``read(slice, logs)``: a slice's current rows (``logs``: a subset of its
-    logs, None for all). A slice read for one commit's ``after`` is the next one's ``before``:
-    each is read once."""
+    logs, None for all); ``read_log(path)``: a CDC log file's records (:func:`read_cdc_file`),
+    in the table's supplemental logging ``mode``. A slice read for one commit's ``after`` is
+    the next one's ``before``: each is read once."""
     out_schema = cdc_schema(schema)
     cache: dict[tuple[str, str, tuple[str, ...]], pa.Table] = {}
 
@@ -197,10 +204,57 @@ def changes(plan_: CdcPlan, schema: pa.Schema, read: SliceReader) -> pa.Table:
             before = rows(ch.after, ch.before.logs)  # the slice with the logs completed before the commit
         else:
             before = rows(ch.before)
-        part = _diff(before, after, ch.commit.requested_time, out_schema)
+        if ch.cdc_files and read_log is not None:
+            logged = pa.concat_tables([read_log(p) for p in ch.cdc_files])
+            part = _as_is(logged, mode, before, after, ch.commit.requested_time, out_schema)
+        else:
+            part = _diff(before, after, ch.commit.requested_time, out_schema)
         if part.num_rows:
             parts.append(part)
     return pa.concat_tables(parts) if parts else out_schema.empty_table()
+
+
+def _as_is(logged: pa.Table, mode: str, before: pa.Table, after: pa.Table, commit_time: str,
+           out: pa.Schema) -> pa.Table:
+    """A group's changes as its CDC log holds them (``HoodieCDCInferenceCase.AS_IS``, read as
+    ``CDCFileGroupIterator`` does): every record's op; images the log holds are taken as they
+    are, the others looked up by key in the slice before the commit (``before``, mode
+    ``OP_KEY_ONLY``) and after it (``after``, modes ``OP_KEY_ONLY`` and ``DATA_BEFORE``)."""
+    n = logged.num_rows
+    image = out.field(BEFORE).type
+    ops = logged.column(cdc_log.OP).combine_chunks().cast(pa.string())
+    if mode == cdc_log.DATA_BEFORE_AFTER:
+        ts = logged.column(cdc_log.TS).combine_chunks().cast(pa.string())
+        b, a = (_struct_image(logged.column(c).combine_chunks(), image) for c in (BEFORE, AFTER))
+    else:
+        keys = logged.column(cdc_log.RECORD_KEY).combine_chunks().cast(pa.string())
+        ts = pa.array([commit_time] * n, pa.string())
+        if mode == cdc_log.DATA_BEFORE:
+            b = _struct_image(logged.column(BEFORE).combine_chunks(), image)
+        else:
+            b = _lookup(before, keys, pc.not_equal(ops, INSERT), image)
+        a = _lookup(after, keys, pc.not_equal(ops, DELETE), image)
+    return pa.Table.from_arrays([ops, ts, b, a], schema=out)
+
+
+def _struct_image(col: pa.Array, image: pa.StructType) -> pa.Array:
+    """A logged image as the read's image type, field by field by name (a field the log lacks,
+    after a schema change, is null)."""
+    arrays = []
+    for f in image:
+        i = col.type.get_field_index(f.name)
+        arrays.append(col.field(i).cast(f.type) if i >= 0 else pa.nulls(len(col), f.type))
+    return pa.StructArray.from_arrays(arrays, fields=list(image), mask=col.is_null())
+
+
+def _lookup(rows: pa.Table, keys: pa.Array, wanted: pa.Array, image: pa.StructType) -> pa.Array:
+    """The images of ``keys`` in ``rows`` where ``wanted`` (null elsewhere, or where the key is
+    not there)."""
+    at = pc.index_in(keys, value_set=rows.column(RECORD_KEY).combine_chunks())
+    at = pc.if_else(pc.fill_null(wanted, False), at, pa.scalar(None, at.type))
+    found = rows.take(at)
+    arrays = [found.column(f.name).combine_chunks() for f in image]
+    return pa.StructArray.from_arrays(arrays, fields=list(image), mask=at.is_null())
 
 
 def _same_base(a: FileSlice, b: FileSlice) -> bool:

@@ -344,6 +344,22 @@ class WriteStat:
     log_files: tuple[str, ...] = ()  # ... and the log file names it wrote
     compacted_log_files: int = 0  # a compaction's stat: log files merged into the new base
     compacted_log_bytes: int = 0
+    #: the CDC log files written beside this file (``HoodieWriteStat.cdcStats``: path from the
+    #: table root -> size; ``HoodieCDCLogger.getCDCWriteStats``), as two parallel tuples
+    cdc_files: tuple[str, ...] = ()
+    cdc_sizes: tuple[int, ...] = ()
+
+    @property
+    def cdc_stats(self) -> dict[str, int]:
+        """``cdcStats``: Hudi's CDC query reads these files as they are (``AS_IS``) instead of
+        inferring the changes from the data files (``HoodieCDCExtractor.parseWriteStat``)."""
+        return dict(zip(self.cdc_files, self.cdc_sizes, strict=True))
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Every file this stat names as written: its data file and its CDC log files (what a
+        commit keeps of its instant's marked files: :func:`multiwriter.markers.reconcile`)."""
+        return (self.path, *self.cdc_files)
 
     @property
     def is_log(self) -> bool:
@@ -362,7 +378,7 @@ class WriteStat:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WriteStat:
         """The stat :meth:`to_row` (or its JSON) gave."""
-        return cls(**{f.name: tuple(row[f.name] or ()) if f.type == _NAMES else row[f.name] for f in fields(cls)})
+        return cls(**{f.name: tuple(row.get(f.name) or ()) if f.type in _TUPLES else row[f.name] for f in fields(cls)})
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -389,6 +405,7 @@ class WriteStat:
             "totalLogSizeCompacted": self.compacted_log_bytes,
             "numUpdates": 0,
             **self._log_fields(),
+            **({"cdcStats": self.cdc_stats} if self.cdc_files else {}),
         }
 
     def _log_fields(self) -> dict[str, Any]:
@@ -408,6 +425,7 @@ class WriteStat:
         log_files = d.get("logFiles") or ()
         if not isinstance(log_files, list | tuple) or not all(isinstance(n, str) for n in log_files):
             raise TypeError(f"logFiles={log_files!r:.80} is not a list of file names")
+        cdc = _cdc_stats(d.get("cdcStats"))
         return cls(
             file_id=_text(d, "fileId") or "",
             path=_text(d, "path") or "",
@@ -425,6 +443,8 @@ class WriteStat:
             log_files=tuple(log_files),
             compacted_log_files=_count(d, "totalLogFilesCompacted"),
             compacted_log_bytes=_count(d, "totalLogSizeCompacted"),
+            cdc_files=tuple(cdc),
+            cdc_sizes=tuple(cdc.values()),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -432,8 +452,20 @@ class WriteStat:
 
 
 _NAMES = "tuple[str, ...]"  # the annotation of a list of file names (annotations are strings here)
+_SIZES = "tuple[int, ...]"
+_TUPLES = (_NAMES, _SIZES)
 _ARROW_TYPES = {"str": pa.string(), "str | None": pa.string(), "int": pa.int64(), "int | None": pa.int64(),
-                _NAMES: pa.list_(pa.string())}
+                _NAMES: pa.list_(pa.string()), _SIZES: pa.list_(pa.int64())}
+
+
+def _cdc_stats(raw: Any) -> dict[str, int]:
+    """``cdcStats`` of a write stat: a map of path to size, or null."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                               for k, v in raw.items()):
+        raise TypeError(f"cdcStats={raw!r:.80} is not a map of paths to sizes")
+    return dict(raw)
 
 
 def _write_stat_fields() -> list[pa.Field]:

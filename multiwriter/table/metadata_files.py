@@ -802,6 +802,8 @@ def records_of(action: str, data: bytes, *, source: str, metadata: CommitMetadat
             log.warning("%s; not recorded in the metadata table", e)
             continue
         recs.setdefault(_key(part), {})[name] = (int(s.file_size or 0), False)
+        for cdc_path, size in s.cdc_stats.items():  # CDC log files too, as HoodieTableMetadataUtil lists them
+            recs[_key(part)][cdc_path.rpartition("/")[2]] = (int(size), False)
     # the partition-list record Hudi writes for every commit, empty when it wrote no file
     recs[ALL_PARTITIONS] = {p: (0, False) for p in recs}
     return recs

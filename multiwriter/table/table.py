@@ -354,7 +354,8 @@ class Table:
         in completion order, each key it changed once per changed file group: ``op`` (``i``,
         ``u``, ``d``), ``ts_ms`` (the commit's requested instant time), ``before`` and ``after``
         (structs of the data columns, null where absent), as Hudi's CDC query returns them
-        (inferred from the data files as Hudi's ``HoodieCDCExtractor`` does: :mod:`.cdc`).
+        (read from the CDC log files a commit's ``cdcStats`` names, else inferred from the data
+        files, as Hudi's ``HoodieCDCExtractor`` does: :mod:`.cdc`).
         Deletes and the rows an insert-overwrite retired are ``d`` records; compaction and
         clustering change nothing. Bounds as :meth:`read_incremental`; a range whose slices the
         cleaner deleted raises :class:`~multiwriter.errors.InstantNotRetainedError`."""
@@ -366,18 +367,20 @@ class Table:
         tl = self.timeline()
         end = resolve_end(tl, start, end)
         full = self.read_schema(tl)
-        cdc.supplemental_mode(self.config)  # a bad mode is refused by name, whatever the range
+        mode = cdc.supplemental_mode(self.config)  # a bad mode is refused by name, whatever the range
         if end is None or (start is not None and end <= start):
             return IncrementalBatch(cdc.cdc_schema(full).empty_table(), start, start)
         plan = self.cdc_plan(tl, start, end)
-        cdc.check_no_cdc_logs(self.storage, self.config, plan.commits)
         merge = self.merge_config
         markers = DeleteMarkers.of(self.config)
 
         def read(fs: FileSlice, logs: tuple[Any, ...] | None) -> pa.Table:
             return read_slice(self.storage, fs, full, merge, logs=logs, markers=markers)
 
-        return IncrementalBatch(cdc.changes(plan, full, read), start, end)
+        def read_log(path: str) -> pa.Table:
+            return cdc.read_cdc_file(self.storage, path)
+
+        return IncrementalBatch(cdc.changes(plan, full, read, read_log, mode), start, end)
 
     def cdc_plan(self, tl: Timeline, start: str | None, end: str | None) -> cdc.CdcPlan:
         """The slices a CDC read of (start, end] compares (:func:`.cdc.plan`); refused on a

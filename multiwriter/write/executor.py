@@ -23,7 +23,7 @@ from ..table.properties import TableConfig
 from ..table.snapshot import FileSlice
 from .index import FooterKeys
 from .log_append import is_log_append, log_file_name, write_group
-from .merge import MergeContext, armed, check_alive, read_old_file, with_encodings
+from .merge import MergeContext, armed, cdc_file_name, check_alive, read_old_file, with_encodings
 from .plan import FileGroupTask, Plan
 
 #: merges of one plan running at once on the driver (None: one per core)
@@ -52,6 +52,8 @@ def run_on_driver(
     tasks = plan.tasks
     if list_markers and tasks:
         files = [(t.partition, _file_name(ctx, t, token)) for t in tasks]
+        files += [(t.partition, n) for t in tasks if not is_log_append(ctx, t)
+                  and (n := cdc_file_name(ctx, t, _token(t, token))) is not None]  # CDC logs of merged groups
         check_alive(storage, ctx, f"the markers of {len(files)} files")
         markers.create_all(storage, ctx.instant_time, files)
         ctx = dataclasses.replace(ctx, markers_listed=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -39,8 +40,10 @@ from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import plain_defaults
 from ..table.metadata import WriteStat
-from ..format.schema import META_COLUMNS, cast_column, data_schema, with_meta
-from . import bloom, guard
+from ..format import cdc_log
+from ..format.schema import META_COLUMNS, arrow_to_avro_json, cast_column, data_schema, with_meta
+from ..table.cdc import cdc_enabled, supplemental_mode
+from . import bloom, changes, guard
 from .columns import Prefixes, constant, constant_value
 from .index import SHARED_FOOTERS, FooterKeys, with_typed_range
 from .plan import FileGroupTask
@@ -78,6 +81,10 @@ class MergeContext:
     #: every ordering field when the merge names several (compared field by field, Hudi's
     #: ``ArrayComparable``); empty when ``ordering_field`` alone (or none) orders
     ordering_fields: tuple[str, ...] = ()
+    #: ``hoodie.table.cdc.enabled``: the table's supplemental logging mode, and its Avro record
+    #: schema (JSON) for the CDC records' images; None: merges write no CDC log (:mod:`.changes`)
+    cdc_mode: str | None = None
+    cdc_table_schema: str = ""
 
     @property
     def ordering(self) -> tuple[str, ...]:
@@ -111,14 +118,17 @@ def context(
     stays (not on a table merged by commit time, whatever ordering field it names:
     :class:`~multiwriter.table.merge_config.MergeConfig`)."""
     several: tuple[str, ...] = ()
+    cdc_mode, cdc_table_schema = None, ""
     if config is not None:
         merge = MergeConfig.from_table_config(config)
         ordering_field = merge.ordering_field
         several = merge.ordering_fields if len(merge.ordering_fields) > 1 else ()
+        if cdc_enabled(config):
+            cdc_mode, cdc_table_schema = supplemental_mode(config), arrow_to_avro_json(data_schema(schema), config.name)
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
                         unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
                         virtual_keys=config if config is not None and config.virtual_keys else None,
-                        ordering_fields=several)
+                        ordering_fields=several, cdc_mode=cdc_mode, cdc_table_schema=cdc_table_schema)
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -193,6 +203,7 @@ def merge_file_group(
         old = old.set_column(full.get_field_index(RECORD_KEY), RECORD_KEY, stored_keys(old, ctx.virtual_keys))
     n_update = n_delete = 0
     keys_filter = None
+    cdc: pa.Table | None = None  # an existing group's changes, when the table logs them (Hudi's merge handle)
     if old is not None and old.num_rows:
         old_col, new_col = _match_columns(ctx, old, upserts)
         pos = _positions_in_old(old.column(old_col), upserts.column(new_col))
@@ -202,18 +213,24 @@ def merge_file_group(
         drop = np.zeros(old.num_rows, dtype=bool)
         drop[pos[pos >= 0]] = True
         n_update = int(np.count_nonzero(pos >= 0))
+        deleted_mask = np.zeros(old.num_rows, dtype=bool)
         if deletes is not None:
             old_keys = old.column("_hoodie_record_key").combine_chunks()
             deletes = outranked_deletes_dropped(deletes, old_keys, old, ctx.ordering_field)
             removed = pc.is_in(old_keys, value_set=deletes.column(KEY).combine_chunks()).to_numpy(zero_copy_only=False)
-            n_delete = int(np.count_nonzero(removed & ~drop))
+            deleted_mask = removed & ~drop
+            n_delete = int(np.count_nonzero(deleted_mask))
             drop |= removed
         kept = old.filter(pa.array(~drop)) if n_update or n_delete else old
         inserted = upserts.filter(pa.array(pos < 0)) if n_update else upserts
         keys_filter = None if virtual else _grown_filter(old_md, inserted, _cached_filter(storage, task))
+        if ctx.cdc_mode is not None:
+            cdc = _changes(ctx, old, upserts, pos, deleted_mask)
     else:
         kept = None  # a new file (no empty table built: that costs more than the rest of the meta columns)
         inserted = upserts
+    if old is not None and ctx.cdc_mode is not None and cdc is None:  # a stored group without rows
+        cdc = _changes(ctx, old, upserts, np.full(upserts.num_rows, -1), np.zeros(old.num_rows, dtype=bool))
     if on_inserted is not None and inserted.num_rows:
         on_inserted(task.partition, inserted.column(KEY).combine_chunks())
     has_kept = kept is not None and kept.num_rows > 0
@@ -236,6 +253,7 @@ def merge_file_group(
                                                              virtual=virtual))
     if on_footer is not None:  # cached for the index: with the key's typed range when it is integral
         on_footer(rel, with_typed_range(footer, out, ctx.unique_columns[0]) if len(ctx.unique_columns) == 1 else footer)
+    cdc_files, cdc_sizes = _write_changes(storage, ctx, task, write_token, cdc) if cdc is not None else ((), ())
     return WriteStat(
         file_id=task.file_id,
         path=rel,
@@ -249,7 +267,47 @@ def merge_file_group(
         file_size=size,
         prev_base_file=task.old_file,
         create_time_ms=int((time.monotonic() - started) * 1000),
+        cdc_files=cdc_files,
+        cdc_sizes=cdc_sizes,
     )
+
+
+def cdc_file_name(ctx: MergeContext, task: FileGroupTask, write_token: str) -> str | None:
+    """The name of the CDC log file the merge of ``task`` writes, or None when it writes none:
+    the table logs no changes, or the group is new (Hudi's create handle logs none)."""
+    if ctx.cdc_mode is None or task.old_file is None:
+        return None
+    return cdc_log.cdc_log_name(task.file_id, ctx.instant_time, write_token)
+
+
+def _changes(ctx: MergeContext, old: pa.Table, upserts: pa.Table, pos: np.ndarray, deleted: np.ndarray) -> pa.Table:
+    """The CDC records of a merge: ``pos`` places each upsert in ``old`` (-1: a new key),
+    ``deleted`` flags the stored rows a delete removed."""
+    assert ctx.cdc_mode is not None
+    upd = pos >= 0
+    new_upd, new_ins = upserts.filter(pa.array(upd)), upserts.filter(pa.array(~upd))
+    gone = old.filter(pa.array(deleted))
+    return changes.merge_changes(
+        ctx.cdc_mode, ctx.instant_time, ctx.data_schema,
+        updated=(new_upd.column(KEY).combine_chunks(), old.take(pa.array(pos[upd])), new_upd),
+        deleted=(gone.column(RECORD_KEY).combine_chunks(), gone),
+        inserted=(new_ins.column(KEY).combine_chunks(), new_ins))
+
+
+def _write_changes(storage: Storage, ctx: MergeContext, task: FileGroupTask, write_token: str,
+                   records: pa.Table) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Write a merge's CDC log file beside its base file (marked and published as data files
+    are) and return its ``cdcStats`` entry: path from the table root, size."""
+    name = cdc_file_name(ctx, task, write_token)
+    assert name is not None and ctx.cdc_mode is not None
+    rel = layout.data_file_path(task.partition, name)
+    if not ctx.markers_listed:
+        check_alive(storage, ctx, f"the marker of {rel}")
+        markers.create(storage, ctx.instant_time, task.partition, name)
+    data = cdc_log.encode_cdc_block(records, ctx.cdc_mode, json.loads(ctx.cdc_table_schema),
+                                    instant_time=ctx.instant_time)
+    write_checked(storage, ctx, rel, lambda path: storage.write_bytes(path, data))
+    return (rel,), (len(data),)
 
 
 def outranked_deletes_dropped(deletes: pa.Table, old_keys: pa.Array, old: pa.Table, ordering: str | None) -> pa.Table:

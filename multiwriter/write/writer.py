@@ -246,7 +246,7 @@ class Writer:
         meta = commit_metadata(stats, schema, name, self.config.operation, extra_metadata)
         if replacing:
             meta = overwrite.replace_metadata(meta, replaced)
-        markers.reconcile(self.table.storage, t, [s.path for s in stats])  # extra files of retried tasks
+        markers.reconcile(self.table.storage, t, [p for s in stats for p in s.written])  # extra files of retried tasks
         t1 = time.monotonic()
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1

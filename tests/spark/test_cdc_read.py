@@ -83,8 +83,10 @@ def test_a_cdc_stream_delivers_every_change_once_across_runs(sp, trips_table, ta
     assert sorted(op for op, *_ in delivered.elements()) == ["d", "i", "u"]
 
 
-def test_writing_hudi_s_cdc_log_files_is_still_refused():
-    """Reads infer the changes; writers write no CDC log files, so the table setting is refused."""
+def test_creating_a_cdc_table_through_the_data_source_is_refused():
+    """``hoodie.table.cdc.enabled`` is a table setting made when the table is created; the data
+    source does not create such tables (it writes Copy-on-Write tables whose properties enable
+    it, CDC log files included), so the option is refused by name."""
     from multiwriter.spark import options as opt
 
     with pytest.raises(ConfigError, match="hoodie.table.cdc.enabled"):

@@ -81,3 +81,19 @@ def test_a_value_the_compiled_encoder_refuses_goes_to_fastavro(num_writes):
     meta = CommitMetadata({"p": [WriteStat(file_id="f", path="p/f", partition_path="p", num_writes=num_writes)]}, {}, "INSERT")
     with pytest.raises(ValueError, match="numWrites"):
         meta.to_bytes()
+
+
+def test_cdc_stats_round_trip_as_hudis_map():
+    """``HoodieWriteStat.cdcStats`` (path from the table root -> size) of a merge that wrote a CDC log
+    file (``HoodieCDCLogger.getCDCWriteStats``): in the Avro record, in the task rows, and left out
+    (null) when the write had none."""
+    cdc = "p1/.f1_20250101000000001.log.1_0-0-0.cdc"
+    stat = WriteStat(file_id="f1", path="p1/f1_0-0-0_20250101000000001.parquet", partition_path="p1",
+                     num_writes=3, num_update_writes=1, cdc_files=(cdc,), cdc_sizes=(321,))
+    assert stat.to_avro()["cdcStats"] == {cdc: 321}
+    assert "cdcStats" not in WriteStat(file_id="f", path="p/f", partition_path="p").to_avro()
+    back = CommitMetadata.from_bytes(CommitMetadata({"p1": [stat]}, {}, "UPSERT").to_bytes(), source="t")
+    assert back.all_stats()[0].cdc_stats == {cdc: 321}
+    assert WriteStat.from_row(stat.to_row()) == stat
+    with pytest.raises(TypeError, match="cdcStats"):
+        WriteStat.from_avro({**stat.to_avro(), "cdcStats": {cdc: "321"}}, "p1")
