@@ -284,7 +284,26 @@ def plan(ctx: CleanerContext, tl: Timeline, retain_commits: int) -> CleanPlan | 
     bases, logs = listed if listed is not None else list_files(ctx.storage, logs=tl.config.merge_on_read)
     doomed = old_slices(tl, bases, e, logs)
     last = tl.last_completed_write()
-    return CleanPlan(e, last.requested_time if last else "", tuple(f.path for f in doomed))
+    paths = [f.path for f in doomed] + _cdc_files_of(tl, doomed)
+    return CleanPlan(e, last.requested_time if last else "", tuple(sorted(paths)))
+
+
+def _cdc_files_of(tl: Timeline, doomed: list) -> list[str]:
+    """The CDC log files written beside the doomed base files (their commit's ``cdcStats``): they
+    go with their slice, as Hudi's ``CleanPlanner`` deletes a cleaned slice's log files. Commits
+    already archived name theirs no more here; those stay until the table is cleaned by hand."""
+    wanted = {(f.partition, f.file_id, f.instant_time) for f in doomed if isinstance(f, FileSlice)}
+    if not wanted:
+        return []
+    out: list[str] = []
+    for t in sorted({w[2] for w in wanted}):
+        i = tl.find(t)
+        if i is None or not i.is_completed or i.action not in inst.WRITE_ACTIONS:
+            continue
+        for s in tl.commit_metadata(i).all_stats():
+            if s.cdc_files and (s.partition_path, s.file_id, t) in wanted:
+                out.extend(s.cdc_files)
+    return out
 
 
 # -- scheduling, executing, resuming ----------------------------------------------------------

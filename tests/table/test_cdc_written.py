@@ -213,3 +213,27 @@ def test_the_metadata_table_lists_the_cdc_log_files(cdc_history):
     assert set(_cdc_stats(t)) <= names
     assert sorted(t.read().column("id").to_pylist()) == sorted(model.state)
     assert sorted(hudi_read(path).column("id").to_pylist()) == sorted(model.state)
+
+
+def test_the_cleaner_deletes_a_cleaned_slices_cdc_log_files(trips_table, table_path):
+    """Hudi's ``CleanPlanner`` deletes a cleaned slice's log files, its CDC log files included:
+    retention 1 after three merges of one file group keeps only the CDC file of the slice it
+    retains (the last commit's), and the table still reads as before."""
+    from tests.conftest import trips
+
+    _enable(table_path)
+    lock = mw.InProcessLock()
+    w = mw.WriterConfig(writer_id="w", lock=lock)
+    for k in range(4):
+        mw.write(trips(range(4), ts=k + 1, value=float(k)), table_path, w)
+    t = mw.Table.open(table_path)
+    written = set(_cdc_stats(t))
+    assert len(written) == 3, "three merges of the one file group, each with its CDC file"
+    tl = t.timeline()
+    last = tl.completed_writes()[-1]
+    own = set(tl.commit_metadata(last).all_stats()[0].cdc_files)
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1) as cleaner:
+        assert cleaner.run_once().old_versions_deleted > 0
+    t = mw.Table.open(table_path)
+    assert {p for p in written if t.storage.exists(p)} == own
+    assert sorted(hudi_read(table_path).column("value").to_pylist()) == [3.0] * 4
