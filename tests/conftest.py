@@ -166,3 +166,13 @@ def s3_server():
         bucket.endpoint = s3.endpoint
         bucket.writes = s3.app
         yield bucket
+
+
+def compact_slices(path: str) -> None:
+    """One companion-job run that compacts every Merge-on-Read slice with a log (a compaction
+    must happen: tests compare readers before and after it)."""
+    import multiwriter as mw
+
+    with mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
+                    heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1)) as cleaner:
+        assert cleaner.run_once().compaction_instants, "a compaction ran"

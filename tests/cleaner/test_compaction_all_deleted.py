@@ -10,15 +10,7 @@ import pyarrow.parquet as pq
 import multiwriter as mw
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
-
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
+from tests.conftest import compact_slices as _compact
 
 
 def test_a_slice_whose_rows_are_all_deleted_compacts_to_an_empty_base_file(mor_table, table_path):

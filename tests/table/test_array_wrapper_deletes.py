@@ -27,6 +27,7 @@ from multiwriter.table.merge_rule import Versions, merge
 from tests.oracle import hudi_read, rows
 from tests.table.jvm_style import at, bucket_group, deltacommit, keys_in_bucket
 from multiwriter.format.schema import META_COLUMNS
+from tests.conftest import compact_slices as _compact
 
 T1 = "20240101000000000"
 K = keys_in_bucket(3, 1)[0]
@@ -151,14 +152,6 @@ def test_a_delete_hudi_cannot_compare_is_refused():
 
 
 # -- a table: our reader, our compaction, hudi-rs ---------------------------------------------------
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
 
 
 def test_jvm_style_array_wrapper_deletes_through_reads_and_compaction(mor_table, table_path):

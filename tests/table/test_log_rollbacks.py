@@ -23,6 +23,7 @@ from multiwriter.format.schema import arrow_to_avro_json
 from tests.conftest import TRIPS_SCHEMA
 from tests.oracle import hudi_read, rows
 from tests.table.jvm_style import DATE, at, bucket_group, deltacommit, keys_in_bucket
+from tests.conftest import compact_slices as _compact
 
 GROUP = bucket_group(3)
 A, B = keys_in_bucket(3, 2)
@@ -95,15 +96,6 @@ def _append(table: mw.Table, name: str, tail: bytes) -> None:
 
 def _values(path: str) -> list[tuple]:
     return rows(mw.Table.open(path).read(), ["id", "ts", "value"])
-
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
 
 
 def _based(table: mw.Table, path: str) -> list[str]:

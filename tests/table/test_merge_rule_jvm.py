@@ -15,6 +15,7 @@ from tests.conftest import trips
 from tests.oracle import hudi_read, rows
 from tests.table.jvm_style import at, bucket_group, deltacommit, keys_in_bucket
 from tests.table.test_merge_rule import SCHEMA, dels, recs
+from tests.conftest import compact_slices as _compact
 
 INT32 = pa.int32()
 SCHEMA32 = pa.schema([f.with_type(INT32) if f.name == "ts" else f for f in SCHEMA])
@@ -122,15 +123,6 @@ GROUP = bucket_group(3)
 
 def _values(path: str) -> dict[str, float]:
     return dict(rows(mw.Table.open(path).read(), ["id", "value"]))
-
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
 
 
 @pytest.mark.parametrize("a_completes_last", [True, False])

@@ -28,6 +28,7 @@ from multiwriter.table.properties import TableConfig
 from tests.oracle import hudi_read, rows
 from tests.table.jvm_style import at, bucket_group, deltacommit, keys_in_bucket
 from tests.table.test_merge_rule_partial import SCHEMA, dels, out, recs
+from tests.conftest import compact_slices as _compact
 
 M = "org.apache.hudi.common.model."
 K = keys_in_bucket(3, 1)[0]
@@ -184,15 +185,6 @@ def _settings(table: mw.Table, **props: str) -> None:
 
 def _values(path: str) -> list[tuple]:
     return rows(mw.Table.open(path).read(), ["id", "ts", "value"])
-
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
 
 
 def _through_every_path(path: str, expected: list[tuple]) -> None:

@@ -36,6 +36,7 @@ from multiwriter.format.log_file import LogFileName, encode_log_file, with_log_m
 from multiwriter.table.metadata import CommitMetadata, WriteStat
 from multiwriter.format.schema import arrow_to_avro_json
 from tests.oracle import hudi_read, rows
+from tests.conftest import compact_slices as _compact
 
 FLAG = "_hoodie_is_deleted"
 SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.string()), (FLAG, pa.bool_())])
@@ -65,12 +66,6 @@ def _agreed(path: str) -> list[tuple]:
     ours = rows(mw.Table.open(path).read(), ["id", "v"])
     assert ours == rows(hudi_read(path), ["id", "v"])
     return ours
-
-
-def _compact(path: str) -> None:
-    with mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                    heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1)) as cleaner:
-        assert cleaner.run_once().compaction_instants, "a compaction ran"
 
 
 def _base_rows(path: str) -> pa.Table:

@@ -15,6 +15,7 @@ from multiwriter.format.log_file import read_log_blocks
 from multiwriter.write.records import KEY, PARTITION, dedupe
 from tests.conftest import TRIPS_SCHEMA, trips
 from tests.oracle import hudi_read, rows
+from tests.conftest import compact_slices as _compact
 
 SEVERAL = {"hoodie.table.version": "9", "hoodie.table.ordering.fields": "ts,value"}
 
@@ -79,15 +80,6 @@ def test_copy_on_write_keeps_the_stored_row_when_the_incoming_one_is_older(table
 def _delete_blocks(t: mw.Table) -> list[pa.Table]:
     return [b.records for n in t.storage.list_names("2024-01-01") if ".log." in n
             for b in read_log_blocks(t.storage.read_bytes(f"2024-01-01/{n}")) if b.kind == "delete"]
-
-
-def _compact(path: str) -> None:
-    c = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, heartbeat_interval_s=1.0,
-                   heartbeat_tolerable_misses=1, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert c.run_once().compaction_instants
-    finally:
-        c.close()
 
 
 def test_merge_on_read_orders_logs_and_deletes_by_both_fields(table_path):

@@ -11,6 +11,7 @@ from multiwriter.errors import SchemaMismatchError
 from multiwriter.table.files import list_files
 from multiwriter.format.log_file import read_log_blocks
 from tests.oracle import hudi_read, rows
+from tests.conftest import compact_slices as _compact
 
 SCHEMA = pa.schema([("id", pa.string()), ("p", pa.string()), ("ts", pa.int64()), ("v", pa.string()), ("n", pa.int64())])
 
@@ -45,14 +46,6 @@ def _agreed(path: str) -> list[tuple]:
     ours = rows(mw.Table.open(path).read(), ["id", "ts", "v", "n"])
     assert ours == rows(hudi_read(path), ["id", "ts", "v", "n"]), "hudi-rs reads the table as we do"
     return ours
-
-
-def _compact(path: str) -> None:
-    cleaner = mw.Cleaner(path, lock=mw.InProcessLock(), clustering=None, compaction=mw.CompactionConfig(delta_commits=1))
-    try:
-        assert cleaner.run_once().compaction_instants, "a compaction ran"
-    finally:
-        cleaner.close()
 
 
 def _log_blocks(path: str) -> list:
