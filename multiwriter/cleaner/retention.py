@@ -50,6 +50,7 @@ from ..table import timeline as tlmod
 from ..format.instant import Instant
 from ..table.metadata import NS, decode_records, encode, parsing
 from ..table.files import FileGroup, FileSlice, LogFile, list_files
+from ..format.cdc_log import parse_cdc_log_file
 from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
@@ -302,8 +303,20 @@ def _cdc_files_of(tl: Timeline, doomed: list) -> list[str]:
             continue
         for s in tl.commit_metadata(i).all_stats():
             if s.cdc_files and (s.partition_path, s.file_id, t) in wanted:
-                out.extend(s.cdc_files)
+                out.extend(p for p in s.cdc_files if _is_cdc_file_of(p, s.partition_path, s.file_id, t))
     return out
+
+
+def _is_cdc_file_of(path: str, partition: str, file_id: str, t: str) -> bool:
+    """Whether ``path`` (named by a commit's ``cdcStats``) is the CDC log file of that file group
+    and instant in its partition: a stat naming any other file (planted, or a bug) never points
+    a deletion at it."""
+    part, _, name = path.rpartition("/")
+    parsed = parse_cdc_log_file(name)
+    ok = part == partition and parsed is not None and parsed.file_id == file_id and parsed.instant_time == t
+    if not ok:
+        log.warning("commit %s names %r as a CDC log file of %s/%s: not one, left alone", t, path[:200], partition, file_id)
+    return ok
 
 
 # -- scheduling, executing, resuming ----------------------------------------------------------

@@ -237,3 +237,32 @@ def test_the_cleaner_deletes_a_cleaned_slices_cdc_log_files(trips_table, table_p
     t = mw.Table.open(table_path)
     assert {p for p in written if t.storage.exists(p)} == own
     assert sorted(hudi_read(table_path).column("value").to_pylist()) == [3.0] * 4
+
+
+def test_a_cdc_stat_naming_another_file_never_points_the_clean_at_it(trips_table, table_path):
+    """A commit whose ``cdcStats`` names a file that is not its group's CDC log (planted, or a
+    bug: here the group's live base file) gets none of it deleted by the clean of that slice."""
+    from multiwriter.cleaner import retention
+    from tests.conftest import trips
+
+    _enable(table_path)
+    lock = mw.InProcessLock()
+    w = mw.WriterConfig(writer_id="w", lock=lock)
+    for k in range(3):
+        mw.write(trips(range(4), ts=k + 1, value=float(k)), table_path, w)
+    t = mw.Table.open(table_path)
+    tl = t.timeline()
+    first, last = tl.completed_writes()[1], tl.completed_writes()[-1]
+    stat = tl.commit_metadata(first).all_stats()[0]
+    live = tl.commit_metadata(last).all_stats()[0].path
+    from multiwriter.table.files import list_files
+
+    bases, _ = list_files(t.storage, logs=False)
+    doomed = [f for f in retention.old_slices(tl, bases, last.requested_time) if f.instant_time == first.requested_time]
+    assert doomed
+    planted = dataclasses.replace(stat, cdc_files=(live,), cdc_sizes=(1,))
+    meta = tl.commit_metadata(first)
+    meta.partition_to_write_stats[stat.partition_path] = [planted]
+    assert retention._cdc_files_of(tl, doomed) == [], "the live base file is not a CDC log of the slice"
+    meta.partition_to_write_stats[stat.partition_path] = [stat]
+    assert retention._cdc_files_of(tl, doomed) == list(stat.cdc_files), "its own CDC log still goes"
