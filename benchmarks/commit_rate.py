@@ -51,9 +51,10 @@ def mw_worker(a: dict) -> dict:
         deadline = _wait_go(Path(a["ctl"]), a["index"])
         n = 0
         while time.time() < deadline:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             r = w.write(_batch(a["index"], n))
-            out.append({"seconds": time.perf_counter() - t0, "end": time.time(), **r.protocol})
+            out.append({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "end": time.time(),
+                        **r.protocol})
             n += 1
     finally:
         w.close()
@@ -92,6 +93,15 @@ def delta_worker(a: dict) -> dict:
 WORKERS = {"multiwriter": mw_worker, "deltalake": delta_worker}
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every core since boot, from ``/proc/stat`` (Linux): the machine's
+    busy share over a run says whether the cores or something else set the pace."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+    return sum(vals) - idle, sum(vals)
+
+
 def _p(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
@@ -125,7 +135,10 @@ def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
         time.sleep(0.02)
     t0 = time.time()
     (ctl / "go.tmp").write_text(repr(t0 + seconds))
+    busy0 = _cpu_ticks()
     os.replace(ctl / "go.tmp", ctl / "go")
+    time.sleep(max(0.0, t0 + seconds - time.time()))
+    busy1 = _cpu_ticks()
     res = []
     for p in ps:
         o, e = p.communicate(timeout=600)
@@ -138,7 +151,8 @@ def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
     out = {"writers": k, "commits": len(commits), "seconds": wall, "commits_per_s": len(commits) / wall,
            "commit_p50_ms": 1000 * _p([c["seconds"] for c in commits], 0.5),
            "commit_p99_ms": 1000 * _p([c["seconds"] for c in commits], 0.99),
-           "failed": sum(r["failed"] for r in res)}
+           "failed": sum(r["failed"] for r in res),
+           "cpu_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])}
     if system == "multiwriter":
         rows = mw.Table.open(path).read(columns=["id"]).num_rows
         from hudi import HudiTableBuilder
@@ -147,6 +161,10 @@ def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
         if rows != expected or hudi_rows != expected:
             raise AssertionError(f"multiwriter x{k}: {rows} rows (hudi-rs {hudi_rows}), expected {expected}")
         holds = [c["commit_hold"] for c in commits]
+        # the share of the run some writer held the lock (begin's hold and the commit's): what a
+        # group commit could give back at most
+        out["lock_busy"] = sum(c["lock_hold"] for c in commits) / wall if wall > 0 else float("nan")
+        out["cpu_ms_per_commit"] = 1000 * statistics.mean([c["cpu"] for c in commits]) if commits else float("nan")
         out.update({"lock_hold_p50_ms": 1000 * _p(holds, 0.5), "lock_hold_p99_ms": 1000 * _p(holds, 0.99),
                     "lock_wait_p50_ms": 1000 * _p([c["lock_wait"] for c in commits], 0.5),
                     "begin_hold_p50_ms": 1000 * _p([c["lock_hold"] - c["commit_hold"] for c in commits], 0.5),
@@ -193,19 +211,28 @@ def render(r: dict) -> list[str]:
     out = [f"## Commit rate of one table under many writers ({r['batch_rows']}-row appends, each writer its own "
            f"partition, {r['seconds']} s; ZooKeeper lock, Copy-on-Write, metadata table on)", "",
            "| writers | multiwriter commits/s | p50 per commit ms | lock hold p50 ms | p99 ms | begin hold p50 ms "
-           "| deltalake commits/s | p50 ms | deltalake failures |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| lock busy | writer CPU ms per commit | cores busy | deltalake commits/s | p50 ms | cores busy "
+           "| deltalake failures |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k in mw_:
         m, d = mw_[k], dl.get(k, {})
         out.append(f"| {k} | {m['commits_per_s']:.1f} | {m['commit_p50_ms']:.0f} | {m['lock_hold_p50_ms']:.1f} | "
-                   f"{m['lock_hold_p99_ms']:.1f} | {m['begin_hold_p50_ms']:.1f} | {d.get('commits_per_s', float('nan')):.1f} | "
-                   f"{d.get('commit_p50_ms', float('nan')):.0f} | {d.get('failed', '')} |")
+                   f"{m['lock_hold_p99_ms']:.1f} | {m['begin_hold_p50_ms']:.1f} | {_pct(m.get('lock_busy'))} | "
+                   f"{m.get('cpu_ms_per_commit', float('nan')):.1f} | {_pct(m.get('cpu_busy'))} | "
+                   f"{d.get('commits_per_s', float('nan')):.1f} | {d.get('commit_p50_ms', float('nan')):.0f} | "
+                   f"{_pct(d.get('cpu_busy'))} | {d.get('failed', '')} |")
     out += ["", "The commit's lock hold by step (mean ms per commit; p50 in parentheses):", "",
             "| step | " + " | ".join(f"x{k}" for k in mw_) + " |", "| --- |" + " ---: |" * len(mw_)]
     for s in STEPS:
         out.append(f"| {s} | " + " | ".join(f"{mw_[k]['steps_mean_ms'][s]:.2f} ({mw_[k]['steps_p50_ms'][s]:.2f})"
                                             for k in mw_) + " |")
-    return out + [""]
+    return out + ["", "lock busy: the share of the run some writer held the lock (what grouping commits under one "
+                  "hold could give back at most); cores busy: the machine's CPU over the run, every process (the "
+                  "writers, ZooKeeper, the file system).", ""]
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.0f} %"
 
 
 def main(argv: list[str]) -> int:
