@@ -37,7 +37,7 @@ from . import data, goals
 
 KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
 SYSTEMS = ("multiwriter Copy-on-Write", "multiwriter Merge-on-Read", "deltalake")
-OPERATIONS = ("upsert", "insert", "snapshot read", "incremental read", "companion job run", "lock acquire",
+OPERATIONS = ("upsert", "insert", "delete", "snapshot read", "incremental read", "companion job run", "lock acquire",
               "lock release")
 
 
@@ -64,6 +64,9 @@ class Batches:
             self.upserts.append(self.make(ids, self.days[ids % partitions], b + 1, 200 + b))
         ids = rows + batches * batch + np.arange(batch)
         self.insert = self.make(ids, self.days[ids % partitions], batches + 1, 300)
+        # a delete of existing keys spread over every partition (a tenth of a batch)
+        gone = np.unique(np.random.default_rng(400).choice(rows, batch // 10, replace=False))
+        self.delete = self.make(gone, self.days[gone % partitions], batches + 2, 400)
 
 
 class Multiwriter:
@@ -76,6 +79,8 @@ class Multiwriter:
         self.writer = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="bench", executor="driver", lock=self.lock))
         self.inserter = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="bench-insert", executor="driver",
                                                                       lock=self.lock, operation="insert"))
+        self.deleter = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="bench-delete", executor="driver",
+                                                                     lock=self.lock, operation="delete"))
         self.completions: list[str] = []
 
     def _done(self, r) -> None:
@@ -89,12 +94,15 @@ class Multiwriter:
     def insert(self, t: pa.Table) -> None:
         self._done(self.inserter.write(t))
 
+    def delete(self, t: pa.Table) -> None:
+        self._done(self.deleter.write(t))
+
     def read(self) -> pa.Table:
         return mw.Table.open(self.uri).read(columns=["id", "ts", "amount"])
 
     def incremental(self) -> pa.Table:
-        """The rows of the last two commits (the last upsert and the insert)."""
-        return mw.Table.open(self.uri).read_incremental(self.completions[-3], self.completions[-1])
+        """The rows of the last upsert and the insert (the delete after them is not in the range)."""
+        return mw.Table.open(self.uri).read_incremental(self.completions[-4], self.completions[-2])
 
     def companion(self) -> None:
         cleaner = mw.Cleaner(self.uri, lock=self.lock, retain_commits=2, archive_keep_min=4, archive_keep_max=6)
@@ -133,10 +141,26 @@ class DeltaLake:
 
         write_deltalake(self.uri, t, partition_by=["date"], mode="append")
 
+    def delete(self, t: pa.Table) -> None:
+        from deltalake import DeltaTable
+
+        (DeltaTable(self.uri).merge(t, predicate="s.id = t.id AND s.date = t.date", source_alias="s", target_alias="t")
+         .when_matched_delete().execute())
+
     def read(self) -> pa.Table:
         from deltalake import DeltaTable
 
         return DeltaTable(self.uri).to_pyarrow_table(columns=["id", "ts", "amount"])
+
+
+def _without(b: Batches, gone: pa.Table) -> tuple:
+    """The checksum of the table after the upserts and the insert, less the keys ``gone`` deletes."""
+    import pyarrow.compute as pc
+
+    t = b.initial
+    for batch in [*b.upserts, b.insert]:
+        t = pa.concat_tables([t.filter(pc.invert(pc.is_in(t["id"], value_set=batch["id"]))), batch])
+    return goals.checksum(t.filter(pc.invert(pc.is_in(t["id"], value_set=gone["id"]))))
 
 
 def _objects(client, bucket: str, prefix: str) -> dict[str, int]:
@@ -236,7 +260,9 @@ class Round:
                 self.measure(name, "upsert", lambda s=self.systems[name], t=batch: s.upsert(t), _write_minimum)
         for name in names:
             self.measure(name, "insert", lambda s=self.systems[name]: s.insert(self.b.insert), _write_minimum)
-        want = goals.expected_upserts(self.b.initial, [*self.b.upserts, self.b.insert])
+        for name in names[2:] + names[:2]:
+            self.measure(name, "delete", lambda s=self.systems[name]: s.delete(self.b.delete), _write_minimum)
+        want = _without(self.b, self.b.delete)
         live: dict[str, int] = {}
         for name in names[1:] + names[:1]:
             objs = self.snapshot(name)
