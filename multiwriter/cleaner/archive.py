@@ -56,6 +56,7 @@ from ..table.files import FileSlice, LogFile, list_data_files, list_files
 from ..table.history import ArchivedInstant
 from ..format.instant import Instant
 from ..table.metadata import named_files
+from ..storage import FileEntry
 from ..table.table import Table
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
@@ -161,18 +162,18 @@ def behind_metadata_compaction(tl: Timeline, states: list[Instant]) -> str | Non
 
 def choose(
     tl: Timeline, *, keep_min: int, keep_max: int, retain_commits: int, files: list[FileSlice] | None = None,
-    logs: list[LogFile] | None = None,
+    logs: list[LogFile] | None = None, walked: list[FileEntry] | None = None,
 ) -> tuple[list[Instant], str | None]:
     """The instants to archive now (oldest first) and the rule that held the cutoff back.
 
     ``files`` and ``logs`` are a listing of the table's base and log files; listed here when
-    needed and not given."""
+    needed and not given (from ``walked``, a walk of the table, when given)."""
     states = tl.latest_states()  # one per instant, by requested time
     completed = [i for i in states if i.is_completed]
     if len(completed) <= keep_max:
         return [], None
     if files is None or (logs is None and tl.config.merge_on_read):
-        files, logs = list_files(tl.storage, logs=tl.config.merge_on_read)
+        files, logs = list_files(tl.storage, logs=tl.config.merge_on_read, walked=walked)
     bounds: dict[str, str] = {
         "keep_min": completed[len(completed) - keep_min].requested_time if keep_min > 0 else "9" * 17
     }
@@ -244,6 +245,8 @@ def lsm_record(tl: Timeline, i: Instant) -> lsm.LsmInstant:
     the requested plan's bytes (for actions that have one) as ``plan``."""
     metadata = plan = None
     for f in _files_of(tl, i):
+        if not (f.state == inst.COMPLETED or (f.state == inst.REQUESTED and i.action in PLAN_ACTIONS)):
+            continue  # not recorded: not read (a request each on an object store)
         try:
             data = tl.read_bytes(f)
         except FileNotFoundError:
@@ -327,7 +330,8 @@ def _delete_instant_files(ctx: CleanerContext, tl: Timeline, i: Instant) -> None
         ctx.storage.delete(tl.path_of(f))
 
 
-def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> list[str]:
+def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None,
+                      walked: list[FileEntry] | None = None) -> list[str]:
     """Delete base and log files that would turn visible when the earliest active instant
     moves up to ``below``: files in [earliest, below) of no completed write, and files of a
     completed write there that its commit does not name (a losing task attempt's). Readers
@@ -350,7 +354,7 @@ def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> l
             names[t] = named_files(tl.commit_metadata(done[t]).all_stats())
         return name not in names[t]
 
-    bases, logs = list_files(ctx.storage, logs=True)
+    bases, logs = list_files(ctx.storage, logs=True, walked=walked)
     swept = []
     for f in [*bases, *logs]:
         t = f.instant_time
@@ -366,11 +370,14 @@ def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None) -> l
     return swept
 
 
-def _remove_from_active(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> list[str]:
-    """Sweep, then delete the instants' files oldest first; returns the swept data files."""
+def _remove_from_active(ctx: CleanerContext, tl: Timeline, instants: list[Instant],
+                        walked: list[FileEntry] | None = None) -> list[str]:
+    """Sweep, then delete the instants' files oldest first; returns the swept data files.
+    ``walked``: the walk the choice was made on (a file written since is in no range the sweep
+    judges: those lie below every pending instant, and new ones are issued above everything)."""
     gone = {(i.requested_time, i.action) for i in instants}
     remaining = [i.requested_time for i in tl.latest_states() if (i.requested_time, i.action) not in gone]
-    swept = sweep_uncommitted(ctx, tl, min(remaining) if remaining else None)
+    swept = sweep_uncommitted(ctx, tl, min(remaining) if remaining else None, walked)
     for i in sorted(instants, key=lambda i: i.requested_time):
         _delete_instant_files(ctx, tl, i)
     return swept
@@ -406,10 +413,14 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:
             tl = ctx.table.timeline()
-        chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits)
+        # one walk of the table for the choice and the sweep after it (a request per 1,000 files
+        # on an object store), taken only when there are enough instants to archive
+        walked = ctx.storage.walk_files("") if sum(i.is_completed for i in tl.latest_states()) > keep_max else None
+        chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits,
+                                             walked=walked)
         if result.held_back_by == METADATA_RULE and compact_metadata_table(tl):
             chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max,
-                                                 retain_commits=retain_commits)
+                                                 retain_commits=retain_commits, walked=walked)
         if chosen:
             name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
         if chosen or migrated:
@@ -420,7 +431,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
             log.error("%s", p)
         if not chosen:
             return result
-    result.swept.extend(_remove_from_active(ctx, tl, chosen))  # oldest first: a suffix stays active
+    result.swept.extend(_remove_from_active(ctx, tl, chosen, walked))  # oldest first: a suffix stays active
     result.archived = len(chosen)
     result.batch = name
     log.info(

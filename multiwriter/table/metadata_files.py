@@ -157,6 +157,7 @@ class MetadataTable:
         self._schema: str | None = None
         self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
         self._names: list[str] | None = None  # the timeline's file names, as listed once and kept up to date
+        self._sizes: dict[str, int] = {}  # file name -> size, from the partition's listing
 
     @property
     def schema_json(self) -> str:
@@ -427,6 +428,7 @@ class MetadataTable:
         bases, logs = [], []
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
             n = e.path.rsplit("/", 1)[-1]
+            self._sizes[n] = e.size
             if n.endswith(".hfile") and n.startswith(GROUP + "_"):
                 t = n[:-len(".hfile")].rsplit("_", 1)[-1]
                 if t in done:
@@ -540,7 +542,9 @@ class MetadataTable:
         for p in list(recs):
             recs[p] = {n: v for n, v in recs[p].items() if not v[1]}
         name = f"{GROUP}_{_WRITE_TOKEN}_{t}.hfile"
-        sizes = {n: _size(self.storage, self._rel(f"{PARTITION}/{n}")) for n in merged}
+        # the sizes the listing gave (a request each on an object store otherwise)
+        sizes = {n: self._sizes[n] if n in self._sizes else _size(self.storage, self._rel(f"{PARTITION}/{n}"))
+                 for n in merged}
         op = CompactionOperation.for_slice(PARTITION, GROUP, base_t, (base, 0) if base else None,
                                            [(n, sizes[n]) for n in merged])
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
