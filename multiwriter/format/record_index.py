@@ -1,0 +1,418 @@
+"""Hudi's record index: the bytes of the metadata table's ``record_index`` partition, read and
+written (Hudi 1.0 and 1.1, table versions 8 and 9: the same format in both).
+
+The format, as Hudi's sources define it and the Spark-written fixtures show it:
+
+* **Partition and file groups.** The partition is ``record_index``
+  (``MetadataPartitionType.RECORD_INDEX``, record type 5, file id prefix ``record-index-``). It
+  holds a fixed number of file groups, chosen when the index is initialized (at least
+  ``hoodie.metadata.record.index.min.filegroup.count``, 10, ``HoodieMetadataConfig``) and never
+  changed after; readers take the number of file groups listed. File group ``i`` is
+  ``record-index-<i, 4 digits>-0`` (``HoodieTableMetadataUtil.getFileIDForFileGroup``); its base
+  files are ``<fileId>_<writeToken>_<instant>.hfile`` and its log files
+  ``.<fileId>_<instant>.log.<version>_<writeToken>``, as in every metadata-table partition.
+* **Which file group holds a key.** ``HoodieTableMetadataUtil.mapRecordKeyToFileGroupIndex``: the
+  key's Java ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around), then
+  ``abs(abs(h) % n)`` with Java's ``Math.abs`` and ``%`` (``abs(MIN_VALUE)`` stays negative; the
+  remainder takes the dividend's sign). ``MetadataPartitionType.getFileGroupMappingFunction``
+  uses it for the record index in 1.1 as in 1.0 (only the secondary index's version 2 differs).
+* **One entry.** An HFile cell whose key is the record key and whose value is a
+  ``HoodieMetadataRecord`` (``HoodieMetadata.avsc``) with ``type`` 5 and ``recordIndexMetadata``
+  a ``HoodieRecordIndexInfo``: ``partitionName``, ``fileIdHighBits``, ``fileIdLowBits``,
+  ``fileIndex``, ``fileId``, ``instantTime``, ``fileIdEncoding`` and ``position`` (all nullable
+  but ``fileIdEncoding``, an int defaulting to 0); the fixtures of Hudi 1.0 and 1.1 both carry
+  all eight fields. The record's ``key`` field is written empty: the HFile key carries it
+  (``HoodieRecord.truncateRecordKey``, which the HFile writers call). Cells of a compacted base
+  file carry that file's name in ``_hoodie_file_name``; the other meta fields stay null.
+  Bytes are Avro binary in the schema the file declares (the HFile's ``schema`` file-info
+  entry, or a log block's SCHEMA header): readers resolve it against their own.
+* **The file id** (``HoodieMetadataPayload.createRecordIndexUpdate``). Encoding 0 (Hudi's
+  default, ``HoodieWriteConfig.getWritesFileIdEncoding``): a ``<UUID>-<N>`` id is stored as the
+  UUID's most and least significant 64 bits (signed longs) and ``fileIndex`` N, with ``fileId``
+  the empty string; a bare 36-character UUID stores ``fileIndex`` -1
+  (``RECORD_INDEX_MISSING_FILEINDEX_FALLBACK``). Encoding 1: ``fileId`` holds the id as is and
+  the bits and index are -1. ``HoodieTableMetadataUtil.getLocationFromRecordIndexInfo`` reads it
+  back: encoding 0 rebuilds ``new UUID(high, low).toString()`` plus ``-<fileIndex>`` unless it
+  is -1; any other encoding takes ``fileId``.
+* **The instant time** is a long: the epoch milliseconds of the instant time (the commit that
+  wrote the record's file) read as a local date-time in the writer's timeline zone
+  (``HoodieInstantTimeGenerator.parseDateFromInstantTime``: ``hoodie.table.timeline.timezone``,
+  LOCAL by default, i.e. the JVM's zone; a 14-digit time gets ``999`` milliseconds, a longer one
+  is cut to 17 digits). Readers format it back in their JVM's zone
+  (``HoodieInstantTimeGenerator.formatDate``). The 1.1 fixture was written in UTC-6, the 1.0 one
+  in UTC; this project's instant times are UTC, so ``zone`` defaults to UTC.
+* **Position** is null in every entry Hudi 1.0 and 1.1 write (``createRecordIndexUpdate``).
+* **Deletes** (``HoodieMetadataPayload.createRecordIndexDelete``) are empty payloads keyed by the
+  record key in the ``record_index`` partition: in a log file, a delete block (content version
+  3) of ``(key, "record_index", IntWrapper 0)`` entries, after the deltacommit's HFile data
+  block when it has both (``HoodieAppendHandle``); a compaction drops the key. Newer entries
+  replace older ones whole (``MetadataPartitionType.combineMetadataPayloads``' default).
+* **Files.** A log file's HFile data block holds only the ``schema`` file-info entry; a base
+  HFile also holds ``minRecordKey``/``maxRecordKey`` and the keys' bloom filter, as in the
+  ``files`` partition (:mod:`.hfile`). Each file group starts with an empty delete block at the
+  partition's initialization time (``HoodieBackedTableMetadataWriter.initializeFileGroups``).
+
+Pure functions from bytes to values and back; what the index means for a table (which slice is
+live, how deltacommits merge) is :mod:`multiwriter.table`'s. Hudi's newer "partitioned" record
+index (``EmptyHoodieRecordPayloadWithPartition``) is not in 1.0 or 1.1 and not handled here.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import io
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from ..errors import TableFormatError
+from . import avro, hfile
+from .log_file import CORRUPT, BlockType, HeaderKey, encode_block, encode_delete_block, read_log_blocks
+
+PARTITION = "record_index"
+FILE_ID_PREFIX = "record-index-"
+#: ``HoodieMetadataRecord.type`` of a record-index entry
+RECORD_TYPE = 5
+ENCODING_UUID, ENCODING_RAW = 0, 1
+#: ``fileIndex`` of a UUID file id without a ``-N`` suffix
+MISSING_FILE_INDEX = -1
+#: the fewest file groups Hudi gives a record index (its default minimum)
+MIN_FILE_GROUPS = 10
+UTC = _dt.timezone.utc
+
+#: ``HoodieRecordIndexInfo``, the record-index branch of ``HoodieMetadataRecord.recordIndexMetadata``
+RECORD_INDEX_INFO: dict[str, Any] = {
+    "type": "record", "name": "HoodieRecordIndexInfo", "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "partitionName", "type": ["null", "string"], "default": None},
+        {"name": "fileIdHighBits", "type": ["null", "long"], "default": None},
+        {"name": "fileIdLowBits", "type": ["null", "long"], "default": None},
+        {"name": "fileIndex", "type": ["null", "int"], "default": None},
+        {"name": "fileId", "type": ["null", "string"], "default": None},
+        {"name": "instantTime", "type": ["null", "long"], "default": None},
+        {"name": "fileIdEncoding", "type": "int", "default": 0},
+        {"name": "position", "type": ["null", "long"], "default": None},
+    ],
+}
+_FIELD = "recordIndexMetadata"
+
+_INT_MASK = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")  # a suffix Integer.toString gives back as written
+_GROUP = re.compile(re.escape(FILE_ID_PREFIX) + r"(\d{4,})-0")
+_BASE = re.compile(r"(?P<fid>" + re.escape(FILE_ID_PREFIX) + r"\d{4,}-0)_(?P<token>\d+-\d+-\d+)_(?P<t>\d{17}|\d{14})\.hfile")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=UTC)
+_MS = _dt.timedelta(milliseconds=1)
+
+
+# -- file groups --------------------------------------------------------------------------------
+def file_group_index(record_key: str, num_file_groups: int) -> int:
+    """The file group (0 .. n-1) holding ``record_key`` when the index has ``num_file_groups``
+    (``HoodieTableMetadataUtil.mapRecordKeyToFileGroupIndex``)."""
+    if num_file_groups <= 0:
+        raise ValueError(f"a record index has at least one file group, not {num_file_groups}")
+    units = record_key.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & _INT_MASK
+    if h & 0x80000000:
+        h -= 1 << 32
+    # Java: Math.abs(Math.abs(h) % n). Math.abs(MIN_VALUE) stays MIN_VALUE and % keeps the
+    # dividend's sign, so the outer abs makes it |MIN_VALUE| mod n: Python's abs(h) % n, always
+    return abs(h) % num_file_groups
+
+
+def file_group_id(index: int) -> str:
+    """The id of file group ``index`` (``HoodieTableMetadataUtil.getFileIDForFileGroup``)."""
+    if index < 0:
+        raise ValueError(f"file group index {index} is negative")
+    return f"{FILE_ID_PREFIX}{index:04d}-0"
+
+
+def file_group_of(file_id: str) -> int | None:
+    """The index of a record-index file group id, None for any other id."""
+    m = _GROUP.fullmatch(file_id)
+    return int(m.group(1)) if m else None
+
+
+def base_file_name(file_id: str, write_token: str, instant_time: str) -> str:
+    """A base HFile's name: ``<fileId>_<writeToken>_<instant>.hfile``."""
+    return f"{file_id}_{write_token}_{instant_time}.hfile"
+
+
+@dataclass(frozen=True)
+class BaseFileName:
+    file_id: str
+    write_token: str
+    instant_time: str
+
+    @property
+    def group(self) -> int:
+        return int(self.file_id[len(FILE_ID_PREFIX):-2])
+
+
+def parse_base_file_name(name: str) -> BaseFileName | None:
+    """The parts of a record-index base file name, None for any other name (log file names:
+    :func:`.log_file.parse_log_file`)."""
+    m = _BASE.fullmatch(name)
+    return BaseFileName(m["fid"], m["token"], m["t"]) if m else None
+
+
+# -- file ids and instant times -----------------------------------------------------------------
+@dataclass(frozen=True)
+class FileIdParts:
+    """A file id as ``HoodieRecordIndexInfo`` stores it (see the module notes)."""
+
+    encoding: int
+    high_bits: int | None
+    low_bits: int | None
+    file_index: int | None
+    raw: str | None
+
+
+def _signed64(n: int) -> int:
+    return n - (1 << 64) if n >> 63 else n
+
+
+def encode_file_id(file_id: str) -> FileIdParts:
+    """Encoding 0 for an id that reads back exactly from its bits (a lower-case UUID, bare or
+    with a ``-N`` suffix of a decimal int without leading zeros), else encoding 1 (the raw
+    string), so that :func:`decode_file_id` always gives ``file_id`` back. Hudi's writer uses its
+    configured encoding, 0 unless set, and fails on an id that is no UUID under it."""
+    index: int | None = MISSING_FILE_INDEX
+    head = file_id
+    if len(file_id) != 36:
+        head, _, tail = file_id.rpartition("-")
+        index = int(tail) if _INDEX.fullmatch(tail) and int(tail) < 2**31 else None
+    if index is not None and _UUID.fullmatch(head):
+        n = uuid.UUID(head).int
+        return FileIdParts(ENCODING_UUID, _signed64(n >> 64), _signed64(n & _U64), index, "")
+    return FileIdParts(ENCODING_RAW, -1, -1, -1, file_id)
+
+
+def decode_file_id(parts: FileIdParts, *, source: str = "record index") -> str:
+    """The file id ``parts`` stand for (``HoodieTableMetadataUtil.getLocationFromRecordIndexInfo``)."""
+    if parts.encoding != ENCODING_UUID:
+        if parts.raw is None:
+            raise TableFormatError(f"{source}: a raw-encoded file id (encoding {parts.encoding}) without fileId")
+        return parts.raw
+    if parts.high_bits is None or parts.low_bits is None or parts.file_index is None:
+        raise TableFormatError(f"{source}: a UUID-encoded file id lacks its bits or index ({parts})")
+    text = str(uuid.UUID(int=((parts.high_bits & _U64) << 64) | (parts.low_bits & _U64)))
+    return text if parts.file_index == MISSING_FILE_INDEX else f"{text}-{parts.file_index}"
+
+
+def instant_millis(instant_time: str, zone: _dt.tzinfo = UTC) -> int:
+    """The ``instantTime`` long of an instant time read in ``zone``
+    (``HoodieInstantTimeGenerator.parseDateFromInstantTime``)."""
+    t = instant_time + "999" if len(instant_time) == 14 else instant_time[:17]
+    if len(t) != 17 or not t.isdigit():
+        raise ValueError(f"not an instant time: {instant_time!r}")
+    d = _dt.datetime.strptime(t[:14], "%Y%m%d%H%M%S").replace(tzinfo=zone)  # raises on month 00 as Java does
+    return (d - _EPOCH) // _MS + int(t[14:])
+
+
+def instant_of_millis(millis: int, zone: _dt.tzinfo = UTC) -> str:
+    """The 17-digit instant time of an ``instantTime`` long, formatted in ``zone``
+    (``HoodieInstantTimeGenerator.formatDate``)."""
+    try:
+        d = (_EPOCH + millis * _MS).astimezone(zone)
+    except OverflowError as e:
+        raise TableFormatError(f"record index instant {millis} ms is out of range") from e
+    if not 1 <= d.year <= 9999:
+        raise TableFormatError(f"record index instant {millis} ms is out of range")
+    return d.strftime("%Y%m%d%H%M%S") + f"{d.microsecond // 1000:03d}"
+
+
+# -- values -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Location:
+    """Where the record index puts a key: data partition, file group and the instant of the
+    write that placed it there; ``position`` is null in what Hudi 1.0 and 1.1 write."""
+
+    partition: str
+    file_id: str
+    instant_time: str
+    position: int | None = None
+
+
+@dataclass
+class Changes:
+    """What one HFile or log block says: keys placed (``updates``) and keys deleted."""
+
+    instant_time: str | None = None
+    updates: dict[str, Location] = field(default_factory=dict)
+    deletes: list[str] = field(default_factory=list)
+
+
+# -- schema -------------------------------------------------------------------------------------
+def with_record_index(schema: Mapping[str, Any] | str) -> dict[str, Any]:
+    """``schema`` (a ``HoodieMetadataRecord`` schema, as a dict or JSON) with
+    :data:`RECORD_INDEX_INFO` as the non-null branch of ``recordIndexMetadata``: the files
+    partition's schema, which keeps only the null branch there, extended; a schema that already
+    has the branch (Hudi's whole one) is returned unchanged."""
+    out = copy.deepcopy(json.loads(schema) if isinstance(schema, str) else dict(schema))
+    for f in out.get("fields", []):
+        if f.get("name") == _FIELD:
+            branches = f["type"] if isinstance(f["type"], list) else [f["type"]]
+            if not any(isinstance(b, dict) and b.get("name") == RECORD_INDEX_INFO["name"] for b in branches):
+                f["type"] = ["null", copy.deepcopy(RECORD_INDEX_INFO)]
+                f["default"] = None
+            return out
+    raise ValueError(f"not a HoodieMetadataRecord schema: no {_FIELD} field")
+
+
+_PARSED: dict[str, Any] = {}
+
+
+def _parsed(schema_json: str, source: str) -> Any:
+    parsed = _PARSED.get(schema_json)
+    if parsed is None:
+        try:
+            parsed = fastavro.parse_schema(json.loads(schema_json))
+            avro.check_schema(parsed)
+        except (ValueError, TypeError, KeyError) as e:
+            raise TableFormatError(f"{source}: no readable record index schema ({e})") from e
+        if len(_PARSED) < 64:
+            _PARSED[schema_json] = parsed
+    return parsed
+
+
+def _schema_json(schema: Mapping[str, Any] | str) -> str:
+    return schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+
+
+# -- encoding -----------------------------------------------------------------------------------
+def encode_cells(entries: Mapping[str, Location], schema: Mapping[str, Any] | str, *, zone: _dt.tzinfo = UTC,
+                 file_name: str | None = None) -> list[tuple[str, bytes]]:
+    """One HFile cell per key (sorted): the ``HoodieMetadataRecord`` of its location in
+    ``schema`` (which must have the record-index branch: :func:`with_record_index`).
+    ``file_name``: a base file's own name, written in ``_hoodie_file_name`` as Hudi's compaction
+    does."""
+    parsed = _parsed(_schema_json(schema), "record index schema")
+    names = [f["name"] for f in parsed["fields"]]
+    out = []
+    for key in sorted(entries):
+        loc = entries[key]
+        parts = encode_file_id(loc.file_id)
+        value: dict[str, Any] = dict.fromkeys(names)
+        if file_name is not None and "_hoodie_file_name" in value:
+            value["_hoodie_file_name"] = file_name
+        value.update({"key": "", "type": RECORD_TYPE, _FIELD: {
+            "partitionName": loc.partition, "fileIdHighBits": parts.high_bits, "fileIdLowBits": parts.low_bits,
+            "fileIndex": parts.file_index, "fileId": parts.raw, "instantTime": instant_millis(loc.instant_time, zone),
+            "fileIdEncoding": parts.encoding, "position": loc.position}})
+        buf = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buf, parsed, value)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ValueError(f"record index entry {key!r}: {loc} does not fit the schema ({e})") from e
+        out.append((key, buf.getvalue()))
+    return out
+
+
+def encode_hfile(entries: Mapping[str, Location], schema: Mapping[str, Any] | str, *, zone: _dt.tzinfo = UTC,
+                 base_file_name: str | None = None, created_ms: int = 0) -> bytes:
+    """An HFile of ``entries``: a log block's (the ``schema`` file-info entry only), or with
+    ``base_file_name`` that base file's (also the key range and the keys' bloom filter)."""
+    text = _schema_json(schema)
+    cells = encode_cells(entries, text, zone=zone, file_name=base_file_name)
+    info = {b"schema": text.encode()}
+    meta = None
+    if base_file_name is not None:
+        keys = [k for k, _ in cells]
+        if keys:
+            info[b"minRecordKey"], info[b"maxRecordKey"] = keys[0].encode(), keys[-1].encode()
+        info[hfile.BLOOM_TYPE_KEY] = hfile.BLOOM_TYPE
+        meta = {hfile.BLOOM_META_BLOCK: hfile.bloom_filter(keys)}
+    return hfile.write(cells, meta=meta, file_info=info, created_ms=created_ms)
+
+
+def encode_log_file(instant_time: str, entries: Mapping[str, Location], deletes: Iterable[str],
+                    schema: Mapping[str, Any] | str, *, zone: _dt.tzinfo = UTC, created_ms: int = 0) -> bytes:
+    """One deltacommit's log file content for one file group: an HFile data block of
+    ``entries`` (when there are any), then a delete block of ``deletes`` (when there are any),
+    both with the instant and the record schema in their header (``HoodieAppendHandle``'s
+    ``appendDataAndDeleteBlocks``; the delete block's schema is the same record schema as
+    :func:`.log_file.encode_delete_block` renders it, which no reader of deletes uses)."""
+    gone = sorted(set(deletes))
+    both = set(gone) & set(entries)
+    if both:
+        raise ValueError(f"keys both placed and deleted: {sorted(both)[:5]}")
+    text = _schema_json(schema)
+    out = b""
+    if entries:
+        out += encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: text},
+                            encode_hfile(entries, text, zone=zone, created_ms=created_ms))
+    if gone:
+        table = pa.table({"record_key": gone, "partition_path": [PARTITION] * len(gone)})
+        out += encode_delete_block(table, instant_time=instant_time, schema=json.loads(text))
+    return out
+
+
+# -- decoding -----------------------------------------------------------------------------------
+def decode_cells(cells: Iterable[tuple[bytes, bytes]], schema: Mapping[str, Any] | str, *,
+                 source: str = "record index", zone: _dt.tzinfo = UTC) -> dict[str, Location]:
+    """Record key -> location of HFile cells written in ``schema``."""
+    parsed = _parsed(_schema_json(schema), source)
+    out: dict[str, Location] = {}
+    for k, v in cells:
+        try:
+            key = k.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TableFormatError(f"{source}: record index key {k[:64]!r} is not UTF-8") from e
+        try:
+            rec = fastavro.schemaless_reader(io.BytesIO(v), parsed)
+        except Exception as e:  # fastavro raises many types for bytes that do not fit the schema
+            raise TableFormatError(f"{source}: record index entry {key!r} does not decode ({e})") from e
+        out[key] = _location(key, rec, source, zone)
+    return out
+
+
+def _location(key: str, rec: Any, source: str, zone: _dt.tzinfo) -> Location:
+    where = f"{source}: record index entry {key!r}"
+    info = rec.get(_FIELD) if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or rec.get("type") != RECORD_TYPE or not isinstance(info, dict):
+        kind = rec.get("type") if isinstance(rec, dict) else None
+        raise TableFormatError(f"{where} is a metadata record of type {kind}, not a record index entry ({RECORD_TYPE})")
+    if info.get("partitionName") is None or info.get("instantTime") is None:
+        raise TableFormatError(f"{where} lacks its partition or instant time")
+    parts = FileIdParts(info.get("fileIdEncoding", ENCODING_UUID), info.get("fileIdHighBits"),
+                        info.get("fileIdLowBits"), info.get("fileIndex"), info.get("fileId"))
+    return Location(info["partitionName"], decode_file_id(parts, source=where),
+                    instant_of_millis(info["instantTime"], zone), info.get("position"))
+
+
+def decode_hfile(data: bytes, *, source: str = "record index HFile", zone: _dt.tzinfo = UTC) -> dict[str, Location]:
+    """Record key -> location of a record-index HFile (a base file, or a log block's content)."""
+    h = hfile.read(data, source=source)
+    schema = h.file_info.get(b"schema")
+    if schema is None:
+        raise TableFormatError(f"{source}: record index HFile without a schema")
+    return decode_cells(h.cells, schema.decode("utf-8", "replace"), source=source, zone=zone)
+
+
+def decode_log_file(data: bytes, *, source: str = "record index log file", zone: _dt.tzinfo = UTC) -> list[Changes]:
+    """What each block of a record-index log file says, in file order: an HFile data block's
+    entries, a delete block's keys. A torn block is skipped, as Hudi's reader skips it; any
+    other block kind is no record-index content."""
+    out = []
+    for b in read_log_blocks(data, source=source):
+        where = f"{source}: block at offset {b.offset}"
+        if b.kind == CORRUPT:
+            continue
+        if b.block_type == BlockType.HFILE_DATA and b.content is not None:
+            out.append(Changes(b.instant_time, decode_hfile(b.content, source=where, zone=zone)))
+        elif b.block_type == BlockType.DELETE:
+            keys = b.records.column("record_key").to_pylist() if b.records is not None else []
+            out.append(Changes(b.instant_time, deletes=[k for k in keys if k is not None]))
+        else:
+            raise TableFormatError(f"{where} is a {b.kind} block, not record index content")
+    return out
