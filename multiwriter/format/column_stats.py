@@ -61,7 +61,10 @@ comes from is named.
   one record per (partition, column), the merge of the column stats of every file of the
   partition's latest file slices when the column_stats partition is there (``isTightBound``
   true: exact for those files), else of the commit's files only (``isTightBound`` false: only
-  widened). A dropped partition gets a tombstone per column.
+  widened). That view (``getPartitionLatestFileSlicesIncludingInflight``) still holds the file
+  groups a clustering replaces while its replacecommit is inflight, so the stats a clustering
+  writes also count the replaced groups until the partition's next write: tight, but wider than
+  the live files. A dropped partition gets a tombstone per column.
 - Merging two records of one key (``HoodieTableMetadataUtil.mergeColumnStatsRecords``): a
   tombstone on either side, or a newer tight-bound record, replaces the older; otherwise min and
   max widen and counts and sizes add up.
@@ -81,7 +84,7 @@ import io
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -299,7 +302,7 @@ class StatsRecord:
 
     key: str
     record_type: int
-    stats: ColumnStats = field(compare=True)
+    stats: ColumnStats
 
     @property
     def partition(self) -> str:
