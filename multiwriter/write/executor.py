@@ -170,11 +170,15 @@ class OldReads:
     leave the other cores idle. A read the plan does not use is dropped unread (files are
     immutable, so an early read is the same read). Bounded, since a read waits in memory for
     its merge: at most ``max_files`` files and ``max_bytes`` of them (their size on storage);
-    the merges read the others themselves, as many at once as there are merge threads."""
+    the merges read the others themselves, as many at once as there are merge threads. By
+    default two files per core, or on S3, where a read mostly waits on its request, as many as
+    the merge pool has threads."""
 
     def __init__(self, storage: Storage, max_files: int | None = None, max_bytes: int = EARLY_READ_BYTES) -> None:
         self.storage = storage
-        self.max_files = max_files if max_files is not None else 2 * MERGE_POOL_WORKERS
+        if max_files is None:
+            max_files = MERGE_POOL_THREADS if storage.is_s3 else 2 * MERGE_POOL_WORKERS
+        self.max_files = max_files
         self.max_bytes = max_bytes
         self._bytes = 0
         self._reads: dict[str, Future] = {}
