@@ -195,6 +195,25 @@ class FileExists(MultiWriterError, FileExistsError):
     """A create-if-absent found the file already there (instant files, lock files, markers)."""
 
 
+class StorageBatchError(MultiWriterError, OSError):
+    """Some files of one operation over many files failed; ``paths`` names them (relative to the
+    table root). An ``OSError``, as the single-file failure it stands for."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = tuple(paths)
+
+
+class UploadError(StorageBatchError):
+    """Data files of a write were not uploaded under their final names: the write fails, so its
+    commit is never completed; the files it did upload are its attempt's, removed as any failed
+    attempt's are."""
+
+
+class DeleteError(StorageBatchError):
+    """Files a batch delete (``Storage.delete_many``) named were not deleted; the others were."""
+
+
 class ZooKeeperStartError(MultiWriterError):
     """The local ZooKeeper server could not be started (no Java, no jar, or it did not come up)."""
 

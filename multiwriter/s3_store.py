@@ -18,21 +18,29 @@ Here:
   before their instant is checked alive) stay in this process's memory until moved, then cost one
   PUT at their final name; one dropped costs nothing. Above the threshold they are uploaded.
 
-The client (:func:`multiwriter.s3.data_client`) is thread-safe and pools connections, so callers
-may issue independent requests concurrently.
+Requests that do not depend on each other go out side by side, at most
+:data:`REQUESTS_IN_FLIGHT` at once per process (:data:`REQUESTS`): a read names the objects it is
+about to open (:meth:`S3Handler.read_ahead`) and their first GETs are sent ahead, bounded by
+:data:`READ_AHEAD_BYTES`; a write's final PUTs are handed to :class:`Uploads` and waited for
+together. The request count is the same either way; only the waiting overlaps. The client
+(:func:`multiwriter.s3.data_client`) is thread-safe and pools connections.
 """
 from __future__ import annotations
 
 import io
 import posixpath
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from . import s3
+from .threads import ProcessPool
 
 #: objects below this many bytes are written with one PUT
 MULTIPART_THRESHOLD = 32 << 20
@@ -43,6 +51,23 @@ TAIL = 1 << 20
 #: bytes of whole Parquet objects kept after a read (a dataset scan opens each file twice: its
 #: footer, then its rows); Parquet objects of a table are never rewritten under their name
 IMMUTABLE_CACHE = 64 << 20
+#: S3 requests in flight at once for reads ahead and uploads, per process. A request spends
+#: nearly all its time waiting on the store (15-50 ms to the first byte, little CPU), so 16 side
+#: by side turn an operation's tens of files into a few round trips; it stays below the client's
+#: pooled connections (:data:`multiwriter.s3.DATA_POOL`, 32), leaving some to the callers' own
+#: requests, and far below what S3 takes from one prefix (thousands per second)
+REQUESTS_IN_FLIGHT = 16
+#: the threads that send those requests (they only wait on the network: no CPU pool is used)
+REQUESTS = ProcessPool("mw-s3-io", REQUESTS_IN_FLIGHT)
+#: bytes fetched ahead of one read and not yet opened by it (:meth:`S3Handler.read_ahead`): a read
+#: of many large files holds at most this much beyond what it decodes, the rest follow as it goes
+READ_AHEAD_BYTES = 256 << 20
+#: objects up to this size are fetched whole ahead of a read (one GET, as the read itself would
+#: cost for the small files of a table); larger ones their last :data:`TAIL` bytes, the footer
+#: a Parquet read starts with, and the ranges it then asks for are read on demand
+WHOLE_AHEAD = IMMUTABLE_CACHE // 8
+#: bytes of one write's files waiting for their upload (:class:`Uploads`)
+UPLOAD_BYTES = 256 << 20
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -157,6 +182,109 @@ class _Ranged(io.RawIOBase):
         return len(data)
 
 
+class _ReadAhead:
+    """The first GETs of the objects one read is about to open, sent on :data:`REQUESTS` in the
+    order given, while the bytes fetched and not yet opened stay within ``budget`` (one object
+    larger than it is still fetched when nothing else is held). An object is handed over once
+    (:meth:`take`); one the read opens before its turn came is taken off the list and read by
+    the reader itself, so no object is fetched twice."""
+
+    def __init__(self, handler: S3Handler, objects: Sequence[tuple[str, int]], budget: int) -> None:
+        self.handler = handler
+        self.budget = budget
+        self.queue: deque[tuple[str, int]] = deque(objects)
+        self.waiting = {path for path, _ in objects}
+        self.fetches: dict[str, tuple[Future, int]] = {}
+        self.held = 0
+        self.closed = False
+        self.mu = threading.Lock()
+
+    @staticmethod
+    def _tail(path: str, size: int) -> int:
+        """The bytes asked for (the size known): a Parquet object whole when small, else its
+        tail (its footer; the reader asks for the ranges it needs); any other object (a log
+        file, read whole) whole."""
+        if size <= 0:
+            return TAIL
+        return size if size <= WHOLE_AHEAD or not path.endswith(".parquet") else TAIL
+
+    def pump(self) -> None:
+        """Send the next GETs the budget allows."""
+        with self.mu:
+            while self.queue and not self.closed:
+                path, size = self.queue[0]
+                cost = self._tail(path, size)
+                if self.held and self.held + cost > self.budget:
+                    return
+                self.queue.popleft()
+                self.waiting.discard(path)
+                self.held += cost
+                self.fetches[path] = (REQUESTS.get().submit(self.handler._get, path, cost), cost)
+
+    def take(self, path: str) -> tuple[int, bytes] | None:
+        """(size, bytes) of ``path`` as :meth:`S3Handler._get` returns them, waiting for its GET
+        when sent; None when this read-ahead does not have it (it never will then)."""
+        with self.mu:
+            sent = self.fetches.pop(path, None)
+            if sent is None:
+                if path in self.waiting:
+                    self.waiting.discard(path)
+                    self.queue = deque(o for o in self.queue if o[0] != path)
+                return None
+        future, cost = sent
+        try:
+            return future.result()
+        finally:
+            with self.mu:
+                self.held -= cost
+            self.pump()
+
+    def close(self) -> None:
+        """Drop what was not taken: GETs not started are cancelled, the others' bytes dropped."""
+        with self.mu:
+            self.closed = True
+            self.queue.clear()
+            self.waiting.clear()
+            for future, _ in self.fetches.values():
+                future.cancel()
+            self.fetches.clear()
+
+
+class Uploads:
+    """Requests of one write that do not depend on each other (the final PUTs of its data
+    files), sent side by side on :data:`REQUESTS` and waited for together (:meth:`wait`). The
+    bytes waiting to go out are bounded (``budget``): a sender waits while they are above it,
+    so writers faster than the network do not pile a whole write up in memory."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = UPLOAD_BYTES if budget is None else budget
+        self._sent: list[tuple[str, Future]] = []
+        self._pending = 0
+        self._cv = threading.Condition()
+
+    def send(self, name: str, fn: Callable[..., Any], *args: Any, size: int = 0) -> None:
+        """Run ``fn(*args)``, the upload of ``name`` (``size`` bytes held until it ends), on
+        the request threads."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._pending or self._pending + size <= self.budget)
+            self._pending += size
+            future = REQUESTS.get().submit(fn, *args)
+            self._sent.append((name, future))
+        future.add_done_callback(lambda _: self._done(size))
+
+    def _done(self, size: int) -> None:
+        with self._cv:
+            self._pending -= size
+            self._cv.notify_all()
+
+    def wait(self) -> list[tuple[str, BaseException]]:
+        """Wait for every upload sent (failed or not, none is left running); the failed ones by name."""
+        with self._cv:
+            sent, self._sent = self._sent, []
+        wait([f for _, f in sent])
+        return [(name, e) for name, f in sent if (e := f.exception()) is not None]
+
+
 class S3Handler(pafs.FileSystemHandler):
     """The :class:`pyarrow.fs.PyFileSystem` handler of ``s3://`` tables (see the module)."""
 
@@ -171,6 +299,12 @@ class S3Handler(pafs.FileSystemHandler):
 
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
         self.credentials = credentials
+        #: the reads ahead under way (:meth:`read_ahead`)
+        self._aheads: list[_ReadAhead] = []
+        self._aheads_mu = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # what a copy needs: its credentials, not reads under way
+        return S3Handler, (self.credentials,)
 
     @property
     def client(self) -> Any:
@@ -218,6 +352,42 @@ class S3Handler(pafs.FileSystemHandler):
     def _peek(self, path: str) -> bytes | None:
         with self._mu:
             return self._held.get(path)
+
+    def held_size(self, path: str) -> int:
+        """The bytes of a held file (0 when ``path`` is not held)."""
+        held = self._peek(path)
+        return len(held) if held is not None else 0
+
+    # -- reads ahead -----------------------------------------------------------
+    @contextmanager
+    def read_ahead(self, objects: Sequence[tuple[str, int]], budget: int | None = None) -> Iterator[None]:
+        """While the block runs, the objects ``(path, size)`` (size 0: unknown) are fetched
+        side by side, in this order, ahead of their reads; each one's first open in the block
+        is served from what was fetched: the same GET the open would have sent (the whole of a
+        small object, the tail of a larger one), sent earlier. ``budget``: the bytes fetched and
+        not yet opened (:data:`READ_AHEAD_BYTES` by default). See :class:`_ReadAhead`."""
+        # objects this process holds or keeps from an earlier read are opened without a request
+        kept = [(p, s) for p, s in dict(objects).items() if self._peek(p) is None and self._recall(p) is None]
+        ahead = _ReadAhead(self, kept, READ_AHEAD_BYTES if budget is None else budget)
+        with self._aheads_mu:
+            self._aheads.append(ahead)
+        try:
+            ahead.pump()
+            yield
+        finally:
+            with self._aheads_mu:
+                self._aheads.remove(ahead)
+            ahead.close()
+
+    def _ahead(self, path: str) -> tuple[int, bytes] | None:
+        """What a read ahead fetched of ``path`` (see :meth:`read_ahead`), else None."""
+        with self._aheads_mu:
+            aheads = list(self._aheads)
+        for ahead in aheads:
+            got = ahead.take(path)
+            if got is not None:
+                return got
+        return None
 
     # -- FileSystemHandler -----------------------------------------------------
     def get_type_name(self) -> str:
@@ -305,6 +475,34 @@ class S3Handler(pafs.FileSystemHandler):
                 e = r["Errors"][0]
                 raise OSError(f"{bucket}/{e.get('Key')}: delete failed: {e.get('Code')} {e.get('Message')}")
 
+    def delete_many(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """Delete these objects: one ``DeleteObjects`` request per 1,000 keys of a bucket (held
+        files are dropped without a request). Each key's answer is checked: returns the
+        ``(path, reason)`` of every object not deleted (a key S3 answered with an error, or not
+        at all; a request that failed whole fails each of its keys)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        by_bucket: dict[str, list[str]] = {}
+        for path in dict.fromkeys(paths):
+            self._replaced(path)
+            if self._take(path) is None:
+                bucket, key = _split(path)
+                by_bucket.setdefault(bucket, []).append(key)
+        failed: list[tuple[str, str]] = []
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):
+                batch = keys[i:i + 1000]
+                try:
+                    r = self.client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch]})
+                except (ClientError, BotoCoreError) as e:
+                    failed += [(f"{bucket}/{k}", str(e)) for k in batch]
+                    continue
+                errors = {e.get("Key"): f"{e.get('Code')} {e.get('Message')}" for e in r.get("Errors", [])}
+                deleted = {d.get("Key") for d in r.get("Deleted", [])}
+                failed += [(f"{bucket}/{k}", errors.get(k, "not in the answer")) for k in batch
+                           if k in errors or k not in deleted]
+        return failed
+
     def delete_dir(self, path: str) -> None:
         bucket, key = _split(path)
         under = path.rstrip("/") + "/"
@@ -362,14 +560,14 @@ class S3Handler(pafs.FileSystemHandler):
         except ClientError as e:
             raise _oserror(src, e) from e
 
-    def _get(self, path: str) -> tuple[int, bytes]:
-        """(size, the object's last :data:`TAIL` bytes or all of it) in one GET."""
+    def _get(self, path: str, tail: int = TAIL) -> tuple[int, bytes]:
+        """(size, the object's last ``tail`` bytes or all of it) in one GET."""
         from botocore.exceptions import ClientError
 
         bucket, key = _split(path)
         try:
             try:
-                r = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{TAIL}")
+                r = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{tail}")
             except ClientError as e:
                 if s3.status(e) != 416:  # a range of an empty object
                     raise
@@ -387,7 +585,7 @@ class S3Handler(pafs.FileSystemHandler):
             held = self._recall(path)
         if held is not None:
             return pa.BufferReader(held)
-        size, tail = self._get(path)
+        size, tail = self._ahead(path) or self._get(path)
         if len(tail) == size:
             self._remember(path, tail)
             return pa.BufferReader(tail)
@@ -401,8 +599,15 @@ class S3Handler(pafs.FileSystemHandler):
         from botocore.exceptions import ClientError
 
         bucket, key = _split(path)
+        ahead = self._ahead(path)
         try:
-            return pa.BufferReader(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+            if ahead is None:
+                return pa.BufferReader(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+            size, tail = ahead
+            if len(tail) == size:
+                return pa.BufferReader(tail)
+            head = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{size - len(tail) - 1}")
+            return pa.BufferReader(head["Body"].read() + tail)
         except ClientError as e:
             raise _oserror(path, e) from e
 

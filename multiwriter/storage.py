@@ -31,7 +31,7 @@ import posixpath
 import stat
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from . import s3, s3_store
-from .errors import CommitStateUnknownError, ConfigError, FileExists, UnsafePathError
+from .errors import CommitStateUnknownError, ConfigError, DeleteError, FileExists, UnsafePathError, UploadError
 from .redact import redact
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,26 @@ class FileEntry:
 
 #: the listings a :meth:`Storage.listings_kept` block keeps, per thread
 _KEPT = threading.local()
+#: the publishes a :meth:`Storage.publishing_together` block collects, per thread
+_PUBLISHING = threading.local()
+
+
+class PublishGroup:
+    """The publishes of one write's data files on S3 (:meth:`Storage.publishing_together`):
+    each one PUT that depends on no other, sent side by side (:class:`~.s3_store.Uploads`)."""
+
+    def __init__(self) -> None:
+        self.uploads = s3_store.Uploads()
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on this thread with its publishes joining the group: how a
+        task on a pool thread (a file group's merge) takes part."""
+        outer = getattr(_PUBLISHING, "group", None)
+        _PUBLISHING.group = self
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _PUBLISHING.group = outer
 
 
 class Storage:
@@ -128,6 +148,50 @@ class Storage:
             yield
         finally:
             _KEPT.listings = None
+
+    @contextmanager
+    def read_ahead(self, files: Iterable[tuple[str, int]]) -> Iterator[None]:
+        """Within the block, the files ``(rel, size)`` (size 0 when unknown) that a read is about
+        to open, in the order it opens them, are fetched side by side on S3, a bounded number of
+        requests at once and of bytes held (:meth:`.s3_store.S3Handler.read_ahead`): a read of N
+        files waits about N/16 round trips instead of N over each reading thread. Each file's
+        first open is served from its fetch, the same request it would have sent. Elsewhere
+        (local disks) nothing changes: reads there wait on no round trip."""
+        if self._s3 is None:
+            yield
+            return
+        with self._s3.read_ahead([(self.abs(rel), size) for rel, size in files]):
+            yield
+
+    @contextmanager
+    def publishing_together(self) -> Iterator[PublishGroup]:
+        """Within the block (on this thread, and in tasks run through the group's
+        :meth:`PublishGroup.run`), :meth:`publish` on S3 sends the file's final PUT on the
+        request threads and returns: the files of one write, which depend on each other in
+        nothing, are uploaded side by side. The block ends once every upload has ended, so all
+        files are in place before the caller goes on (to its commit); a failed one raises
+        :class:`~multiwriter.errors.UploadError` naming the files (the write fails, so its
+        commit never completes). Nested, the outer block waits. Elsewhere publishes stay as
+        they are (a rename)."""
+        outer = getattr(_PUBLISHING, "group", None)
+        if outer is not None:
+            yield outer
+            return
+        group = PublishGroup()
+        _PUBLISHING.group = group
+        try:
+            yield group
+        finally:
+            _PUBLISHING.group = None
+            failed = group.uploads.wait()  # always: no file may land after the write gave up
+            if failed:
+                log.warning("%s: %d files of a write were not uploaded: %s", redact(self.uri), len(failed),
+                            "; ".join(f"{rel}: {e}" for rel, e in failed[:5]))
+        if failed:
+            rels = tuple(rel for rel, _ in failed)
+            raise UploadError(f"{redact(self.uri)}: {len(failed)} files of the write were not uploaded "
+                              f"({'; '.join(f'{rel}: {e}' for rel, e in failed[:5])}); the write fails and "
+                              "commits nothing", paths=rels) from failed[0][1]
 
     def forget_listings(self) -> None:
         """List again inside a :meth:`listings_kept` block (a read that found a listed file gone)."""
@@ -386,6 +450,10 @@ class Storage:
         self.refuse_links(target)
         self.refuse_links(self.abs(staged))
         self._parent_dir(target)
+        group = getattr(_PUBLISHING, "group", None)
+        if group is not None and self._s3 is not None:  # sent beside the write's other files
+            group.uploads.send(rel, self.fs.move, self.abs(staged), target, size=self._s3.held_size(self.abs(staged)))
+            return
         self.fs.move(self.abs(staged), target)
 
     def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
@@ -520,6 +588,27 @@ class Storage:
             if not self.exists(rel):
                 return False
             raise e
+
+    def delete_many(self, rels: Sequence[str]) -> None:
+        """Delete these files, each path checked first (an unsafe one deletes nothing). On S3
+        one ``DeleteObjects`` request per 1,000 files, each file's answer checked; elsewhere
+        one :meth:`delete` each (a file already gone, or behind a symbolic link out of the
+        table, is skipped as there). Every file is tried: those that could not be deleted are
+        named by one :class:`~multiwriter.errors.DeleteError` at the end."""
+        targets = {self.abs(rel): rel for rel in rels}
+        failed: list[tuple[str, str]] = []
+        if self._s3 is not None:
+            failed = [(targets.get(path, self._rel(path)), reason) for path, reason in self._s3.delete_many(list(targets))]
+        else:
+            for rel in targets.values():
+                try:
+                    self.delete(rel)
+                except OSError as e:
+                    failed.append((rel, str(e)))
+        if failed:
+            raise DeleteError(f"{redact(self.uri)}: {len(failed)} of {len(targets)} files were not deleted "
+                              f"({'; '.join(f'{rel}: {why}' for rel, why in failed[:5])})",
+                              paths=tuple(rel for rel, _ in failed))
 
     def delete_dir(self, rel: str) -> None:
         if self._through_link(self.abs(rel)):

@@ -2,7 +2,10 @@
 ~100 ms+) or on Spark executors (see :mod:`multiwriter.write.spark`).
 
 On the driver the merges of one plan run on a thread pool: reading, sorting and writing
-Parquet release the GIL, so file groups merge side by side on every core.
+Parquet release the GIL, so file groups merge side by side on every core. On S3 the files they
+write are published side by side too (:meth:`Storage.publishing_together`): a merge hands its
+file's final PUT to the request threads and goes on with the next group, and the plan's run ends
+once every upload has ended, so the commit follows only files in place.
 """
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ def run_on_driver(
     task's index). ``list_markers``: this call writes every file of its instant, so their
     markers go into one list first (:func:`markers.create_all`) instead of one file each.
     Stats come back in task order; the first failure is raised once every started merge has
-    finished (so markers name all files left behind). ``on_inserted``: see
+    finished and every upload sent has ended (so markers name all files left behind, and none
+    lands later); a failed upload raises :class:`~multiwriter.errors.UploadError`. ``on_inserted``: see
     :func:`~.merge.merge_file_group` (called from the merge threads). ``old_reads``: reads of
     old base files started while the batch was tagged."""
     if config is None:
@@ -57,19 +61,21 @@ def run_on_driver(
         check_alive(storage, ctx, f"the markers of {len(files)} files")
         markers.create_all(storage, ctx.instant_time, files)
         ctx = dataclasses.replace(ctx, markers_listed=True)
-    workers = _workers(plan)
-    if workers <= 1:
-        plan.gather()
-        return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted, old_reads)]
-    pool = _merge_pool()
-    start_gather(plan)  # a no-op when the writer started it before its inflight file
-    by_task = _dispatch(plan, workers, lambda t: pool.submit(_merge_one, storage, ctx, plan, t, on_footer, token,
-                                                             on_inserted, old_reads))
-    futures = [by_task[t.task_index] for t in tasks if t.task_index in by_task]
-    failed = [f for f in futures if f.exception() is not None]
-    if failed:
-        raise _first_error(failed)
-    return [st for f in futures for st in f.result()]
+    with storage.publishing_together() as uploads:
+        workers = _workers(plan)
+        if workers <= 1:
+            plan.gather()
+            return [st for t in tasks for st in _merge_one(storage, ctx, plan, t, on_footer, token, on_inserted,
+                                                            old_reads)]
+        pool = _merge_pool()
+        start_gather(plan)  # a no-op when the writer started it before its inflight file
+        by_task = _dispatch(plan, workers, lambda t: pool.submit(uploads.run, _merge_one, storage, ctx, plan, t,
+                                                                 on_footer, token, on_inserted, old_reads))
+        futures = [by_task[t.task_index] for t in tasks if t.task_index in by_task]
+        failed = [f for f in futures if f.exception() is not None]
+        if failed:
+            raise _first_error(failed)
+        return [st for f in futures for st in f.result()]
 
 
 def _dispatch(plan: Plan, cores: int, submit: Callable[[FileGroupTask], Future]) -> dict[int, Future]:
@@ -164,11 +170,15 @@ class OldReads:
     leave the other cores idle. A read the plan does not use is dropped unread (files are
     immutable, so an early read is the same read). Bounded, since a read waits in memory for
     its merge: at most ``max_files`` files and ``max_bytes`` of them (their size on storage);
-    the merges read the others themselves, as many at once as there are merge threads."""
+    the merges read the others themselves, as many at once as there are merge threads. By
+    default two files per core, or on S3, where a read mostly waits on its request, as many as
+    the merge pool has threads."""
 
     def __init__(self, storage: Storage, max_files: int | None = None, max_bytes: int = EARLY_READ_BYTES) -> None:
         self.storage = storage
-        self.max_files = max_files if max_files is not None else 2 * MERGE_POOL_WORKERS
+        if max_files is None:
+            max_files = MERGE_POOL_THREADS if storage.is_s3 else 2 * MERGE_POOL_WORKERS
+        self.max_files = max_files
         self.max_bytes = max_bytes
         self._bytes = 0
         self._reads: dict[str, Future] = {}
