@@ -141,3 +141,26 @@ def test_a_companion_job_run_walks_the_store_once(s3):
              if kind == "LIST" and p.startswith(f"/{bucket}?") and "prefix=t%2F&" in p and "delimiter" not in p]
     assert len(walks) == 1, walks
     assert mw.Table.open(uri).read(columns=["id"]).num_rows == 3 * 20 + 3 * 10
+
+
+def test_a_clean_deletes_its_files_in_batches(s3):
+    """Retention deletes the old versions it planned with batch deletes (one request per 1,000
+    files, the plan split once for the half-way fault point), not a request per file, and the
+    files left are exactly the live ones: the clean deleted its own and nothing else."""
+    uri, bucket, cfg = _table(s3, 3)
+    for ts in (1, 2, 3):
+        _upsert_cost(s3, uri, bucket, cfg, ts)
+    s3.counter.take()
+    with mw.Cleaner(uri, lock=cfg.lock, retain_commits=1, clustering=None) as cleaner:  # retention's deletes alone
+        report = cleaner.run_once()
+    assert report.old_versions_deleted >= 3, report
+    requests = list(s3.counter.requests)
+    single = [p for kind, method, p in requests if kind == "DELETE" and method == "DELETE" and "/.hoodie/" not in p]
+    batches = [p for kind, method, p in requests if kind == "DELETE" and method == "POST"]
+    assert not single, single
+    assert 1 <= len(batches) <= 2, batches
+    keys = [o["Key"] for page in s3.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/")
+            for o in page.get("Contents", [])]
+    left = {k.removeprefix("t/") for k in keys if k.endswith(".parquet") and "/.hoodie/" not in k}
+    assert left == {f.path for f in mw.Table.open(uri).snapshot().files()}
+    assert mw.Table.open(uri).read(columns=["id"]).num_rows == 3 * 20 + 3 * 10
