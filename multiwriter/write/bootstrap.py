@@ -150,16 +150,20 @@ class SparkProgress:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
-        self.poll()  # every job's last state, however short it ran
+        self._poll_quietly()  # every job's last state, however short it ran
         for k, v in self.saved.items():
             self.sc.setLocalProperty(k, v)
 
     def _run(self) -> None:
         while not self.stop.wait(self.interval_s):
-            try:
-                self.poll()
-            except Exception as e:  # noqa: BLE001 -- progress is best effort: never fail the bootstrap
-                log.debug("bootstrap progress: %s", e)
+            self._poll_quietly()
+
+    def _poll_quietly(self) -> None:
+        """Progress is best effort: it never fails the bootstrap nor hides its error."""
+        try:
+            self.poll()
+        except Exception as e:  # noqa: BLE001 -- a dead context, a status the tracker lost
+            log.debug("bootstrap progress: %s", e)
 
     def poll(self) -> None:
         """Log each job of the group whose state or task count changed since its last line."""
