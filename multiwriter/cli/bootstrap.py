@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Any
 
+from ..errors import ConfigError
 from ..storage import Storage
 from ..table.properties import PROPERTIES_FILE
 
@@ -23,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     style.add_argument("--hive-style", dest="hive_style", action="store_true", default=None,
                        help="the source's folders are col=value (default: detected)")
     style.add_argument("--plain-folders", dest="hive_style", action="store_false", help="the folders are plain values")
+    p.add_argument("--spark", action="store_true",
+                   help="read the source and write the table on Spark executors (a source larger than this process)")
+    p.add_argument("--spark-master", metavar="URL",
+                   help="with --spark: the Spark master (default local[*]; spark://..., yarn, k8s://...)")
     p.add_argument("--hoodie-conf", action="append", default=[], metavar="KEY=VALUE",
                    help="Hudi's bootstrap keys (hoodie.bootstrap.mode.selector, ...selector.regex, ...regex.mode)")
     add_lock_arguments(p)
@@ -38,15 +45,28 @@ def bootstrap_command(args: argparse.Namespace) -> int:
         args.zk_base_path = "/multiwriter"  # a new table records no base path yet
     lock = cli_lock(args, "bootstrap")
     try:
-        r = bootstrap(args.source, args.path, name=args.name or args.path.rstrip("/").rsplit("/", 1)[-1],
-                      record_key=_columns(args.record_key), partition_by=_columns(args.partition_by),
-                      ordering_field=args.ordering_field, mode=args.mode, table_type=args.table_type,
-                      num_buckets=args.num_buckets, lock=lock, hive_style=args.hive_style, options=hudi_options(args))
+        with _spark(args) as spark:
+            r = bootstrap(args.source, args.path, name=args.name or args.path.rstrip("/").rsplit("/", 1)[-1],
+                          record_key=_columns(args.record_key), partition_by=_columns(args.partition_by),
+                          ordering_field=args.ordering_field, mode=args.mode, table_type=args.table_type,
+                          num_buckets=args.num_buckets, lock=lock, hive_style=args.hive_style,
+                          options=hudi_options(args), spark=spark)
     finally:
         lock.close()
     assert r.instant is not None
     print(f"bootstrapped {r.num_inserts} rows into {r.files_written} files at instant {r.instant.requested_time}")
     return 0
+
+
+def _spark(args: argparse.Namespace) -> Any:
+    """A SparkSession with ``--spark`` (pyspark is loaded only then), else none."""
+    if args.spark_master and not args.spark:
+        raise ConfigError("--spark-master needs --spark")
+    if not args.spark:
+        return contextlib.nullcontext()
+    from ..spark.session import session
+
+    return session("multiwriter-bootstrap", args.spark_master)
 
 
 def _columns(text: str) -> list[str]:

@@ -7,14 +7,19 @@ Merge-on-Read), after checking that no commit completed yet, and records the sou
 ``hoodie.bootstrap.base.path`` in ``hoodie.properties``. Here the rows go through the writers'
 own path (heartbeat, markers, lock, decision log, metadata table), so a bootstrap that dies is
 an ordinary failed write that the companion job rolls back; the source files are only read.
-Hudi's ``METADATA_ONLY`` mode (skeleton files pointing at the source, a bootstrap index) is not
+Given a SparkSession, Spark reads the source on executors and the writer's executor path writes
+it, the driver holding the file list, counts and write stats (:func:`bootstrap_source.spark_frame`);
+else the driver reads and writes every row. Hudi's ``METADATA_ONLY`` mode (skeleton files pointing at the source, a bootstrap index) is not
 built: it is refused by name.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,7 +34,7 @@ from ..storage import Storage
 from ..table import bootstrap_state
 from ..table import properties as props
 from ..table.table import Table
-from .bootstrap_source import Source, scan
+from .bootstrap_source import Source, scan, spark_frame
 from .writer import Writer
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,10 @@ BASE_PATH_KEY = "hoodie.bootstrap.base.path"
 #: Hudi's selector classes (``org.apache.hudi.client.bootstrap.selector``) by simple name
 SELECTORS = {"FullRecordBootstrapModeSelector": FULL_RECORD, "MetadataOnlyBootstrapModeSelector": METADATA_ONLY,
              "BootstrapRegexModeSelector": None}
+#: the Spark job group of a bootstrap of table ``name`` (the Spark UI lists its jobs under it)
+JOB_GROUP = "multiwriter-bootstrap-{name}"
+#: seconds between two progress lines of a bootstrap's Spark jobs
+PROGRESS_INTERVAL_S = 10.0
 
 
 def bootstrap(source: str, table_path: str, *, name: str, record_key: str | list[str] | tuple[str, ...],
@@ -53,7 +62,8 @@ def bootstrap(source: str, table_path: str, *, name: str, record_key: str | list
               hive_style: bool | None = None, num_buckets: int | None = None, table_version: int = props.WRITE_VERSION,
               metadata: bool = True, options: Mapping[str, str] | None = None, writer_id: str = "bootstrap",
               heartbeat_interval_s: float = 10.0, heartbeat_tolerable_misses: int = 2,
-              target_file_size_bytes: int = 128 * 1024 * 1024) -> CommitResult:
+              target_file_size_bytes: int = 128 * 1024 * 1024, spark: Any = None,
+              executor: str = "spark") -> CommitResult:
     """Bootstrap the Parquet dataset at ``source`` into a new Hudi table at ``table_path``.
 
     Every check (the mode, the source's layout and schemas, the table being new or a failed
@@ -61,7 +71,12 @@ def bootstrap(source: str, table_path: str, *, name: str, record_key: str | list
     source's style (``hive_style``: detected, or given and checked). ``options``: Hudi's
     bootstrap keys (``hoodie.bootstrap.mode.selector`` and its regex keys,
     ``hoodie.bootstrap.base.path``, which must then name ``source``). Writers are refused until
-    it completes; if it dies, the companion job rolls it back and it can be run again."""
+    it completes; if it dies, the companion job rolls it back and it can be run again.
+
+    ``spark``: a SparkSession reads the source on executors and writes it through the writer's
+    executor path (``executor``, as :class:`WriterConfig`'s: ``"spark"`` never collects a row on
+    the driver, ``"auto"`` lets a source of at most ``driver_max_rows`` rows through the driver);
+    its Spark jobs run in job group :data:`JOB_GROUP` and are logged as they go."""
     options = dict(options or {})
     _check_base_path(source, options)
     keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
@@ -70,26 +85,100 @@ def bootstrap(source: str, table_path: str, *, name: str, record_key: str | list
     src = scan(src_storage, parts, keys + ((ordering_field,) if ordering_field else ()), hive_style)
     _check_modes(options, mode, {_partition_path(src, f.values) for f in src.files})
     _check_target(table_path)
-    rows = pa.concat_tables([src.read(src_storage, f) for f in src.files])
-    table = Table.create(table_path, name=name, schema=src.schema, record_key=keys, partition_by=parts,
-                         ordering_field=ordering_field, hive_style_partitioning=src.hive_style, lock=lock,
-                         table_type=table_type, num_buckets=num_buckets, table_version=table_version,
-                         metadata=metadata, properties={props.BOOTSTRAP_BASE_PATH_KEY: src_storage.uri})
-    _check_same_source(table, src_storage.uri)
-    faults.point("bootstrap-after-table")
     cfg = WriterConfig(writer_id=writer_id, lock=lock, operation="insert", heartbeat_interval_s=heartbeat_interval_s,
                        heartbeat_tolerable_misses=heartbeat_tolerable_misses, register_writer=False,
-                       target_file_size_bytes=target_file_size_bytes, max_conflict_retries=0)
+                       target_file_size_bytes=target_file_size_bytes, max_conflict_retries=0,
+                       executor=executor if spark is not None else "auto")
+    with _progress(spark, name, f"multiwriter: bootstrap {redact(table_path)} from {redact(source)}"):
+        rows = spark_frame(src, src_storage, spark) if spark is not None else _read_on_driver(src, src_storage)
+        table = Table.create(table_path, name=name, schema=src.schema, record_key=keys, partition_by=parts,
+                             ordering_field=ordering_field, hive_style_partitioning=src.hive_style, lock=lock,
+                             table_type=table_type, num_buckets=num_buckets, table_version=table_version,
+                             metadata=metadata, properties={props.BOOTSTRAP_BASE_PATH_KEY: src_storage.uri})
+        _check_same_source(table, src_storage.uri)
+        faults.point("bootstrap-after-table")
+        result = _write(table, rows, src_storage.uri, cfg)
+    faults.point("bootstrap-after-commit")
+    log.info("bootstrapped %s from %s: %d rows in %d files at instant %s%s", redact(table_path), redact(source),
+             result.num_inserts, result.files_written, inst.FULL_BOOTSTRAP_TIME, " on Spark" if spark is not None else "")
+    return result
+
+
+def _write(table: Table, rows: Any, source_uri: str, cfg: WriterConfig) -> CommitResult:
+    """The rows as the table's first write, at Hudi's bootstrap time, naming the source."""
     writer = Writer(table, cfg)
     try:
-        result = writer.write(rows, instant_time=inst.FULL_BOOTSTRAP_TIME,
-                              extra_metadata={BASE_PATH_KEY: src_storage.uri})
+        return writer.write(rows, instant_time=inst.FULL_BOOTSTRAP_TIME, extra_metadata={BASE_PATH_KEY: source_uri})
     finally:
         writer.close()
-    faults.point("bootstrap-after-commit")
-    log.info("bootstrapped %s from %s: %d rows in %d files at instant %s", redact(table_path), redact(source),
-             rows.num_rows, result.files_written, inst.FULL_BOOTSTRAP_TIME)
-    return result
+
+
+def _read_on_driver(src: Source, storage: Storage) -> pa.Table:
+    """Every row in the driver's memory: the way for a source that fits it, without Spark."""
+    return pa.concat_tables([src.read(storage, f) for f in src.files])
+
+
+def _progress(spark: Any, name: str, description: str) -> Any:
+    """Names and logs the bootstrap's Spark jobs; nothing without Spark."""
+    return SparkProgress(spark, JOB_GROUP.format(name=name), description) if spark is not None \
+        else contextlib.nullcontext()
+
+
+class SparkProgress:
+    """Runs the block's Spark jobs in job group ``group`` (the Spark UI names the bootstrap in
+    each job's description) and logs each job as it advances and when it ends (tasks done of
+    all, its stages), from Spark's status tracker every :data:`PROGRESS_INTERVAL_S`: a long
+    bootstrap says how far it got without a look at the UI."""
+
+    PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+    def __init__(self, spark: Any, group: str, description: str, interval_s: float | None = None) -> None:
+        self.sc = spark.sparkContext
+        self.group, self.description = group, description
+        self.interval_s = PROGRESS_INTERVAL_S if interval_s is None else interval_s
+        self.seen: dict[int, tuple[str, int]] = {}  # job id -> (status, tasks done) last logged
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="mw-bootstrap-progress", daemon=True)
+
+    def __enter__(self) -> SparkProgress:
+        self.saved = {k: self.sc.getLocalProperty(k) for k in self.PROPERTIES}
+        self.earlier = set(self.sc.statusTracker().getJobIdsForGroup(self.group))  # an earlier bootstrap's
+        self.sc.setJobGroup(self.group, self.description)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._poll_quietly()  # every job's last state, however short it ran
+        for k, v in self.saved.items():
+            self.sc.setLocalProperty(k, v)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            self._poll_quietly()
+
+    def _poll_quietly(self) -> None:
+        """Progress is best effort: it never fails the bootstrap nor hides its error."""
+        try:
+            self.poll()
+        except Exception as e:  # noqa: BLE001 -- a dead context, a status the tracker lost
+            log.debug("bootstrap progress: %s", e)
+
+    def poll(self) -> None:
+        """Log each job of the group whose state or task count changed since its last line."""
+        tracker = self.sc.statusTracker()
+        for job_id in sorted(set(tracker.getJobIdsForGroup(self.group)) - self.earlier):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            stages = [s for s in (tracker.getStageInfo(i) for i in job.stageIds) if s is not None]
+            done, total = sum(s.numCompletedTasks for s in stages), sum(s.numTasks for s in stages)
+            state = (str(job.status), done)
+            if self.seen.get(job_id) != state:
+                self.seen[job_id] = state
+                log.info("%s: Spark job %d %s, %d of %d tasks done (stages %s)", self.description, job_id,
+                         job.status, done, total, list(job.stageIds))
 
 
 def _check_base_path(source: str, options: dict[str, str]) -> None:

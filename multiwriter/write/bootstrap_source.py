@@ -5,12 +5,15 @@ Hudi lists a bootstrap source as leaf folders holding data files
 partition path (``IdentityBootstrapPartitionPathTranslator``). Here a folder is one partition:
 ``date=2024-01-01/`` (hive style) or ``2024-01-01/`` (plain), one level per partition column.
 A partition column the files lack is taken from the folder name, as a string. The source is only
-ever read.
+ever read: on the driver (:meth:`Source.read`) or by Spark on executors (:func:`spark_frame`,
+which drives a session handed in and imports no Spark module).
 """
 from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -127,3 +130,59 @@ def _diff(a: pa.Schema, b: pa.Schema) -> str:
     only_b = [n for n in b.names if n not in a.names]
     retyped = [n for n in a.names if n in b.names and a.field(n).type != b.field(n).type]
     return f"only in the first: {only_a}, only in this one: {only_b}, retyped: {retyped}"
+
+
+# -- the source on Spark ------------------------------------------------------------------------
+def spark_frame(src: Source, storage: Storage, spark: Any) -> Any:
+    """The source's rows as a Spark DataFrame read on executors from exactly the listed files
+    (Spark plans the input splits), the partition columns the files lack added as strings from
+    each row's file name (``input_file_name()``, decoded), so no row reaches the driver and
+    Spark still sizes the batch from the files. The columns are ``src.schema``'s, in its order."""
+    df = spark.read.parquet(*(storage.uri_of(f.path) for f in src.files))
+    _check_spark_columns(df, src)
+    _check_spark_files(df.inputFiles(), src)
+    if src.added:
+        df = df.selectExpr("*", *(f"{_folder_value(src, c)} AS {_quote(c)}" for c in src.added))
+    return df.select(*(_quote(n) for n in src.schema.names))
+
+
+#: a row's file path, decoded: Spark names files by percent-encoded URI, where a space is
+#: ``%20`` and ``+`` is itself, so ``+`` is escaped before ``url_decode`` (which reads it as a space)
+DECODED_FILE = "url_decode(replace(input_file_name(), '+', '%2B'))"
+
+
+def _folder_value(src: Source, column: str) -> str:
+    """The Spark SQL of ``column``'s value from a row's file path: its folder, one level per
+    partition column above the file, without the ``column=`` of a hive-style folder (the scan's rule)."""
+    level = len(src.partition_by) - src.partition_by.index(column) + 1
+    folder = f"element_at(split({DECODED_FILE}, '/'), -{level})"
+    return f"substring({folder}, {len(column) + 2})" if src.hive_style else folder
+
+
+def _check_spark_columns(df: Any, src: Source) -> None:
+    """Spark reads the columns the footers name (no partition discovery from explicit files);
+    anything else would write other rows than the driver path."""
+    want = [n for n in src.schema.names if n not in src.added]
+    if list(df.columns) != want:
+        raise BootstrapSourceError(f"bootstrap source {redact(src.root)}: Spark reads columns {list(df.columns)}, "
+                                   f"the files' footers name {want}", path=src.root)
+
+
+def _check_spark_files(listed: list[str], src: Source) -> None:
+    """Spark lists exactly the scanned files, and their paths decode to the scanned ones (so
+    the folder values Spark takes are the scan's): a file name Spark takes for a glob pattern
+    would list others. Every file sits one folder level per partition column deep, so its last
+    levels name it."""
+    depth = len(src.partition_by) + 1
+    got = ["/".join(unquote(uri).split("/")[-depth:]) for uri in listed]
+    want = {f.path for f in src.files}
+    if set(got) != want or len(got) != len(want):
+        odd = sorted(want.symmetric_difference(got))[:3]
+        raise BootstrapSourceError(f"bootstrap source {redact(src.root)}: Spark lists other files than the scan found "
+                                   f"({odd}); rename files whose names hold glob characters (*?[]{{}})",
+                                   path=odd[0] if odd else src.root)
+
+
+def _quote(name: str) -> str:
+    """A column name as Spark SQL takes it whatever it holds (dots, spaces, backticks)."""
+    return "`" + name.replace("`", "``") + "`"

@@ -161,13 +161,15 @@ def _storage_level() -> Any:
 
 
 def _with_job(spark: Any, description: str, fn: Any) -> Any:
-    """Run ``fn`` with its Spark jobs named (the Spark UI then says which phase is which)."""
+    """Run ``fn`` with its Spark jobs named (the Spark UI then says which phase is which), after
+    the caller's own description if it set one (a bootstrap names itself so)."""
     sc = spark.sparkContext
-    sc.setJobDescription(description)
+    outer = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(f"{outer}: {description}" if outer else description)
     try:
         return fn()
     finally:
-        sc.setJobDescription(None)
+        sc.setJobDescription(outer)
 
 
 def _key_columns(cfg: Any) -> list[str]:
