@@ -5,8 +5,9 @@ counts every request and answers each one ``s3_cost_latency_ms`` later, as a rea
 On the same batches, interleaved in one process (who goes first rotates), with string and
 integer keys: multiwriter Copy-on-Write and Merge-on-Read (bucket index) and deltalake, each
 loaded with the same rows, then upserts (half updates, half new keys, over every partition), an
-insert of new keys, a snapshot read and an incremental read (rows checked against the expected
-table), the companion job's run (multiwriter) and a storage-lock acquire and release.
+insert of new keys, a delete of existing keys, a snapshot read and an incremental read (rows
+checked against the expected table), the companion job's run (multiwriter) and a storage-lock
+acquire and release; then all of it again at ``s3_cost_slow_latency_ms`` (50 ms), a slower store.
 
 Beside each count, the physical minimum of the operation (objects that must be read and written,
 one request each): found by listing the bucket before and after the operation (outside the
@@ -329,16 +330,28 @@ def cost(size: dict, work: Path, spark=None, *, log: bool = False) -> dict:
                  "partitions": size["s3_cost_partitions"], "batch_rows": size["s3_cost_batch"],
                  "upserts": size["s3_cost_batches"], "buckets": size["s3_cost_buckets"], "keys": {}}
     with MotoS3(prefix="bench", wrap=wrap) as s3:
-        for keys in ("string keys", "integer keys"):
-            b = Batches(keys == "integer keys", size["s3_cost_rows"], size["s3_cost_partitions"], size["s3_cost_batch"],
-                        size["s3_cost_batches"])
-            r = Round(s3, holder["c"], b, size["s3_cost_buckets"])
-            r.run()
-            if log:
-                out.setdefault("log", {})[keys] = {f"{op} / {s}": v for (op, s), v in r.logs.items()}
-            out["keys"][keys] = {op: {s: {**_med(r.out[op][s]),
-                                          "minimum": statistics.median(r.minimum[op][s]) if r.minimum[op][s] else None}
-                                      for s in SYSTEMS if r.out[op][s]} for op in OPERATIONS}
+        out["keys"] = _rounds(s3, holder, size, out if log else None)
+        slow = size.get("s3_cost_slow_latency_ms")
+        if slow:  # the same rounds on a slower store: what each sequential request costs shows
+            holder["c"].latency_s = slow / 1000
+            out["slow"] = {"latency_ms": slow, "keys": _rounds(s3, holder, size, None)}
+    return out
+
+
+def _rounds(s3, holder: dict, size: dict, log_into: dict | None) -> dict:
+    """Both key shapes, each on fresh tables: per operation and system, the median requests,
+    seconds and minimum."""
+    out: dict = {}
+    for keys in ("string keys", "integer keys"):
+        b = Batches(keys == "integer keys", size["s3_cost_rows"], size["s3_cost_partitions"], size["s3_cost_batch"],
+                    size["s3_cost_batches"])
+        r = Round(s3, holder["c"], b, size["s3_cost_buckets"])
+        r.run()
+        if log_into is not None:
+            log_into.setdefault("log", {})[keys] = {f"{op} / {s}": v for (op, s), v in r.logs.items()}
+        out[keys] = {op: {s: {**_med(r.out[op][s]),
+                              "minimum": statistics.median(r.minimum[op][s]) if r.minimum[op][s] else None}
+                          for s in SYSTEMS if r.out[op][s]} for op in OPERATIONS}
     return out
 
 
@@ -357,5 +370,16 @@ def render(r: dict) -> list[str]:
                 out.append(f"| {keys} | {op} | {s} | {q['LIST']:.0f} | {q['HEAD']:.0f} | {q['GET']:.0f} | "
                            f"{q['PUT']:.0f} | {q['MULTIPART']:.0f} | {q['DELETE']:.0f} | {d['total']:.0f} | {m} | "
                            f"{d['s']:.2f} |")
-    return out + ["", "minimum: objects the operation must read and write, one request each (see "
-                  "`benchmarks/s3_cost.py`).", ""]
+    out += ["", "minimum: objects the operation must read and write, one request each (see "
+            "`benchmarks/s3_cost.py`).", ""]
+    slow = r.get("slow")
+    if slow:
+        out += [f"The same operations at {slow['latency_ms']} ms per request (requests, seconds; ours against "
+                "deltalake's where it has the operation):", "",
+                "| keys | operation | Copy-on-Write | Merge-on-Read | deltalake |", "| --- | --- | ---: | ---: | ---: |"]
+        for keys, ops in slow["keys"].items():
+            for op, systems in ops.items():
+                cells = [f"{systems[s]['total']:.0f} ({systems[s]['s']:.2f} s)" if s in systems else "" for s in SYSTEMS]
+                out.append(f"| {keys} | {op} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out

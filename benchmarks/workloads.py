@@ -334,6 +334,7 @@ _MOR_NBCC = {
     "s3_cost_batches": {"small": 3, "full": 3},
     "s3_cost_buckets": {"small": 4, "full": 4},
     "s3_cost_latency_ms": {"small": 15, "full": 15},
+    "s3_cost_slow_latency_ms": {"small": 50, "full": 50},
     "mdt_list_upsert_rows": {"small": 2000, "full": 2000},
     "mdt_list_reps": {"small": 3, "full": 3},
     "mdt_long_run_batches": {"small": 3000, "full": 3000},
