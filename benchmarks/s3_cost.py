@@ -358,7 +358,8 @@ def _rounds(s3, holder: dict, size: dict, log_into: dict | None) -> dict:
 def render(r: dict) -> list[str]:
     out = [f"## What an operation costs on S3 (moto on 127.0.0.1, {r['latency_ms']} ms added to each request; "
            f"{r['rows']:,} rows over {r['partitions']} partitions, {r['upserts']} upserts of {r['batch_rows']:,} rows "
-           f"(half updates), an insert of {r['batch_rows']:,}; Merge-on-Read with {r['buckets']} buckets per "
+           f"(half updates), an insert of {r['batch_rows']:,}, a delete of {r['batch_rows'] // 10:,} keys; Merge-on-Read "
+           f"with {r['buckets']} buckets per "
            "partition; median requests and seconds per operation)", "",
            "| keys | operation | system | LIST | HEAD | GET | PUT | MULTIPART | DELETE | requests | minimum | s |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
