@@ -159,7 +159,7 @@ def render(r: dict) -> list[str]:
              "worker on 127.0.0.1 (1 GB executor), `spark.driver.memory` as named. Driver peak RSS: the driver's Python "
              "process and its JVM during the bootstrap, sampled every 20 ms. Checked: rows and `sum(ts)` read by "
              "multiwriter and by hudi-rs equal the source's (pyarrow).", "",
-             "| keys | rows | seconds | rows/s | files written | driver JVM max heap MiB | driver JVM peak RSS MiB | "
+             "| keys | rows | seconds | rows/s | files written | driver JVM max heap MiB | driver JVM peak RSS MiB (before) | "
              "driver Python peak RSS MiB (before) | checked |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |"]
     for keys, v in r["keys"].items():
@@ -168,7 +168,7 @@ def render(r: dict) -> list[str]:
             lines.append(f"| {label} | {r['rows']:,} | failed | | | | | | |")
             continue
         lines.append(f"| {label} | {v['rows']:,} | {v['seconds']:.1f} | {v['rows'] / v['seconds']:,.0f} | "
-                     f"{v['files_written']} | {v['driver_heap_max_mib']:.0f} | {v['jvm_rss_peak_mib']:.0f} | "
+                     f"{v['files_written']} | {v['driver_heap_max_mib']:.0f} | {v['jvm_rss_peak_mib']:.0f} ({v['jvm_rss_base_mib']:.0f}) | "
                      f"{v['python_rss_peak_mib']:.0f} ({v['python_rss_base_mib']:.0f}) | yes |")
     return lines + [""]
 
