@@ -45,10 +45,15 @@ def large_batch(size: dict, work: Path, spark) -> dict:
 
 
 def _child(path: str, rows: int, table_rows: int, driver_memory: str, work: Path) -> dict:
+    return run_child("benchmarks.executors", [path, str(rows), str(table_rows), driver_memory], work)
+
+
+def run_child(module: str, args: list[str], work: Path) -> dict:
+    """``python -m MODULE child ARGS... WORK OUT`` in a fresh process: the JSON it wrote to OUT,
+    or ``failed`` with the tail of its stderr."""
     work.mkdir(parents=True, exist_ok=True)
     res = work / "result.json"
-    cmd = [sys.executable, "-m", "benchmarks.executors", "child", path, str(rows), str(table_rows), driver_memory,
-           str(work), str(res)]
+    cmd = [sys.executable, "-m", module, "child", *args, str(work), str(res)]
     done = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True)
     if done.returncode != 0:
         return {"failed": True, "returncode": done.returncode, "stderr_tail": done.stderr[-2000:]}
@@ -56,12 +61,13 @@ def _child(path: str, rows: int, table_rows: int, driver_memory: str, work: Path
 
 
 class _Peak:
-    """This process's RSS, sampled every 20 ms on a thread: the most seen since :meth:`start`."""
+    """This process's RSS (or process ``pid``'s), sampled every 20 ms on a thread: the most seen
+    since :meth:`start`."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int | None = None) -> None:
         import psutil
 
-        self.proc = psutil.Process()
+        self.proc = psutil.Process(pid)
         self.base = self.peak = self.proc.memory_info().rss
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)

@@ -15,7 +15,7 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import commit_rate, data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
+from . import bootstrap, commit_rate, data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,6 +322,11 @@ _MOR_NBCC = {
     "exec_batch_rows": {"small": 3_000_000, "full": 3_000_000},
     "exec_big_batch_rows": {"small": 10_000_000, "full": 10_000_000},
     "exec_big_driver_memory": {"small": "1g", "full": "1g"},
+    "bootstrap_rows": {"small": 10_000_000, "full": 10_000_000},
+    "bootstrap_partitions": {"small": 30, "full": 30},
+    "bootstrap_files_per_partition": {"small": 4, "full": 4},
+    "bootstrap_driver_memory": {"small": "1g", "full": "1g"},
+    "bootstrap_keys": {"small": ["string", "int64"], "full": ["string", "int64"]},
     "mdt_batches": {"small": 6, "full": 10},
     "mdt_mor_rows": {"small": 200_000, "full": 2_000_000},
     "mdt_mor_batch": {"small": 2000, "full": 2000},
@@ -376,5 +381,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "mor_long_run": mor.long_run, "nbcc_backfill": nbcc.backfill, "nbcc_scaling": nbcc.scaling,
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
-             "executors": executors.large_batch, "s3_cost": s3_cost.cost,
+             "executors": executors.large_batch, "bootstrap": bootstrap.bootstrap, "s3_cost": s3_cost.cost,
              "commit_rate": commit_rate.commit_rate}
