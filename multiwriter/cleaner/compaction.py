@@ -242,17 +242,17 @@ def catch_up(tl: Timeline, base_completion: str | None, slices: dict[FileGroup, 
 
 
 def _logs_of(st: WriteStat) -> tuple[LogFile, ...] | None:
-    """The log files a delta write stat names; None when it wrote a base file."""
+    """The log file a delta write stat wrote (its ``path``); None when it wrote a base file. Its
+    ``logFiles`` are not taken: on a table that logs changes they also name the earlier log
+    files of the slice it appended to, which may be an older slice than the one listed (a
+    compaction completed meanwhile) and are never this commit's."""
     if not st.is_log:
         return None
-    out = []
-    for name in st.log_files or (st.path.rsplit("/", 1)[-1],):
-        parsed = parse_log_file(name)
-        if parsed is None or parsed.file_id != st.file_id:
-            return None
-        size = st.file_size if len(st.log_files) <= 1 else 0
-        out.append(LogFile(st.partition_path, parsed.file_id, parsed.instant_time, parsed.version, name, size))
-    return tuple(out)
+    name = st.path.rsplit("/", 1)[-1]
+    parsed = parse_log_file(name)
+    if parsed is None or parsed.file_id != st.file_id:
+        return None
+    return (LogFile(st.partition_path, parsed.file_id, parsed.instant_time, parsed.version, name, st.file_size),)
 
 
 def operations(slices: dict[FileGroup, FileSlice], cfg: CompactionConfig) -> list[CompactionOperation]:
