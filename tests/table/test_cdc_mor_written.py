@@ -267,7 +267,7 @@ def test_spark_executors_name_the_slice_too(spark, mor_table, table_path):
     """The Spark executor path plans the same tasks: its log stats name the slice as well."""
     _enable(table_path)
     w = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), executor="spark")
-    mw.write(spark.createDataFrame(trips(range(6), ts=1, value=1.0).to_pandas()), table_path, w)
+    mw.write(trips(range(6), ts=1, value=1.0), table_path, dataclasses.replace(w, executor="driver"))
     mw.write(spark.createDataFrame(trips(range(3), ts=2, value=2.0).to_pandas()), table_path, w)
     r = mw.write(spark.createDataFrame(trips([0], ts=3, value=3.0).to_pandas()), table_path, w)
     tl = mw.Table.open(table_path).timeline()
@@ -279,3 +279,38 @@ def test_spark_executors_name_the_slice_too(spark, mor_table, table_path):
     assert (s.prev_commit, s.base_file, s.log_files) == (first.requested_time, bases[g],
                                                          (earlier[g], s.path.rsplit("/", 1)[-1]))
     assert _rows(mw.Table.open(table_path).read()) == _rows(hudi_read(table_path))
+
+
+def test_the_clean_deletes_old_slices_with_their_cdc_logs_and_keeps_the_live_one(mor_table, table_path):
+    """Two compactions, then a clean keeping one commit: the old slices' logs, and the first
+    compaction's CDC files of the groups compacted again, go with their slices; the live
+    slices' bases, their CDC files and the log written on top stay, though earlier stats name
+    the deleted logs."""
+    _enable(table_path)
+    lock = mw.InProcessLock()
+    w = mw.WriterConfig(writer_id="w", lock=lock)
+    mw.write(trips(range(4), ts=1, value=1), table_path, w)
+    mw.write(trips(range(4), ts=2, value=2), table_path, w)
+    compact_slices(table_path)
+    mw.write(trips([0, 1], ts=3, value=3), table_path, w)
+    compact_slices(table_path)
+    r = mw.write(trips([0], ts=4, value=4), table_path, w)
+    t = mw.Table.open(table_path)
+    tl = t.timeline()
+    c1, c2 = [i for i in tl.completed_writes() if i.action == inst.COMMIT]
+    cdc_files = {i.requested_time: {p for s in tl.commit_metadata(i).all_stats() for p in s.cdc_files} for i in (c1, c2)}
+    assert cdc_files[c1.requested_time] and cdc_files[c2.requested_time]
+    live_log = {s.path for s in tl.commit_metadata(r.instant).all_stats()}
+    with mw.Cleaner(table_path, lock=lock, retain_commits=1, clustering=None, compaction=None) as cleaner:
+        assert cleaner.run_once().old_versions_deleted > 0
+    t = mw.Table.open(table_path)
+    recompacted = {s.file_id for s in tl.commit_metadata(c2).all_stats()}
+    gone = {p for p in cdc_files[c1.requested_time] if cl.parse_cdc_log_file(p.rsplit("/", 1)[-1]).file_id in recompacted}
+    assert gone and not any(t.storage.exists(p) for p in gone)
+    assert all(t.storage.exists(p) for p in (cdc_files[c1.requested_time] - gone) | cdc_files[c2.requested_time] | live_log)
+    bases, logs = list_files(t.storage, logs=True)
+    assert len(bases) == 4 and all(
+        f.instant_time == (c2 if f.file_id in recompacted else c1).requested_time for f in bases), "one slice a group"
+    assert {lf.path for lf in logs} == live_log
+    expected = sorted([("0", 4, 4.0), ("1", 3, 3.0), ("2", 2, 2.0), ("3", 2, 2.0)])
+    assert _rows(t.read()) == expected == _rows(hudi_read(table_path))
