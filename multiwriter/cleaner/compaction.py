@@ -65,9 +65,11 @@ from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_
 from ..table.files import FileGroup, FileSlice, LogFile
 from ..format.instant import Instant
 from ..format.log_file import parse_log_file
+from ..table import cdc
 from ..table.merge_config import MergeConfig
 from ..table.delete_markers import DeleteMarkers
 from ..table.merged_slice import read_slice
+from ..format.schema import arrow_to_avro_json, data_schema
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
@@ -242,17 +244,17 @@ def catch_up(tl: Timeline, base_completion: str | None, slices: dict[FileGroup, 
 
 
 def _logs_of(st: WriteStat) -> tuple[LogFile, ...] | None:
-    """The log files a delta write stat names; None when it wrote a base file."""
+    """The log file a delta write stat wrote (its ``path``); None when it wrote a base file. Its
+    ``logFiles`` are not taken: on a table that logs changes they also name the earlier log
+    files of the slice it appended to, which may be an older slice than the one listed (a
+    compaction completed meanwhile) and are never this commit's."""
     if not st.is_log:
         return None
-    out = []
-    for name in st.log_files or (st.path.rsplit("/", 1)[-1],):
-        parsed = parse_log_file(name)
-        if parsed is None or parsed.file_id != st.file_id:
-            return None
-        size = st.file_size if len(st.log_files) <= 1 else 0
-        out.append(LogFile(st.partition_path, parsed.file_id, parsed.instant_time, parsed.version, name, size))
-    return tuple(out)
+    name = st.path.rsplit("/", 1)[-1]
+    parsed = parse_log_file(name)
+    if parsed is None or parsed.file_id != st.file_id:
+        return None
+    return (LogFile(st.partition_path, parsed.file_id, parsed.instant_time, parsed.version, name, st.file_size),)
 
 
 def operations(slices: dict[FileGroup, FileSlice], cfg: CompactionConfig) -> list[CompactionOperation]:
@@ -380,6 +382,9 @@ def execute(ctx: CleanerContext, sched: Scheduled, cfg: CompactionConfig | None 
         merge_config=merge,
         delete_markers=DeleteMarkers.of(ctx.config),
     )
+    if logs_changes(ctx.config):
+        mctx = dataclasses.replace(mctx, cdc_mode=cdc.supplemental_mode(ctx.config),
+                                   cdc_table_schema=arrow_to_avro_json(data_schema(mctx.data_schema), ctx.config.name))
     jobs = jobs_of(ctx, tl, sched)
     stats: dict[int, WriteStat] = {}
     remote = [j for j in jobs if ctx.spark is not None and cfg.executor_min_bytes is not None and j.size >= cfg.executor_min_bytes]
@@ -419,6 +424,7 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
         ) from e
     st = write_moved_rows(storage, mctx, job.partition, job.file_id, write_token, rows)
     inserts, updates, deletes = _changes(base, rows)
+    cdc_files, cdc_sizes = _log_changes(storage, mctx, job, write_token, rows) if mctx.cdc_mode else ((), ())
     return dataclasses.replace(
         st,
         prev_commit=job.base_instant,
@@ -428,7 +434,69 @@ def execute_operation(storage: Storage, mctx: Any, job: OperationJob, write_toke
         num_deletes=deletes,
         compacted_log_files=len(job.logs),
         compacted_log_bytes=sum(lf.size for lf in job.logs),
+        cdc_files=cdc_files,
+        cdc_sizes=cdc_sizes,
     )
+
+
+def logs_changes(config: Any) -> bool:
+    """Does a compaction of this table write CDC log files? Hudi's does on a table with
+    ``hoodie.table.cdc.enabled`` whose writers start file groups with log files (the bucket
+    index: ``HoodieMergeHandleFactory`` picks ``HoodieMergeHandleWithChangeLog`` when
+    ``HoodieWriteConfig.isYieldingPureLogForMor``), for readers that take a Merge-on-Read
+    table's changes from its compactions (Flink's); other indexes' compactions log none."""
+    return config.merge_on_read and config.bucket_index and cdc.cdc_enabled(config)
+
+
+def _log_changes(storage: Storage, mctx: Any, job: OperationJob, write_token: str,
+                 merged: pa.Table) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The CDC log file of one compacted slice beside its new base file, as
+    ``HoodieMergeHandleWithChangeLog`` logs a compaction (``cdcStats`` entry: path, size): per
+    key, the base file's row against the merged slice's (a key the logs deleted ``d``, one
+    they updated ``u``, one only they hold ``i``), the records stamped with the compaction's
+    instant. None, as Hudi writes none, when the slice merges to no row or to inserts only (a
+    log-only slice), or when nothing changed; a log version that lost to the base file's by
+    the ordering field is no change (as :mod:`multiwriter.table.cdc` infers)."""
+    from ..write import changes
+    from ..write.merge import _write_changes
+    from ..write.plan import FileGroupTask
+
+    if not job.base_name or merged.num_rows == 0:
+        return (), ()
+    old = _base_rows(storage, job.file_slice(), mctx.file_schema)
+    old_keys, new_keys = _strings(old, "_hoodie_record_key"), _strings(merged, "_hoodie_record_key")
+    if not pc.any(pc.is_in(new_keys, value_set=old_keys)).as_py():
+        return (), ()
+    at = pc.index_in(new_keys, value_set=old_keys)
+    existed = pc.is_valid(at)
+    seq = _strings(merged, "_hoodie_commit_seqno")
+    stored_seq = _strings(old, "_hoodie_commit_seqno").take(pc.fill_null(at, 0))
+    upd = pc.and_(existed, pc.fill_null(pc.not_equal(seq, stored_seq), True))
+    gone = old.filter(pc.invert(pc.is_in(old_keys, value_set=new_keys)))
+    ins = merged.filter(pc.invert(existed))
+    updated = merged.filter(upd)
+    if gone.num_rows + ins.num_rows + updated.num_rows == 0:
+        return (), ()
+    records = changes.merge_changes(
+        mctx.cdc_mode, mctx.instant_time, mctx.data_schema,
+        updated=(updated.column("_hoodie_record_key").combine_chunks(), old.take(at.filter(upd)), updated),
+        deleted=(gone.column("_hoodie_record_key").combine_chunks(), gone),
+        inserted=(ins.column("_hoodie_record_key").combine_chunks(), ins))
+    task = FileGroupTask(job.partition, job.file_id, job.index, job.base_name, job.base_instant)
+    return _write_changes(storage, mctx, task, write_token, records)
+
+
+def _base_rows(storage: Storage, fs: FileSlice, full: pa.Schema) -> pa.Table:
+    """Every row of the slice's base file in the table's file schema."""
+    from ..write.merge import align
+
+    with storage.fs.open_input_file(storage.abs(fs.path)) as f:
+        return align(bounds.read_parquet(f, fs.path), full)
+
+
+def _strings(t: pa.Table, column: str) -> pa.Array:
+    col = t.column(column).combine_chunks()
+    return col.cast(pa.string()) if not pa.types.is_string(col.type) else col
 
 
 def _base_versions(storage: Storage, fs: FileSlice) -> pa.Table:
@@ -475,7 +543,7 @@ def commit(ctx: CleanerContext, sched: Scheduled, stats: list[WriteStat]) -> Ins
     with ctx.locked(t) as tl:
         _fence(ctx, tl, t)
         # under the lock: a cleaner that took this compaction over cannot commit meanwhile
-        markers.reconcile(ctx.storage, t, [s.path for s in stats])
+        markers.reconcile(ctx.storage, t, [p for s in stats for p in s.written])  # its CDC log files too
         mark_inflight(ctx, t, inst.COMPACTION)
         done = complete_rewrite(ctx, tl, t, inst.COMMIT, meta)
     release_completed(ctx, t, "compaction")

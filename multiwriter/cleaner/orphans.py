@@ -191,7 +191,7 @@ def failed_write_files(
 
 
 def _named_files(tl: Timeline, i: Instant) -> set[str]:
-    """File names a completed commit's write statistics name (a log stat's ``logFiles`` too)."""
+    """File names a completed commit's write statistics name as written (their paths)."""
     return named_files(tl.commit_metadata(i).all_stats())
 
 

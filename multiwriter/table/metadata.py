@@ -341,7 +341,10 @@ class WriteStat:
     total_write_errors: int = 0
     create_time_ms: int = 0
     log_version: int | None = None  # a log file's stat (HoodieDeltaWriteStat): its version
-    log_files: tuple[str, ...] = ()  # ... and the log file names it wrote
+    #: ... its ``logFiles``: the file it wrote (its ``path``), after the log files of the slice it
+    #: appended to when the table logs changes (:meth:`_log_fields`): never all this commit's own
+    log_files: tuple[str, ...] = ()
+    base_file: str = ""  # ... and its ``baseFile``: that slice's base file name ("" when none)
     compacted_log_files: int = 0  # a compaction's stat: log files merged into the new base
     compacted_log_bytes: int = 0
     #: the CDC log files written beside this file (``HoodieWriteStat.cdcStats``: path from the
@@ -409,11 +412,19 @@ class WriteStat:
         }
 
     def _log_fields(self) -> dict[str, Any]:
-        """Hudi's delta write stat fields (table version 8: ``baseFile`` empty, ``logFiles``
-        the files this commit wrote)."""
+        """Hudi's delta write stat fields, as its append handle sets them on table versions 8
+        and 9 (``HoodieAppendHandle.populateWriteStatAndFetchFileSlice``, then
+        ``updateWriteStat`` adds the file written to ``logFiles``): on a table without
+        ``hoodie.table.cdc.enabled``, ``prevCommit`` is the deltacommit itself, ``baseFile``
+        empty and ``logFiles`` the one file written; with it, ``prevCommit`` is the base
+        instant of the group's latest slice, ``baseFile`` its base file name ("" for a log-only
+        slice) and ``logFiles`` its log files (newest first, as ``FileSlice`` orders them) and
+        then the file written, so that Hudi's CDC query finds the slice before the commit
+        (``HoodieCDCExtractor``: ``LOG_FILE``). The file this stat wrote is its ``path``."""
         if self.log_version is None:
             return {}
-        return {"logVersion": self.log_version, "logOffset": 0, "baseFile": "", "logFiles": list(self.log_files)}
+        return {"logVersion": self.log_version, "logOffset": 0, "baseFile": self.base_file,
+                "logFiles": list(self.log_files)}
 
     @classmethod
     def from_avro(cls, d: dict[str, Any], partition: str) -> WriteStat:
@@ -441,6 +452,7 @@ class WriteStat:
             total_write_errors=_count(d, "totalWriteErrors"),
             log_version=_count(d, "logVersion") if d.get("logVersion") is not None else None,
             log_files=tuple(log_files),
+            base_file=_text(d, "baseFile") or "",
             compacted_log_files=_count(d, "totalLogFilesCompacted"),
             compacted_log_bytes=_count(d, "totalLogSizeCompacted"),
             cdc_files=tuple(cdc),
@@ -646,8 +658,10 @@ def _commit_fields(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def named_files(stats: list[WriteStat]) -> set[str]:
-    """The base and log file names a list of write statistics names (a log stat's ``logFiles``
-    too): what a completed commit vouches for, as the archive and the orphan sweep read it."""
-    out = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
-    out.update(name.rsplit("/", 1)[-1] for st in stats for name in (st.log_files or ()) if name)
-    return out
+    """The base and log file names a list of write statistics names as written: what a
+    completed commit vouches for, as the archive, the orphan sweep and the readers' view read
+    it. Each stat's ``path`` only: every file Hudi's append handle writes is the ``path`` of a
+    stat of its own (a rolled-over log file starts a new stat: ``updateWriteStatus``), while a
+    log stat's ``logFiles`` also names earlier commits' log files of its slice on a table that
+    logs changes (:meth:`WriteStat._log_fields`)."""
+    return {st.path.rsplit("/", 1)[-1] for st in stats if st.path}

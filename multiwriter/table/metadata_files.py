@@ -41,6 +41,7 @@ from . import properties as props
 from .files import FileSlice, LogFile
 from ..format.layout import parse_data_file
 from .compaction_plan import CompactionOperation, CompactionPlan, encode_plan
+from ..format.cdc_log import parse_cdc_log_file
 from ..format.log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
 from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, rollback_target
 
@@ -1019,7 +1020,8 @@ def list_files(storage: Storage, config: props.TableConfig, partitions: list[str
             continue
         for name, size in files.items():
             if not paths.is_data_file_name(name):
-                log.warning("%s/%s: %r in partition %r is no data file name; ignored", MDT_DIR, PARTITION, name, part)
+                if parse_cdc_log_file(name) is None:  # CDC log files are listed too (records_of), not data
+                    log.warning("%s/%s: %r in partition %r is no data file name; ignored", MDT_DIR, PARTITION, name, part)
                 continue
             if name.startswith("."):
                 parsed_log = parse_log_file(name) if logs else None

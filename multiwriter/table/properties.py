@@ -259,13 +259,6 @@ class TableConfig:
                 f"{source}: {POPULATE_META_FIELDS_KEY}=false on a Merge-on-Read table: multiwriter writes virtual "
                 "keys on Copy-on-Write tables only; write this table with Hudi, or use a Copy-on-Write table"
             )
-        if self.raw.get(CDC_ENABLED_KEY, "").strip().lower() == "true" and self.merge_on_read:
-            raise TableFormatError(
-                f"{source}: {CDC_ENABLED_KEY}=true on a Merge-on-Read table: Hudi's writers record each deltacommit's "
-                "base file and earlier log files in its write stats for its CDC query (HoodieAppendHandle), which "
-                "multiwriter's log appends do not yet; write this table with Hudi (multiwriter reads its changes: "
-                "Table.read_cdc), or use a Copy-on-Write table, whose CDC log files multiwriter writes"
-            )
         if self.raw.get(CDC_ENABLED_KEY, "").strip().lower() == "true" and self.virtual_keys:
             raise VirtualKeysError(
                 f"{source}: {CDC_ENABLED_KEY}=true with {POPULATE_META_FIELDS_KEY}=false: multiwriter reads no changes "

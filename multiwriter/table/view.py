@@ -34,7 +34,7 @@ from ..format import instant as inst
 from .files import FileGroup, FileSlice, LogFile, list_data_files
 from .history import ArchivedInstant
 from ..format.instant import Instant
-from .metadata import CommitMetadata, decode_records
+from .metadata import CommitMetadata, decode_records, named_files
 from .timeline import Timeline
 
 __all__ = ["FileGroup", "IncrementalPlan", "TimelineView"]
@@ -152,9 +152,7 @@ class TimelineView:
             return False
         names = self._names.get(i.requested_time)
         if names is None:
-            stats = self.commit_metadata(i).all_stats()
-            names = {st.path.rsplit("/", 1)[-1] for st in stats if st.path}
-            names |= {n.rsplit("/", 1)[-1] for st in stats for n in st.log_files}  # a delta stat may name several
+            names = named_files(self.commit_metadata(i).all_stats())  # the stats' paths, never their logFiles
             self._names[i.requested_time] = names
         return fs.name in names
 

@@ -25,7 +25,7 @@ from .. import faults, markers
 from ..storage import Storage
 from ..format import layout
 from ..format import bounds
-from ..format.log_file import LogFileName, encode_log_file
+from ..format.log_file import LogFileName, encode_log_file, parse_log_file
 from ..table.merge_rule import DELETE_ORDERINGS, array_ordering
 from ..table.metadata import WriteStat
 from ..format.schema import arrow_to_avro_json, data_schema
@@ -112,11 +112,12 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     write_checked(storage, ctx, rel, lambda path: write_log(storage, path, data))
     faults.point("mid-log-append")
     n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
+    prev, base, logs = slice_fields(ctx, task)
     return WriteStat(
         file_id=task.file_id,
         path=rel,
         partition_path=task.partition,
-        prev_commit=t,  # table version 8 names the deltacommit itself (the slice is found by completion time)
+        prev_commit=prev,
         num_writes=n_up,
         num_update_writes=n_up,  # without reading the base, inserts and updates are not told apart
         num_deletes=n_del,
@@ -124,8 +125,31 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
         file_size=len(data),
         create_time_ms=int((time.monotonic() - started) * 1000),
         log_version=version,
-        log_files=(name,),
+        log_files=(*logs, name),
+        base_file=base,
     )
+
+
+def slice_fields(ctx: MergeContext, task: FileGroupTask) -> tuple[str, str, tuple[str, ...]]:
+    """``prevCommit``, ``baseFile`` and the earlier ``logFiles`` of a log append's write stat,
+    as Hudi's append handle sets them on table versions 8 and 9
+    (``HoodieAppendHandle.populateWriteStatAndFetchFileSlice``): the deltacommit itself, no base
+    file and no earlier log, unless the table logs changes (``hoodie.table.cdc.enabled``); then
+    the group's latest slice as the writer planned it (base instant, base file name, log files
+    newest first as Hudi's ``FileSlice`` orders them), or the deltacommit itself and nothing for
+    a group without one. Only Hudi's CDC query reads them (``HoodieCDCExtractor``: the slice
+    before a ``LOG_FILE``); every other reader takes a stat's ``path`` as the file it wrote."""
+    t = ctx.instant_time
+    if ctx.cdc_mode is None or task.old_file is None:
+        return t, "", ()
+    return task.prev_commit or t, task.old_file, tuple(sorted(task.old_logs, key=_newest_first, reverse=True))
+
+
+def _newest_first(name: str) -> tuple[str, int, str]:
+    """Hudi's log file order (``HoodieLogFile.getLogFileComparator``: instant, version, write
+    token), reversed by the caller as ``FileSlice`` keeps its logs."""
+    parsed = parse_log_file(name)
+    return (parsed.instant_time, parsed.version, parsed.write_token) if parsed else ("", 0, name)
 
 
 def rebase_as_log(storage: Storage, stat: WriteStat, instant_time: str, keep_columns: tuple[str, ...] = ()) -> WriteStat:

@@ -39,6 +39,9 @@ class FileGroupTask:
     old_file: str | None = None  # name of the base file being replaced ("" for a log-only group)
     prev_commit: str | None = None
     old_size: int = 0  # bytes of that base file on storage
+    #: the log file names of the group's latest slice (Merge-on-Read): a log append on a table
+    #: that logs changes names them in its write stat, as Hudi's append handle does
+    old_logs: tuple[str, ...] = ()
 
     @property
     def is_new(self) -> bool:
@@ -247,7 +250,7 @@ def make_plan(tagged: pa.Table, snapshot: Snapshot, *, target_file_size: int,
     for i, (p, f) in enumerate(sorted(bounds)):
         old = snapshot.slices.get((p, f))
         tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None,
-                                   old.size if old else 0))
+                                   old.size if old else 0, tuple(lf.name for lf in old.logs) if old else ()))
     return Plan(tasks, rows, order, bounds, pending_hashes=hashes, has_deletes=has_deletes,
                 twins={KEY: key_twin} if key_twin else {}, partition_column=partition_twin, filled=filled)
 

@@ -366,7 +366,8 @@ def _plan(counts: pa.Table, cfg: Any, table: Any, timeline: Any, index: KeyIndex
     log_append = timeline.config.merge_on_read  # a log append costs its rows, not the group's
     for i, (p, f) in enumerate(sorted(groups)):
         old = snap.slices.get((p, f))
-        tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None))
+        tasks.append(FileGroupTask(p, f, i, old.name if old else None, old.instant_time if old else None,
+                                   old_logs=tuple(lf.name for lf in old.logs) if old else ()))
         cost.append(groups[(p, f)] + (index.footer(old).num_rows if old and old.has_base and not log_append else 0))
     task_of = {(t.partition, t.file_id): t.task_index for t in tasks}
     rows = [{PARTITION: p, FILE_ID: f, TASK: task_of[(p, f)], NEW_TASKS: None} for p, f in found]

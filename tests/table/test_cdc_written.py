@@ -121,12 +121,6 @@ def test_a_missing_logged_file_is_refused_naming_it(cdc_history):
         mw.Table.open(path).read_cdc()
 
 
-def test_merge_on_read_tables_with_cdc_are_still_refused_by_name(mor_table, table_path):
-    _enable(table_path)
-    with pytest.raises(errors.TableFormatError, match="hoodie.table.cdc.enabled=true on a Merge-on-Read"):
-        mw.write(mw_trips([1], 1), table_path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
-
-
 def test_the_logged_records_are_what_read_cdc_returns(trips_table, table_path):
     """AS_IS: the file's records are read, not inferred again (a file holding something else
     than the slices tell is what the read returns)."""
