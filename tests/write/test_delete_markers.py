@@ -18,6 +18,7 @@ Every table is read by our reader and by hudi-rs; Merge-on-Read tables again aft
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pyarrow as pa
@@ -159,6 +160,12 @@ def test_half_a_custom_marker_and_a_non_boolean_flag_are_refused(tmp_path):
 
 
 # -- reading what a JVM writer left ----------------------------------------------------------------
+def _plus_ms(t: str, ms: int) -> str:
+    """Instant time ``t`` plus ``ms`` milliseconds, as a valid time (not digits plus a number)."""
+    d = dt.datetime.strptime(t, "%Y%m%d%H%M%S%f") + dt.timedelta(milliseconds=ms)
+    return d.strftime("%Y%m%d%H%M%S%f")[:-3]
+
+
 def _jvm_log(table: mw.Table, file_id: str, requested: str, completed: str, data: pa.Table, partition: str = "") -> None:
     """A deltacommit whose log file holds ``data`` as a data block, flagged rows and all (as
     Hudi before 1.0 or a Flink changelog writer leaves them)."""
@@ -185,11 +192,14 @@ def test_flagged_records_in_a_jvm_log_block_merge_as_deletes_at_their_place(tmp_
     order, equal ts), 5 exists only as a flagged record: nothing. Compaction writes the same
     rows and no flagged row into the base."""
     path = str(tmp_path / "t")
-    t = _create(path, MOR)
+    # no metadata table: the hand-made JVM deltacommit records nothing there, and hudi-rs, which
+    # lists files from it, once read the base alone (on a loaded machine)
+    t = _create(path, MOR, metadata=False)
     r = mw.write(_batch([1, 2, 3], 1, "a", [False] * 3), path, _cfg())
     (base,) = list_files(t.storage)[0]
-    later = f"{int(r.instant.requested_time) + 1000:017d}"
-    _jvm_log(t, base.file_id, later, f"{int(later) + 1:017d}",
+    # requested after our commit completed, as a later JVM writer's is, however long ours took
+    later = _plus_ms(r.instant.completion_time, 1)
+    _jvm_log(t, base.file_id, later, _plus_ms(later, 1),
              _batch([1, 2, 3, 4, 4, 5], [2, 2, 0, 3, 3, 1], ["x", "y", "z", "p", "q", "r"],
                     [True, False, True, True, False, True]))
     assert _agreed(path) == [("2", "y"), ("3", "a"), ("4", "q")]
