@@ -24,6 +24,7 @@ from ..config import (
 from ..errors import ConfigError, TableNotFoundError
 from ..redact import redact
 from ..lock.base import LockProvider
+from ..table import cdc as cdc_table
 from ..table.table import Table
 
 QUERY_TYPE = "hoodie.datasource.query.type"
@@ -82,8 +83,11 @@ NUMERIC = {
     "hoodie.write.lock.wait_time_ms_between_retry": ("retry_backoff_s", 0.001),
     "hoodie.parquet.max.file.size": ("target_file_size_bytes", 1),
 }
+#: Hudi's table settings for change data capture, taken when the data source creates the table
+CDC_ENABLED = cdc_table.ENABLED_KEY
+CDC_MODE = cdc_table.MODE_KEY
 WRITE_KEYS = frozenset(
-    {"path", TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
+    {"path", CDC_ENABLED, CDC_MODE, TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, ZK_AUTH, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
      *NUMERIC}
 )
@@ -234,6 +238,24 @@ def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
     if layout:  # the table type and bucket index: the same Hudi keys as WriterConfig.from_options
         out.update({k: v for k, v in table_settings_from_options(layout).items()
                     if k in ("table_type", "num_buckets", "bucket_hash_fields")})
+    cdc = _cdc_properties(opts)
+    if cdc:
+        out["properties"] = cdc
+    return out
+
+
+def _cdc_properties(opts: dict[str, str]) -> dict[str, str]:
+    """``hoodie.table.cdc.enabled`` and its supplemental logging mode as the table properties Hudi
+    writes (``HoodieTableConfig.CDC_ENABLED``, ``CDC_SUPPLEMENTAL_LOGGING_MODE``), checked."""
+    out: dict[str, str] = {}
+    if CDC_ENABLED in opts:
+        out[CDC_ENABLED] = "true" if _bool(opts, CDC_ENABLED) else "false"
+    if opts.get(CDC_MODE, "").strip():
+        raw = opts[CDC_MODE].strip()
+        mode = cdc_table.normal_mode(raw)
+        if mode is None:
+            raise ConfigError(f"{CDC_MODE}={raw!r} is not a Hudi supplemental logging mode {cdc_table.MODES}")
+        out[CDC_MODE] = mode
     return out
 
 
@@ -362,8 +384,10 @@ def _check_matches(parsed: WriteOptions, table: Table) -> None:
             "table_type": c.table_type, "num_buckets": c.num_buckets,
             "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key),
             "populate_meta_fields": c.populate_meta_fields}
-    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()}
+    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items() if k != "properties"}
     diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
+    cdc_now = {CDC_ENABLED: "true" if cdc_table.cdc_enabled(c) else "false", CDC_MODE: cdc_table.supplemental_mode(c)}
+    diff.update({k: (v, cdc_now[k]) for k, v in parsed.table.get("properties", {}).items() if cdc_now[k] != v})
     if diff:
         shown = ", ".join(f"{k}: asked {a!r}, table has {b!r}" for k, (a, b) in diff.items())
         raise ConfigError(f"the table at {redact(parsed.path)} exists with other settings ({shown})")

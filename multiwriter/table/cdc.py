@@ -70,14 +70,21 @@ def cdc_enabled(config: TableConfig) -> bool:
     return (config.raw.get(ENABLED_KEY) or "").strip().lower() == "true"
 
 
+def normal_mode(raw: str) -> str | None:
+    """A supplemental logging mode's Hudi 0.13+ name (older ``cdc_*`` names mapped), None when
+    ``raw`` names none."""
+    mode = _LEGACY_MODES.get(raw.strip().lower(), raw.strip().upper())
+    return mode if mode in MODES else None
+
+
 def supplemental_mode(config: TableConfig) -> str:
     """The table's supplemental logging mode (``DATA_BEFORE_AFTER`` by default, as Hudi's
     ``HoodieTableConfig.CDC_SUPPLEMENTAL_LOGGING_MODE``). It says what Hudi's writer puts into
     CDC log files; Hudi's CDC query returns the full record (op, ts_ms, before, after) in every
     mode, computing the images the log does not hold from the file slices."""
     raw = (config.raw.get(MODE_KEY) or MODES[-1]).strip()
-    mode = _LEGACY_MODES.get(raw.lower(), raw.upper())
-    if mode not in MODES:
+    mode = normal_mode(raw)
+    if mode is None:
         raise TableFormatError(f"{MODE_KEY}={raw!r} in hoodie.properties is not a Hudi supplemental logging mode "
                                f"{MODES}; fix the table property")
     return mode

@@ -83,12 +83,43 @@ def test_a_cdc_stream_delivers_every_change_once_across_runs(sp, trips_table, ta
     assert sorted(op for op, *_ in delivered.elements()) == ["d", "i", "u"]
 
 
-def test_creating_a_cdc_table_through_the_data_source_is_refused():
-    """``hoodie.table.cdc.enabled`` is a table setting made when the table is created; the data
-    source does not create such tables (it writes Copy-on-Write tables whose properties enable
-    it, CDC log files included), so the option is refused by name."""
+def test_the_data_source_creates_a_cdc_table_whose_updates_log_their_changes(sp, tmp_path, zk_server, zk_base):
+    """``hoodie.table.cdc.enabled`` (and the supplemental logging mode) given to a write that
+    creates the table are recorded in ``hoodie.properties``, as Hudi's table config records them;
+    the next write's update of a stored file group then writes a CDC log file its stat names,
+    and the CDC query returns the insert and the update."""
+    from tests.conftest import trips
+    from tests.spark.test_datasource import _write_opts
+
+    path = str(tmp_path / "t")
+    opts = {**_write_opts(zk_server, zk_base), "hoodie.table.cdc.enabled": "true",
+            "hoodie.table.cdc.supplemental.logging.mode": "data_before_after"}
+    sp.createDataFrame(trips(range(2)).to_pandas()).write.format(FMT).options(**opts).mode("append").save(path)
+    raw = mw.Table.open(path).config.raw
+    assert (raw["hoodie.table.cdc.enabled"], raw["hoodie.table.cdc.supplemental.logging.mode"]) == (
+        "true", "DATA_BEFORE_AFTER")
+    sp.createDataFrame(trips([1], ts=2, value=2.0).to_pandas()).write.format(FMT).options(**opts) \
+        .mode("append").save(path)
+    tl = mw.Table.open(path).timeline()
+    last = tl.commit_metadata(tl.completed_writes()[-1])
+    assert [p for st in last.all_stats() for p in st.cdc_stats], "the update wrote a CDC log file"
+    ops = sorted(op for op, *_ in cdc_records(_spark_cdc(sp, path)).elements())
+    assert ops == ["i", "i", "u"]
+
+
+def test_cdc_options_are_checked_against_the_table(tmp_path):
+    """A bad mode is refused by name; on an existing table the options must agree with it (a
+    write cannot turn change logging on or off: that is the table's setting)."""
     from multiwriter.spark import options as opt
 
-    with pytest.raises(ConfigError, match="hoodie.table.cdc.enabled"):
-        opt.parse_write({"path": "/tmp/t", "hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
-                         "hoodie.table.cdc.enabled": "true"}, table_exists=False)
+    base = {"path": str(tmp_path / "t"), "hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.write.lock.provider": "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"}
+    with pytest.raises(ConfigError, match="supplemental logging mode"):
+        opt.parse_write({**base, "hoodie.table.cdc.supplemental.logging.mode": "everything"}, table_exists=False)
+    with pytest.raises(ConfigError, match="must be true or false"):
+        opt.parse_write({**base, "hoodie.table.cdc.enabled": "yes"}, table_exists=False)
+    mw.Table.create(base["path"], name="t", schema=pa.schema([("id", pa.string())]), record_key="id")
+    with pytest.raises(ConfigError, match="hoodie.table.cdc.enabled: asked 'true', table has 'false'"):
+        opt.checked_write({**base, "hoodie.table.cdc.enabled": "true"})
+    parsed, table = opt.checked_write({**base, "hoodie.table.cdc.enabled": "false"})
+    assert table is not None and parsed.table["properties"] == {"hoodie.table.cdc.enabled": "false"}
