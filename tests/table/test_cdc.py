@@ -9,6 +9,8 @@ Names and values are Hudi's: ``op``/``ts_ms``/``before``/``after`` are
 ``instant.getTimestamp()``, which ``CDCFileGroupIterator`` writes into every record)."""
 from __future__ import annotations
 
+from typing import Any
+
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -31,6 +33,17 @@ def cdc_records(t: pa.Table) -> Counter:
         key = (img[0] or img[1])[0]
         out[(r[cdc.OP], r[cdc.TS], key, img[0], img[1])] += 1
     return out
+
+
+def each_commit_read(t: Any, model: Any) -> Counter:
+    """Assert ``read_cdc`` of each commit's range (from the one before) equals the model's records
+    of that commit; returns all of them."""
+    bounds = [None] + [c for c, _ in model.expected]
+    everything: Counter = Counter()
+    for n, (done, recs) in enumerate(model.expected):
+        assert cdc_records(t.read_cdc(bounds[n], done)) == recs, (n, done)
+        everything.update(recs)
+    return everything
 
 
 @dataclass

@@ -10,7 +10,6 @@ earlier log files a stat names for files its commit wrote."""
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +29,7 @@ from multiwriter.table.files import list_files
 from multiwriter.table.metadata import WriteStat, named_files
 from tests.conftest import compact_slices, trips
 from tests.oracle import hudi_read
-from tests.table.test_cdc import Model, cdc_records
+from tests.table.test_cdc import Model, cdc_records, each_commit_read
 
 
 def _enable(path: str) -> None:
@@ -72,11 +71,7 @@ def cdc_mor(mor_table, table_path):
 def test_read_cdc_of_every_commit_is_the_model(cdc_mor):
     path, model, services = cdc_mor
     t = mw.Table.open(path)
-    bounds = [None] + [c for c, _ in model.expected]
-    everything: Counter = Counter()
-    for n, (done, recs) in enumerate(model.expected):
-        assert cdc_records(t.read_cdc(bounds[n], done)) == recs, (n, done)
-        everything.update(recs)
+    everything = each_commit_read(t, model)
     assert cdc_records(t.read_cdc()) == everything
     tl = t.timeline()
     for s in services:  # the compaction's own CDC log files are no records of the CDC query

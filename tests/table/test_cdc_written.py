@@ -20,7 +20,7 @@ from multiwriter.table import properties as props
 from multiwriter.table.merged_slice import read_slice
 from tests.conftest import TRIPS_SCHEMA
 from tests.oracle import hudi_read
-from tests.table.test_cdc import _history, cdc_records
+from tests.table.test_cdc import _history, cdc_records, each_commit_read
 
 
 def _enable(path: str, mode: str | None = None) -> None:
@@ -72,11 +72,7 @@ def test_merges_write_cdc_log_files_named_in_cdc_stats(cdc_history):
 def test_read_cdc_of_the_logged_commits_is_the_model_and_the_inference(cdc_history):
     path, model = cdc_history
     t = mw.Table.open(path)
-    bounds = [None] + [c for c, _ in model.expected]
-    everything: Counter = Counter()
-    for n, (done, recs) in enumerate(model.expected):
-        assert cdc_records(t.read_cdc(bounds[n], done)) == recs, (n, done)
-        everything.update(recs)
+    everything = each_commit_read(t, model)
     assert cdc_records(t.read_cdc()) == everything == _inferred(t)
 
 
@@ -209,17 +205,24 @@ def test_the_metadata_table_lists_the_cdc_log_files(cdc_history):
     assert sorted(hudi_read(path).column("id").to_pylist()) == sorted(model.state)
 
 
-def test_the_cleaner_deletes_a_cleaned_slices_cdc_log_files(trips_table, table_path):
-    """Hudi's ``CleanPlanner`` deletes a cleaned slice's log files, its CDC log files included:
-    retention 1 after three merges of one file group keeps only the CDC file of the slice it
-    retains (the last commit's), and the table still reads as before."""
+def _merged(table_path: str, commits: int) -> mw.InProcessLock:
+    """CDC turned on, then ``commits`` upserts of the same four keys (one file group, each commit
+    after the first a merge with its CDC file); returns the lock they used."""
     from tests.conftest import trips
 
     _enable(table_path)
     lock = mw.InProcessLock()
     w = mw.WriterConfig(writer_id="w", lock=lock)
-    for k in range(4):
+    for k in range(commits):
         mw.write(trips(range(4), ts=k + 1, value=float(k)), table_path, w)
+    return lock
+
+
+def test_the_cleaner_deletes_a_cleaned_slices_cdc_log_files(trips_table, table_path):
+    """Hudi's ``CleanPlanner`` deletes a cleaned slice's log files, its CDC log files included:
+    retention 1 after three merges of one file group keeps only the CDC file of the slice it
+    retains (the last commit's), and the table still reads as before."""
+    lock = _merged(table_path, 4)
     t = mw.Table.open(table_path)
     written = set(_cdc_stats(t))
     assert len(written) == 3, "three merges of the one file group, each with its CDC file"
@@ -237,13 +240,8 @@ def test_a_cdc_stat_naming_another_file_never_points_the_clean_at_it(trips_table
     """A commit whose ``cdcStats`` names a file that is not its group's CDC log (planted, or a
     bug: here the group's live base file) gets none of it deleted by the clean of that slice."""
     from multiwriter.cleaner import retention
-    from tests.conftest import trips
 
-    _enable(table_path)
-    lock = mw.InProcessLock()
-    w = mw.WriterConfig(writer_id="w", lock=lock)
-    for k in range(3):
-        mw.write(trips(range(4), ts=k + 1, value=float(k)), table_path, w)
+    _merged(table_path, 3)
     t = mw.Table.open(table_path)
     tl = t.timeline()
     first, last = tl.completed_writes()[1], tl.completed_writes()[-1]

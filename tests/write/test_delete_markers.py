@@ -28,6 +28,7 @@ import pytest
 import multiwriter as mw
 from multiwriter.errors import SchemaMismatchError, TableFormatError
 from multiwriter.format import instant as inst
+from multiwriter.table import metadata_files
 from multiwriter.table import properties as props
 from multiwriter.table import timeline as tlmod
 from multiwriter.table.delete_markers import DeleteMarkers
@@ -168,7 +169,7 @@ def _plus_ms(t: str, ms: int) -> str:
 
 def _jvm_log(table: mw.Table, file_id: str, requested: str, completed: str, data: pa.Table, partition: str = "") -> None:
     """A deltacommit whose log file holds ``data`` as a data block, flagged rows and all (as
-    Hudi before 1.0 or a Flink changelog writer leaves them)."""
+    Hudi before 1.0 or a Flink changelog writer leaves them), recorded in the metadata table."""
     storage, config = table.storage, table.config
     records = with_log_meta_columns(data, record_keys=data.column("id"), partition_path=partition, file_id=file_id,
                                     instant_time=requested)
@@ -181,6 +182,8 @@ def _jvm_log(table: mw.Table, file_id: str, requested: str, completed: str, data
     stat = WriteStat(file_id=file_id, path=rel, partition_path=partition, prev_commit=requested,
                      num_writes=data.num_rows, log_version=1, log_files=(name,))
     meta = CommitMetadata({partition: [stat]}, {"schema": arrow_to_avro_json(SCHEMA, "t")}, "UPSERT")
+    # into the metadata table before the completed file, as Hudi's writer does: hudi-rs lists files from it
+    metadata_files.on_completed(storage, config, requested, completed, inst.DELTA_COMMIT, meta.to_bytes(), meta)
     tlmod.create_completed(storage, config, requested, completed, inst.DELTA_COMMIT, data=meta.to_bytes())
 
 
@@ -192,9 +195,7 @@ def test_flagged_records_in_a_jvm_log_block_merge_as_deletes_at_their_place(tmp_
     order, equal ts), 5 exists only as a flagged record: nothing. Compaction writes the same
     rows and no flagged row into the base."""
     path = str(tmp_path / "t")
-    # no metadata table: the hand-made JVM deltacommit records nothing there, and hudi-rs, which
-    # lists files from it, once read the base alone (on a loaded machine)
-    t = _create(path, MOR, metadata=False)
+    t = _create(path, MOR)
     r = mw.write(_batch([1, 2, 3], 1, "a", [False] * 3), path, _cfg())
     (base,) = list_files(t.storage)[0]
     # requested after our commit completed, as a later JVM writer's is, however long ours took
