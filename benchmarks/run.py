@@ -7,7 +7,8 @@ replaced; every other section's block is left as it was (``benchmarks.results_md
 file holds the latest figure of each section, never a history of runs.
 Ratios taken in one run are what to compare: absolute times drift on shared machines.
 
-``--list`` names the sections; ``--set key=value`` overrides one size setting (for a quick try
+``--resume PATH`` continues a run that stopped (its finished sections are kept from the partial
+JSON written after each one). ``--list`` names the sections; ``--set key=value`` overrides one size setting (for a quick try
 at a smaller scale); ``--long-run-batches N`` (or ``MW_BENCH_LONG_RUN_BATCHES``) sets the
 long-run length; ``--note`` says under what conditions the figures were taken (``busy machine:
 load average 5-27``), shown in each block.
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", default="", help="the conditions the figures were taken under (shown in each block)")
     p.add_argument("--out", type=Path, default=None,
                    help="write the JSON, plots and RESULTS.md there instead of benchmarks/ (a trial run)")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="a run's partial JSON: keep its finished sections and run the others")
     a = p.parse_args(argv)
     if a.list:
         print("\n".join(WORKLOADS))
@@ -95,31 +98,46 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown sections {unknown}; known: {', '.join(WORKLOADS)}")
     size = _sizes(a)
+    home = a.out or HERE
+    results_dir = home / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    partial = a.resume or results_dir / f"{stamp}.partial.json"
+    results: dict = _resumed(a.resume, a.size) if a.resume else {}
     spark = _spark()
-    results: dict = {}
     with tempfile.TemporaryDirectory(prefix="mw-bench-") as d:
         for name in names:
+            if name in results:
+                print(f"== {name}: kept from {a.resume}", flush=True)
+                continue
             t0 = time.perf_counter()
             print(f"== {name} ...", flush=True)
             results[name] = WORKLOADS[name](size, Path(d) / name, spark)
             print(f"   done in {time.perf_counter() - t0:.0f}s", flush=True)
+            # A section that fails later must not cost the ones before it: --resume picks up here.
+            partial.write_text(json.dumps({"size": a.size, "results": results}, indent=1))
     spark.stop()
     run = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(), "size": a.size, "sizes": size,
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "versions": _versions(), "results": results, **({"note": a.note} if a.note else {}),
     }
-    home = a.out or HERE
-    results_dir = home / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = results_dir / f"{stamp}.json"
     out.write_text(json.dumps(run, indent=1))
     run["raw"] = out.name
     print(write_results_md(run, home / "RESULTS.md", results_dir))
     print("Goals (ratios measured side by side):\n" + goals.ratio_table(run["results"]))
     print(f"raw results: {out}")
+    partial.unlink(missing_ok=True)
     return 0
+
+
+def _resumed(path: Path, size: str) -> dict:
+    """The finished sections of an interrupted run, which must have used the same sizes."""
+    saved = json.loads(path.read_text())
+    if saved.get("size") != size:
+        raise SystemExit(f"--resume {path}: that run used --size {saved.get('size')}, this one {size}")
+    return dict(saved["results"])
 
 
 if __name__ == "__main__":
