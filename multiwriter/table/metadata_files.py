@@ -37,6 +37,7 @@ from ..errors import TableFormatError, UnsafePathError
 from ..storage import FileExists, Storage
 from ..format import avro, hfile, paths
 from ..format import instant as inst
+from . import metadata_stats
 from . import properties as props
 from .files import FileSlice, LogFile
 from ..format.layout import parse_data_file
@@ -159,6 +160,10 @@ class MetadataTable:
         self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
         self._names: list[str] | None = None  # the timeline's file names, as listed once and kept up to date
         self._sizes: dict[str, int] = {}  # file name -> size, from the partition's listing
+        kept = metadata_stats.kept(_listed(self.data_config.raw.get(PARTITIONS_KEY, "")))
+        #: the data-skipping partitions kept beside the files partition, None when there are none
+        self.stats = metadata_stats.StatsPartitions(self.storage, MDT_DIR, kept, self.data_config.version,
+                                                    RECORD_SCHEMA) if kept else None
 
     @property
     def schema_json(self) -> str:
@@ -266,13 +271,15 @@ class MetadataTable:
             text = f"#partition metadata\ncommitTime={BOOTSTRAP_TIME}\npartitionDepth=1\n"
             self.storage.put_if_absent(rel, text.encode())
 
-    def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN) -> None:
+    def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN,
+               stats_records: list[metadata_stats.cs.StatsRecord] | None = None) -> None:
         """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block. ``token``:
         the write token in its name (another one for each attempt after a rollback, as Hudi's
         differ: a log file's name never stands for two contents). With no record (a clean that
         deleted nothing) the deltacommit is written all the same, with no log file, as Hudi's
-        empty upsert of the metadata table writes it."""
-        if not recs:
+        empty upsert of the metadata table writes it. ``stats_records``: the action's records of
+        the data-skipping partitions (:mod:`.metadata_stats`), in log files of their groups."""
+        if not recs and not stats_records:
             for state in (inst.REQUESTED, inst.INFLIGHT):
                 _put_quietly(self, t, inst.DELTA_COMMIT, state)
             faults.point("mid-metadata-deltacommit")
@@ -286,11 +293,15 @@ class MetadataTable:
         for state in (inst.REQUESTED, inst.INFLIGHT):
             _put_quietly(self, t, inst.DELTA_COMMIT, state)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+        written: dict[str, list[WriteStat]] = {}
+        if self.stats is not None and stats_records:
+            for st in self.stats.append(t, stats_records, self._completed(), token):
+                written.setdefault(st.partition_path, []).append(st)
         faults.point("mid-metadata-deltacommit")
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                          num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
                          file_size=len(block), log_version=1, log_files=(name,))
-        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "UPSERT_PREPPED")
+        meta = CommitMetadata({PARTITION: [stat], **written}, {"schema": schema}, "UPSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
 
     # -- rolling back a deltacommit ----------------------------------------------------------
@@ -303,9 +314,10 @@ class MetadataTable:
                 out.add(i.state)
         return out
 
-    def _pending_rollback_of(self, t: str) -> tuple[str, list[str]] | None:
-        """(time, planned log file names) of a rollback on the metadata timeline that targets
-        ``t`` and never completed (its plan names ``t``), None when there is none."""
+    def _pending_rollback_of(self, t: str) -> tuple[str, list[tuple[str, str]]] | None:
+        """(time, planned (partition, log file name) pairs) of a rollback on the metadata
+        timeline that targets ``t`` and never completed (its plan names ``t``), None when there
+        is none."""
         states: dict[str, set[str]] = {}
         for name in self._instant_files():
             i = _parse(name)
@@ -320,20 +332,30 @@ class MetadataTable:
             except (FileNotFoundError, TableFormatError):
                 continue
             if recs and rollback_target(recs[0]) == t:
-                planned = [str(f).rsplit("/", 1)[-1] for req in recs[0].get("RollbackRequests") or ()
+                planned = [tuple(str(f).rsplit("/", 2)[-2:]) for req in recs[0].get("RollbackRequests") or ()
                            for f in req.get("filesToBeDeleted") or ()]
-                return r, [n for n in planned if (p := parse_log_file(n)) and p.file_id == GROUP and p.instant_time == t]
+                return r, [(part, n) for part, n in planned
+                           if (p := parse_log_file(n)) and p.instant_time == t and self._ours(part, p.file_id)]
         return None
 
-    def _logs_of(self, t: str) -> list[str]:
-        """The files partition's log files written by the deltacommit at ``t`` (any write token:
-        Hudi's writers name them with theirs)."""
+    def _ours(self, partition: str, file_id: str) -> bool:
+        """Is ``file_id`` a file group of a partition kept here?"""
+        if partition == PARTITION:
+            return file_id == GROUP
+        return self.stats is not None and partition in self.stats.partitions and \
+            file_id.startswith(metadata_stats.cs.FILE_ID_PREFIX[partition])
+
+    def _logs_of(self, t: str) -> list[tuple[str, str]]:
+        """(partition, name) of the log files written by the deltacommit at ``t`` (any write
+        token: Hudi's writers name them with theirs)."""
         out = []
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
             n = e.path.rsplit("/", 1)[-1]
             parsed = parse_log_file(n)
             if parsed is not None and parsed.file_id == GROUP and parsed.instant_time == t:
-                out.append(n)
+                out.append((PARTITION, n))
+        if self.stats is not None:
+            out += self.stats.logs_of(t)
         return sorted(out)
 
     def _fresh_time(self) -> str:
@@ -366,10 +388,10 @@ class MetadataTable:
             plan = {
                 "instantToRollback": {"commitTime": t, "action": inst.DELTA_COMMIT},
                 "RollbackRequests": [{
-                    "partitionPath": PARTITION, "fileId": "", "latestBaseInstant": "",
-                    "filesToBeDeleted": [self.storage.uri_of(self._rel(f"{PARTITION}/{n}")) for n in logs],
+                    "partitionPath": part, "fileId": "", "latestBaseInstant": "",
+                    "filesToBeDeleted": [self.storage.uri_of(self._rel(f"{part}/{n}")) for q, n in logs if q == part],
                     "logBlocksToBeDeleted": None,
-                }] if logs else [],
+                } for part in sorted({q for q, _ in logs})],
                 "version": 1,
             }
             self._put_instant(r, inst.ROLLBACK, inst.REQUESTED, encode("rollback_plan", plan))
@@ -382,23 +404,26 @@ class MetadataTable:
             if i is not None and i.requested_time == t and i.action == inst.DELTA_COMMIT and i.is_completed:
                 self._delete_instant_file(name)
         faults.point("mid-metadata-rollback")
-        for n in logs:
-            self.storage.delete(self._rel(f"{PARTITION}/{n}"))
+        for part, n in logs:
+            if part != PARTITION and self.stats is not None:
+                self.stats.delete(part, n)
+                continue
+            self.storage.delete(self._rel(f"{part}/{n}"))
             with _CACHE_LOCK:
-                _DECODED.pop((self.storage.uri, self._rel(f"{PARTITION}/{n}")), None)
+                _DECODED.pop((self.storage.uri, self._rel(f"{part}/{n}")), None)
         for state in (inst.INFLIGHT, inst.REQUESTED):
             self._delete_instant_file(inst.Instant(t, inst.DELTA_COMMIT, state).file_name(self.config.version))
         self._slice = None
-        deleted = [self.storage.uri_of(self._rel(f"{PARTITION}/{n}")) for n in logs]
+        deleted = [self.storage.uri_of(self._rel(f"{part}/{n}")) for part, n in logs]
         meta = {
             "startRollbackTime": r,
             "timeTakenInMillis": int((_dt.datetime.now(_dt.timezone.utc) - started).total_seconds() * 1000),
             "totalFilesDeleted": len(deleted),
             "commitsRollback": [t],
-            "partitionMetadata": {PARTITION: {
-                "partitionPath": PARTITION, "successDeleteFiles": deleted, "failedDeleteFiles": [],
-                "rollbackLogFiles": None, "writtenLogFiles": None,
-            }},
+            "partitionMetadata": {part: {
+                "partitionPath": part, "failedDeleteFiles": [], "rollbackLogFiles": None, "writtenLogFiles": None,
+                "successDeleteFiles": [self.storage.uri_of(self._rel(f"{part}/{n}")) for q, n in logs if q == part],
+            } for part in sorted({PARTITION} | {q for q, _ in logs})},
             "version": 1,
             "instantsRollback": [{"commitTime": t, "action": inst.DELTA_COMMIT}],
         }
@@ -548,17 +573,25 @@ class MetadataTable:
                  for n in merged}
         op = CompactionOperation.for_slice(PARTITION, GROUP, base_t, (base, 0) if base else None,
                                            [(n, sizes[n]) for n in merged])
-        self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op,))))
+        # every group of the data-skipping partitions at the same time, in the same plan
+        extra = self.stats.compact(t, done) if self.stats is not None else []
+        self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op, *(e[0] for e in extra)))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
         schema = self.schema_json
         data = _hfile(recs, schema, base=True, file_name=name)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        written: dict[str, list[WriteStat]] = {}
+        for _, st, rel, body in extra:
+            self.storage.write_bytes(rel, body)
+            assert self.stats is not None
+            self.stats.wrote(st.partition_path, rel.rsplit("/", 1)[-1], len(body))
+            written.setdefault(st.partition_path, []).append(st)
         faults.point("mid-metadata-compaction")
         self._slice = (name, t, [n for n in logs if n not in merged])
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
                          num_writes=sum(len(v) for v in recs.values()), total_write_bytes=len(data), file_size=len(data),
                          compacted_log_files=len(merged), compacted_log_bytes=sum(sizes.values()))
-        meta = CommitMetadata({PARTITION: [stat]}, {"schema": schema}, "COMPACT", compacted=True)
+        meta = CommitMetadata({PARTITION: [stat], **written}, {"schema": schema}, "COMPACT", compacted=True)
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
         self.clean_slices()
         return True
@@ -607,6 +640,8 @@ class MetadataTable:
                           QUARANTINE_HINT)
                 continue
             self.storage.delete(self._rel(f"{PARTITION}/{GROUP}_{_WRITE_TOKEN}_{t}.hfile"))
+            if self.stats is not None:
+                self.stats.undo_compaction(t)
             for state in (inst.INFLIGHT, inst.REQUESTED):
                 self._delete_instant_file(inst.Instant(t, inst.COMPACTION, state).file_name(self.config.version))
             log.info("%s: undid the files partition's compaction %s, which never completed", MDT_DIR, t)
@@ -624,6 +659,8 @@ class MetadataTable:
                 p.instant_time if (p := parse_log_file(n)) else None)
             if t is not None and t in old:
                 self.storage.delete(e.path)
+        if self.stats is not None:
+            self.stats.delete_before(old)
         for name in self._instant_files():
             i = _parse(name)
             if i is not None and i.requested_time in old:
@@ -646,6 +683,7 @@ def forget_decoded() -> None:
     with _CACHE_LOCK:
         _DECODED.clear()
         _BASE_SCHEMAS.clear()
+    metadata_stats.forget_decoded()
 
 
 def _deltacommit_logs(logs: list[str]) -> int:
@@ -850,7 +888,11 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         _on_rollback(mt, t, completion, data)
         faults.point("after-metadata-table")
         return
-    recs = records_of(action, data, source=f"{t}.{action}", metadata=metadata)
+    source = f"{t}.{action}"
+    if metadata is None and data and inst.instant_action(action) != inst.CLEAN:
+        metadata = decode_commit_metadata(action, data, source=source)
+    recs = records_of(action, data, source=source, metadata=metadata)
+    stats_records = _stats_records(mt, action, metadata, recs) if mt.stats is not None else None
     token = _WRITE_TOKEN
     if mt.deltacommit_states(t):
         # a resumed action (a compaction, a clean) whose earlier attempt wrote its deltacommit:
@@ -865,9 +907,88 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     _, _, logs = mt.latest_slice()
     if _deltacommit_logs(logs) >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
-    mt.append(t, completion, recs, token=token)
+    mt.append(t, completion, recs, token=token, stats_records=stats_records)
     mt.clean_slices()
     faults.point("after-metadata-table")
+
+
+def _stats_records(mt: MetadataTable, action: str, metadata: CommitMetadata | None,
+                   recs: Records) -> list[metadata_stats.cs.StatsRecord]:
+    """The records an action adds to the data-skipping partitions: a write's new base files
+    (and their partitions' stats), a clean's tombstones for the files it deleted."""
+    st = mt.stats
+    if st is None:
+        return []
+    cs = metadata_stats.cs
+    done = mt._completed()
+    current = st.read(cs.COLUMN_STATS, done) if cs.COLUMN_STATS in st.partitions else {}
+    version = cs.index_version(mt.data_config.version)
+    if inst.instant_action(action) == inst.CLEAN:
+        deleted = {_partition(k): [n for n, (_, gone) in files.items() if gone]
+                   for k, files in recs.items() if k != ALL_PARTITIONS}
+        return metadata_stats.tombstones(deleted, current, st.partitions, version)
+    if metadata is None:
+        return []
+    new = metadata_stats.new_base_files(metadata)
+    if not new:
+        return []
+    columns = metadata_stats.indexed_columns(mt.storage, mt.data_config.raw, metadata.extra_metadata.get("schema"))
+    live = None
+    if cs.PARTITION_STATS in st.partitions:
+        live = metadata_stats.without_replaced(metadata_stats.latest_base_stats(mt.listing(), new, current), new)
+    return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns, live)
+
+
+def column_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None
+                    ) -> dict[tuple[str, str], dict[str, metadata_stats.cs.ColumnStats]] | None:
+    """(partition, data file name) -> column -> its stats, for the live files the metadata
+    table lists that the ``column_stats`` partition holds; None when the table keeps no column
+    stats (or they do not read: then nothing may be skipped, and a warning says why)."""
+    mt = _stats_table(storage, config, metadata_stats.cs.COLUMN_STATS)
+    if mt is None:
+        return None
+    try:
+        values = mt.stats.read(metadata_stats.cs.COLUMN_STATS, mt._completed())  # type: ignore[union-attr]
+        listing = mt.listing()
+    except (TableFormatError, FileNotFoundError) as e:
+        log.warning("%s: the column_stats partition does not read (%s); no file is skipped", MDT_DIR, e)
+        return None
+    by_file: dict[str, dict[str, metadata_stats.cs.ColumnStats]] = {}
+    for s in values.values():
+        if not s.is_deleted:
+            by_file.setdefault(s.file_name, {})[s.column] = s
+    wanted = None if partitions is None else set(partitions)
+    return {(part, n): by_file[n] for part, files in listing.items() if wanted is None or part in wanted
+            for n in files if n in by_file}
+
+
+def partition_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None
+                       ) -> dict[str, dict[str, metadata_stats.cs.ColumnStats]] | None:
+    """Partition -> column -> its stats over the partition's files, from ``partition_stats``;
+    None when the table keeps none (or they do not read)."""
+    cs = metadata_stats.cs
+    mt = _stats_table(storage, config, cs.PARTITION_STATS)
+    if mt is None:
+        return None
+    try:
+        values = mt.stats.read(cs.PARTITION_STATS, mt._completed())  # type: ignore[union-attr]
+    except (TableFormatError, FileNotFoundError) as e:
+        log.warning("%s: the partition_stats partition does not read (%s); no partition is skipped", MDT_DIR, e)
+        return None
+    wanted = None if partitions is None else set(partitions)
+    out: dict[str, dict[str, cs.ColumnStats]] = {}
+    for s in values.values():
+        part = _partition(s.file_name)
+        if not s.is_deleted and (wanted is None or part in wanted):
+            out.setdefault(part, {})[s.column] = s
+    return out
+
+
+def _stats_table(storage: Storage, config: props.TableConfig, partition: str) -> MetadataTable | None:
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    return mt if mt.stats is not None and partition in mt.stats.partitions else None
 
 
 def _on_rollback(mt: MetadataTable, r: str, completion: str, data: bytes) -> None:

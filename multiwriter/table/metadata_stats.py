@@ -1,0 +1,424 @@
+"""The metadata table's data-skipping partitions, ``column_stats`` and ``partition_stats``, kept
+beside its ``files`` partition by every action.
+
+Hudi's readers skip files and partitions with them, and a Hudi writer sharing the table trusts
+them: a partition listed in ``hoodie.table.metadata.partitions`` must hold an entry for every
+base file our writers add, or readers that use it skip a file holding matching rows. So every
+deltacommit that records new base files (:mod:`.metadata_files`) also writes, in a log file of
+the file group each key maps to, the files' column stats (from their Parquet footers, as
+``HoodieTableMetadataUtil`` reads them) and the stats of the partitions they went to (the merge
+of the partition's latest base files, ``isTightBound``, as Hudi computes them when the
+column_stats partition exists); a clean writes tombstones for the files it deleted. Log files
+get no entry: Hudi's readers keep every file the index does not name, so a slice with a log is
+never skipped wrongly.
+
+The file groups follow the ``files`` partition's life: the same deltacommit, compaction (every
+group at the same time, as Hudi's metadata compaction plan covers all of them), rollback and
+cleaning of old slices. The byte formats are :mod:`multiwriter.format.column_stats`; this module
+holds what the records mean and where they go.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ..errors import TableFormatError
+from ..format import column_stats as cs
+from ..format import hfile, paths
+from ..format.layout import parse_data_file
+from ..format.log_file import parse_log_file
+from ..storage import Storage, safe_relative
+from .compaction_plan import CompactionOperation
+from .metadata import CommitMetadata, WriteStat
+
+log = logging.getLogger(__name__)
+
+KEPT = (cs.COLUMN_STATS, cs.PARTITION_STATS)
+INDEX_DEFS_KEY = "hoodie.table.index.defs.path"
+_WRITE_TOKEN = "0-0-0"
+_BASE_EXTENSIONS = (".parquet",)
+#: Hudi's footer entries of a base file's key range (``HoodieAvroWriteSupport``)
+_MIN_KEY, _MAX_KEY = b"hoodie_min_record_key", b"hoodie_max_record_key"
+
+#: a slice: (base file name or None, its instant time, log file names in completion order)
+Slice = tuple[str | None, str, list[str]]
+
+
+def kept(listed: Iterable[str]) -> tuple[str, ...]:
+    """The data-skipping partitions among the metadata partitions ``listed``."""
+    names = set(listed)
+    return tuple(p for p in KEPT if p in names)
+
+
+@dataclass
+class StatsPartitions:
+    """The file groups of the kept data-skipping partitions of one metadata table.
+
+    ``done``: requested time -> (action, completion time) of the metadata timeline's completed
+    instants, as :class:`.metadata_files.MetadataTable` reads them (a log counts only once its
+    deltacommit completed). ``base_schema``: the files partition's record schema, widened here to
+    carry column stats when a group has no base file yet whose schema to reuse."""
+
+    storage: Storage
+    mdt_dir: str
+    partitions: tuple[str, ...]
+    table_version: int
+    base_schema: Mapping[str, Any]
+    _names: dict[str, dict[str, int]] = field(default_factory=dict)  # partition -> file name -> size
+
+    # -- listing -------------------------------------------------------------------------
+    def _rel(self, partition: str, name: str = "") -> str:
+        return f"{self.mdt_dir}/{partition}" + (f"/{name}" if name else "")
+
+    def names(self, partition: str) -> dict[str, int]:
+        """The partition's file names and sizes, listed once by this object."""
+        if partition not in self._names:
+            self._names[partition] = {e.path.rsplit("/", 1)[-1]: e.size
+                                      for e in self.storage.list_dir(self._rel(partition), files_only=True)}
+        return self._names[partition]
+
+    def forget(self) -> None:
+        self._names.clear()
+
+    def groups(self, partition: str) -> list[str]:
+        """The partition's file group ids (Hudi's readers take the groups listed)."""
+        ids = {_group_of(n) for n in self.names(partition)}
+        return sorted(i for i in ids if i is not None and i.startswith(cs.FILE_ID_PREFIX[partition]))
+
+    def slice(self, partition: str, file_id: str, done: Mapping[str, tuple[str, str]]) -> Slice:
+        """The group's latest slice, by the files partition's rule: the newest completed base,
+        and the logs whose deltacommit completed at or after its time."""
+        bases, logs = [], []
+        for n in self.names(partition):
+            if _group_of(n) != file_id:
+                continue
+            if n.endswith(".hfile"):
+                t = _base_time(n)
+                if t in done:
+                    bases.append((t, n))
+            elif (p := parse_log_file(n)) is not None and p.instant_time in done:
+                logs.append((done[p.instant_time][1], p.instant_time, p.version, n))
+        base_t, base = max(bases) if bases else ("00000000000000000", None)
+        return base, base_t, [x[3] for x in sorted(x for x in logs if base is None or x[0] >= base_t)]
+
+    # -- reading -------------------------------------------------------------------------
+    def _decoded(self, partition: str, name: str) -> list[cs.StatsRecord]:
+        rel = self._rel(partition, name)
+        key = (self.storage.uri, rel)
+        with _LOCK:
+            hit = _DECODED.get(key)
+            if hit is not None:
+                _DECODED.move_to_end(key)
+                return hit
+        data = self.storage.read_bytes(rel)
+        if name.endswith(".hfile"):
+            recs = cs.decode_hfile(data, source=rel)
+        else:
+            recs = [r for _, block in cs.decode_log_file(data, source=rel) for r in block]
+        with _LOCK:
+            _DECODED[key] = recs
+            while len(_DECODED) > _CACHE_FILES:
+                _DECODED.popitem(last=False)
+        return recs
+
+    def read(self, partition: str, done: Mapping[str, tuple[str, str]]) -> dict[str, cs.ColumnStats]:
+        """Key -> merged stats of the partition's latest slices (tombstones kept, marked)."""
+        out: dict[str, cs.ColumnStats] = {}
+        for fid in self.groups(partition):
+            base, _, logs = self.slice(partition, fid, done)
+            out.update(cs.latest(r for n in ([base] if base else []) + logs for r in self._decoded(partition, n)))
+        return out
+
+    def _schema(self, partition: str, file_id: str, done: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+        """The record schema a new file of the group declares: its base file's (Hudi's whole
+        ``HoodieMetadataRecord``, when Hudi wrote it), else ours with the column stats field."""
+        base, _, _ = self.slice(partition, file_id, done)
+        if base is not None:
+            found = hfile.read(self.storage.read_bytes(self._rel(partition, base)), source=base).file_info.get(b"schema")
+            if found:
+                try:
+                    schema = json.loads(found)
+                    cs.record_schema(schema, self.table_version)  # it must carry the stats field
+                    return schema
+                except (ValueError, TypeError):
+                    pass
+        return cs.record_schema(self.base_schema, self.table_version)
+
+    # -- writing -------------------------------------------------------------------------
+    def append(self, t: str, records: list[cs.StatsRecord], done: Mapping[str, tuple[str, str]],
+               token: str = _WRITE_TOKEN) -> list[WriteStat]:
+        """Write ``records`` (the stats of one deltacommit at ``t``) into a log file of each
+        group they map to; returns the log files' write stats for the deltacommit."""
+        stats = []
+        for partition in self.partitions:
+            mine = [r for r in records if r.partition == partition]
+            groups = self.groups(partition)
+            if not mine or not groups:
+                continue
+            by_group: dict[str, list[cs.StatsRecord]] = {}
+            for r in mine:
+                by_group.setdefault(groups[cs.file_group_index(r.key, len(groups))], []).append(r)
+            for fid, recs in sorted(by_group.items()):
+                name = f".{fid}_{t}.log.1_{token}"
+                block = cs.encode_log_block(_deduped(recs), self._schema(partition, fid, done), t)
+                self.storage.write_bytes(self._rel(partition, name), block)
+                self.names(partition)[name] = len(block)
+                stats.append(WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition, prev_commit=t,
+                                       num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
+                                       file_size=len(block), log_version=1, log_files=(name,)))
+        return stats
+
+    def logs_of(self, t: str) -> list[tuple[str, str]]:
+        """(partition, log file name) of every log the deltacommit at ``t`` wrote (listed anew)."""
+        self.forget()
+        return sorted((p, n) for p in self.partitions for n in self.names(p)
+                      if (x := parse_log_file(n)) is not None and x.instant_time == t and _group_of(n) in self.groups(p))
+
+    def delete(self, partition: str, name: str) -> None:
+        self.storage.delete(self._rel(partition, name))
+        self.names(partition).pop(name, None)
+        with _LOCK:
+            _DECODED.pop((self.storage.uri, self._rel(partition, name)), None)
+
+    def compact(self, t: str, done: Mapping[str, tuple[str, str]]
+                ) -> list[tuple[CompactionOperation, WriteStat, str, bytes]]:
+        """The new base of every group whose slice holds logs completed before ``t``: (plan
+        operation, write stat, path, bytes), written by the caller's compaction at ``t``.
+        Tombstones are left out of a base, as Hudi's compaction drops deleted records."""
+        out = []
+        for partition in self.partitions:
+            for fid in self.groups(partition):
+                base, base_t, logs = self.slice(partition, fid, done)
+                merged = [n for n in logs if (p := parse_log_file(n)) is not None and done[p.instant_time][1] < t]
+                if not merged:
+                    continue
+                schema = self._schema(partition, fid, done)
+                values = cs.latest(r for n in ([base] if base else []) + merged for r in self._decoded(partition, n))
+                rtype = cs.RECORD_TYPE[partition]
+                recs = [cs.StatsRecord(k, rtype, v) for k, v in sorted(values.items()) if not v.is_deleted]
+                name = f"{fid}_{_WRITE_TOKEN}_{t}.hfile"
+                now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+                data = cs.encode_hfile(recs, schema, base=True, file_name=name, created_ms=now)
+                sizes = [(n, self.names(partition).get(n, 0)) for n in merged]
+                op = CompactionOperation.for_slice(partition, fid, base_t, (base, 0) if base else None, sizes)
+                stat = WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition, prev_commit=base_t,
+                                 num_writes=len(recs), total_write_bytes=len(data), file_size=len(data),
+                                 compacted_log_files=len(merged), compacted_log_bytes=sum(s for _, s in sizes))
+                out.append((op, stat, self._rel(partition, name), data))
+        return out
+
+    def wrote(self, partition: str, name: str, size: int) -> None:
+        self.names(partition)[name] = size
+
+    def undo_compaction(self, t: str) -> None:
+        """Delete the bases a compaction at ``t`` that never completed wrote."""
+        for partition in self.partitions:
+            for n in list(self.names(partition)):
+                if n.endswith(".hfile") and _base_time(n) == t:
+                    self.delete(partition, n)
+
+    def delete_before(self, old: set[str]) -> None:
+        """Delete the files of the instants ``old`` (slices no reader needs any more)."""
+        for partition in self.partitions:
+            for n in list(self.names(partition)):
+                tn = _base_time(n) if n.endswith(".hfile") else (p.instant_time if (p := parse_log_file(n)) else None)
+                if tn is not None and tn in old:
+                    self.delete(partition, n)
+
+
+# -- what an action adds ------------------------------------------------------------------------
+def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[str, ...], table_version: int,
+                     columns: list[str] | None, live: Mapping[str, Mapping[str, cs.ColumnStats]] | None
+                     ) -> list[cs.StatsRecord]:
+    """The stats records of a write (commit, deltacommit, replace commit, compaction): the
+    column stats of each new base file, from its footer, and with ``partition_stats`` the
+    partitions' stats over ``live`` (partition -> file name -> the column's stats of the other
+    base files of its latest slices) and these files."""
+    version = cs.index_version(table_version)
+    new: dict[str, list[cs.ColumnStats]] = {}
+    for s in meta.all_stats():
+        if not s.path or not s.path.endswith(_BASE_EXTENSIONS):
+            continue
+        part, _, name = paths.data_file(s.path, source="commit metadata").rpartition("/")
+        new.setdefault(part, []).extend(file_stats(storage, s.path, name, columns, version))
+    out: list[cs.StatsRecord] = []
+    if cs.COLUMN_STATS in partitions:
+        out += [cs.column_stats_record(p, st) for p, sts in new.items() for st in sts]
+    if cs.PARTITION_STATS in partitions:
+        for p, sts in new.items():
+            others = [st for by_col in (live or {}).get(p, {}).values() for st in by_col.values()
+                      if columns is None or st.column in columns]
+            tight = cs.COLUMN_STATS in partitions  # else only the commit's files: a widening
+            out += [cs.partition_stats_record(st) for st in cs.partition_stats(p, [*others, *sts], tight=tight)]
+    return out
+
+
+def file_stats(storage: Storage, rel: str, name: str, columns: list[str] | None, version: int) -> list[cs.ColumnStats]:
+    """A base file's column stats, from its footer (one ranged read; cached per file)."""
+    key = (storage.uri, rel)
+    with _LOCK:
+        hit = _FOOTER_STATS.get(key)
+    if hit is None:
+        with storage.fs.open_input_file(storage.abs(rel)) as f:
+            meta = pq.read_metadata(f)
+        hit = footer_stats(meta, rel, version)
+        with _LOCK:
+            _FOOTER_STATS[key] = hit
+            while len(_FOOTER_STATS) > _CACHE_FILES * 4:
+                _FOOTER_STATS.popitem(last=False)
+    return hit if columns is None else [s for s in hit if s.column in set(columns)]
+
+
+def footer_stats(meta: Any, rel: str, version: int) -> list[cs.ColumnStats]:
+    """A base file's column stats from its footer (``meta``, pyarrow's ``FileMetaData``).
+
+    Our writers keep no Parquet statistics for the meta columns whose range is known otherwise
+    (the record key's is in Hudi's own footer entries, the partition path is the file's
+    partition): their stats are filled in from those, so that they do not read as all null."""
+    name = rel.rsplit("/", 1)[-1]
+    known = _known_ranges(meta, rel)
+    out = []
+    for s in cs.parquet_stats(meta, name, None, version=version):
+        rng = known.get(s.column)
+        if rng is not None and s.min is None and s.value_count:
+            s = replace(s, min=rng[0], max=rng[1], null_count=0,
+                        wrapper=s.wrapper or ("StringWrapper" if s.value_type is None else None))
+        out.append(s)
+    return out
+
+
+def _known_ranges(meta: Any, rel: str) -> dict[str, tuple[str, str]]:
+    md = meta.metadata or {}
+    out = {}
+    lo, hi = md.get(_MIN_KEY), md.get(_MAX_KEY)
+    if lo is not None and hi is not None:  # a file with meta values (virtual keys: none, and no entries)
+        out["_hoodie_record_key"] = (lo.decode(), hi.decode())
+        partition = rel.rpartition("/")[0]
+        out["_hoodie_partition_path"] = (partition, partition)
+    return out
+
+
+def tombstones(deleted: Mapping[str, Iterable[str]], current: Mapping[str, cs.ColumnStats],
+               partitions: tuple[str, ...], version: int) -> list[cs.StatsRecord]:
+    """Column-stats tombstones for the base files ``deleted`` (partition -> file names) that
+    the index holds, one per column it holds for them (``getColumnStatsRecords`` with
+    ``isDeleted``)."""
+    if cs.COLUMN_STATS not in partitions:
+        return []
+    columns: dict[str, set[str]] = {}
+    for st in current.values():
+        if not st.is_deleted:
+            columns.setdefault(st.file_name, set()).add(st.column)
+    out = []
+    for part, names in deleted.items():
+        for n in names:
+            if n in columns:
+                out += cs.deleted_file(part, n, sorted(columns[n]), version=version)
+    return out
+
+
+def indexed_columns(storage: Storage, raw: Mapping[str, str], schema_json: str | None) -> list[str] | None:
+    """The columns the index keeps: its definition's ``sourceFields`` (table version 9), else
+    Hudi's default over the table's Avro schema, else None (every column of the footer)."""
+    rel = raw.get(INDEX_DEFS_KEY)
+    if rel and rel.startswith(".hoodie/"):
+        try:
+            doc = json.loads(storage.read_bytes(safe_relative(rel, source="hoodie.properties")))
+            fields = doc["indexDefinitions"][cs.COLUMN_STATS]["sourceFields"]
+            if isinstance(fields, list) and all(isinstance(f, str) for f in fields):
+                meta = [c for c in cs.ALWAYS_INDEXED if c not in fields and raw.get("hoodie.populate.meta.fields",
+                                                                                    "true") != "false"]
+                return [*meta, *fields]
+        except (FileNotFoundError, KeyError, TypeError, ValueError):
+            pass
+    if schema_json:
+        try:
+            return cs.columns_to_index(json.loads(schema_json),
+                                       meta_fields=raw.get("hoodie.populate.meta.fields", "true") != "false")
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise TableFormatError(f"the table schema in the commit metadata does not parse ({e})") from e
+    return None
+
+
+def latest_base_stats(listing: Mapping[str, Mapping[str, int]], partitions: Iterable[str],
+                      current: Mapping[str, cs.ColumnStats]) -> dict[str, dict[str, dict[str, cs.ColumnStats]]]:
+    """Partition -> base file name -> column -> stats, for each file group's newest base file
+    the listing names in ``partitions`` (the view Hudi merges partition stats over)."""
+    by_file: dict[str, dict[str, cs.ColumnStats]] = {}
+    for st in current.values():
+        if not st.is_deleted:
+            by_file.setdefault(st.file_name, {})[st.column] = st
+    out: dict[str, dict[str, dict[str, cs.ColumnStats]]] = {}
+    for p in partitions:
+        newest: dict[str, tuple[str, str]] = {}
+        for n in listing.get(p, {}):
+            if n.startswith(".") or not n.endswith(_BASE_EXTENSIONS):
+                continue
+            fid, t = _data_file_id_and_time(n)
+            if fid and (fid not in newest or t > newest[fid][0]):
+                newest[fid] = (t, n)
+        out[p] = {n: by_file[n] for _, n in newest.values() if n in by_file}
+    return out
+
+
+def without_replaced(live: dict[str, dict[str, dict[str, cs.ColumnStats]]],
+                     new_files: Mapping[str, Iterable[str]]) -> dict[str, dict[str, dict[str, cs.ColumnStats]]]:
+    """``live`` without the older base files of the groups a write gives a new base file."""
+    out = {}
+    for p, files in live.items():
+        ids = {_data_file_id_and_time(n)[0] for n in new_files.get(p, ())}
+        out[p] = {n: v for n, v in files.items() if _data_file_id_and_time(n)[0] not in ids}
+    return out
+
+
+def new_base_files(meta: CommitMetadata) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in meta.all_stats():
+        if s.path and s.path.endswith(_BASE_EXTENSIONS):
+            part, _, name = s.path.rpartition("/")
+            out.setdefault(part, []).append(name)
+    return out
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _deduped(recs: list[cs.StatsRecord]) -> list[cs.StatsRecord]:
+    """One record per key (an HFile's keys are unique and sorted), the later winning."""
+    return [r for _, r in sorted({r.key: r for r in recs}.items())]
+
+
+def _group_of(name: str) -> str | None:
+    """The file group id of a metadata partition file's name."""
+    if name.endswith(".hfile"):
+        return name.split("_", 1)[0]
+    p = parse_log_file(name)
+    return p.file_id if p is not None else None
+
+
+def _base_time(name: str) -> str:
+    return name[:-len(".hfile")].rsplit("_", 1)[-1]
+
+
+def _data_file_id_and_time(name: str) -> tuple[str, str]:
+    """(file id, instant time) of a base file name, empty when it is none."""
+    parsed = parse_data_file(name)
+    return (parsed.file_id, parsed.instant_time) if parsed else ("", "")
+
+
+_CACHE_FILES = 256
+_DECODED: OrderedDict[tuple[str, str], list[cs.StatsRecord]] = OrderedDict()
+_FOOTER_STATS: OrderedDict[tuple[str, str], list[cs.ColumnStats]] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def forget_decoded() -> None:
+    with _LOCK:
+        _DECODED.clear()
+        _FOOTER_STATS.clear()
