@@ -73,14 +73,11 @@ TYPE_ALL_PARTITIONS, TYPE_FILES = 1, 2
 _WRITE_TOKEN = "0-0-0"
 #: the empty log file Hudi writes beside the bootstrap base (its ``DEFAULT_WRITE_TOKEN``)
 BOOTSTRAP_LOG = f".{GROUP}_{BOOTSTRAP_TIME}.log.1_{_WRITE_TOKEN}"
-#: a delete block's content with no key: its version (3), then the length (1) of an Avro
-#: ``HoodieDeleteRecordList`` of no record (one zero byte)
-_EMPTY_DELETE = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"
 
 
 def bootstrap_log() -> bytes:
     """The bytes of :data:`BOOTSTRAP_LOG`: one delete block of no key at the bootstrap time."""
-    return encode_block(BlockType.DELETE, {HeaderKey.INSTANT_TIME: BOOTSTRAP_TIME}, _EMPTY_DELETE)
+    return metadata_stats.opening_log(BOOTSTRAP_TIME)
 
 _FILE_INFO = {
     "type": "record", "name": "HoodieMetadataFileInfo", "fields": [
@@ -264,6 +261,20 @@ class MetadataTable:
             for state in (inst.REQUESTED, inst.INFLIGHT):
                 _put_quietly(self, BOOTSTRAP_TIME, inst.DELTA_COMMIT, state)
             self._put_instant(BOOTSTRAP_TIME, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+
+    def start_stats(self, partitions: tuple[str, ...], records: list[metadata_stats.cs.StatsRecord]) -> None:
+        """Start the data-skipping ``partitions`` with ``records`` (the stats of the table's
+        files, none for a new table) as one deltacommit at a time of the metadata table's own.
+        The caller names them in ``hoodie.properties`` after this (under the table lock)."""
+        t = self._fresh_time()
+        for state in (inst.REQUESTED, inst.INFLIGHT):
+            _put_quietly(self, t, inst.DELTA_COMMIT, state)
+        written: dict[str, list[WriteStat]] = {}
+        for st in metadata_stats.initialize(self.storage, MDT_DIR, partitions, self.data_config.version,
+                                            RECORD_SCHEMA, t, records):
+            written.setdefault(st.partition_path, []).append(st)
+        meta = CommitMetadata(written, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
+        self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), max(now_time(), _after(t)))
 
     def _partition_metadata(self) -> None:
         rel = self._rel(f"{PARTITION}/.hoodie_partition_metadata")

@@ -34,7 +34,7 @@ from ..errors import TableFormatError
 from ..format import column_stats as cs
 from ..format import hfile, paths
 from ..format.layout import parse_data_file
-from ..format.log_file import parse_log_file
+from ..format.log_file import BlockType, HeaderKey, encode_block, parse_log_file
 from ..storage import Storage, safe_relative
 from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, WriteStat
@@ -232,6 +232,69 @@ class StatsPartitions:
                 tn = _base_time(n) if n.endswith(".hfile") else (p.instant_time if (p := parse_log_file(n)) else None)
                 if tn is not None and tn in old:
                     self.delete(partition, n)
+
+
+# -- starting the partitions ------------------------------------------------------------------
+#: a delete block's content with no key: its version (3), then the length (1) of an Avro
+#: ``HoodieDeleteRecordList`` of no record (one zero byte)
+_EMPTY_DELETE = b"\x00\x00\x00\x03\x00\x00\x00\x01\x00"
+
+
+def opening_log(t: str) -> bytes:
+    """The log file Hudi's ``initializeFileGroups`` opens each metadata file group with: one
+    delete block of no key at the initialization time (readers and compaction find nothing)."""
+    return encode_block(BlockType.DELETE, {HeaderKey.INSTANT_TIME: t}, _EMPTY_DELETE)
+
+
+def initialize(storage: Storage, mdt_dir: str, partitions: tuple[str, ...], table_version: int,
+               base_schema: Mapping[str, Any], t: str, records: list[cs.StatsRecord]) -> list[WriteStat]:
+    """Create the file groups of ``partitions`` at ``t`` (Hudi's default counts), each opened
+    with :func:`opening_log` and, when ``records`` map to it, a base HFile holding them (a
+    table that has files: their stats, as Hudi's initialization bulk-inserts them). Returns the
+    files' write stats for the initializing deltacommit."""
+    schema = cs.record_schema(base_schema, table_version)
+    now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+    out = []
+    for partition in partitions:
+        n = cs.DEFAULT_FILE_GROUPS[partition]
+        storage.delete_dir(f"{mdt_dir}/{partition}")  # what an initialization that died part way left
+        storage.write_bytes(f"{mdt_dir}/{partition}/.hoodie_partition_metadata",
+                            f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())
+        by_group: dict[int, list[cs.StatsRecord]] = {}
+        for r in records:
+            if r.partition == partition:
+                by_group.setdefault(cs.file_group_index(r.key, n), []).append(r)
+        for i in range(n):
+            fid = cs.file_group_id(partition, i)
+            storage.write_bytes(f"{mdt_dir}/{partition}/.{fid}_{t}.log.1_{_WRITE_TOKEN}", opening_log(t))
+            recs = _deduped(by_group.get(i, []))
+            if not recs:
+                continue
+            name = f"{fid}_{_WRITE_TOKEN}_{t}.hfile"
+            data = cs.encode_hfile(recs, schema, base=True, created_ms=now)
+            storage.write_bytes(f"{mdt_dir}/{partition}/{name}", data)
+            out.append(WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition,
+                                 num_writes=len(recs), num_inserts=len(recs), total_write_bytes=len(data),
+                                 file_size=len(data)))
+    return out
+
+
+def records_of_files(storage: Storage, files: Iterable[tuple[str, str]], partitions: tuple[str, ...],
+                     table_version: int, columns: list[str] | None) -> list[cs.StatsRecord]:
+    """The records of an index started on a table that has files: the stats of each
+    (partition, base file path) given (the latest slices' base files) and of their partitions."""
+    version = cs.index_version(table_version)
+    by_partition: dict[str, list[cs.ColumnStats]] = {}
+    for part, rel in files:
+        by_partition.setdefault(part, []).extend(file_stats(storage, rel, rel.rsplit("/", 1)[-1], columns, version))
+    out: list[cs.StatsRecord] = []
+    if cs.COLUMN_STATS in partitions:
+        out += [cs.column_stats_record(p, st) for p, sts in by_partition.items() for st in sts]
+    if cs.PARTITION_STATS in partitions:
+        tight = cs.COLUMN_STATS in partitions
+        out += [cs.partition_stats_record(st) for p, sts in by_partition.items()
+                for st in cs.partition_stats(p, sts, tight=tight)]
+    return out
 
 
 # -- what an action adds ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, cdc, hooks, metadata_files
+from . import bucket, cdc, hooks, metadata_files, metadata_stats
 from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
@@ -79,6 +79,7 @@ class Table:
         metadata: bool = True,
         populate_meta_fields: bool = True,
         properties: dict[str, str] | None = None,
+        column_stats: bool = False,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -99,6 +100,11 @@ class Table:
         keeps Hudi's metadata table (its ``files`` partition), from which Hudi 1.x readers and
         hudi-rs list its files.
 
+        ``column_stats=True`` (Hudi's ``hoodie.metadata.index.column.stats.enable`` with
+        ``hoodie.metadata.index.partition.stats.enable``): the metadata table also keeps the
+        ``column_stats`` and ``partition_stats`` indexes (per base file and per partition: min,
+        max, nulls of each indexed column), which readers use to skip files and partitions.
+
         ``populate_meta_fields=False`` (Hudi's ``hoodie.populate.meta.fields``: virtual keys,
         Copy-on-Write only): files keep Hudi's five meta columns but write no values into them,
         nor a bloom filter into the footer; the index finds a key's file by reading the key
@@ -114,6 +120,9 @@ class Table:
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
         hash_fields = _validate_layout(table_type, num_buckets, bucket_hash_fields, keys)
+        if column_stats and not metadata:
+            raise ConfigError("column_stats=True with metadata=False: the column stats live in the metadata table; "
+                              "keep metadata=True")
         if not populate_meta_fields and table_type != props.COPY_ON_WRITE:
             raise VirtualKeysError(
                 f"populate_meta_fields=False ({props.POPULATE_META_FIELDS_KEY}=false) with table_type={table_type}: "
@@ -141,7 +150,11 @@ class Table:
             # the metadata table first: readers trust it as soon as the properties name it
             mdt = metadata_files.MetadataTable(storage, cfg)
             mdt.bootstrap({}, metadata_files.BOOTSTRAP_COMPLETION)
-            recorded[metadata_files.PARTITIONS_KEY] = metadata_files.PARTITION
+            kept = [metadata_files.PARTITION]
+            if column_stats:
+                mdt.start_stats(metadata_stats.KEPT, [])
+                kept += metadata_stats.KEPT
+            recorded[metadata_files.PARTITIONS_KEY] = ",".join(sorted(kept))
         data = props.render(recorded).encode()
         try:
             storage.put_if_absent(PROPERTIES_FILE, data)
@@ -163,35 +176,63 @@ class Table:
         storage = Storage(path)
         return cls(storage, _read_config(storage, path))
 
-    def enable_metadata(self, lock: LockProvider, *, timeout_s: float = 60.0) -> bool:
+    def enable_metadata(self, lock: LockProvider, *, column_stats: bool = False, timeout_s: float = 60.0) -> bool:
         """Start Hudi's metadata table (its ``files`` partition) on this table from a listing
         of its committed files, under the table lock (writers that began before go on: they
-        read the setting under the lock when they commit). False when it was on already."""
-        from .view import TimelineView
-
+        read the setting under the lock when they commit). ``column_stats``: also start the
+        ``column_stats`` and ``partition_stats`` indexes, from the footers of the latest base
+        files. False when all of it was on already."""
         table_lock = lock.for_table(self.table_id, self.storage)
         table_lock.acquire(timeout_s=timeout_s)
         try:
-            current = self.read_config()
-            if metadata_files.enabled(current):
-                return False
-            view = TimelineView(Timeline.load(self.storage, current))
-            bases, logs = list_files(self.storage, logs=current.merge_on_read)
-            listing = metadata_files.listing_of(
-                (f.partition, f.name, f.size) for f in [*bases, *logs] if view.committed(f.instant_time))
-            metadata_files.MetadataTable(self.storage, current).bootstrap(listing, metadata_files.now_time())
-
-            def add(p: dict[str, str]) -> dict[str, str]:
-                listed = [n for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
-                p[metadata_files.PARTITIONS_KEY] = ",".join([*listed, metadata_files.PARTITION])
-                return p
-
-            props.modify(self.storage, add)
+            started = self._start_files_partition()
+            if column_stats:
+                started = self._start_column_stats() or started
             self.config = self.read_config()
-            log.info("started the metadata table of %s from %d files", self.path, sum(map(len, listing.values())))
-            return True
+            return started
         finally:
             table_lock.release()
+
+    def _start_files_partition(self) -> bool:
+        current = self.read_config()
+        if metadata_files.enabled(current):
+            return False
+        view = TimelineView(Timeline.load(self.storage, current))
+        bases, logs = list_files(self.storage, logs=current.merge_on_read)
+        listing = metadata_files.listing_of(
+            (f.partition, f.name, f.size) for f in [*bases, *logs] if view.committed(f.instant_time))
+        metadata_files.MetadataTable(self.storage, current).bootstrap(listing, metadata_files.now_time())
+
+        def add(p: dict[str, str]) -> dict[str, str]:
+            listed = [n for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+            p[metadata_files.PARTITIONS_KEY] = ",".join([*listed, metadata_files.PARTITION])
+            return p
+
+        props.modify(self.storage, add)
+        log.info("started the metadata table of %s from %d files", self.path, sum(map(len, listing.values())))
+        return True
+
+    def _start_column_stats(self) -> bool:
+        """The data-skipping indexes from the footers of the latest slices' base files (under
+        the table lock: no write completes meanwhile)."""
+        current = self.read_config()
+        listed = [n.strip() for n in current.raw.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+        if metadata_stats.kept(listed) == metadata_stats.KEPT:
+            return False
+        tl = Timeline.load(self.storage, current)
+        files = [(f.partition, f.path) for f in Snapshot.build(self.storage, tl).files() if f.has_base]
+        columns = metadata_stats.indexed_columns(self.storage, current.raw, _avro_schema(tl, current))
+        records = metadata_stats.records_of_files(self.storage, files, metadata_stats.KEPT, current.version, columns)
+        metadata_files.MetadataTable(self.storage, current).start_stats(metadata_stats.KEPT, records)
+
+        def add(p: dict[str, str]) -> dict[str, str]:
+            names = [n.strip() for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+            p[metadata_files.PARTITIONS_KEY] = ",".join(sorted({*names, *metadata_stats.KEPT}))
+            return p
+
+        props.modify(self.storage, add)
+        log.info("started the column stats of %s from %d base files", self.path, len(files))
+        return True
 
     def read_config(self) -> TableConfig:
         """``hoodie.properties`` as it is now (another writer, Hudi's JVM among them, may have
@@ -480,6 +521,15 @@ def _files_read(slices: list[FileSlice]) -> list[tuple[str, int]]:
     merged = [(p, n) for f in slices if f.logs
               for p, n in ([(f.path, f.size)] if f.has_base else []) + sorted((lf.path, lf.size) for lf in f.logs)]
     return plain + merged
+
+
+def _avro_schema(tl: Timeline, config: TableConfig) -> str | None:
+    """The Avro schema the latest completed write recorded, else the create schema."""
+    for i in reversed(tl.completed_writes()):
+        avro = tl.commit_metadata(i).extra_metadata.get("schema")
+        if avro:
+            return avro
+    return config.create_schema
 
 
 def _read_files(storage: Storage, rels: list[str], schema: pa.Schema, columns: list[str] | None, filters: Any) -> pa.Table:

@@ -189,3 +189,64 @@ def test_a_cleaned_file_leaves_the_index(tmp_path):
     on_disk = {(p, n) for p in {k[0] for k in stats} for n in os.listdir(os.path.join(path, p))}
     assert set(stats) <= on_disk, "no entry for a deleted file"
     _check_stats(path)
+
+
+SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.float64()), ("d", pa.string()),
+                    ("n", pa.int32())])
+
+
+def _batch(ids, ts: int) -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": [f"k{i:04d}" for i in ids], "ts": [ts] * len(ids), "v": [i * 0.5 + ts for i in ids],
+                     "d": [f"p{i % 3}" for i in ids], "n": [None if i % 4 == 0 else i for i in ids]}, schema=SCHEMA)
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_a_table_created_with_column_stats_keeps_them(kind, tmp_path):
+    """Every write, the files partition's compactions (more deltacommits than it keeps logs
+    for) and, on Merge-on-Read, the companion job's compaction keep the stats equal to the rows."""
+    path = str(tmp_path / "t")
+    kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
+    mw.Table.create(path, name="stats", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    column_stats=True, **kw)
+    t = mw.Table.open(path)
+    assert set(t.config.raw["hoodie.table.metadata.partitions"].split(",")) == KEPT
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    for i in range(mf.MAX_DELTA_COMMITS + 2):
+        mw.write(_batch(range(i * 5, i * 5 + 8), ts=i), path, cfg)
+    mw.write(_batch([3, 7], ts=99), path, mw.WriterConfig(writer_id="w", lock=lock, operation="delete"))
+    if kind == "mor":
+        with mw.Cleaner(path, lock=lock, clustering=None, compaction=mw.CompactionConfig(delta_commits=1)) as c:
+            assert c.run_once().compaction_instants
+    assert _check_stats(path) >= 3
+    for partition in ("column_stats", "partition_stats"):
+        names = os.listdir(Path(path, ".hoodie", "metadata", partition))
+        assert any(n.endswith(".hfile") for n in names), f"{partition}: compacted with the files partition"
+    _groups_hold_their_keys(path)
+    ours = _agreed(path)
+    assert ours.num_rows == len(set(range(0, (mf.MAX_DELTA_COMMITS + 1) * 5 + 8)) - {3, 7})
+
+
+def test_column_stats_started_on_a_table_with_commits(tmp_path):
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="late", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    metadata=False)
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    for i in range(3):
+        mw.write(_batch(range(i * 4, i * 4 + 6), ts=i), path, cfg)
+    t = mw.Table.open(path)
+    assert t.enable_metadata(lock, column_stats=True) is True
+    assert t.enable_metadata(lock, column_stats=True) is False
+    assert _check_stats(path) >= 3
+    mw.write(_batch(range(20, 26), ts=5), path, cfg)
+    assert _check_stats(path) >= 3
+    _agreed(path)
+
+
+def test_column_stats_need_the_metadata_table(tmp_path):
+    with pytest.raises(mw.errors.ConfigError, match="column_stats=True with metadata=False"):
+        mw.Table.create(str(tmp_path / "t"), name="x", schema=SCHEMA, record_key="id", metadata=False,
+                        column_stats=True)
+    assert not os.path.exists(tmp_path / "t" / ".hoodie")
