@@ -340,6 +340,23 @@ def file_stats(storage: Storage, rel: str, name: str, columns: list[str] | None,
     return hit if columns is None else [s for s in hit if s.column in set(columns)]
 
 
+def remember_footer(storage: Storage, rel: str, metadata: Any, version: int) -> None:
+    """A writer holding a new file's footer hands its stats over: the metadata update of its
+    commit, under the table lock, then reads no footer (in the same process)."""
+    stats = footer_stats(metadata, rel, version)
+    with _LOCK:
+        _FOOTER_STATS[(storage.uri, rel)] = stats
+        while len(_FOOTER_STATS) > _CACHE_FILES * 4:
+            _FOOTER_STATS.popitem(last=False)
+
+
+def index_version_of(config: Any) -> int | None:
+    """The column-stats index version a table's files are indexed with, None when the table
+    keeps no column stats (``config``: its :class:`~.properties.TableConfig`)."""
+    listed = config.raw.get("hoodie.table.metadata.partitions", "").split(",")
+    return cs.index_version(config.version) if cs.COLUMN_STATS in kept(n.strip() for n in listed) else None
+
+
 def footer_stats(meta: Any, rel: str, version: int) -> list[cs.ColumnStats]:
     """A base file's column stats from its footer (``meta``, pyarrow's ``FileMetaData``).
 

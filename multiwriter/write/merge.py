@@ -39,6 +39,7 @@ from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import plain_defaults
+from ..table import metadata_stats
 from ..table.metadata import WriteStat
 from ..format import cdc_log
 from ..format.schema import META_COLUMNS, arrow_to_avro_json, cast_column, data_schema, with_meta
@@ -85,6 +86,9 @@ class MergeContext:
     #: schema (JSON) for the CDC records' images; None: merges write no CDC log (:mod:`.changes`)
     cdc_mode: str | None = None
     cdc_table_schema: str = ""
+    #: the column-stats index version when the table keeps column stats: each file's footer
+    #: stats are handed to its commit's metadata update (:mod:`~multiwriter.table.metadata_stats`)
+    stats_version: int | None = None
 
     @property
     def ordering(self) -> tuple[str, ...]:
@@ -128,7 +132,8 @@ def context(
     return MergeContext(table_uri, instant_time, data_schema(schema).serialize().to_pybytes(), ordering_field, depth,
                         unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
                         virtual_keys=config if config is not None and config.virtual_keys else None,
-                        ordering_fields=several, cdc_mode=cdc_mode, cdc_table_schema=cdc_table_schema)
+                        ordering_fields=several, cdc_mode=cdc_mode, cdc_table_schema=cdc_table_schema,
+                        stats_version=metadata_stats.index_version_of(config) if config is not None else None)
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -250,6 +255,7 @@ def merge_file_group(
     plain = ctx.unique_columns + ctx.plain_columns
     size, footer = write_checked(storage, ctx, rel,
                                  lambda path: _write_parquet(storage, path, out, keys_filter, plain, constants=constants,
+                                                             stats=(rel, ctx.stats_version),
                                                              virtual=virtual))
     if on_footer is not None:  # cached for the index: with the key's typed range when it is integral
         on_footer(rel, with_typed_range(footer, out, ctx.unique_columns[0]) if len(ctx.unique_columns) == 1 else footer)
@@ -700,6 +706,7 @@ _WRITE_BATCH = 8192
 def _write_parquet(
     storage: Storage, rel: str, out: pa.Table, keys_filter: bloom.DynamicBloomFilter | None, plain: tuple[str, ...] = (),
     constants: dict[str, str] | None = None, *, virtual: bool = False,
+    stats: tuple[str, int | None] = ("", None),
 ) -> tuple[int, FooterKeys]:
     """Write ``out`` with Hudi's footer entries: key range and bloom filter of the keys. They go
     into the footer only, not into the Arrow schema pyarrow also stores there (twice the bytes).
@@ -707,7 +714,9 @@ def _write_parquet(
     a dictionary of distinct values only costs time and bytes. ``constants``: string columns
     with one value over the whole file, written from a one-entry dictionary; the stored Arrow
     schema is the plain one, so every reader sees them as strings. ``virtual``: virtual keys,
-    as Hudi writes them: the meta columns null, no key range nor bloom filter in the footer."""
+    as Hudi writes them: the meta columns null, no key range nor bloom filter in the footer.
+    ``stats``: (the file's published path, column-stats index version or None): its footer's
+    column stats are kept for its commit's metadata update, which then reads no footer."""
     if virtual:
         out = _without_meta_values(out)
         constants = {c: v for c, v in (constants or {}).items() if c not in META_COLUMNS}
@@ -732,6 +741,8 @@ def _write_parquet(
             w.write_table(out)
             w.add_key_value_metadata(footer)
         size = f.tell()  # the whole file went through this stream: its size, without a stat
+    if stats[1] is not None:
+        metadata_stats.remember_footer(storage, stats[0], w.writer.metadata, stats[1])
     return size, FooterKeys(lo, hi, keys_filter, out.num_rows)
 
 
@@ -829,7 +840,8 @@ def write_moved_rows(
         keys_filter.add(out.column("_hoodie_record_key"))
     out = out.combine_chunks()
     size, _footer = write_checked(storage, ctx, rel, lambda path: _write_parquet(
-        storage, path, out, keys_filter, constants={"_hoodie_file_name": name}, virtual=virtual))
+        storage, path, out, keys_filter, constants={"_hoodie_file_name": name}, virtual=virtual,
+        stats=(rel, ctx.stats_version)))
     return WriteStat(
         file_id=file_id,
         path=rel,
