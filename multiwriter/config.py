@@ -76,6 +76,7 @@ TABLE_KEYS = {
     "hoodie.bucket.index.hash.field": "bucket_hash_fields",
     "hoodie.table.ordering.fields": "ordering_field",
     "hoodie.metadata.enable": "metadata",
+    "hoodie.metadata.index.column.stats.enable": "column_stats",
     "hoodie.write.table.version": "table_version",
 }
 #: the index a table's writers use: the bloom index, or Hudi's simple bucket index
@@ -261,7 +262,7 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
             out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
         elif target in ("num_buckets", "table_version"):
             out[target] = int(_number(k, v))
-        elif target == "metadata":
+        elif target in ("metadata", "column_stats"):
             out[target] = _convert(k, v, False)
         elif target == "table_type":
             out[target] = v.upper()

@@ -43,3 +43,26 @@ def test_read_options():
         o.parse_read({"path": "/t", "hoodie.datasource.read.begin.instanttime": "1"})
     with pytest.raises(ConfigError, match="snapshot option"):
         o.parse_read({"path": "/t", "hoodie.datasource.query.type": "incremental", "as.of.instant": "1"})
+
+
+def test_column_stats_option_creates_the_index_and_is_checked(tmp_path):
+    """``hoodie.metadata.index.column.stats.enable`` is a table setting of the creating write (the
+    metadata table then keeps column_stats and partition_stats); a write naming it otherwise than
+    the table has is refused by name."""
+    import pyarrow as pa
+
+    import multiwriter as mw
+    from multiwriter.config import table_settings_from_options
+
+    base = {"path": str(tmp_path / "t"), "hoodie.table.name": "t", "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.write.lock.provider": o.FS_PROVIDER}
+    parsed = o.parse_write({**base, o.COLUMN_STATS: "true"}, table_exists=False)
+    assert parsed.table["column_stats"] is True
+    assert table_settings_from_options({o.COLUMN_STATS: "true"}) == {"column_stats": True}
+    with pytest.raises(ConfigError, match="column.stats.enable"):
+        o.parse_write({**base, o.COLUMN_STATS: "maybe"}, table_exists=False)
+    t = mw.Table.create(base["path"], schema=pa.schema([("id", pa.string())]), lock=parsed.lock, **parsed.table)
+    assert "column_stats" in t.config.raw["hoodie.table.metadata.partitions"]
+    o._check_matches(parsed, t)
+    with pytest.raises(ConfigError, match="column_stats: asked False, table has True"):
+        o._check_matches(o.parse_write({**base, o.COLUMN_STATS: "false"}, table_exists=True), t)
