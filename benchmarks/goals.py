@@ -133,7 +133,7 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
         out.append((UPSERT_EVENT_VIRTUAL, ev[VIRTUAL_KEYS]["median_s"] / ev["deltalake merge"]["median_s"], 1.0))
     if imp:
         out.append(("15.7 import multiwriter (s)", imp["median_s"], 0.3))
-    return out + _streaming_ratios(results) + _event_ratios(results) + _mor_ratios(results)
+    return out + _streaming_ratios(results) + _event_ratios(results) + _mor_ratios(results) + _index_ratios(results)
 
 
 INSERT_REPLACED = "15.2 insert vs deltalake append (replaced by 35.3)"
@@ -312,6 +312,23 @@ def _mor_ratios(results: dict) -> list[tuple[str, float, float]]:
 
 
 # Every goal with the section that measures it (``python -m benchmarks.run --only SECTION``).
+#: issue 59 goal 3: keeping column and partition stats adds at most 20% to an upsert
+INDEX_STATS_TARGET = 1.2
+_STATS_CASES = [(store, keys) for store in ("local", "s3") for keys in ("string keys", "integer keys")]
+
+
+def _index_goal(store: str, keys: str) -> str:
+    return f"59.3 column stats kept / files partition alone, upsert, {store}, {keys}"
+
+
+def _index_ratios(results: dict) -> list[tuple[str, float, float]]:
+    r = results.get("index_stats_cost")
+    if not r:
+        return []
+    return [(_index_goal(store, keys), r[store][keys]["ratio"], INDEX_STATS_TARGET)
+            for store, keys in _STATS_CASES if keys in r.get(store, {})]
+
+
 GOALS = [
     ("15.1 upsert vs deltalake merge", "goal_upsert", 1.0),
     ("15.1 upsert vs naive pyarrow rewrite", "goal_upsert", 1.2),
@@ -345,6 +362,7 @@ GOALS = [
     ("NBCC 1 stream commit p99 while the backfill runs / alone", "nbcc_backfill", 2.0),
     ("NBCC 1 rows differing from the event-time model (ours, hudi-rs)", "nbcc_backfill", 0.0),
     ("NBCC 2 conflicts, 2 to 8 writers on one table", "nbcc_scaling", 0.0),
+    *[(_index_goal(store, keys), "index_stats_cost", INDEX_STATS_TARGET) for store, keys in _STATS_CASES],
 ]
 
 

@@ -109,12 +109,13 @@ def _goal_upserts(r: dict, sizes: dict) -> list[str]:
 
 def _module_sections(r: dict) -> list[str]:
     """The sections whose own module renders them, in this order."""
-    from . import bootstrap, commit_rate, executors, locks, metadata_table, s3_cost
+    from . import bootstrap, commit_rate, executors, indexes, locks, metadata_table, s3_cost
 
     renderers = {"commit_rate": commit_rate.render, "locks": locks.render, "metadata_table": metadata_table.render,
                  "metadata_table_listing": metadata_table.render_listing,
                  "metadata_table_long_run": metadata_table.render_long_run, "executors": executors.render,
-                 "bootstrap": bootstrap.render, "s3_cost": s3_cost.render}
+                 "bootstrap": bootstrap.render, "s3_cost": s3_cost.render,
+                 "index_stats_cost": indexes.render_stats_cost}
     return [line for name, fn in renderers.items() if name in r for line in fn(r[name])]
 
 def taken(run: dict, section: str) -> str:

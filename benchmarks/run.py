@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     partial = a.resume or results_dir / f"{stamp}.partial.json"
-    results: dict = _resumed(a.resume, a.size) if a.resume else {}
+    results, when = _resumed(a.resume, a.size) if a.resume else ({}, {})
     spark = _spark()
     with tempfile.TemporaryDirectory(prefix="mw-bench-") as d:
         for name in names:
@@ -112,15 +112,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             print(f"== {name} ...", flush=True)
+            when[name] = dt.datetime.now(dt.timezone.utc).isoformat()
             results[name] = WORKLOADS[name](size, Path(d) / name, spark)
             print(f"   done in {time.perf_counter() - t0:.0f}s", flush=True)
             # A section that fails later must not cost the ones before it: --resume picks up here.
-            partial.write_text(json.dumps({"size": a.size, "results": results}, indent=1))
+            partial.write_text(json.dumps({"size": a.size, "results": results, "section_when": when}, indent=1))
     spark.stop()
     run = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(), "size": a.size, "sizes": size,
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
-        "versions": _versions(), "results": results, **({"note": a.note} if a.note else {}),
+        "versions": _versions(), "results": results, "section_when": when, **({"note": a.note} if a.note else {}),
     }
     out = results_dir / f"{stamp}.json"
     out.write_text(json.dumps(run, indent=1))
@@ -132,12 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _resumed(path: Path, size: str) -> dict:
-    """The finished sections of an interrupted run, which must have used the same sizes."""
+def _resumed(path: Path, size: str) -> tuple[dict, dict]:
+    """The finished sections of an interrupted run, which must have used the same sizes, and
+    when each was taken (a finished run's JSON also resumes: drop the sections to take again)."""
     saved = json.loads(path.read_text())
     if saved.get("size") != size:
         raise SystemExit(f"--resume {path}: that run used --size {saved.get('size')}, this one {size}")
-    return dict(saved["results"])
+    results = dict(saved["results"])
+    when = {k: saved.get("section_when", {}).get(k, saved.get("when", "")) for k in results}
+    return results, when
 
 
 if __name__ == "__main__":

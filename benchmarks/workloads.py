@@ -15,7 +15,8 @@ import multiwriter as mw
 from multiwriter import markers
 from multiwriter.storage import Storage
 
-from . import bootstrap, commit_rate, data, executors, goals, locks, metadata_table, mor, nbcc, s3_cost, streaming
+from . import (bootstrap, commit_rate, data, executors, goals, indexes, locks, metadata_table, mor, nbcc, s3_cost,
+               streaming)
 from .peers import DeltaLake, Iceberg, Multiwriter, NaiveCopyOnWrite, PyArrowHudiFilesLimit, PyArrowLimit, SparkParquetLimit, reset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -348,6 +349,10 @@ _MOR_NBCC = {
     "mdt_long_run_partitions": {"small": 5, "full": 5},
     "commit_rate_writers": {"small": [1, 4, 8], "full": [1, 4, 8, 16]},
     "commit_rate_seconds": {"small": 8, "full": 20},
+    "stats_rows": {"small": 1_000_000, "full": 4_000_000},
+    "stats_batch": {"small": 2000, "full": 2000},
+    "stats_batches": {"small": 7, "full": 10},
+    "stats_s3_batches": {"small": 5, "full": 7},
 }
 
 SIZES = {
@@ -382,4 +387,4 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
              "executors": executors.large_batch, "bootstrap": bootstrap.bootstrap, "s3_cost": s3_cost.cost,
-             "commit_rate": commit_rate.commit_rate}
+             "commit_rate": commit_rate.commit_rate, "index_stats_cost": indexes.stats_cost}
