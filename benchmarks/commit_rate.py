@@ -1,10 +1,11 @@
 """Commit rate of one table under many writers (issue 58), and where a commit's lock hold goes.
 
 W writer processes (``commit_rate_writers``), each appending 100-row batches of new keys to its
-own partition for ``commit_rate_seconds``, all at once: multiwriter with its defaults
-(Copy-on-Write, ZooKeeper lock, metadata table on) and deltalake's ``write_deltalake(mode=
-"append")`` on the same batches (its own optimistic commit, retried up to 15 times), the two
-systems interleaved per W. Each landed commit reports its lock hold by step
+own partition for ``commit_rate_seconds``, all at once: multiwriter (ZooKeeper lock, metadata
+table on) and deltalake's ``write_deltalake(mode="append")`` on the same batches (its own
+optimistic commit, retried up to 15 times), the two systems interleaved per W. Two variants
+(:data:`VARIANTS`): a Copy-on-Write table with string keys (the defaults), and a Merge-on-Read
+table with a bucket index (its writers non-blocking, Hudi's default there) with int64 keys. Each landed commit reports its lock hold by step
 (:data:`multiwriter.transaction.STEPS`); the rows of both tables are counted, ours also by hudi-rs.
 
 Worker processes run ``python -m benchmarks.commit_rate <system> '<json>'`` and print one JSON line.
@@ -24,13 +25,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 100
 DELTA_RETRIES = 15
+#: the table type and key shape of each variant measured
+VARIANTS = {"Copy-on-Write, string keys": {"mor": False, "int_keys": False},
+            "Merge-on-Read (bucket index, non-blocking), int64 keys": {"mor": True, "int_keys": True}}
 
 
-def _batch(writer: int, n: int):
+def _batch(writer: int, n: int, int_keys: bool = False):
     from . import data
 
     ids = writer * 10**7 + n * BATCH + np.arange(BATCH)
-    return data.rows(ids, np.array([data.DAYS[writer % len(data.DAYS)]] * BATCH), 1, n)
+    make = data.event_rows if int_keys else data.rows
+    return make(ids, np.array([data.DAYS[writer % len(data.DAYS)]] * BATCH), 1, n)
 
 
 def _wait_go(ctl: Path, index: int) -> float:
@@ -47,12 +52,12 @@ def mw_worker(a: dict) -> dict:
     w = mw.Writer(mw.Table.open(a["path"]), mw.WriterConfig(writer_id=f"r{a['index']}", lock=lock))
     out = []
     try:
-        w.write(_batch(a["index"], 10**6))  # warm up (imports, the first listing): not counted
+        w.write(_batch(a["index"], 10**6, a["int_keys"]))  # warm up (imports, the first listing): not counted
         deadline = _wait_go(Path(a["ctl"]), a["index"])
         n = 0
         while time.time() < deadline:
             t0, c0 = time.perf_counter(), time.process_time()
-            r = w.write(_batch(a["index"], n))
+            r = w.write(_batch(a["index"], n, a["int_keys"]))
             out.append({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "end": time.time(),
                         **r.protocol})
             n += 1
@@ -68,7 +73,7 @@ def delta_worker(a: dict) -> dict:
 
     for _ in range(DELTA_RETRIES + 1):  # warm up: not counted
         try:
-            write_deltalake(a["path"], _batch(a["index"], 10**6), partition_by=["date"], mode="append")
+            write_deltalake(a["path"], _batch(a["index"], 10**6, a["int_keys"]), partition_by=["date"], mode="append")
             break
         except CommitFailedError:
             pass
@@ -78,7 +83,7 @@ def delta_worker(a: dict) -> dict:
         t0 = time.perf_counter()
         for _ in range(DELTA_RETRIES + 1):
             try:
-                write_deltalake(a["path"], _batch(a["index"], n), partition_by=["date"], mode="append")
+                write_deltalake(a["path"], _batch(a["index"], n, a["int_keys"]), partition_by=["date"], mode="append")
                 break
             except CommitFailedError:  # after deltalake's own retries
                 failed += 1
@@ -107,10 +112,10 @@ def _p(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
 
 
-def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
+def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> dict:
     import multiwriter as mw
 
-    from .data import SCHEMA
+    from .data import EVENT_SCHEMA, SCHEMA
     from .peers import reset
 
     reset(work)
@@ -118,15 +123,17 @@ def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
     ctl.mkdir(parents=True)
     path = str(work / "table")
     if system == "multiwriter":
-        mw.Table.create(path, name="bench_rate", schema=SCHEMA, record_key="id", partition_by=["date"],
-                        ordering_field="ts")
+        layout = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if variant["mor"] else {}
+        mw.Table.create(path, name="bench_rate", schema=EVENT_SCHEMA if variant["int_keys"] else SCHEMA,
+                        record_key="id", partition_by=["date"], ordering_field="ts", **layout)
     else:  # created before the writers start, as ours is
         from deltalake import write_deltalake
 
-        write_deltalake(path, _batch(29, 10**6)[:0], partition_by=["date"], mode="append")
+        write_deltalake(path, _batch(29, 10**6, variant["int_keys"])[:0], partition_by=["date"], mode="append")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", system,
-                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i})],
+                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i,
+                                        "int_keys": variant["int_keys"]})],
                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for i in range(k)]
     while not all((ctl / f"ready-{i}").exists() for i in range(k)):
@@ -188,28 +195,37 @@ def _run(system: str, work: Path, k: int, seconds: float, zk) -> dict:
 def commit_rate(size: dict, work: Path, spark) -> dict:
     import multiwriter as mw
 
-    out: dict = {"multiwriter": {}, "deltalake": {}, "seconds": size["commit_rate_seconds"], "batch_rows": BATCH}
+    out: dict = {"seconds": size["commit_rate_seconds"], "batch_rows": BATCH, "variants": {}}
     with mw.LocalZooKeeper(port=0) as zk:
-        for j, k in enumerate(size["commit_rate_writers"]):
-            systems = ["multiwriter", "deltalake"][j % 2:] + ["multiwriter", "deltalake"][:j % 2]
-            for system in systems:
-                r = _run(system, work / f"{system}-{k}", k, size["commit_rate_seconds"], zk)
-                out[system][str(k)] = r
-                print(f"   {system} x{k}: {r['commits_per_s']:.1f} commits/s, p50 {r['commit_p50_ms']:.0f} ms"
-                      + (f", lock hold p50 {r['lock_hold_p50_ms']:.1f} p99 {r['lock_hold_p99_ms']:.1f} ms"
-                         if "lock_hold_p50_ms" in r else ""), flush=True)
-                if "steps_mean_ms" in r:
-                    print("     mean ms: " + ", ".join(f"{s} {v:.2f}" for s, v in r["steps_mean_ms"].items()), flush=True)
+        for name, variant in VARIANTS.items():
+            got: dict = {"multiwriter": {}, "deltalake": {}}
+            for j, k in enumerate(size["commit_rate_writers"]):
+                systems = ["multiwriter", "deltalake"][j % 2:] + ["multiwriter", "deltalake"][:j % 2]
+                for system in systems:
+                    r = _run(system, work / f"{system}-{k}", k, size["commit_rate_seconds"], zk, variant)
+                    got[system][str(k)] = r
+                    print(f"   {name}: {system} x{k}: {r['commits_per_s']:.1f} commits/s, p50 {r['commit_p50_ms']:.0f} ms"
+                          + (f", lock hold p50 {r['lock_hold_p50_ms']:.1f} p99 {r['lock_hold_p99_ms']:.1f} ms"
+                             if "lock_hold_p50_ms" in r else ""), flush=True)
+            out["variants"][name] = got
     return out
 
 
 def render(r: dict) -> list[str]:
-    """The section of RESULTS.md."""
+    """The section of RESULTS.md: each variant's table (a run before the variants: one, Copy-on-Write)."""
+    variants = r.get("variants") or {"Copy-on-Write, string keys": r}
+    out = [f"## Commit rate of one table under many writers ({r['batch_rows']}-row appends, each writer its own "
+           f"partition, {r['seconds']} s; ZooKeeper lock, metadata table on)", ""]
+    for name, v in variants.items():
+        out += _render_variant(name, v)
+    return out
+
+
+def _render_variant(name: str, r: dict) -> list[str]:
     from multiwriter.transaction import STEPS
 
     mw_, dl = r["multiwriter"], r["deltalake"]
-    out = [f"## Commit rate of one table under many writers ({r['batch_rows']}-row appends, each writer its own "
-           f"partition, {r['seconds']} s; ZooKeeper lock, Copy-on-Write, metadata table on)", "",
+    out = [f"### {name}", "",
            "| writers | multiwriter commits/s | p50 per commit ms | lock hold p50 ms | p99 ms | begin hold p50 ms "
            "| lock busy | writer CPU ms per commit | cores busy | deltalake commits/s | p50 ms | cores busy "
            "| deltalake failures |",
