@@ -353,6 +353,10 @@ _MOR_NBCC = {
     "stats_batch": {"small": 2000, "full": 2000},
     "stats_batches": {"small": 7, "full": 10},
     "stats_s3_batches": {"small": 5, "full": 7},
+    "skip_batches": {"small": 40, "full": 80},
+    "skip_batch_rows": {"small": 25_000, "full": 50_000},
+    "skip_partitions": {"small": 5, "full": 5},
+    "skip_reps": {"small": 3, "full": 5},
 }
 
 SIZES = {
@@ -387,4 +391,5 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "locks": locks.storage_vs_zookeeper, "metadata_table": metadata_table.cost,
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
              "executors": executors.large_batch, "bootstrap": bootstrap.bootstrap, "s3_cost": s3_cost.cost,
-             "commit_rate": commit_rate.commit_rate, "index_stats_cost": indexes.stats_cost}
+             "commit_rate": commit_rate.commit_rate, "index_stats_cost": indexes.stats_cost,
+             "index_filtered_read": indexes.filtered_read}

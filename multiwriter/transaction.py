@@ -30,6 +30,7 @@ from .errors import (
 )
 from .instant_time import PROCESS_CLOCK, InstantClock
 from .lock.base import HolderInfo, TableLock
+from .s3_store import REQUESTS
 from .schema_resolution import SCHEMA_KEY, commit_schema
 from .format import instant as inst
 from .table import bootstrap_state, decisions, metadata_files, metadata_table
@@ -440,10 +441,21 @@ class Transaction:
         return False
 
     def _finish(self) -> None:
+        """After the commit: its heartbeat and markers go. On an object store the two deletes
+        go out side by side (they depend on each other in nothing: the instant is complete)."""
         assert self.instant is not None
         t = self.instant.requested_time
-        if self.heartbeat is not None:
-            self.heartbeat.stop(t)
+        beside = REQUESTS.get().submit(self._delete_markers, t) if self.table.storage.is_s3 else None
+        try:
+            if self.heartbeat is not None:
+                self.heartbeat.stop(t)
+        finally:
+            if beside is None:
+                self._delete_markers(t)
+            else:
+                beside.result()
+
+    def _delete_markers(self, t: str) -> None:
         try:
             markers.delete_dir(self.table.storage, t)
         except OSError as e:  # markers of a completed instant are garbage, not state

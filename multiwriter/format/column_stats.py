@@ -79,6 +79,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import functools
 import hashlib
 import io
 import json
@@ -217,8 +218,10 @@ def xxh64(data: bytes, seed: int = 0) -> int:
     return h ^ (h >> 32)
 
 
+@functools.lru_cache(maxsize=4096)
 def _id64(name: str) -> str:
-    """``ColumnIndexID`` / ``PartitionIndexID.asBase64EncodedString``."""
+    """``ColumnIndexID`` / ``PartitionIndexID.asBase64EncodedString`` (columns and partitions
+    recur in every key: hashed once each)."""
     return base64.b64encode(xxh64(name.encode("utf-8"), _HASH_SEED).to_bytes(8, "big")).decode()
 
 
@@ -244,9 +247,14 @@ def partition_stats_key(column: str, partition: str) -> str:
 
 
 def _java_hash(s: str) -> int:
-    h = 0
-    for unit in _utf16_units(s):
-        h = (31 * h + unit) & 0xFFFFFFFF
+    if s.isascii():  # one UTF-16 unit per character: its code
+        h = 0
+        for c in s.encode():
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        h = 0
+        for unit in _utf16_units(s):
+            h = (31 * h + unit) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -552,23 +560,59 @@ def encode_cells(records: Iterable[StatsRecord], schema: Mapping[str, Any], *,
                  file_name: str | None = None) -> list[tuple[str, bytes]]:
     """(key, value) HFile cells of ``records`` in ``schema`` (a full ``HoodieMetadataRecord``
     schema, :func:`record_schema`). ``file_name``: a compacted base's own name, which Hudi's
-    compaction puts in each record's ``_hoodie_file_name``."""
+    compaction puts in each record's ``_hoodie_file_name``. The unions' branches are named
+    (fastavro's ``(name, value)`` form), so the encoder tries none of the others."""
     version = _table_version(schema)
-    parsed = fastavro.parse_schema(json.loads(json.dumps(schema)))
+    text = json.dumps(schema, separators=(",", ":"))
+    parsed = _parsed_schema(text)
+    stats_name, type_name = _branch_names(text)
     names = [f["name"] for f in schema["fields"]]
-    cells = []
+    buf = io.BytesIO()
+    ends = []
     for r in records:
         value: dict[str, Any] = dict.fromkeys(names)
         if file_name is not None and "_hoodie_file_name" in value:
             value["_hoodie_file_name"] = file_name
-        value.update({"key": "", "type": r.record_type, "ColumnStatsMetadata": _avro_stats(r.stats, version)})
-        buf = io.BytesIO()
+        stats = _avro_stats(r.stats, version)
+        if type_name and stats.get("valueType") is not None:
+            stats["valueType"] = (type_name, stats["valueType"])
+        value.update({"key": "", "type": r.record_type, "ColumnStatsMetadata": (stats_name, stats) if stats_name else stats})
         try:
             fastavro.schemaless_writer(buf, parsed, value)
         except (ValueError, TypeError, OverflowError) as e:
             raise StatsFormatError(f"record {r.key}: column {r.stats.column!r} does not encode ({e})") from e
-        cells.append((r.key, buf.getvalue()))
+        ends.append((r.key, buf.tell()))
+    data = buf.getvalue()
+    cells, start = [], 0
+    for key, end in ends:
+        cells.append((key, data[start:end]))
+        start = end
     return cells
+
+
+@functools.lru_cache(maxsize=32)
+def _branch_names(text: str) -> tuple[str | None, str | None]:
+    """The full names of the column-stats record and of its value-type record in a record
+    schema's unions (None when the schema does not name them)."""
+    stats = vtype = None
+    for f in _parsed_schema(text)["fields"]:
+        if f["name"] != "ColumnStatsMetadata":
+            continue
+        for branch in f["type"] if isinstance(f["type"], list) else [f["type"]]:
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                stats = branch.get("name")
+                for g in branch.get("fields", []):
+                    if g["name"] == "valueType":
+                        for b in g["type"] if isinstance(g["type"], list) else [g["type"]]:
+                            if isinstance(b, dict) and b.get("type") == "record":
+                                vtype = b.get("name")
+    return stats, vtype
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_schema(text: str) -> Any:
+    """fastavro's parse of a record schema, once per schema (each log block would parse it)."""
+    return fastavro.parse_schema(json.loads(text))
 
 
 def encode_hfile(records: Iterable[StatsRecord], schema: Mapping[str, Any], *, base: bool = False,
@@ -576,7 +620,13 @@ def encode_hfile(records: Iterable[StatsRecord], schema: Mapping[str, Any], *, b
     """An HFile of ``records`` as Hudi's metadata writer lays it out: the schema and the min and
     max record keys in its file info, and with ``base`` the keys' bloom filter meta block
     (``HoodieAvroHFileWriter``)."""
-    cells = encode_cells(records, schema, file_name=file_name)
+    return cells_hfile(encode_cells(records, schema, file_name=file_name), schema, base=base, created_ms=created_ms)
+
+
+def cells_hfile(cells: list[tuple[str, bytes]], schema: Mapping[str, Any], *, base: bool = False,
+                created_ms: int = 0) -> bytes:
+    """:func:`encode_hfile` of cells already encoded in ``schema`` (a compaction carries the
+    cells no log changed over as they are)."""
     keys = sorted(k for k, _ in cells)
     info = {b"schema": json.dumps(schema, separators=(",", ":")).encode()}
     if keys:
@@ -742,13 +792,30 @@ def partition_stats(partition: str, files: Iterable[ColumnStats], *, tight: bool
     """The partition-stats values of ``partition`` from the column stats of its files (one
     per column; ``getColumnRangeInPartition``); ``tight`` when ``files`` are all the files of
     the partition's latest slices (Hudi's case when the column_stats partition exists)."""
-    by_column: dict[str, ColumnStats] = {}
+    by_column: dict[str, list[ColumnStats]] = {}
     for s in files:
-        if s.is_deleted:
-            continue
-        s = replace(s, file_name=partition)
-        by_column[s.column] = merge_ranges(by_column[s.column], s) if s.column in by_column else s
-    return [replace(s, is_tight_bound=tight) for s in by_column.values()]
+        if not s.is_deleted:
+            by_column.setdefault(s.column, []).append(s)
+    return [replace(_merged(group), file_name=partition, is_tight_bound=tight) for group in by_column.values()]
+
+
+def _merged(group: list[ColumnStats]) -> ColumnStats:
+    """:func:`merge_ranges` over a whole group at once (one pass, one record built)."""
+    first = group[0]
+    if len(group) == 1:
+        return first
+    lows = [s.min for s in group if s.min is not None]
+    highs = [s.max for s in group if s.max is not None]
+
+    def total(field: str) -> int | None:
+        values = [getattr(s, field) for s in group]
+        return None if any(v is None for v in values) else sum(values)
+
+    return replace(first, min=min(lows, key=_order_key) if lows else None,
+                   max=max(highs, key=_order_key) if highs else None,
+                   null_count=total("null_count"), value_count=total("value_count"), total_size=total("total_size"),
+                   total_uncompressed_size=total("total_uncompressed_size"),
+                   wrapper=next((s.wrapper for s in group if s.wrapper), None))
 
 
 def latest(records: Iterable[StatsRecord]) -> dict[str, ColumnStats]:

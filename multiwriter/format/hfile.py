@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import TableFormatError
 from . import bounds
 
@@ -436,6 +438,44 @@ def _positions(key: bytes, nb_hash: int, bits: int) -> list[int]:
     return out
 
 
+def _positions_many(keys: list[bytes], nb_hash: int, bits: int) -> list[list[int]]:
+    """:func:`_positions` of many keys at once: the keys of one length hashed side by side in
+    numpy (a base file of the metadata table holds tens of thousands of keys, 30 hashes each)."""
+    out: list[list[int]] = [[] for _ in keys]
+    by_len: dict[int, list[int]] = {}
+    for i, k in enumerate(keys):
+        by_len.setdefault(len(k), []).append(i)
+    m, mask = np.uint64(_MURMUR_M), np.uint64(_MASK)
+    for length, idx in by_len.items():
+        n4, left = length >> 2, length & 3
+        raw = np.frombuffer(b"".join(keys[i] for i in idx), dtype=np.uint8).reshape(len(idx), length)
+        blocks = raw[:, :4 * n4].copy().view("<u4").astype(np.uint64) if n4 else None
+        tail = raw[:, 4 * n4:].astype(np.int8).astype(np.int64) if left else None
+        seeds = np.zeros(len(idx), dtype=np.uint64)
+        rounds = []
+        for _ in range(nb_hash):
+            h = (seeds ^ np.uint64(length)) & mask
+            for b in range(n4):
+                k = (blocks[:, b] * m) & mask
+                k ^= k >> np.uint64(24)
+                k = (k * m) & mask
+                h = ((h * m) & mask) ^ k
+            if left:
+                for i in range(left):  # from the last byte: unshifted, then << 8, << 16
+                    h ^= (tail[:, left - 1 - i] << (8 * i)).astype(np.uint64) & mask
+                h = (h * m) & mask
+            h ^= h >> np.uint64(13)
+            h = (h * m) & mask
+            h ^= h >> np.uint64(15)
+            signed = h.astype(np.int64)
+            signed = np.where(signed >= 1 << 31, signed - (1 << 32), signed)
+            rounds.append(np.abs(signed) % bits)
+            seeds = h
+        for j, i in enumerate(idx):
+            out[i] = [int(r[j]) for r in rounds]
+    return out
+
+
 def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, fpp: float = BLOOM_FPP,
                  max_entries: int = BLOOM_MAX_ENTRIES) -> bytes:
     """The ``bloomFilter`` meta block Hudi writes beside an HFile's cells: its ``DYNAMIC_V0``
@@ -448,8 +488,8 @@ def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, f
     nbytes = (bits + 7) // 8
     rows = [bytearray(nbytes)]
     count, reached, turn = 0, False, 0
-    for key in keys:
-        k = key.encode() if isinstance(key, str) else key
+    encoded = [key.encode() if isinstance(key, str) else key for key in keys]
+    for positions in _positions_many(encoded, nb_hash, bits):
         if reached:
             row = rows[turn % len(rows)]
             turn += 1
@@ -460,7 +500,7 @@ def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, f
             reached, row = True, rows[0]
         else:
             row = rows[-1]
-        for p in _positions(k, nb_hash, bits):
+        for p in positions:
             row[p >> 3] |= 1 << (p & 7)
         count += 1
     head = struct.pack(">iibi", -1, nb_hash, 1, bits)  # Filter: version, hashes, MURMUR_HASH, vector size

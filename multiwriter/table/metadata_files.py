@@ -19,6 +19,7 @@ replace commit), as in Hudi.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
 import io
 import json
@@ -34,6 +35,7 @@ import fastavro
 
 from .. import faults
 from ..errors import TableFormatError, UnsafePathError
+from ..s3_store import REQUESTS
 from ..storage import FileExists, Storage
 from ..format import avro, hfile, paths
 from ..format import instant as inst
@@ -168,10 +170,19 @@ class MetadataTable:
         (a metadata table Hudi started carries Hudi's whole ``HoodieMetadataRecord``, and readers
         reconcile log blocks with the base), else ours."""
         if self._schema is None:
-            self._schema = _SCHEMA_JSON
-            base, _, _ = self.latest_slice()
-            if base is not None:
-                self._schema = self._base_schema(self._rel(f"{PARTITION}/{base}")) or _SCHEMA_JSON
+            # the newest compaction's time names the base: its schema is known once per process
+            # (no listing of the partition for it on every deltacommit)
+            key = (self.storage.uri, self.latest_compaction() or BOOTSTRAP_TIME)
+            with _CACHE_LOCK:
+                known = _SCHEMA_OF_BASE.get(key)
+            if known is None:
+                base, _, _ = self.latest_slice()
+                known = (self._base_schema(self._rel(f"{PARTITION}/{base}")) if base is not None else None) or _SCHEMA_JSON
+                with _CACHE_LOCK:
+                    _SCHEMA_OF_BASE[key] = known
+                    while len(_SCHEMA_OF_BASE) > _CACHE_FILES:
+                        _SCHEMA_OF_BASE.popitem(last=False)
+            self._schema = known
         return self._schema
 
     def _base_schema(self, rel: str) -> str | None:
@@ -239,6 +250,9 @@ class MetadataTable:
     def bootstrap(self, listing: Mapping[str, Mapping[str, int]], completion: str) -> None:
         """Create the metadata table from a listing of the committed files (partition -> file
         name -> size), as one base HFile at :data:`BOOTSTRAP_TIME`."""
+        with _CACHE_LOCK:  # a metadata table started again (after a drop) may differ from the one seen before
+            for key in [k for k in _SCHEMA_OF_BASE if k[0] == self.storage.uri]:
+                del _SCHEMA_OF_BASE[key]
         if not self.exists():
             self.storage.put_if_absent(self._rel(props.PROPERTIES_FILE), props.render(mdt_properties(self.data_config)).encode())
         self.storage.makedirs(self.timeline_dir)
@@ -301,12 +315,35 @@ class MetadataTable:
         schema = self.schema_json
         block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
                              _hfile(recs, schema))
-        for state in (inst.REQUESTED, inst.INFLIGHT):
-            _put_quietly(self, t, inst.DELTA_COMMIT, state)
-        self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+        done = self._completed() if self.stats is not None and stats_records else {}
+
+        def pending() -> None:
+            for state in (inst.REQUESTED, inst.INFLIGHT):
+                _put_quietly(self, t, inst.DELTA_COMMIT, state)
+
+        # On an object store the pending instant files go out beside the log (a request's
+        # latency less under the lock): no reader takes a log before its completed instant,
+        # and a rollback finds the log whatever instant files made it (:meth:`_logs_of`).
+        # So do the data-skipping partitions' logs.
+        stats = self.stats
+        remote = self.storage.is_s3
+        beside = REQUESTS.get().submit(pending) if remote else None
+        stats_logs = None
+        if remote and stats is not None and stats_records:
+            stats_logs = REQUESTS.get().submit(stats.append, t, stats_records, done, token)
+        if beside is None:
+            pending()
         written: dict[str, list[WriteStat]] = {}
-        if self.stats is not None and stats_records:
-            for st in self.stats.append(t, stats_records, self._completed(), token):
+        futures = [f for f in (beside, stats_logs) if f is not None]
+        try:
+            self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+            if stats_logs is None and stats is not None and stats_records:
+                for st in stats.append(t, stats_records, done, token):
+                    written.setdefault(st.partition_path, []).append(st)
+        finally:
+            concurrent.futures.wait(futures)  # nothing of this deltacommit goes on being written after it fails
+        for f in futures:
+            for st in f.result() or ():
                 written.setdefault(st.partition_path, []).append(st)
         faults.point("mid-metadata-deltacommit")
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
@@ -444,6 +481,15 @@ class MetadataTable:
         faults.point("after-metadata-rollback")
         return r
 
+    def open_deltacommits(self) -> int:
+        """How many deltacommits completed since the newest compaction (the logs of the open
+        slice, the bootstrap's aside), from the timeline alone: whether a compaction is due is
+        known without listing the partition. A deltacommit that wrote no log (an empty clean)
+        counts too, so a compaction may be tried one early; :meth:`maybe_compact` counts logs."""
+        done = self._completed()
+        base_t = self.latest_compaction() or BOOTSTRAP_TIME
+        return sum(1 for t, (a, c) in done.items() if a == inst.DELTA_COMMIT and t != BOOTSTRAP_TIME and c >= base_t)
+
     def latest_compaction(self) -> str | None:
         """The requested time of the newest completed compaction of the files partition (Hudi's
         ``getLatestCompactionTime``: the last completed commit on the metadata timeline), None
@@ -461,22 +507,11 @@ class MetadataTable:
         """(base file name or None, its instant, log file names in completion order) of the
         group's latest slice: logs whose deltacommit completed at or after the base's instant
         (Hudi's slicing rule, as hudi-rs applies it)."""
-        done = self._completed()
-        bases, logs = [], []
+        names = []
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
-            n = e.path.rsplit("/", 1)[-1]
-            self._sizes[n] = e.size
-            if n.endswith(".hfile") and n.startswith(GROUP + "_"):
-                t = n[:-len(".hfile")].rsplit("_", 1)[-1]
-                if t in done:
-                    bases.append((t, n))
-            else:
-                parsed = parse_log_file(n)
-                if parsed is not None and parsed.file_id == GROUP and parsed.instant_time in done:
-                    logs.append((done[parsed.instant_time][1], parsed.instant_time, parsed.version, n))
-        base_t, base = max(bases) if bases else (BOOTSTRAP_TIME, None)
-        mine = sorted(x for x in logs if x[0] >= base_t or base is None)
-        return base, base_t, [x[3] for x in mine]
+            names.append(e.path.rsplit("/", 1)[-1])
+            self._sizes[names[-1]] = e.size
+        return metadata_stats.latest_slice_of(names, GROUP, self._completed())
 
     def read(self) -> Records:
         """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
@@ -684,6 +719,8 @@ _CACHE_FILES = 256
 _DECODED: OrderedDict[tuple[str, str], tuple[list[Records], list[str]]] = OrderedDict()
 #: unsafe records of one file warned about one by one, the rest counted
 _WARN_MAX = 10
+#: the record schema of the base of the files partition's newest slice, by (table URI, its compaction time)
+_SCHEMA_OF_BASE: OrderedDict[tuple[str, str], str] = OrderedDict()
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
@@ -694,6 +731,7 @@ def forget_decoded() -> None:
     with _CACHE_LOCK:
         _DECODED.clear()
         _BASE_SCHEMAS.clear()
+        _SCHEMA_OF_BASE.clear()
     metadata_stats.forget_decoded()
 
 
@@ -915,8 +953,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     # (every log so far completed before it, and this action's log, completing at that very
     # time, opens the new slice); else just before the earliest pending data instant whose
     # deltacommit is here, whose log stays on top of the new base
-    _, _, logs = mt.latest_slice()
-    if _deltacommit_logs(logs) >= MAX_DELTA_COMMITS:
+    if mt.open_deltacommits() >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
     mt.append(t, completion, recs, token=token, stats_records=stats_records)
     mt.clean_slices()
@@ -931,23 +968,18 @@ def _stats_records(mt: MetadataTable, action: str, metadata: CommitMetadata | No
     if st is None:
         return []
     cs = metadata_stats.cs
-    done = mt._completed()
-    current = st.read(cs.COLUMN_STATS, done) if cs.COLUMN_STATS in st.partitions else {}
-    version = cs.index_version(mt.data_config.version)
     if inst.instant_action(action) == inst.CLEAN:
+        current = st.read(cs.COLUMN_STATS, mt._completed()) if cs.COLUMN_STATS in st.partitions else {}
         deleted = {_partition(k): [n for n, (_, gone) in files.items() if gone]
                    for k, files in recs.items() if k != ALL_PARTITIONS}
-        return metadata_stats.tombstones(deleted, current, st.partitions, version)
+        return metadata_stats.tombstones(deleted, current, st.partitions, cs.index_version(mt.data_config.version))
     if metadata is None:
         return []
     new = metadata_stats.new_base_files(metadata)
     if not new:
         return []
     columns = metadata_stats.indexed_columns(mt.storage, mt.data_config.raw, metadata.extra_metadata.get("schema"))
-    live = None
-    if cs.PARTITION_STATS in st.partitions:
-        live = metadata_stats.without_replaced(metadata_stats.latest_base_stats(mt.listing(), new, current), new)
-    return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns, live)
+    return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns)
 
 
 def column_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 KEPT = (cs.COLUMN_STATS, cs.PARTITION_STATS)
 INDEX_DEFS_KEY = "hoodie.table.index.defs.path"
 _WRITE_TOKEN = "0-0-0"
+#: the time before every instant (a group's slice before its first base)
+_FIRST_TIME = "00000000000000000"
 _BASE_EXTENSIONS = (".parquet",)
 #: Hudi's footer entries of a base file's key range (``HoodieAvroWriteSupport``)
 _MIN_KEY, _MAX_KEY = b"hoodie_min_record_key", b"hoodie_max_record_key"
@@ -94,20 +96,7 @@ class StatsPartitions:
         return sorted(i for i in ids if i is not None and i.startswith(cs.FILE_ID_PREFIX[partition]))
 
     def slice(self, partition: str, file_id: str, done: Mapping[str, tuple[str, str]]) -> Slice:
-        """The group's latest slice, by the files partition's rule: the newest completed base,
-        and the logs whose deltacommit completed at or after its time."""
-        bases, logs = [], []
-        for n in self.names(partition):
-            if _group_of(n) != file_id:
-                continue
-            if n.endswith(".hfile"):
-                t = _base_time(n)
-                if t in done:
-                    bases.append((t, n))
-            elif (p := parse_log_file(n)) is not None and p.instant_time in done:
-                logs.append((done[p.instant_time][1], p.instant_time, p.version, n))
-        base_t, base = max(bases) if bases else ("00000000000000000", None)
-        return base, base_t, [x[3] for x in sorted(x for x in logs if base is None or x[0] >= base_t)]
+        return latest_slice_of(self.names(partition), file_id, done)
 
     # -- reading -------------------------------------------------------------------------
     def _decoded(self, partition: str, name: str) -> list[cs.StatsRecord]:
@@ -134,23 +123,53 @@ class StatsPartitions:
         out: dict[str, cs.ColumnStats] = {}
         for fid in self.groups(partition):
             base, _, logs = self.slice(partition, fid, done)
-            out.update(cs.latest(r for n in ([base] if base else []) + logs for r in self._decoded(partition, n)))
+            out.update(self._merged(partition, fid, tuple(([base] if base else []) + logs)))
+        return out
+
+    def _merged(self, partition: str, file_id: str, files: tuple[str, ...]) -> dict[str, cs.ColumnStats]:
+        """The merge of a slice's files, kept per group: the next read of a slice that only
+        grew by a log merges that log alone (every deltacommit reads the index)."""
+        key = (self.storage.uri, partition, file_id)
+        with _LOCK:
+            hit = _MERGED.get(key)
+        if hit is not None and files[:len(hit[0])] == hit[0]:
+            out = dict(hit[1])
+            new = files[len(hit[0]):]
+        else:
+            out, new = {}, files
+        for n in new:
+            for r in self._decoded(partition, n):
+                out[r.key] = cs.merge_records(out[r.key], r.stats) if r.key in out else r.stats
+        with _LOCK:
+            _MERGED[key] = (files, out)
+            while len(_MERGED) > _CACHE_FILES:
+                _MERGED.popitem(last=False)
         return out
 
     def _schema(self, partition: str, file_id: str, done: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
         """The record schema a new file of the group declares: its base file's (Hudi's whole
         ``HoodieMetadataRecord``, when Hudi wrote it), else ours with the column stats field."""
         base, _, _ = self.slice(partition, file_id, done)
-        if base is not None:
-            found = hfile.read(self.storage.read_bytes(self._rel(partition, base)), source=base).file_info.get(b"schema")
+        if base is None:
+            return cs.record_schema(self.base_schema, self.table_version)
+        key = (self.storage.uri, self._rel(partition, base))
+        with _LOCK:
+            known = _SCHEMAS.get(key)
+        if known is None:  # a base never changes: its schema is read once per process
+            known = cs.record_schema(self.base_schema, self.table_version)
+            found = hfile.read(self.storage.read_bytes(key[1]), source=base).file_info.get(b"schema")
             if found:
                 try:
                     schema = json.loads(found)
                     cs.record_schema(schema, self.table_version)  # it must carry the stats field
-                    return schema
+                    known = schema
                 except (ValueError, TypeError):
                     pass
-        return cs.record_schema(self.base_schema, self.table_version)
+            with _LOCK:
+                _SCHEMAS[key] = known
+                while len(_SCHEMAS) > _CACHE_FILES:
+                    _SCHEMAS.popitem(last=False)
+        return known
 
     # -- writing -------------------------------------------------------------------------
     def append(self, t: str, records: list[cs.StatsRecord], done: Mapping[str, tuple[str, str]],
@@ -168,9 +187,12 @@ class StatsPartitions:
                 by_group.setdefault(groups[cs.file_group_index(r.key, len(groups))], []).append(r)
             for fid, recs in sorted(by_group.items()):
                 name = f".{fid}_{t}.log.1_{token}"
-                block = cs.encode_log_block(_deduped(recs), self._schema(partition, fid, done), t)
+                kept = _deduped(recs)
+                block = cs.encode_log_block(kept, self._schema(partition, fid, done), t)
                 self.storage.write_bytes(self._rel(partition, name), block)
                 self.names(partition)[name] = len(block)
+                with _LOCK:  # what the next read decodes from it: known already
+                    _DECODED[(self.storage.uri, self._rel(partition, name))] = kept
                 stats.append(WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition, prev_commit=t,
                                        num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
                                        file_size=len(block), log_version=1, log_files=(name,)))
@@ -201,12 +223,11 @@ class StatsPartitions:
                 if not merged:
                     continue
                 schema = self._schema(partition, fid, done)
-                values = cs.latest(r for n in ([base] if base else []) + merged for r in self._decoded(partition, n))
-                rtype = cs.RECORD_TYPE[partition]
-                recs = [cs.StatsRecord(k, rtype, v) for k, v in sorted(values.items()) if not v.is_deleted]
                 name = f"{fid}_{_WRITE_TOKEN}_{t}.hfile"
+                cells = self._compacted_cells(partition, base, merged, schema, name)
                 now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
-                data = cs.encode_hfile(recs, schema, base=True, file_name=name, created_ms=now)
+                data = cs.cells_hfile(cells, schema, base=True, created_ms=now)
+                recs = cells
                 sizes = [(n, self.names(partition).get(n, 0)) for n in merged]
                 op = CompactionOperation.for_slice(partition, fid, base_t, (base, 0) if base else None, sizes)
                 stat = WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition, prev_commit=base_t,
@@ -214,6 +235,28 @@ class StatsPartitions:
                                  compacted_log_files=len(merged), compacted_log_bytes=sum(s for _, s in sizes))
                 out.append((op, stat, self._rel(partition, name), data))
         return out
+
+    def _compacted_cells(self, partition: str, base: str | None, logs: list[str], schema: dict[str, Any],
+                         name: str) -> list[tuple[str, bytes]]:
+        """The cells of a group's new base: each key the logs wrote, merged and encoded anew (a
+        tombstone drops it, as Hudi's compaction drops deleted records); every other key of the
+        old base carried over as it is, bytes and all: re-encoding an index that mostly did not
+        change is most of a compaction's time. (A carried cell keeps the ``_hoodie_file_name``
+        of the base it was compacted into before; the metadata table populates no meta fields,
+        so no reader looks at it.)"""
+        old = {r.key: r.stats for r in self._decoded(partition, base)} if base else {}
+        changed: dict[str, cs.ColumnStats] = {}
+        for n in logs:  # in order, from the base's value: the merge rule is not associative
+            for r in self._decoded(partition, n):
+                prev = changed[r.key] if r.key in changed else old.get(r.key)
+                changed[r.key] = cs.merge_records(prev, r.stats) if prev is not None else r.stats
+        rtype = cs.RECORD_TYPE[partition]
+        fresh = [cs.StatsRecord(k, rtype, v) for k, v in changed.items() if not v.is_deleted]
+        cells = cs.encode_cells(fresh, schema, file_name=name)
+        if base:
+            raw = hfile.read(self.storage.read_bytes(self._rel(partition, base)), source=base)
+            cells += [(k.decode(), v) for k, v in raw.cells if v and k.decode() not in changed]
+        return cells
 
     def wrote(self, partition: str, name: str, size: int) -> None:
         self.names(partition)[name] = size
@@ -232,6 +275,25 @@ class StatsPartitions:
                 tn = _base_time(n) if n.endswith(".hfile") else (p.instant_time if (p := parse_log_file(n)) else None)
                 if tn is not None and tn in old:
                     self.delete(partition, n)
+
+
+def latest_slice_of(names: Iterable[str], file_id: str, done: Mapping[str, tuple[str, str]]) -> Slice:
+    """The latest slice of a metadata file group among the file ``names`` of its partition:
+    the newest base whose instant completed, and the logs whose deltacommit completed at or
+    after that base's time, in completion order (Hudi's slicing rule, as hudi-rs applies it).
+    ``done``: requested time -> (action, completion time) of the completed instants."""
+    bases, logs = [], []
+    for n in names:
+        if _group_of(n) != file_id:
+            continue
+        if n.endswith(".hfile"):
+            t = _base_time(n)
+            if t in done:
+                bases.append((t, n))
+        elif (p := parse_log_file(n)) is not None and p.instant_time in done:
+            logs.append((done[p.instant_time][1], p.instant_time, p.version, n))
+    base_t, base = max(bases) if bases else (_FIRST_TIME, None)
+    return base, base_t, [x[3] for x in sorted(x for x in logs if base is None or x[0] >= base_t)]
 
 
 # -- starting the partitions ------------------------------------------------------------------
@@ -299,12 +361,14 @@ def records_of_files(storage: Storage, files: Iterable[tuple[str, str]], partiti
 
 # -- what an action adds ------------------------------------------------------------------------
 def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[str, ...], table_version: int,
-                     columns: list[str] | None, live: Mapping[str, Mapping[str, cs.ColumnStats]] | None
-                     ) -> list[cs.StatsRecord]:
+                     columns: list[str] | None) -> list[cs.StatsRecord]:
     """The stats records of a write (commit, deltacommit, replace commit, compaction): the
     column stats of each new base file, from its footer, and with ``partition_stats`` the
-    partitions' stats over ``live`` (partition -> file name -> the column's stats of the other
-    base files of its latest slices) and these files."""
+    stats of the partitions it wrote over its new files, as a widening (``isTightBound``
+    false: readers merge it into what the partition had, Hudi's rule for stats that are not
+    recomputed over the whole partition). Recomputing each written partition's stats over all
+    its latest files, as Hudi does when it keeps column stats, costs a merge of every file's
+    stats on every commit, under the lock; a widened range only ever keeps more."""
     version = cs.index_version(table_version)
     new: dict[str, list[cs.ColumnStats]] = {}
     for s in meta.all_stats():
@@ -316,11 +380,7 @@ def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[s
     if cs.COLUMN_STATS in partitions:
         out += [cs.column_stats_record(p, st) for p, sts in new.items() for st in sts]
     if cs.PARTITION_STATS in partitions:
-        for p, sts in new.items():
-            others = [st for by_col in (live or {}).get(p, {}).values() for st in by_col.values()
-                      if columns is None or st.column in columns]
-            tight = cs.COLUMN_STATS in partitions  # else only the commit's files: a widening
-            out += [cs.partition_stats_record(st) for st in cs.partition_stats(p, [*others, *sts], tight=tight)]
+        out += [cs.partition_stats_record(st) for p, sts in new.items() for st in cs.partition_stats(p, sts, tight=False)]
     return out
 
 
@@ -428,37 +488,6 @@ def indexed_columns(storage: Storage, raw: Mapping[str, str], schema_json: str |
     return None
 
 
-def latest_base_stats(listing: Mapping[str, Mapping[str, int]], partitions: Iterable[str],
-                      current: Mapping[str, cs.ColumnStats]) -> dict[str, dict[str, dict[str, cs.ColumnStats]]]:
-    """Partition -> base file name -> column -> stats, for each file group's newest base file
-    the listing names in ``partitions`` (the view Hudi merges partition stats over)."""
-    by_file: dict[str, dict[str, cs.ColumnStats]] = {}
-    for st in current.values():
-        if not st.is_deleted:
-            by_file.setdefault(st.file_name, {})[st.column] = st
-    out: dict[str, dict[str, dict[str, cs.ColumnStats]]] = {}
-    for p in partitions:
-        newest: dict[str, tuple[str, str]] = {}
-        for n in listing.get(p, {}):
-            if n.startswith(".") or not n.endswith(_BASE_EXTENSIONS):
-                continue
-            fid, t = _data_file_id_and_time(n)
-            if fid and (fid not in newest or t > newest[fid][0]):
-                newest[fid] = (t, n)
-        out[p] = {n: by_file[n] for _, n in newest.values() if n in by_file}
-    return out
-
-
-def without_replaced(live: dict[str, dict[str, dict[str, cs.ColumnStats]]],
-                     new_files: Mapping[str, Iterable[str]]) -> dict[str, dict[str, dict[str, cs.ColumnStats]]]:
-    """``live`` without the older base files of the groups a write gives a new base file."""
-    out = {}
-    for p, files in live.items():
-        ids = {_data_file_id_and_time(n)[0] for n in new_files.get(p, ())}
-        out[p] = {n: v for n, v in files.items() if _data_file_id_and_time(n)[0] not in ids}
-    return out
-
-
 def new_base_files(meta: CommitMetadata) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for s in meta.all_stats():
@@ -495,6 +524,10 @@ def _data_file_id_and_time(name: str) -> tuple[str, str]:
 _CACHE_FILES = 256
 _DECODED: OrderedDict[tuple[str, str], list[cs.StatsRecord]] = OrderedDict()
 _FOOTER_STATS: OrderedDict[tuple[str, str], list[cs.ColumnStats]] = OrderedDict()
+#: the record schema of each base file, by (table URI, path)
+_SCHEMAS: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+#: per (table URI, partition, file group): the files of the slice last merged, and the merge
+_MERGED: OrderedDict[tuple[str, str, str], tuple[tuple[str, ...], dict[str, cs.ColumnStats]]] = OrderedDict()
 _LOCK = threading.Lock()
 
 
@@ -502,3 +535,5 @@ def forget_decoded() -> None:
     with _LOCK:
         _DECODED.clear()
         _FOOTER_STATS.clear()
+        _MERGED.clear()
+        _SCHEMAS.clear()
