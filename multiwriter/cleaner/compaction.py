@@ -493,9 +493,12 @@ def _log_changes(storage: Storage, mctx: Any, job: OperationJob, write_token: st
 
 
 def _base_rows(storage: Storage, fs: FileSlice, full: pa.Schema) -> pa.Table:
-    """Every row of the slice's base file in the table's file schema."""
+    """Every row of the slice's base file in the table's file schema (a skeleton's stitched
+    with its source file's)."""
     from ..write.merge import align
 
+    if bootstrap_slice.is_skeleton(fs):
+        return align(bootstrap_slice.read_file(storage, fs.path)[0], full)
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
         return align(bounds.read_parquet(f, fs.path), full)
 
