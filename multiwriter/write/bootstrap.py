@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 import threading
 from collections.abc import Mapping
@@ -103,6 +104,7 @@ def bootstrap(source: str, table_path: str, *, name: str, record_key: str | list
     through the driver); its Spark jobs run in job group :data:`JOB_GROUP` and are logged as they
     go. METADATA_ONLY partitions are done by this process, which reads only their key columns."""
     options = dict(options or {})
+    source = _absolute(str(source))
     _check_base_path(source, options)
     keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
     parts = tuple(partition_by or ())
@@ -270,9 +272,15 @@ class SparkProgress:
                          job.status, done, total, list(job.stageIds))
 
 
+def _absolute(source: str) -> str:
+    """A local source as an absolute path: the table records it, and its readers (a skeleton's
+    source is read through it) run in other working directories."""
+    return source if "://" in source else os.path.abspath(os.path.expanduser(source))
+
+
 def _check_base_path(source: str, options: dict[str, str]) -> None:
     given = options.get(BASE_PATH_KEY)
-    if given is not None and given.rstrip("/") != str(source).rstrip("/"):
+    if given is not None and _absolute(given).rstrip("/") != source.rstrip("/"):
         raise ConfigError(f"{BASE_PATH_KEY}={redact(given)} but the source is {redact(source)}: give one of them")
 
 

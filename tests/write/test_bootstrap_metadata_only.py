@@ -92,24 +92,25 @@ def write(path: str, lock, writer: str, rows: list[tuple], operation: str = "ups
     mw.write(batch, path, mw.WriterConfig(writer_id=writer, lock=lock, operation=operation))
 
 
-@pytest.mark.parametrize("hive,string_keys,table_type", [
-    (True, False, "COPY_ON_WRITE"),
-    (False, True, "MERGE_ON_READ"),
-    (None, False, "COPY_ON_WRITE"),
+@pytest.mark.parametrize("hive,string_keys,table_type,version", [
+    (True, False, "COPY_ON_WRITE", 8),
+    (False, True, "MERGE_ON_READ", 9),
+    (None, False, "COPY_ON_WRITE", 9),
 ])
-def test_metadata_only_then_two_writers_and_the_companion_job(tmp_path, hive, string_keys, table_type):
+def test_metadata_only_then_two_writers_and_the_companion_job(tmp_path, hive, string_keys, table_type, version):
     src = tmp_path / "src"
     model = make_source(src, hive=hive, string_keys=string_keys)
     before = hashes(src)
     path = str(tmp_path / "t")
     lock = mw.InProcessLock()
     partition_by = ["date"] if hive is not None else []
-    r = boot(src, path, lock, table_type=table_type, partition_by=partition_by)
+    r = boot(src, path, lock, table_type=table_type, partition_by=partition_by, table_version=version)
     assert r.instant.requested_time == METADATA_BOOTSTRAP_TIME and r.instants == (METADATA_BOOTSTRAP_TIME,)
     assert r.num_inserts == len(model) and r.files_written == len(list(src.rglob("*.parquet")))
     table = mw.Table.open(path)
     assert table.config.raw["hoodie.bootstrap.base.path"] == str(src)
-    assert table.config.raw["hoodie.bootstrap.index.type"] == "HFILE"
+    assert table.config.raw["hoodie.bootstrap.index.type"] == "HFILE" and table.config.version == version
+    assert ("hoodie.bootstrap.index.class" in table.config.raw) is (version == 8)
     tl = table.timeline()
     (done,) = tl.completed_writes()
     assert done.action == ("deltacommit" if table_type == "MERGE_ON_READ" else "commit")
