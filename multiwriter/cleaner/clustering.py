@@ -336,6 +336,7 @@ def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | Non
     base = tl0.last_completed_write()
     base_ct = (base.completion_time or base.requested_time) if base else None
     snap = Snapshot.build(ctx.storage, tl0)
+    snap.slices = {g: bootstrap_slice.weighed(ctx.storage, f) for g, f in snap.slices.items()}  # a skeleton's source too
     groups = candidates(snap, cfg, pending_file_groups(tl0), _proven(ctx, tl0))
     if not groups:
         return None

@@ -11,6 +11,7 @@ compaction, clustering, a copy-on-write merge's old rows, the Spark scan) comes 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 import pyarrow as pa
@@ -49,6 +50,14 @@ def source_path(storage: Storage, rel: str) -> str:
         return ""
     src = index.source_of(storage, partition, parsed.file_id)
     return index.source_uri(Storage(src.base_path), src.rel)
+
+
+def weighed(storage: Storage, fs: FileSlice) -> FileSlice:
+    """The slice with the bytes of its skeleton's source file counted in its size: what a table
+    service reads and writes for it (a skeleton alone is a few kilobytes whatever it stands for)."""
+    if not is_skeleton(fs):
+        return fs
+    return dataclasses.replace(fs, size=fs.size + index.source_of(storage, fs.partition, fs.file_id).length)
 
 
 def read_rows(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool = True) -> pa.Table:
