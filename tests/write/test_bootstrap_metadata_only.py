@@ -447,3 +447,22 @@ def test_a_killed_bootstrap_is_rolled_back_and_run_again(tmp_path):
         write(path, lock, "w", [(0, 5.0, DATES[0])])
         check(path, {**model, 0: (5.0, DATES[0], 2)})
     assert hashes(src) == before, "the source files are never changed"
+
+
+def test_clustering_weighs_a_skeleton_with_its_source_file(tmp_path):
+    """A skeleton slice is as large as its skeleton and source file together: below the small
+    file limit by its skeleton alone but not with its source, it is not clustered."""
+    src = tmp_path / "src"
+    model = make_source(src, hive=True, string_keys=False)
+    path = str(tmp_path / "t")
+    lock = mw.InProcessLock()
+    boot(src, path, lock)
+    limit = max(p.stat().st_size for p in skeletons(path)) + 1
+    assert min(p.stat().st_size for p in skeletons(path)) + min(p.stat().st_size for p in src.rglob("*.parquet")) > limit
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0,
+                    clustering=mw.ClusteringConfig(min_file_groups=2, small_file_bytes=limit)) as c:
+        assert not c.run_once().clustering_instants
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0,
+                    clustering=mw.ClusteringConfig(min_file_groups=2, small_file_bytes=limit * 2)) as c:
+        assert c.run_once().clustering_instants
+    check(path, model)
