@@ -51,7 +51,7 @@ def table_properties(version: int) -> dict[str, str]:
 class SourceFile:
     """Where the rows of one skeleton base file live."""
 
-    base_path: str  # the source root (``hoodie.bootstrap.base.path``)
+    root: Storage  # the source root (``hoodie.bootstrap.base.path``)
     rel: str  # the file, relative to it
     length: int
 
@@ -86,7 +86,7 @@ def read_mappings(storage: Storage) -> list[bi.SourceFileMapping]:
 @dataclass(frozen=True)
 class _Loaded:
     config: TableConfig
-    base_path: str
+    root: Storage  # the source root
     mappings: dict[tuple[str, str], bi.SourceFileMapping]
 
 
@@ -114,7 +114,7 @@ def source_of(storage: Storage, partition: str, file_id: str) -> SourceFile:
             f"{redact(storage.uri)}: file group {file_id} of partition {partition!r} has a skeleton base file (instant "
             f"{METADATA_BOOTSTRAP_TIME}) but the bootstrap index ({bi.FILE_IDS_FILE}) names no source file for it; "
             "the index was lost or belongs to another attempt: restore it, or bootstrap the source into a new table")
-    return SourceFile(loaded.base_path, relative_source(loaded.base_path, m.status.uri), m.status.length)
+    return SourceFile(loaded.root, relative_source(loaded.root, m.status.uri), m.status.length)
 
 
 def _loaded(storage: Storage) -> _Loaded:
@@ -144,7 +144,7 @@ def _load(storage: Storage) -> _Loaded:
     if not base:
         raise TableFormatError(f"{redact(storage.uri)}: a bootstrap index without a bootstrap base path "
                                f"({props.BOOTSTRAP_BASE_PATH_KEY} in {props.PROPERTIES_FILE})")
-    return _Loaded(config, base, {(m.partition_path, m.file_id): m for m in mappings})
+    return _Loaded(config, Storage(base), {(m.partition_path, m.file_id): m for m in mappings})
 
 
 # -- source paths ----------------------------------------------------------------------------------
@@ -154,10 +154,10 @@ def source_uri(source: Storage, rel: str) -> str:
     return f"file:{source.abs(rel)}" if source.is_local else source.uri_of(rel)
 
 
-def relative_source(base_path: str, uri: str) -> str:
-    """``uri`` (a source file the index names) relative to the source root ``base_path``;
+def relative_source(root: Storage | str, uri: str) -> str:
+    """``uri`` (a source file the index names) relative to the source root ``root``;
     TableFormatError when it lies elsewhere, so no index can make a reader open another file."""
-    root = Storage(base_path)
+    root = Storage(root) if isinstance(root, str) else root
     prefixes = [source_uri(root, "").rstrip("/") + "/", root.uri_of("").rstrip("/") + "/"]
     if root.is_local:
         prefixes.append("file://" + root.abs("").rstrip("/") + "/")
@@ -167,4 +167,4 @@ def relative_source(base_path: str, uri: str) -> str:
             if rel and ".." not in rel.split("/") and posixpath.normpath(rel) == rel:
                 return rel
     raise TableFormatError(f"the bootstrap index names source file {redact(uri)!r:.300}, which is not under the "
-                           f"bootstrap base path {redact(base_path)}: refusing to read it")
+                           f"bootstrap base path {redact(root.uri)}: refusing to read it")

@@ -49,7 +49,7 @@ def source_path(storage: Storage, rel: str) -> str:
     if parsed is None or parsed.instant_time != METADATA_BOOTSTRAP_TIME:
         return ""
     src = index.source_of(storage, partition, parsed.file_id)
-    return index.source_uri(Storage(src.base_path), src.rel)
+    return index.source_uri(src.root, src.rel)
 
 
 def weighed(storage: Storage, fs: FileSlice) -> FileSlice:
@@ -82,7 +82,7 @@ def read_file(storage: Storage, rel: str, columns: Collection[str] | None = None
     src = index.source_of(storage, partition, parsed.file_id)
     meta_cols = [c for c in META_COLUMNS if want is None or c in want]
     skeleton, footer = _read(storage, rel, meta_cols, threads)
-    source_storage = Storage(src.base_path)
+    source_storage = src.root
     data, n = _read_source(source_storage, src.rel, want, threads)
     if n != skeleton.num_rows:
         raise TableFormatError(
