@@ -466,3 +466,31 @@ def test_clustering_weighs_a_skeleton_with_its_source_file(tmp_path):
                     clustering=mw.ClusteringConfig(min_file_groups=2, small_file_bytes=limit * 2)) as c:
         assert c.run_once().clustering_instants
     check(path, model)
+
+
+def test_a_source_and_table_on_s3(s3_server, tmp_path):
+    """Both on an S3 endpoint (moto's server): the index names the source objects by their
+    ``s3://`` URIs, readers and a writer's merge fetch them, and no source object changes."""
+    local = tmp_path / "src"
+    model = make_source(local, hive=True, string_keys=True)
+    bucket = s3_server()
+    name = bucket.removeprefix("s3://")
+    for p in sorted(local.rglob("*.parquet")):
+        s3_server.client.upload_file(str(p), name, f"src/{p.relative_to(local)}")
+
+    def etags() -> dict[str, str]:
+        objs = s3_server.client.list_objects_v2(Bucket=name, Prefix="src/")["Contents"]
+        return {o["Key"]: o["ETag"] for o in objs}
+
+    before = etags()
+    path = f"{bucket}/t"
+    lock = mw.InProcessLock()
+    boot(f"{bucket}/src", path, lock)
+    mappings = bootstrap_index_files.read_mappings(mw.Table.open(path).storage)
+    assert mappings and all(m.status.uri.startswith(f"{bucket}/src/date=") for m in mappings)
+    check(path, model)
+    k = sorted(model)[0]
+    write(path, lock, "w", [(k, 4.0, model[k][1])])
+    model[k] = (4.0, model[k][1], 2)
+    check(path, model)
+    assert etags() == before
