@@ -133,8 +133,9 @@ class CommitStateUnknownError(MultiWriterError):
 
 class BootstrapPendingError(MultiWriterError):
     """A bootstrap of the table (``mw.bootstrap``) began and has not completed: writers are
-    refused until it does. ``instant`` is the bootstrap's instant time (Hudi's
-    ``FULL_BOOTSTRAP_INSTANT_TS``, or None when it has not begun its instant yet). Wait for it, or,
+    refused until it does. ``instant`` is the pending bootstrap instant's time (Hudi's
+    ``METADATA_BOOTSTRAP_INSTANT_TS`` or ``FULL_BOOTSTRAP_INSTANT_TS``), or None when none is
+    pending (not begun yet, or a FULL_RECORD part still to run). Wait for it, or,
     if its process died, let the companion job roll it back and run the bootstrap again."""
 
     def __init__(self, message: str, *, instant: str | None = None) -> None:
@@ -153,9 +154,9 @@ class BootstrapSourceError(ConfigError):
 
 
 class BootstrapModeError(ConfigError):
-    """A bootstrap mode multiwriter does not build (Hudi's ``METADATA_ONLY``, which keeps the
-    source files and writes skeleton files beside them): nothing was written. Use
-    ``mode="FULL_RECORD"``, or bootstrap with Hudi's JVM writer."""
+    """A bootstrap mode the table cannot take: ``METADATA_ONLY`` (one skeleton file group per
+    source file) on a bucket-indexed table, whose file groups are buckets of keys. Nothing was
+    written. Use ``mode="FULL_RECORD"`` for those partitions, or leave the bucket index out."""
 
 
 class InstantRolledBackError(MultiWriterError):

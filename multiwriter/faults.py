@@ -43,6 +43,9 @@ POINTS = (
     "compaction-after-files",
     "compaction-before-complete",
     "bootstrap-after-table",
+    "bootstrap-after-skeletons",
+    "bootstrap-after-index",
+    "bootstrap-after-metadata-only",
     "bootstrap-after-commit",
 )
 ACTIONS = ("crash", "kill", "hang", "error")

@@ -590,7 +590,7 @@ def _fixed_time(tl: Timeline, at: str) -> str:
         raise MultiWriterError(f"instant time {at} is not a bootstrap's ({sorted(inst.BOOTSTRAP_TIMES)}); "
                                "writers issue their own times")
     done = tl.last_completed_write()
-    if done is not None:
+    if done is not None and not (at == inst.FULL_BOOTSTRAP_TIME and bootstrap_state.full_record_follows(tl, tl.config)):
         raise MultiWriterError(f"cannot begin bootstrap instant {at}: instant {done.requested_time} already completed "
                                "(a bootstrap must be the table's first write: bootstrap into a new path)")
     return at

@@ -41,7 +41,7 @@ from ..errors import ConfigError, InvalidRecordError, MultiWriterError, TableFor
 from ..table.merge_config import MergeConfig
 from ..format import instant as inst
 from ..format import layout
-from ..table import decisions, metadata_files
+from ..table import bootstrap_slice, bootstrap_state, decisions, metadata_files
 from ..format import bounds
 from ..table import timeline as tlmod
 from ..table.files import FileGroup, FileSlice
@@ -162,9 +162,11 @@ class ClusteringPlan:
     def input_bytes(self) -> int:
         return sum(g.size for g in self.groups)
 
-    def to_bytes(self, uri_of: Any, extra: dict[str, str] | None = None) -> bytes:
+    def to_bytes(self, uri_of: Any, extra: dict[str, str] | None = None,
+                 bootstrap_file: Callable[[str], str] | None = None) -> bytes:
         """A ``HoodieRequestedReplaceMetadata`` (operation CLUSTER) with the plan; slices name
-        their base file by full path, as Hudi does."""
+        their base file by full path, as Hudi does, and a skeleton base file's source file
+        (``bootstrap_file`` of its path: ``bootstrapFilePath``, "" for other files)."""
         meta = {BASE_KEY: self.base_completion or "", **(extra or {})}
         plan = {
             "inputGroups": [
@@ -175,7 +177,7 @@ class ClusteringPlan:
                             "deltaFilePaths": [],
                             "fileId": s.file_id,
                             "partitionPath": s.partition,
-                            "bootstrapFilePath": "",
+                            "bootstrapFilePath": bootstrap_file(s.path) if bootstrap_file is not None else "",
                             "version": 1,
                         }
                         for s in g.slices
@@ -334,17 +336,21 @@ def schedule(ctx: CleanerContext, cfg: ClusteringConfig) -> ClusteringPlan | Non
     base = tl0.last_completed_write()
     base_ct = (base.completion_time or base.requested_time) if base else None
     snap = Snapshot.build(ctx.storage, tl0)
+    snap.slices = {g: bootstrap_slice.weighed(ctx.storage, f) for g, f in snap.slices.items()}  # a skeleton's source too
     groups = candidates(snap, cfg, pending_file_groups(tl0), _proven(ctx, tl0))
     if not groups:
         return None
     with ctx.locked() as tl:
+        if bootstrap_state.unfinished(tl, ctx.config):  # the bootstrap's next commit must be the next write
+            return None
         busy = pending_file_groups(tl) | set(touched_since(tl, base_ct))
         kept = _without(groups, busy)
         if not kept:
             return None
         t = ctx.issue_time(tl)
         plan = ClusteringPlan(t, base_ct, tuple(kept), cfg.params())
-        data = plan.to_bytes(ctx.storage.uri_of, {CLEANER_KEY: ctx.cleaner_id})
+        data = plan.to_bytes(ctx.storage.uri_of, {CLEANER_KEY: ctx.cleaner_id},
+                             lambda rel: bootstrap_slice.source_path(ctx.storage, rel))
         ctx.start_heartbeat(t)
         try:
             tlmod.create_requested(ctx.storage, ctx.config, t, inst.CLUSTERING, data)
@@ -444,6 +450,8 @@ def read_slice(storage: Any, s: InputSlice, full: pa.Schema, t: str) -> pa.Table
     from ..write.merge import align
 
     try:
+        if bootstrap_slice.is_skeleton_file(s.path):  # a bootstrap's skeleton: with its source file's rows
+            return align(bootstrap_slice.read_file(storage, s.path)[0], full)
         with storage.fs.open_input_file(storage.abs(s.path)) as f:
             return align(bounds.read_parquet(f, s.path), full)
     except FileNotFoundError as e:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,7 @@ from ..instant_time import parse_time
 from ..storage import Storage
 from ..format import instant as inst
 from ..format import layout
-from ..table import decisions
+from ..table import bootstrap_slice, bootstrap_state, decisions
 from ..format import bounds
 from ..table import timeline as tlmod
 from ..table.compaction_plan import CompactionOperation, CompactionPlan, decode_plan, encode_plan
@@ -257,16 +258,19 @@ def _logs_of(st: WriteStat) -> tuple[LogFile, ...] | None:
     return (LogFile(st.partition_path, parsed.file_id, parsed.instant_time, parsed.version, name, st.file_size),)
 
 
-def operations(slices: dict[FileGroup, FileSlice], cfg: CompactionConfig) -> list[CompactionOperation]:
+def operations(slices: dict[FileGroup, FileSlice], cfg: CompactionConfig,
+               bootstrap_file: Callable[[str], str] | None = None) -> list[CompactionOperation]:
     """One operation per slice (logs in completion order), the most log bytes first, at most
-    ``max_file_groups``; then in (partition, file id) order."""
+    ``max_file_groups``; then in (partition, file id) order. ``bootstrap_file``: the source file
+    of a skeleton base file, by its path ("" for other files), which the operation names."""
     chosen = sorted(slices.values(), key=lambda f: (-sum(lf.size for lf in f.logs), f.partition, f.file_id))
     if cfg.max_file_groups is not None:
         chosen = chosen[: cfg.max_file_groups]
     return [
         CompactionOperation.for_slice(
             f.partition, f.file_id, f.instant_time, (f.name, f.size) if f.has_base else None,
-            [(lf.name, lf.size) for lf in f.logs]
+            [(lf.name, lf.size) for lf in f.logs],
+            bootstrap_file_path=bootstrap_file(f.path) if bootstrap_file is not None and f.has_base else None,
         )
         for f in sorted(chosen, key=lambda f: (f.partition, f.file_id))
     ]
@@ -290,9 +294,11 @@ def schedule(ctx: CleanerContext, cfg: CompactionConfig) -> Scheduled | None:
     with ctx.locked() as tl:
         if delta_commits_since(tl, last_request(tl)) < cfg.delta_commits:
             return None  # another cleaner compacted meanwhile
+        if bootstrap_state.unfinished(tl, ctx.config):  # the bootstrap's next commit must be the next write
+            return None
         busy = busy_file_groups(ctx, tl)
         slices = {g: f for g, f in catch_up(tl, base_ct, found).items() if g not in busy}
-        ops = operations(slices, cfg)
+        ops = operations(slices, cfg, lambda rel: bootstrap_slice.source_path(ctx.storage, rel))
         if not ops:
             return None
         t = ctx.issue_time(tl)
@@ -487,9 +493,12 @@ def _log_changes(storage: Storage, mctx: Any, job: OperationJob, write_token: st
 
 
 def _base_rows(storage: Storage, fs: FileSlice, full: pa.Schema) -> pa.Table:
-    """Every row of the slice's base file in the table's file schema."""
+    """Every row of the slice's base file in the table's file schema (a skeleton's stitched
+    with its source file's)."""
     from ..write.merge import align
 
+    if bootstrap_slice.is_skeleton(fs):
+        return align(bootstrap_slice.read_file(storage, fs.path)[0], full)
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
         return align(bounds.read_parquet(f, fs.path), full)
 

@@ -163,6 +163,9 @@ class CleanPlan:
             files: list[str] = []
             for part, infos in (rec.get("filePathsToBeDeletedPerPartition") or {}).items():
                 for info in infos or []:
+                    if info.get("isBootstrapBaseFile"):  # a bootstrap's source file: never deleted here
+                        log.warning("%s: not deleting bootstrap source file %r", source, info.get("filePath"))
+                        continue
                     rel = _safe_data_path(part, info.get("filePath") or "", source)
                     if rel is not None:
                         files.append(rel)

@@ -41,7 +41,7 @@ from typing import Any
 from .. import markers
 from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError, UnsafePathError
 from ..format import instant as inst
-from ..table import decisions, metadata_files
+from ..table import bootstrap_index_files, decisions, metadata_files
 from ..format import layout, paths
 from ..table import timeline as tlmod
 from ..format.instant import Instant
@@ -277,6 +277,8 @@ def execute(ctx: CleanerContext, plan: RollbackPlan) -> RollbackOutcome:
             )
             _delete_all(ctx, late, out)
         markers.delete_dir(ctx.storage, t)
+        if t == inst.METADATA_BOOTSTRAP_TIME:  # its bootstrap index goes too (``dropBootstrapIndexIfNeeded``)
+            bootstrap_index_files.drop(ctx.storage)
         ctx.storage.delete(layout.heartbeat_path(t))
         tlmod.delete_pending(ctx.storage, ctx.config, t, plan.target_action)
         data = encode_metadata(_metadata(ctx, plan, out, started))

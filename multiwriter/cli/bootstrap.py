@@ -21,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--ordering-field", help="the ordering (precombine) column")
     p.add_argument("--table-type", default="COPY_ON_WRITE", choices=("COPY_ON_WRITE", "MERGE_ON_READ"))
     p.add_argument("--num-buckets", type=int, help="the bucket index's bucket count (Merge-on-Read)")
-    p.add_argument("--mode", default="FULL_RECORD", help="FULL_RECORD (METADATA_ONLY is not built)")
+    p.add_argument("--mode", default="FULL_RECORD", type=str.upper, choices=("FULL_RECORD", "METADATA_ONLY"),
+                   help="FULL_RECORD (rows rewritten into the table) or METADATA_ONLY (skeleton files pointing at the "
+                        "source files, which stay); --hoodie-conf's selector keys choose per partition")
     style = p.add_mutually_exclusive_group()
     style.add_argument("--hive-style", dest="hive_style", action="store_true", default=None,
                        help="the source's folders are col=value (default: detected)")
@@ -54,7 +56,8 @@ def bootstrap_command(args: argparse.Namespace) -> int:
     finally:
         lock.close()
     assert r.instant is not None
-    print(f"bootstrapped {r.num_inserts} rows into {r.files_written} files at instant {r.instant.requested_time}")
+    where = f"instant {r.instants[0]}" if len(r.instants) == 1 else f"instants {', '.join(r.instants)}"
+    print(f"bootstrapped {r.num_inserts} rows into {r.files_written} files at {where}")
     return 0
 
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ..storage import Storage
 from ..format import bounds
+from ..table import bootstrap_slice
 from ..table.delete_markers import DeleteMarkers
 from ..table.files import FileSlice, LogFile
 from ..format.layout import DEFAULT_PARTITION, parse_data_file
@@ -102,7 +103,7 @@ def read_task(plan: ScanPlan, task: ScanTask, columns: list[str], predicates: li
     storage = Storage(plan.uri)
     incremental = plan.commit_times is not None
     cols = list(columns) + ([COMMIT_TIME] if incremental and COMMIT_TIME not in columns else [])
-    if task.logs:
+    if task.logs or bootstrap_slice.is_skeleton_file(task.path):  # a skeleton base: stitched with its source
         t = _merged(storage, plan, task, cols, predicates)
     else:
         ds = pads.dataset([storage.abs(task.path)], schema=plan.schema, format="parquet", filesystem=storage.fs)
@@ -279,7 +280,7 @@ def pack(tasks: tuple[ScanTask, ...], limit: int) -> list[tuple[ScanTask, ...]]:
 def _split(storage: Storage, s: FileSlice, split_bytes: int) -> list[ScanTask]:
     """One task per file, or per run of row groups of about ``split_bytes`` in a large file
     (a slice with log files is one task: its merge needs every row of the base)."""
-    if s.logs:
+    if s.logs or bootstrap_slice.is_skeleton(s):  # a skeleton's rows are stitched with its source's: whole
         return [ScanTask(s.path, s.partition, size=s.size + sum(lf.size for lf in s.logs), logs=s.logs)]
     if s.size <= split_bytes:
         return [ScanTask(s.path, s.partition, size=s.size)]

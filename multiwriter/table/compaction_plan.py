@@ -19,6 +19,7 @@ import fastavro
 
 from ..errors import TableFormatError
 from ..format import avro
+from ..format.instant import METADATA_BOOTSTRAP_TIME
 from ..format.log_file import parse_log_file
 from .metadata import NS, decode_records, parsing
 
@@ -136,6 +137,9 @@ class CompactionOperation:
     data_file_name: str | None
     delta_file_names: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
+    #: the source file of a skeleton base file (a METADATA_ONLY bootstrap's), by full path, as
+    #: Hudi's planner names it (``CompactionOperation.bootstrapFilePath``); readers stitch the two
+    bootstrap_file_path: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delta_file_names", tuple(self.delta_file_names))
@@ -153,6 +157,9 @@ class CompactionOperation:
                 raise ValueError(f"{log!r} is not a log file name of file group {self.file_id}")
         if self.data_file_name is None and not self.delta_file_names:
             raise ValueError(f"file group {self.file_id}: a slice without base file needs log files")
+        if self.bootstrap_file_path and self.base_instant_time != METADATA_BOOTSTRAP_TIME:
+            raise ValueError(f"file group {self.file_id}: a bootstrap file for base instant {self.base_instant_time}; "
+                             f"only a skeleton base file (instant {METADATA_BOOTSTRAP_TIME}) has one")
 
     @classmethod
     def for_slice(
@@ -164,9 +171,11 @@ class CompactionOperation:
         log_files: Sequence[tuple[str, int]],
         *,
         max_base_file_size: int = DEFAULT_MAX_BASE_FILE_SIZE,
+        bootstrap_file_path: str | None = None,
     ) -> CompactionOperation:
         """The operation of a file slice given as (name, size in bytes) of its base and log files,
-        with the metrics Hudi computes from those sizes."""
+        with the metrics Hudi computes from those sizes (``bootstrap_file_path``: a skeleton base
+        file's source)."""
         return cls(
             partition_path=partition_path,
             file_id=file_id,
@@ -178,6 +187,7 @@ class CompactionOperation:
                 [s for _, s in log_files],
                 max_base_file_size=max_base_file_size,
             ),
+            bootstrap_file_path=bootstrap_file_path or None,
         )
 
     def to_avro(self) -> dict[str, Any]:
@@ -188,7 +198,7 @@ class CompactionOperation:
             "fileId": self.file_id,
             "partitionPath": self.partition_path,
             "metrics": dict(self.metrics),
-            "bootstrapFilePath": None,
+            "bootstrapFilePath": self.bootstrap_file_path,
         }
 
 
@@ -238,7 +248,7 @@ def decode_plan(data: bytes, *, source: str) -> CompactionPlan:
     """The plan in ``data`` (the file ``source``), version-1 plans (paths) migrated to names.
 
     Raises TableFormatError naming ``source`` when the file is no readable compaction plan, or
-    when it asks for what we cannot execute (bootstrap base files). The strategy, which only log
+    when it asks for what we cannot execute. The strategy, which only log
     compaction uses, and the other plan-level fields are not kept.
     """
     records = decode_records(data, source=source)
@@ -256,8 +266,6 @@ def decode_plan(data: bytes, *, source: str) -> CompactionPlan:
 
 
 def _operation(op: Mapping[str, Any], version: int, source: str) -> CompactionOperation:
-    if op.get("bootstrapFilePath"):
-        raise TableFormatError(f"{source}: compaction of bootstrapped file groups is not supported")
     partition, file_id, base_instant = op.get("partitionPath"), op.get("fileId"), op.get("baseInstantTime")
     if partition is None or file_id is None or base_instant is None:
         raise TableFormatError(f"{source}: a compaction operation lacks its partition, file id or base instant")
@@ -273,4 +281,5 @@ def _operation(op: Mapping[str, Any], version: int, source: str) -> CompactionOp
         data_file_name=name(data_file) if data_file else None,
         delta_file_names=tuple(name(p) for p in op.get("deltaFilePaths") or ()),
         metrics=dict(op.get("metrics") or {}),
+        bootstrap_file_path=op.get("bootstrapFilePath") or None,
     )

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from ..storage import Storage
 from ..format import bounds
+from . import bootstrap_slice
 from .delete_markers import DeleteMarkers
 from .files import FileSlice, LogFile
 from ..format.log_file import LogBlock, read_log_blocks
@@ -79,7 +80,10 @@ def merge_schema(schema: pa.Schema, columns: Collection[str] | None, merge: Merg
 def read_base(storage: Storage, fs: FileSlice, schema: pa.Schema, threads: bool = True) -> pa.Table:
     """The base file's rows in ``schema`` (columns added since it was written read as null);
     only the columns of ``schema`` are read. ``threads``: decode its columns on Arrow's threads
-    (no gain when slices are already read side by side, one per core)."""
+    (no gain when slices are already read side by side, one per core). A skeleton base file
+    (a METADATA_ONLY bootstrap's) reads with its source file's rows (:mod:`.bootstrap_slice`)."""
+    if bootstrap_slice.is_skeleton(fs):
+        return bootstrap_slice.read_rows(storage, fs, schema, threads)
     with storage.fs.open_input_file(storage.abs(fs.path)) as f:
         pf = bounds.open_parquet(f, fs.path, columns=schema.names)
         wanted = set(schema.names)

@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bucket, cdc, hooks, metadata_files, metadata_stats
+from . import bootstrap_slice, bucket, cdc, hooks, metadata_files, metadata_stats
 from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
@@ -332,8 +332,10 @@ class Table:
 
     def _read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None,
                      filters: Any) -> pa.Table:
-        merged = [f for f in slices if f.logs]
-        plain = _read_files(self.storage, [f.path for f in slices if not f.logs], schema, columns, filters)
+        # slices with log files, or whose base is a bootstrap's skeleton (stitched with its source), go one by one
+        merged = [f for f in slices if f.logs or bootstrap_slice.is_skeleton(f)]
+        plain = _read_files(self.storage, [f.path for f in slices if not (f.logs or bootstrap_slice.is_skeleton(f))],
+                            schema, columns, filters)
         if not merged:
             return plain
         ordering = self.merge_config  # refused by name here when the table merges otherwise

@@ -39,7 +39,7 @@ from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import plain_defaults
-from ..table import metadata_stats
+from ..table import bootstrap_slice, metadata_stats
 from ..table.metadata import WriteStat
 from ..format import cdc_log
 from ..format.schema import META_COLUMNS, arrow_to_avro_json, cast_column, data_schema, with_meta
@@ -366,7 +366,12 @@ def read_old_file(storage: Storage, rel: str) -> tuple[pa.Table, dict]:
     path meta columns are not read: the new file writes its own path into them as constants.
     String columns stored dictionary-encoded (the commit time, a partition column) are read as
     dictionaries: decoding them to one string per row, and hashing those strings again to write
-    them back as a dictionary, costs a fifth of reading and rewriting a file."""
+    them back as a dictionary, costs a fifth of reading and rewriting a file. A skeleton base
+    file (a METADATA_ONLY bootstrap's) gives its rows stitched with its source file's, so the
+    group's new base file is a normal one (:mod:`~multiwriter.table.bootstrap_slice`)."""
+    if bootstrap_slice.is_skeleton_file(rel):
+        t, md = bootstrap_slice.read_file(storage, rel)
+        return t.drop_columns([n for n in _PATH_META if n in t.column_names]), md
     with storage.fs.open_input_file(storage.abs(rel)) as f:
         pf = bounds.open_parquet(f, rel)
         names = [n for n in pf.schema_arrow.names if n not in _PATH_META]

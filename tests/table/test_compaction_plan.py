@@ -234,13 +234,21 @@ def test_another_record_is_not_a_plan():
         cp.decode_plan(data, source="x.compaction.requested")
 
 
-def test_operation_of_a_bootstrapped_group_is_refused():
+def test_only_a_skeleton_base_file_names_a_bootstrap_file():
     rec = sample_plan().to_avro()
     rec["operations"][0]["bootstrapFilePath"] = "s3a://b/src/part-0.parquet"
     buf = io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(cp.PLAN_SCHEMA, named_schemas={}), [rec])
-    with pytest.raises(TableFormatError, match="bootstrap"):
+    with pytest.raises(TableFormatError, match="skeleton base file"):
         cp.decode_plan(buf.getvalue(), source="x.compaction.requested")
+    op = rec["operations"][0]
+    op["baseInstantTime"] = "00000000000001"
+    op["dataFilePath"] = op["dataFilePath"].replace(op["dataFilePath"].rsplit("_", 1)[1], "00000000000001.parquet")
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(cp.PLAN_SCHEMA, named_schemas={}), [rec])
+    plan = cp.decode_plan(buf.getvalue(), source="x.compaction.requested")
+    assert plan.operations[0].bootstrap_file_path == "s3a://b/src/part-0.parquet"
+    assert cp.decode_plan(cp.encode_plan(plan), source="again").operations[0].bootstrap_file_path == op["bootstrapFilePath"]
 
 
 def test_foreign_file_in_a_plan_file_is_a_table_format_error():

@@ -62,6 +62,12 @@ def check_against_model(path: str, model: dict) -> None:
     assert keyed(hudi_read(path)) == want
 
 
+def check_against_model_ours(path: str, model: dict) -> None:
+    """Our reader only: hudi-rs reads no bootstrap index (a METADATA_ONLY table's skeleton rows)."""
+    want = sorted(((str(k), v) for k, (v, _) in model.items()), key=repr)
+    assert keyed(mw.Table.open(path).read()) == want
+
+
 def upsert(path: str, lock, writer: str, keys: list, value: float, dates: dict) -> None:
     batch = pa.table({"id": keys, "ts": [2] * len(keys), "value": [value] * len(keys),
                       "date": [dates.get(k, DATES[0]) for k in keys]})
@@ -128,11 +134,13 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path):
         boot(record_key="uid")
     with pytest.raises(BootstrapSourceError, match="hive_style=False"):
         boot(hive_style=False)
-    with pytest.raises(BootstrapModeError, match="METADATA_ONLY"):
-        boot(mode="METADATA_ONLY")
+    with pytest.raises(BootstrapModeError, match="METADATA_ONLY"):  # a bucket index takes no skeleton file groups
+        boot(mode="METADATA_ONLY", table_type="MERGE_ON_READ", num_buckets=2)
     with pytest.raises(BootstrapModeError, match="METADATA_ONLY"):
         boot(options={"hoodie.bootstrap.mode.selector": "org.apache.hudi.client.bootstrap.selector.BootstrapRegexModeSelector",
-                      "hoodie.bootstrap.mode.selector.regex": "date=2024-01-02"})
+                      "hoodie.bootstrap.mode.selector.regex": "date=2024-01-02"}, table_type="MERGE_ON_READ", num_buckets=2)
+    with pytest.raises(mw.errors.ConfigError, match="BootstrapModeSelector"):
+        boot(options={"hoodie.bootstrap.mode.selector": "com.example.MySelector"})
     odd = src / "date=2024-01-02" / "odd.parquet"
     pq.write_table(pa.table({"id": [1], "ts": ["x"], "value": [1.0]}), odd)
     with pytest.raises(BootstrapSourceError, match="odd.parquet") as e:
@@ -205,17 +213,22 @@ def test_a_killed_bootstrap_is_rolled_back_by_the_companion_job_and_run_again(tm
     assert hashes(src) == before, "the source files are never changed"
 
 
-def test_the_command_line_bootstraps_and_refuses_metadata_only(tmp_path, capsys):
+def test_the_command_line_bootstraps(tmp_path, capsys):
     from multiwriter.cli import main
 
     src = tmp_path / "src"
     model = make_source(src, hive=False, string_keys=True)
     path = str(tmp_path / "t")
     refused = main(["bootstrap", str(src), path, "--record-key", "id", "--partition-by", "date", "--file-lock",
-                    "--hoodie-conf", "hoodie.bootstrap.mode.selector="
-                    "org.apache.hudi.client.bootstrap.selector.MetadataOnlyBootstrapModeSelector"])
+                    "--table-type", "MERGE_ON_READ", "--num-buckets", "2", "--hoodie-conf",
+                    "hoodie.bootstrap.mode.selector=org.apache.hudi.client.bootstrap.selector.MetadataOnlyBootstrapModeSelector"])
     assert refused == 2 and "METADATA_ONLY" in capsys.readouterr().err
     assert not Path(path).exists()
+    meta = str(tmp_path / "m")
+    assert main(["bootstrap", str(src), meta, "--record-key", "id", "--partition-by", "date", "--ordering-field", "ts",
+                 "--file-lock", "--mode", "METADATA_ONLY"]) == 0
+    assert "at instant 00000000000001" in capsys.readouterr().out
+    check_against_model_ours(meta, model)
     assert main(["bootstrap", str(src), path, "--record-key", "id", "--partition-by", "date", "--ordering-field", "ts",
                  "--file-lock"]) == 0
     assert f"at instant {FULL_BOOTSTRAP_TIME}" in capsys.readouterr().out
