@@ -979,7 +979,9 @@ def _stats_records(mt: MetadataTable, action: str, metadata: CommitMetadata | No
     if not new:
         return []
     columns = metadata_stats.indexed_columns(mt.storage, mt.data_config.raw, metadata.extra_metadata.get("schema"))
-    return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns)
+    current = st.read(cs.PARTITION_STATS, mt._completed()) if cs.PARTITION_STATS in st.partitions else None
+    return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns,
+                                           current)
 
 
 def column_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None

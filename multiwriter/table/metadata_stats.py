@@ -361,14 +361,19 @@ def records_of_files(storage: Storage, files: Iterable[tuple[str, str]], partiti
 
 # -- what an action adds ------------------------------------------------------------------------
 def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[str, ...], table_version: int,
-                     columns: list[str] | None) -> list[cs.StatsRecord]:
+                     columns: list[str] | None, current: Mapping[str, cs.ColumnStats] | None = None
+                     ) -> list[cs.StatsRecord]:
     """The stats records of a write (commit, deltacommit, replace commit, compaction): the
     column stats of each new base file, from its footer, and with ``partition_stats`` the
     stats of the partitions it wrote over its new files, as a widening (``isTightBound``
     false: readers merge it into what the partition had, Hudi's rule for stats that are not
     recomputed over the whole partition). Recomputing each written partition's stats over all
     its latest files, as Hudi does when it keeps column stats, costs a merge of every file's
-    stats on every commit, under the lock; a widened range only ever keeps more."""
+    stats on every commit, under the lock; a widened range only ever keeps more. ``current``:
+    the partition stats the index holds (by key); a partition's column whose range the commit
+    does not widen, and that gains no nulls it lacked, gets no record (its counts then stay
+    below the truth: readers skip by ranges and by whether nulls or values exist at all, which
+    stay exact)."""
     version = cs.index_version(table_version)
     new: dict[str, list[cs.ColumnStats]] = {}
     for s in meta.all_stats():
@@ -380,8 +385,24 @@ def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[s
     if cs.COLUMN_STATS in partitions:
         out += [cs.column_stats_record(p, st) for p, sts in new.items() for st in sts]
     if cs.PARTITION_STATS in partitions:
-        out += [cs.partition_stats_record(st) for p, sts in new.items() for st in cs.partition_stats(p, sts, tight=False)]
+        for p, sts in new.items():
+            for st in cs.partition_stats(p, sts, tight=False):
+                rec = cs.partition_stats_record(st)
+                if current is None or changes(current.get(rec.key), st):
+                    out.append(rec)
     return out
+
+
+def changes(cur: cs.ColumnStats | None, new: cs.ColumnStats) -> bool:
+    """Does merging ``new`` into ``cur`` change what a reader skips by: the range, whether the
+    column has nulls, whether it has values?"""
+    if cur is None or cur.is_deleted:
+        return True
+    if new.min is not None and (cur.min is None or cs._order_key(new.min) < cs._order_key(cur.min)):
+        return True
+    if new.max is not None and (cur.max is None or cs._order_key(new.max) > cs._order_key(cur.max)):
+        return True
+    return bool(new.null_count) and not cur.null_count
 
 
 def file_stats(storage: Storage, rel: str, name: str, columns: list[str] | None, version: int) -> list[cs.ColumnStats]:
