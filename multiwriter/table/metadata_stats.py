@@ -251,7 +251,10 @@ class StatsPartitions:
                 prev = changed[r.key] if r.key in changed else old.get(r.key)
                 changed[r.key] = cs.merge_records(prev, r.stats) if prev is not None else r.stats
         rtype = cs.RECORD_TYPE[partition]
-        fresh = [cs.StatsRecord(k, rtype, v) for k, v in changed.items() if not v.is_deleted]
+        # tombstones go (Hudi's compaction drops deleted records), but a partition's: it says the
+        # partition has a column without a range, which later widenings must not narrow
+        keep_deleted = partition == cs.PARTITION_STATS
+        fresh = [cs.StatsRecord(k, rtype, v) for k, v in changed.items() if keep_deleted or not v.is_deleted]
         cells = cs.encode_cells(fresh, schema, file_name=name)
         if base:
             raw = hfile.read(self.storage.read_bytes(self._rel(partition, base)), source=base)
@@ -386,9 +389,13 @@ def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[s
         out += [cs.column_stats_record(p, st) for p, sts in new.items() for st in sts]
     if cs.PARTITION_STATS in partitions:
         for p, sts in new.items():
+            open_ended = {st.column for st in sts if st.is_deleted}
+            # a partition with a file of no range in a column has none either: a tombstone,
+            # which later commits keep (:func:`changes`)
+            out += [rec for c in sorted(open_ended) for rec in cs.deleted_partition(p, [c], version=version)]
             for st in cs.partition_stats(p, sts, tight=False):
                 rec = cs.partition_stats_record(st)
-                if current is None or changes(current.get(rec.key), st):
+                if st.column not in open_ended and (current is None or changes(current.get(rec.key), st)):
                     out.append(rec)
     return out
 
@@ -396,8 +403,10 @@ def records_of_write(storage: Storage, meta: CommitMetadata, partitions: tuple[s
 def changes(cur: cs.ColumnStats | None, new: cs.ColumnStats) -> bool:
     """Does merging ``new`` into ``cur`` change what a reader skips by: the range, whether the
     column has nulls, whether it has values?"""
-    if cur is None or cur.is_deleted:
+    if cur is None:
         return True
+    if cur.is_deleted:  # the partition has a file with no range in this column: it keeps none
+        return False
     if new.min is not None and (cur.min is None or cs._order_key(new.min) < cs._order_key(cur.min)):
         return True
     if new.max is not None and (cur.max is None or cs._order_key(new.max) > cs._order_key(cur.max)):
@@ -443,16 +452,39 @@ def footer_stats(meta: Any, rel: str, version: int) -> list[cs.ColumnStats]:
 
     Our writers keep no Parquet statistics for the meta columns whose range is known otherwise
     (the record key's is in Hudi's own footer entries, the partition path is the file's
-    partition): their stats are filled in from those, so that they do not read as all null."""
+    partition): their stats are filled in from those, so that they do not read as all null.
+
+    A column some of whose row groups hold values without a min and max (Parquet leaves them
+    out for values over 4 KB) has no range a reader could trust: Hudi's merge of row groups
+    would take the others' range, too narrow, and a reader would skip a file holding the
+    value. Such a column gets a tombstone instead (no range: every reader keeps the file)."""
     name = rel.rsplit("/", 1)[-1]
     known = _known_ranges(meta, rel)
+    open_ended = _unbounded(meta)
     out = []
     for s in cs.parquet_stats(meta, name, None, version=version):
         rng = known.get(s.column)
         if rng is not None and s.min is None and s.value_count:
             s = replace(s, min=rng[0], max=rng[1], null_count=0,
                         wrapper=s.wrapper or ("StringWrapper" if s.value_type is None else None))
+        elif s.column in open_ended:
+            s = replace(s, min=None, max=None, is_deleted=True)
         out.append(s)
+    return out
+
+
+def _unbounded(meta: Any) -> set[str]:
+    """The columns with a row group that holds values but no min and max."""
+    out = set()
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for i in range(meta.num_columns):
+            chunk = rg.column(i)
+            st = chunk.statistics
+            if st is not None and st.has_min_max:
+                continue
+            if st is None or not st.has_null_count or st.null_count < chunk.num_values:
+                out.add(chunk.path_in_schema)
     return out
 
 
