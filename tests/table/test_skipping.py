@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import types
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -538,3 +539,77 @@ def math_key(x: float) -> tuple[int, float]:
     x = float(x)
     return (1, 0.0) if x != x else (0, x + 0.0)
 
+
+# -- Table.prune: which stats it reads, and when it trusts partition stats ----------------------
+class _Timeline:
+    def __init__(self, instants=(), pending=()):
+        self.instants = list(instants)
+        self._pending = list(pending)
+
+    def pending(self):
+        return self._pending
+
+
+def _table_with(monkeypatch, *, column_stats=None, partition_stats=None, listed=()):
+    """A Table over no storage whose metadata table gives these stats; calls recorded."""
+    from multiwriter.table import metadata_files
+    from multiwriter.table import table as table_mod
+
+    calls = []
+    if column_stats is not None:
+        monkeypatch.setattr(metadata_files, "column_stats_of",
+                            lambda storage, config, partitions=None: calls.append(("column", partitions)) or column_stats,
+                            raising=False)
+    else:
+        monkeypatch.delattr(metadata_files, "column_stats_of", raising=False)
+    if partition_stats is not None:
+        monkeypatch.setattr(metadata_files, "partition_stats_of",
+                            lambda storage, config, partitions=None: calls.append(("partition", partitions))
+                            or partition_stats, raising=False)
+    else:
+        monkeypatch.delattr(metadata_files, "partition_stats_of", raising=False)
+    monkeypatch.setattr(table_mod, "list_instants", lambda storage, config: calls.append(("listing",)) or list(listed))
+    return table_mod.Table(types.SimpleNamespace(uri="/t"), object()), calls
+
+
+def test_table_prune_without_the_stats_readers_keeps_everything(monkeypatch):
+    table, calls = _table_with(monkeypatch)
+    sl = [_slice(partition="p=a")]
+    out = table.prune(sl, from_dnf([("x", "=", 50)]), pa.schema([("x", pa.int64())]), timeline=_Timeline(), latest=True)
+    assert out.kept == tuple(sl) and calls == []
+
+
+def test_table_prune_reads_column_stats_once(monkeypatch):
+    a, b = _slice(partition="p=a"), _slice(partition="p=b")
+    table, calls = _table_with(monkeypatch, column_stats={("p=a", BASE): _file((1, 10)), ("p=b", BASE): _file((40, 60))})
+    schema = pa.schema([("x", pa.int64())])
+    out = table.prune([a, b], from_dnf([("x", "=", 50)]), schema, timeline=_Timeline(), latest=True)
+    assert out.kept == (b,) and out.skipped == (a,)
+    assert calls == [("column", None)]
+    calls.clear()
+    assert table.prune([a, b], None, schema, timeline=_Timeline()).kept == (a, b) and calls == []
+
+
+def test_table_prune_trusts_partition_stats_of_a_settled_latest_snapshot_only(monkeypatch):
+    a, b = _slice(partition="p=a"), _slice(partition="p=b")
+    pstats = {"p=a": _file((1, 10)), "p=b": _file((40, 60))}
+    cstats = {("p=a", BASE): _file((1, 10)), ("p=b", BASE): _file((40, 60))}
+    schema = pa.schema([("x", pa.int64())])
+    f = from_dnf([("x", "=", 50)])
+    table, calls = _table_with(monkeypatch, partition_stats=pstats, listed=["i1"])
+    out = table.prune([a, b], f, schema, timeline=_Timeline(["i1"]), latest=True)
+    assert out.kept == (b,) and out.partitions_skipped == ("p=a",)
+    assert calls == [("partition", None), ("listing",)]
+    # with column stats too: those of the partitions left only
+    table, calls = _table_with(monkeypatch, column_stats=cstats, partition_stats=pstats, listed=["i1"])
+    assert table.prune([a, b], f, schema, timeline=_Timeline(["i1"]), latest=True).kept == (b,)
+    assert calls == [("partition", None), ("listing",), ("column", ["p=b"])]
+    # an instant begun since the snapshot's timeline, or one pending on it: partition stats may
+    # already describe slices the snapshot does not read
+    for tl, listed in ((_Timeline(["i1"]), ["i1", "i2"]), (_Timeline(["i1"], pending=["i1"]), ["i1"])):
+        table, calls = _table_with(monkeypatch, partition_stats=pstats, listed=listed)
+        assert table.prune([a, b], f, schema, timeline=tl, latest=True).kept == (a, b)
+    # not the latest snapshot (as of, incremental): never
+    table, calls = _table_with(monkeypatch, partition_stats=pstats, listed=["i1"])
+    assert table.prune([a, b], f, schema, timeline=_Timeline(["i1"]), latest=False).kept == (a, b)
+    assert calls == []
