@@ -188,13 +188,18 @@ def _plain(v: Any) -> Any:
 
 
 # -- one file's stats against one term ---------------------------------------------------------
-def may_match(stats: ColumnStats | None, term: Term, field_type: pa.DataType | None = None) -> bool:
+def may_match(stats: ColumnStats | None, term: Term, field_type: pa.DataType | None = None, *,
+              nulls_exact: bool = True) -> bool:
     """May a file (or partition) whose column ``term.column`` has ``stats`` hold a row
     satisfying ``term``? True unless the stats prove otherwise. ``field_type``: the column's
-    type in the table schema, when known (stats of another kind are then not used)."""
+    type in the table schema, when known (stats of another kind are then not used).
+    ``nulls_exact=False``: the stats may not count every null (a partition's stats merge only
+    the files that have the column: rows of older files without it are null)."""
     if term.op not in OPS or term.op == "keep" or stats is None or stats.is_deleted:
         return True
     nulls, count = _count(stats.null_count), _count(stats.value_count)
+    if term.nulls_match and (nulls != 0 or not nulls_exact):
+        return True
     if count == 0:
         return False  # no rows at all
     non_null = count - nulls if count is not None and nulls is not None else None
@@ -204,8 +209,6 @@ def may_match(stats: ColumnStats | None, term: Term, field_type: pa.DataType | N
         non_null = None
     if term.op == "notnull":
         return non_null != 0
-    if term.nulls_match and nulls != 0:
-        return True
     if non_null == 0:
         return False  # all null: no comparison holds
     return _values_may_match(stats, term, field_type)
@@ -371,13 +374,14 @@ def _widen32(x: float | None, direction: int) -> float | None:
 
 # -- files, slices, partitions -----------------------------------------------------------------
 def _group_may_match(f: Filter, files: Sequence[Mapping[str, ColumnStats] | None],
-                     types: Mapping[str, pa.DataType]) -> bool:
+                     types: Mapping[str, pa.DataType], *, nulls_exact: bool = True) -> bool:
     """May the rows merged from ``files`` (each one's stats by column, None for a file without
     stats) match ``f``? A conjunction is ruled out only by one term that rules out every file."""
     if not files:
         return True
     for conj in f.any_of:
-        if not any(all(not may_match(None if s is None else s.get(t.column), t, types.get(t.column)) for s in files)
+        if not any(all(not may_match(None if s is None else s.get(t.column), t, types.get(t.column),
+                                     nulls_exact=nulls_exact) for s in files)
                    for t in conj):
             return True
     return False
@@ -395,8 +399,10 @@ def file_may_match(f: Filter, stats: Mapping[str, ColumnStats] | None, schema: p
 
 
 def partition_may_match(f: Filter, stats: Mapping[str, ColumnStats] | None, schema: pa.Schema | None = None) -> bool:
-    """May a partition whose partition stats are ``stats`` hold a row matching ``f``?"""
-    return file_may_match(f, stats, schema)
+    """May a partition whose partition stats are ``stats`` hold a row matching ``f``? Their
+    null counts leave out the files written before a column was added (whose rows read null
+    there): a term null rows satisfy never rules a partition out."""
+    return _group_may_match(f, [stats], _types(schema, f), nulls_exact=False)
 
 
 def slice_may_match(f: Filter, fs: FileSlice, column_stats: ColumnStatsMap | None,
@@ -451,9 +457,11 @@ def prune(slices: Sequence[FileSlice], f: Filter | None, *, column_stats: Column
     if f is None or not _known_columns(f, schema):
         return Pruned(tuple(slices))
     out_parts = partitions_ruled_out(f, sorted({s.partition for s in slices}), partition_stats, schema)
+    types = _types(schema, f)
     kept: list[FileSlice] = []
     skipped: list[FileSlice] = []
     for s in slices:
-        out = s.partition in out_parts or (column_stats is not None and not slice_may_match(f, s, column_stats, schema))
+        out = s.partition in out_parts or (
+            column_stats is not None and not _group_may_match(f, _slice_stats(s, column_stats), types))
         (skipped if out else kept).append(s)
     return Pruned(tuple(kept), tuple(skipped), tuple(sorted(out_parts)))

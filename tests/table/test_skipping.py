@@ -360,6 +360,15 @@ def test_prune_counts_and_partitions():
     assert prune([a, b, c], f2, column_stats=cstats, schema=schema).kept == (a, b, c)
 
 
+def test_partition_null_counts_may_leave_out_files_without_the_column():
+    # older files without column x read null there, and add nothing to the partition's stats of x
+    pstats = {"x": s(1, 10, nulls=0, count=10)}
+    assert skipping.partition_may_match(from_dnf([("x", "not in", [5])]), pstats) is True
+    assert skipping.partition_may_match(from_dnf([("x", "in", [50, None])]), pstats) is True
+    assert skipping.partition_may_match(from_dnf([("x", "in", [50])]), pstats) is False
+    assert skipping.file_may_match(from_dnf([("x", "in", [50, None])]), pstats) is False
+
+
 def test_the_non_partitioned_table_is_keyed_either_way():
     sl = _slice(partition="")
     f = from_dnf([("x", "=", 50)])
