@@ -229,8 +229,8 @@ def _values_may_match(stats: ColumnStats, term: Term, field_type: pa.DataType | 
         return True
     if field_type is not None and not kinds <= _expected_kinds(field_type):
         return True
-    if any(isinstance(x, float) and math.isnan(x) for x in (lo, hi)):
-        return True
+    if any(isinstance(x, float) and math.isnan(x) for x in (lo, hi)) or _above(lo, hi):
+        return True  # NaN, or a min above the max: no bounds
     # a bound Java's order may have picked wrongly is no bound (None: open on that side)
     lo, hi = (lo if _reliable(lo, upper=False) else None), (hi if _reliable(hi, upper=True) else None)
     if lo is None and hi is None:
@@ -260,6 +260,13 @@ def _values_may_match(stats: ColumnStats, term: Term, field_type: pa.DataType | 
         return _compare(term.op, lo, hi, values, loose)
     except (TypeError, ValueError, OverflowError, ArithmeticError):
         return True  # values Python cannot compare or convert: not decided here
+
+
+def _above(lo: Any, hi: Any) -> bool:
+    try:
+        return bool(lo > hi)
+    except (TypeError, ValueError, ArithmeticError):
+        return True
 
 
 def _double(v: Any) -> float | None:
@@ -319,6 +326,8 @@ def _expected_kinds(t: pa.DataType) -> frozenset[str]:
     8 timestamp's stats are raw longs: not comparable with its values)."""
     if pa.types.is_boolean(t):
         return frozenset({"bool"})
+    if pa.types.is_unsigned_integer(t) and t.bit_width >= 32:
+        return frozenset()  # table version 8 keeps the raw signed INT32 / INT64: 2**64 - 1 reads -1
     if pa.types.is_integer(t):
         return frozenset({"int"})
     if pa.types.is_floating(t):
