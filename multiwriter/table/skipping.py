@@ -34,7 +34,7 @@ Semantics, as the readers evaluate filters:
 - A file slice with log files (Merge-on-Read) merges its versions, and a partial update takes
   columns from several files: the slice is skipped only when one term of each conjunction rules
   out its base file and every log file alike (the merged row's value of that column comes from
-  one of them, or is null).
+  one of them, or is null: a term null rows satisfy never rules such a slice out).
 """
 from __future__ import annotations
 
@@ -418,7 +418,13 @@ def slice_may_match(f: Filter, fs: FileSlice, column_stats: ColumnStatsMap | Non
                     schema: pa.Schema | None = None) -> bool:
     """May the file slice ``fs`` (its base file and log files merged) hold a row matching ``f``?
     Any file of it without stats keeps it."""
-    return _group_may_match(f, _slice_stats(fs, column_stats), _types(schema, f))
+    return _slice_may_match(f, fs, column_stats, _types(schema, f))
+
+
+def _slice_may_match(f: Filter, fs: FileSlice, column_stats: ColumnStatsMap, types: Mapping[str, pa.DataType]) -> bool:
+    # a merge may leave a column null where no file holds a null (a partial update's insert
+    # writes null in the columns it omits): null counts decide nothing once logs merge
+    return _group_may_match(f, _slice_stats(fs, column_stats), types, nulls_exact=not fs.logs)
 
 
 def _slice_stats(fs: FileSlice, column_stats: ColumnStatsMap | None) -> list[Mapping[str, ColumnStats] | None]:
@@ -471,6 +477,6 @@ def prune(slices: Sequence[FileSlice], f: Filter | None, *, column_stats: Column
     skipped: list[FileSlice] = []
     for s in slices:
         out = s.partition in out_parts or (
-            column_stats is not None and not _group_may_match(f, _slice_stats(s, column_stats), types))
+            column_stats is not None and not _slice_may_match(f, s, column_stats, types))
         (skipped if out else kept).append(s)
     return Pruned(tuple(kept), tuple(skipped), tuple(sorted(out_parts)))
