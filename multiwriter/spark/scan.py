@@ -2,7 +2,8 @@
 
 The driver side (:func:`plan_scan`) decides which file slices a query reads (the same rules as
 :meth:`Table.read` and :meth:`Table.read_incremental`, through :class:`TimelineView`), prunes
-partitions by the pushed predicates and splits large files by row groups. The executor side
+partitions by the pushed predicates, skips the slices the metadata table's column stats rule out
+(:meth:`Table.prune`) and splits large files by row groups. The executor side
 (:func:`read_task`) reads one task through :mod:`pyarrow.fs`.
 
 Predicates are only ever used to skip data that cannot match: the data source hands every filter
@@ -29,6 +30,7 @@ from ..table.files import FileSlice, LogFile
 from ..format.layout import DEFAULT_PARTITION, parse_data_file
 from ..table.merge_config import MergeConfig
 from ..table.merged_slice import read_slice
+from ..table import skipping
 from ..format.schema import cast_column, has_double, stored_float_types
 from ..table.table import Table
 from .options import ReadOptions
@@ -91,6 +93,9 @@ def plan_scan(opts: ReadOptions, predicates: list[Predicate] = ()) -> ScanPlan:
         schema = table.read_schema(tl, snap)
         if opts.read_optimized:
             slices = [dataclasses.replace(s, logs=()) for s in slices if s.has_base]  # a log-only group: nothing
+    skip = skipping.spark_filter([(p.column, p.op, p.value) for p in predicates])
+    latest = not opts.incremental and opts.as_of is None
+    slices = list(table.prune(slices, skip, schema, timeline=tl, latest=latest).kept)
     keep = partition_filter(table, schema, predicates)
     tasks = [t for s in slices if keep(s.partition) for t in _split(table.storage, s, opts.split_bytes)]
     merge = table.merge_config if any(t.logs for t in tasks) else None  # refused here, by name

@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bootstrap_slice, bucket, cdc, hooks, metadata_files, metadata_stats
+from . import bootstrap_slice, bucket, cdc, hooks, metadata_files, metadata_stats, skipping
 from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
@@ -39,7 +39,7 @@ from .merge_rule import RECORD_KEY
 from .delete_markers import DeleteMarkers
 from .merged_slice import key_column, read_merged_slices, read_slice
 from .snapshot import Snapshot
-from .timeline import Timeline
+from .timeline import Timeline, list_instants
 from .view import IncrementalPlan, TimelineView
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -310,6 +310,8 @@ class Table:
              read_optimized: bool = False) -> pa.Table:
         """Snapshot read (with meta columns) as a pyarrow Table; ``filters`` is a pyarrow
         compute expression or a list of DNF tuples like ``[("date", "=", "2024-01-01")]``.
+        DNF filters also skip the file slices whose column stats in the metadata table prove
+        that no row of them matches (:meth:`prune`); an expression cannot be inspected.
 
         ``as_of`` (a requested instant time) reads the table as it was then; before the earliest
         commit the cleaner retains it raises :class:`~multiwriter.errors.InstantNotRetainedError`
@@ -320,7 +322,41 @@ class Table:
         files = snap.files()
         if read_optimized:  # Hudi's read-optimized query: base files only, log files not merged
             files = [dataclasses.replace(f, logs=()) for f in files if f.has_base]  # a log-only group: nothing
-        return self.read_slices(files, full, columns, filters)
+        pruned = self.prune(files, skipping.from_dnf(filters), full, timeline=tl, latest=as_of is None)
+        if pruned.skipped and not pruned.kept:
+            _check_filters(full, filters)  # the error reading any file would raise, not an empty answer
+        return self.read_slices(list(pruned.kept), full, columns, filters)
+
+    def prune(self, slices: list[FileSlice], skip: skipping.Filter | None, schema: pa.Schema, *,
+              timeline: Timeline, latest: bool = False) -> skipping.Pruned:
+        """The slices ``skip`` may match, by the column stats of the metadata table and, when
+        ``slices`` are the latest snapshot of ``timeline`` (``latest``), its partition stats
+        (:func:`.skipping.prune`). A few reads of the metadata table, no data file footer; a
+        table that keeps neither index keeps every slice."""
+        if skip is None or not slices:
+            return skipping.Pruned(tuple(slices))
+        partitions = {s.partition for s in slices}
+        pstats = None
+        if latest:
+            pstats = metadata_files.partition_stats_of(self.storage, self.config)
+            if pstats is not None and not self._settled(timeline):
+                pstats = None
+        out = skipping.partitions_ruled_out(skip, partitions, pstats, schema)
+        cstats = None
+        if partitions - out:
+            cstats = metadata_files.column_stats_of(self.storage, self.config, sorted(partitions - out) if out else None)
+        pruned = skipping.prune(slices, skip, column_stats=cstats, partition_stats=pstats, schema=schema)
+        if pruned.skipped:
+            log.debug("data skipping on %s: %d of %d file slices skipped (%d partitions by their partition stats)",
+                      redact(self.path), pruned.slices_skipped, len(slices), len(pruned.partitions_skipped))
+        return pruned
+
+    def _settled(self, tl: Timeline) -> bool:
+        """Nothing pending on ``tl`` and nothing begun since it was loaded. Partition stats
+        describe the latest slices of the metadata table's view, which a writer updates before
+        it completes: only then are they the stats of ``tl``'s snapshot (a file's column stats
+        never change, so they need no such check). One listing of the timeline."""
+        return not tl.pending() and list_instants(self.storage, self.config) == tl.instants
 
     def read_slices(self, slices: list[FileSlice], schema: pa.Schema, columns: list[str] | None = None,
                     filters: Any = None) -> pa.Table:
@@ -594,6 +630,12 @@ def _filter_columns(filters: Any, schema: pa.Schema, columns: list[str]) -> list
     if not all(isinstance(n, str) for n in names):
         return None
     return [*columns, *(n for n in schema.names if n in names and n not in columns)]
+
+
+def _check_filters(schema: pa.Schema, filters: Any) -> None:
+    """Raise what evaluating ``filters`` on rows of ``schema`` raises (an unknown column, a
+    value of another type), on no rows."""
+    schema.empty_table().filter(_filters_expr(filters))
 
 
 def _filters_expr(filters: Any) -> Any:

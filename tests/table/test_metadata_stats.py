@@ -250,3 +250,38 @@ def test_column_stats_need_the_metadata_table(tmp_path):
         mw.Table.create(str(tmp_path / "t"), name="x", schema=SCHEMA, record_key="id", metadata=False,
                         column_stats=True)
     assert not os.path.exists(tmp_path / "t" / ".hoodie")
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_filtered_reads_skip_by_the_kept_stats_and_lose_no_row(kind, tmp_path):
+    """Reads skip the slices the metadata table's stats rule out, and return what a full read
+    filtered by pyarrow returns; a value too long for Parquet's statistics keeps its file."""
+    from multiwriter.table import skipping
+
+    path = str(tmp_path / "t")
+    kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
+    schema = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("d", pa.string()), ("s", pa.string())])
+    mw.Table.create(path, name="skip", schema=schema, record_key="id", partition_by=["d"], ordering_field="ts",
+                    column_stats=True, **kw)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), operation="insert")
+    for b in range(6):
+        ids = range(b * 10, b * 10 + 10)
+        mw.write(pa.table({"id": [f"k{i:03d}" for i in ids], "ts": [b] * 10, "d": [f"p{i % 2}" for i in ids],
+                           "s": ["x" * 5000 if i == 33 else f"s{i}" for i in ids]}, schema=schema), path, cfg)
+    if kind == "mor":
+        with mw.Cleaner(path, lock=cfg.lock, clustering=None, compaction=mw.CompactionConfig(delta_commits=1)) as c:
+            c.run_once()
+    t = mw.Table.open(path)
+    full = t.read()
+    for filters in ([("ts", "=", 2)], [("ts", ">=", 4)], [("s", "=", "x" * 5000)], [("s", "=", "s41")],
+                    [[("ts", "=", 0)], [("id", "=", "k055")]]):
+        got = t.read(filters=filters)
+        want = full.filter(pq.filters_to_expression(filters))
+        assert sorted(got.column("id").to_pylist()) == sorted(want.column("id").to_pylist()), filters
+        tl = t.timeline()
+        snap = t.snapshot(timeline=tl)
+        pruned = t.prune(snap.files(), skipping.from_dnf(filters), t.read_schema(tl, snap), timeline=tl, latest=True)
+        if filters == [("ts", "=", 2)] and kind == "cow":
+            assert pruned.slices_kept == 2 and pruned.slices_skipped >= 8, pruned
+        if filters == [("s", "=", "x" * 5000)]:
+            assert pruned.slices_kept >= 1
