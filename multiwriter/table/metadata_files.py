@@ -34,6 +34,7 @@ from typing import Any
 import fastavro
 
 from .. import faults
+from ..cache import BoundedCache
 from ..errors import TableFormatError, UnsafePathError
 from ..s3_store import REQUESTS
 from ..storage import FileExists, Storage
@@ -173,15 +174,11 @@ class MetadataTable:
             # the newest compaction's time names the base: its schema is known once per process
             # (no listing of the partition for it on every deltacommit)
             key = (self.storage.uri, self.latest_compaction() or BOOTSTRAP_TIME)
-            with _CACHE_LOCK:
-                known = _SCHEMA_OF_BASE.get(key)
+            known = _SCHEMA_OF_BASE.get(key)
             if known is None:
                 base, _, _ = self.latest_slice()
                 known = (self._base_schema(self._rel(f"{PARTITION}/{base}")) if base is not None else None) or _SCHEMA_JSON
-                with _CACHE_LOCK:
-                    _SCHEMA_OF_BASE[key] = known
-                    while len(_SCHEMA_OF_BASE) > _CACHE_FILES:
-                        _SCHEMA_OF_BASE.popitem(last=False)
+                _SCHEMA_OF_BASE.put(key, known)
             self._schema = known
         return self._schema
 
@@ -250,9 +247,8 @@ class MetadataTable:
     def bootstrap(self, listing: Mapping[str, Mapping[str, int]], completion: str) -> None:
         """Create the metadata table from a listing of the committed files (partition -> file
         name -> size), as one base HFile at :data:`BOOTSTRAP_TIME`."""
-        with _CACHE_LOCK:  # a metadata table started again (after a drop) may differ from the one seen before
-            for key in [k for k in _SCHEMA_OF_BASE if k[0] == self.storage.uri]:
-                del _SCHEMA_OF_BASE[key]
+        # a metadata table started again (after a drop) may differ from the one seen before
+        _SCHEMA_OF_BASE.drop(lambda k: k[0] == self.storage.uri)
         if not self.exists():
             self.storage.put_if_absent(self._rel(props.PROPERTIES_FILE), props.render(mdt_properties(self.data_config)).encode())
         self.storage.makedirs(self.timeline_dir)
@@ -720,7 +716,7 @@ _DECODED: OrderedDict[tuple[str, str], tuple[list[Records], list[str]]] = Ordere
 #: unsafe records of one file warned about one by one, the rest counted
 _WARN_MAX = 10
 #: the record schema of the base of the files partition's newest slice, by (table URI, its compaction time)
-_SCHEMA_OF_BASE: OrderedDict[tuple[str, str], str] = OrderedDict()
+_SCHEMA_OF_BASE: BoundedCache[tuple[str, str], str] = BoundedCache(_CACHE_FILES)
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
@@ -731,7 +727,7 @@ def forget_decoded() -> None:
     with _CACHE_LOCK:
         _DECODED.clear()
         _BASE_SCHEMAS.clear()
-        _SCHEMA_OF_BASE.clear()
+    _SCHEMA_OF_BASE.clear()
     metadata_stats.forget_decoded()
 
 

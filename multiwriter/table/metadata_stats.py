@@ -22,14 +22,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow.parquet as pq
 
+from ..cache import BoundedCache
 from ..errors import TableFormatError
 from ..format import column_stats as cs
 from ..format import hfile, paths
@@ -102,20 +101,15 @@ class StatsPartitions:
     def _decoded(self, partition: str, name: str) -> list[cs.StatsRecord]:
         rel = self._rel(partition, name)
         key = (self.storage.uri, rel)
-        with _LOCK:
-            hit = _DECODED.get(key)
-            if hit is not None:
-                _DECODED.move_to_end(key)
-                return hit
+        hit = _DECODED.get(key)
+        if hit is not None:
+            return hit
         data = self.storage.read_bytes(rel)
         if name.endswith(".hfile"):
             recs = cs.decode_hfile(data, source=rel)
         else:
             recs = [r for _, block in cs.decode_log_file(data, source=rel) for r in block]
-        with _LOCK:
-            _DECODED[key] = recs
-            while len(_DECODED) > _CACHE_FILES:
-                _DECODED.popitem(last=False)
+        _DECODED.put(key, recs)
         return recs
 
     def read(self, partition: str, done: Mapping[str, tuple[str, str]]) -> dict[str, cs.ColumnStats]:
@@ -130,8 +124,7 @@ class StatsPartitions:
         """The merge of a slice's files, kept per group: the next read of a slice that only
         grew by a log merges that log alone (every deltacommit reads the index)."""
         key = (self.storage.uri, partition, file_id)
-        with _LOCK:
-            hit = _MERGED.get(key)
+        hit = _MERGED.get(key)
         if hit is not None and files[:len(hit[0])] == hit[0]:
             out = dict(hit[1])
             new = files[len(hit[0]):]
@@ -140,10 +133,7 @@ class StatsPartitions:
         for n in new:
             for r in self._decoded(partition, n):
                 out[r.key] = cs.merge_records(out[r.key], r.stats) if r.key in out else r.stats
-        with _LOCK:
-            _MERGED[key] = (files, out)
-            while len(_MERGED) > _CACHE_FILES:
-                _MERGED.popitem(last=False)
+        _MERGED.put(key, (files, out))
         return out
 
     def _schema(self, partition: str, file_id: str, done: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
@@ -153,8 +143,7 @@ class StatsPartitions:
         if base is None:
             return cs.record_schema(self.base_schema, self.table_version)
         key = (self.storage.uri, self._rel(partition, base))
-        with _LOCK:
-            known = _SCHEMAS.get(key)
+        known = _SCHEMAS.get(key)
         if known is None:  # a base never changes: its schema is read once per process
             known = cs.record_schema(self.base_schema, self.table_version)
             found = hfile.read(self.storage.read_bytes(key[1]), source=base).file_info.get(b"schema")
@@ -165,10 +154,7 @@ class StatsPartitions:
                     known = schema
                 except (ValueError, TypeError):
                     pass
-            with _LOCK:
-                _SCHEMAS[key] = known
-                while len(_SCHEMAS) > _CACHE_FILES:
-                    _SCHEMAS.popitem(last=False)
+            _SCHEMAS.put(key, known)
         return known
 
     # -- writing -------------------------------------------------------------------------
@@ -191,8 +177,8 @@ class StatsPartitions:
                 block = cs.encode_log_block(kept, self._schema(partition, fid, done), t)
                 self.storage.write_bytes(self._rel(partition, name), block)
                 self.names(partition)[name] = len(block)
-                with _LOCK:  # what the next read decodes from it: known already
-                    _DECODED[(self.storage.uri, self._rel(partition, name))] = kept
+                # what the next read decodes from it: known already
+                _DECODED.put((self.storage.uri, self._rel(partition, name)), kept)
                 stats.append(WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition, prev_commit=t,
                                        num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
                                        file_size=len(block), log_version=1, log_files=(name,)))
@@ -207,8 +193,7 @@ class StatsPartitions:
     def delete(self, partition: str, name: str) -> None:
         self.storage.delete(self._rel(partition, name))
         self.names(partition).pop(name, None)
-        with _LOCK:
-            _DECODED.pop((self.storage.uri, self._rel(partition, name)), None)
+        _DECODED.pop((self.storage.uri, self._rel(partition, name)))
 
     def compact(self, t: str, done: Mapping[str, tuple[str, str]]
                 ) -> list[tuple[CompactionOperation, WriteStat, str, bytes]]:
@@ -417,16 +402,12 @@ def changes(cur: cs.ColumnStats | None, new: cs.ColumnStats) -> bool:
 def file_stats(storage: Storage, rel: str, name: str, columns: list[str] | None, version: int) -> list[cs.ColumnStats]:
     """A base file's column stats, from its footer (one ranged read; cached per file)."""
     key = (storage.uri, rel)
-    with _LOCK:
-        hit = _FOOTER_STATS.get(key)
+    hit = _FOOTER_STATS.get(key)
     if hit is None:
         with storage.fs.open_input_file(storage.abs(rel)) as f:
             meta = pq.read_metadata(f)
         hit = footer_stats(meta, rel, version)
-        with _LOCK:
-            _FOOTER_STATS[key] = hit
-            while len(_FOOTER_STATS) > _CACHE_FILES * 4:
-                _FOOTER_STATS.popitem(last=False)
+        _FOOTER_STATS.put(key, hit)
     return hit if columns is None else [s for s in hit if s.column in set(columns)]
 
 
@@ -434,10 +415,7 @@ def remember_footer(storage: Storage, rel: str, metadata: Any, version: int) -> 
     """A writer holding a new file's footer hands its stats over: the metadata update of its
     commit, under the table lock, then reads no footer (in the same process)."""
     stats = footer_stats(metadata, rel, version)
-    with _LOCK:
-        _FOOTER_STATS[(storage.uri, rel)] = stats
-        while len(_FOOTER_STATS) > _CACHE_FILES * 4:
-            _FOOTER_STATS.popitem(last=False)
+    _FOOTER_STATS.put((storage.uri, rel), stats)
 
 
 def index_version_of(config: Any) -> int | None:
@@ -575,18 +553,15 @@ def _data_file_id_and_time(name: str) -> tuple[str, str]:
 
 
 _CACHE_FILES = 256
-_DECODED: OrderedDict[tuple[str, str], list[cs.StatsRecord]] = OrderedDict()
-_FOOTER_STATS: OrderedDict[tuple[str, str], list[cs.ColumnStats]] = OrderedDict()
+_DECODED: BoundedCache[tuple[str, str], list[cs.StatsRecord]] = BoundedCache(_CACHE_FILES)
+_FOOTER_STATS: BoundedCache[tuple[str, str], list[cs.ColumnStats]] = BoundedCache(_CACHE_FILES * 4)
 #: the record schema of each base file, by (table URI, path)
-_SCHEMAS: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+_SCHEMAS: BoundedCache[tuple[str, str], dict[str, Any]] = BoundedCache(_CACHE_FILES)
 #: per (table URI, partition, file group): the files of the slice last merged, and the merge
-_MERGED: OrderedDict[tuple[str, str, str], tuple[tuple[str, ...], dict[str, cs.ColumnStats]]] = OrderedDict()
-_LOCK = threading.Lock()
+_MERGED: BoundedCache[tuple[str, str, str], tuple[tuple[str, ...], dict[str, cs.ColumnStats]]] = \
+    BoundedCache(_CACHE_FILES)
 
 
 def forget_decoded() -> None:
-    with _LOCK:
-        _DECODED.clear()
-        _FOOTER_STATS.clear()
-        _MERGED.clear()
-        _SCHEMAS.clear()
+    for cache in (_DECODED, _FOOTER_STATS, _SCHEMAS, _MERGED):
+        cache.clear()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,6 +21,7 @@ from multiwriter.format import column_stats as cs
 from multiwriter.table import metadata_files as mf
 from multiwriter.transaction import Transaction
 from tests.oracle import hudi_read, rows, unzip_fixture
+from tests.table.test_metadata_table import _roll_back_the_failed_write
 
 TABLES = [("cow", "v9_txns_simple_meta"), ("mor", "v9_txns_simple_meta"), ("mor", "v8_trips_8i3u1d")]
 KEPT = {"files", "column_stats", "partition_stats"}
@@ -106,16 +106,6 @@ def _agreed(path: str) -> pa.Table:
     return ours
 
 
-def _roll_back_the_failed_write(path: str, lock) -> None:
-    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
-                    compaction=None) as clean:
-        for _ in range(40):
-            if clean.run_once().rolled_back:
-                return
-            time.sleep(0.25)
-    raise AssertionError("the failed write was not rolled back")
-
-
 @pytest.mark.needs_fixtures
 @pytest.mark.parametrize(("kind", "name"), TABLES, ids=lambda x: x)
 def test_hudis_stats_continue_through_our_actions(kind, name, tmp_path):
@@ -148,7 +138,7 @@ def test_hudis_stats_continue_through_our_actions(kind, name, tmp_path):
         faults.configure(None)
     (lost,) = mw.Table.open(path).timeline().pending()
     assert _stats_logs(path, lost.requested_time), "the dead write's stats are in the metadata table"
-    _roll_back_the_failed_write(path, lock)
+    assert _roll_back_the_failed_write(path, lock), "the failed write was not rolled back"
     assert not _stats_logs(path, lost.requested_time)
     assert "LOST" not in _agreed(path).column(key).to_pylist()
     _check_stats(path)

@@ -43,14 +43,15 @@ def _listed_names(t: mw.Table) -> set[str]:
     return {n for files in mf.MetadataTable(t.storage, t.config).listing().values() for n in files}
 
 
-def _roll_back_the_failed_write(path: str, lock) -> None:
-    """The companion job, run until it has rolled a failed write back (at most ~10 s)."""
+def _roll_back_the_failed_write(path: str, lock) -> bool:
+    """The companion job, run until it has rolled a failed write back (at most ~10 s); whether it did."""
     with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, clustering=None,
                     compaction=None) as clean:
         for _ in range(40):
             if clean.run_once().rolled_back:
-                break
+                return True
             time.sleep(0.25)
+    return False
 
 
 def _listing_is_storage(path: str) -> None:
