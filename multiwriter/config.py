@@ -30,6 +30,7 @@ HUDI_KEYS = {
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
     "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
     "hoodie.write.set.null.for.missing.columns": "allow_missing_columns",
+    "hoodie.record.index.update.partition.path": "update_partition_path",
 }
 #: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
 MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
@@ -77,6 +78,7 @@ TABLE_KEYS = {
     "hoodie.table.ordering.fields": "ordering_field",
     "hoodie.metadata.enable": "metadata",
     "hoodie.metadata.index.column.stats.enable": "column_stats",
+    "hoodie.metadata.record.index.enable": "record_index",
     "hoodie.write.table.version": "table_version",
 }
 #: the index a table's writers use: the bloom index, or Hudi's simple bucket index
@@ -114,6 +116,11 @@ class WriterConfig:
     #: nullable columns, and an update keeps the stored value of each column it omits (an insert
     #: writes null). Copy-on-Write tables only: a Merge-on-Read table refuses it (ConfigError)
     partial_update: bool = False
+    #: a table keeping the record index (global: a key lives in one partition), Hudi's
+    #: ``hoodie.record.index.update.partition.path``: a record whose key is stored in another
+    #: partition updates it there (False, Hudi's default), or moves it to its own (True: the
+    #: stored one is deleted; driver writes only, a Spark DataFrame is refused)
+    update_partition_path: bool = False
     #: identifies the streaming query feeding this writer where Spark's own query id is not
     #: available (pyarrow batches, ``mw.write``); a checkpoint reset is told apart from a replay by it
     query_id: str | None = None
@@ -154,6 +161,8 @@ class WriterConfig:
             raise ConfigError(f"query_id {self.query_id!r} must be a non-empty string or None")
         if not isinstance(self.allow_missing_columns, bool):
             raise ConfigError(f"allow_missing_columns={self.allow_missing_columns!r} must be True or False")
+        if not isinstance(self.update_partition_path, bool):
+            raise ConfigError(f"update_partition_path={self.update_partition_path!r} must be True or False")
         if not isinstance(self.partial_update, bool):
             raise ConfigError(f"partial_update={self.partial_update!r} must be True or False")
         _range("heartbeat_interval_s", self.heartbeat_interval_s, 1.0, 3600.0)
@@ -262,7 +271,7 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
             out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
         elif target in ("num_buckets", "table_version"):
             out[target] = int(_number(k, v))
-        elif target in ("metadata", "column_stats"):
+        elif target in ("metadata", "column_stats", "record_index"):
             out[target] = _convert(k, v, False)
         elif target == "table_type":
             out[target] = v.upper()

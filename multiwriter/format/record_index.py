@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 
 from ..errors import TableFormatError
@@ -113,6 +114,36 @@ _MS = _dt.timedelta(milliseconds=1)
 
 
 # -- file groups --------------------------------------------------------------------------------
+def file_group_indexes(keys: pa.Array | pa.ChunkedArray, num_file_groups: int) -> np.ndarray:
+    """:func:`file_group_index` of many keys at once: the Java hash over each key's UTF-16
+    units, folded a character position at a time over all keys (ASCII keys; any other key
+    takes the per-key path)."""
+    if num_file_groups <= 0:
+        raise ValueError(f"a record index has at least one file group, not {num_file_groups}")
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.null_count:
+        raise ValueError("a record key is null")
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    lengths = offsets[1:] - offsets[:-1]
+    h = np.zeros(n, dtype=np.uint32)
+    ascii_ok = not bool((data[offsets[0]:offsets[-1]] & 0x80).any())
+    if ascii_ok:
+        for i in range(int(lengths.max(initial=0))):
+            live = lengths > i
+            c = np.zeros(n, dtype=np.uint32)
+            c[live] = data[offsets[:-1][live] + i]
+            h = np.where(live, h * np.uint32(31) + c, h)
+        signed = h.astype(np.int64)
+        signed[signed >= 1 << 31] -= 1 << 32
+        return np.abs(signed) % num_file_groups
+    return np.array([file_group_index(k, num_file_groups) for k in arr.to_pylist()], dtype=np.int64)
+
+
 def file_group_index(record_key: str, num_file_groups: int) -> int:
     """The file group (0 .. n-1) holding ``record_key`` when the index has ``num_file_groups``
     (``HoodieTableMetadataUtil.mapRecordKeyToFileGroupIndex``)."""
@@ -323,7 +354,15 @@ def encode_hfile(entries: Mapping[str, Location], schema: Mapping[str, Any] | st
     """An HFile of ``entries``: a log block's (the ``schema`` file-info entry only), or with
     ``base_file_name`` that base file's (also the key range and the keys' bloom filter)."""
     text = _schema_json(schema)
-    cells = encode_cells(entries, text, zone=zone, file_name=base_file_name)
+    return cells_hfile(encode_cells(entries, text, zone=zone, file_name=base_file_name), text,
+                       base_file_name=base_file_name, created_ms=created_ms)
+
+
+def cells_hfile(cells: list[tuple[str, bytes]], schema_json: str, *, base_file_name: str | None = None,
+                created_ms: int = 0) -> bytes:
+    """An HFile of encoded ``cells`` (sorted by key, each key once) written in ``schema_json``:
+    a compaction carries the cells of keys it did not change as they are."""
+    text = schema_json
     info = {b"schema": text.encode()}
     meta = None
     if base_file_name is not None:

@@ -89,8 +89,10 @@ CDC_ENABLED = cdc_table.ENABLED_KEY
 CDC_MODE = cdc_table.MODE_KEY
 #: Hudi's column stats (with partition stats) in the metadata table, taken when the data source creates the table
 COLUMN_STATS = "hoodie.metadata.index.column.stats.enable"
+#: Hudi's record index in the metadata table, taken when the data source creates the table
+RECORD_INDEX = "hoodie.metadata.record.index.enable"
 WRITE_KEYS = frozenset(
-    {"path", CDC_ENABLED, COLUMN_STATS, CDC_MODE, TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
+    {"path", CDC_ENABLED, COLUMN_STATS, RECORD_INDEX, CDC_MODE, TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, ZK_AUTH, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
      *NUMERIC}
 )
@@ -243,6 +245,8 @@ def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
                     if k in ("table_type", "num_buckets", "bucket_hash_fields")})
     if COLUMN_STATS in opts:
         out["column_stats"] = _bool(opts, COLUMN_STATS)
+    if RECORD_INDEX in opts:
+        out["record_index"] = _bool(opts, RECORD_INDEX)
     cdc = _cdc_properties(opts)
     if cdc:
         out["properties"] = cdc
@@ -389,7 +393,8 @@ def _check_matches(parsed: WriteOptions, table: Table) -> None:
             "table_type": c.table_type, "num_buckets": c.num_buckets,
             "bucket_hash_fields": tuple(c.bucket_hash_fields or c.record_key),
             "populate_meta_fields": c.populate_meta_fields,
-            "column_stats": metadata_stats.index_version_of(c) is not None}
+            "column_stats": metadata_stats.index_version_of(c) is not None,
+            "record_index": "record_index" in {n.strip() for n in c.raw.get(metadata_stats.INDEX_PARTITIONS_KEY, "").split(",")}}
     asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items() if k != "properties"}
     diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
     cdc_now = {CDC_ENABLED: "true" if cdc_table.cdc_enabled(c) else "false", CDC_MODE: cdc_table.supplemental_mode(c)}

@@ -40,7 +40,7 @@ from ..s3_store import REQUESTS
 from ..storage import FileExists, Storage
 from ..format import avro, hfile, paths
 from ..format import instant as inst
-from . import metadata_stats
+from . import metadata_record_index, metadata_stats
 from . import properties as props
 from .files import FileSlice, LogFile
 from ..format.layout import parse_data_file
@@ -164,6 +164,20 @@ class MetadataTable:
         #: the data-skipping partitions kept beside the files partition, None when there are none
         self.stats = metadata_stats.StatsPartitions(self.storage, MDT_DIR, kept, self.data_config.version,
                                                     RECORD_SCHEMA) if kept else None
+        #: the record index kept beside the files partition, None when there is none
+        self.record_index = metadata_record_index.RecordIndexPartition(self.storage, MDT_DIR, RECORD_SCHEMA) \
+            if metadata_record_index.PARTITION in _listed(self.data_config.raw.get(PARTITIONS_KEY, "")) else None
+
+    @property
+    def indexes(self) -> list[metadata_stats.StatsPartitions | metadata_record_index.RecordIndexPartition]:
+        """The index partitions kept beside the files partition (they share its lifecycle)."""
+        return [x for x in (self.stats, self.record_index) if x is not None]
+
+    def _index_of(self, partition: str) -> metadata_stats.StatsPartitions | metadata_record_index.RecordIndexPartition:
+        for x in self.indexes:
+            if partition in x.partitions:
+                return x
+        raise KeyError(partition)
 
     @property
     def schema_json(self) -> str:
@@ -286,6 +300,18 @@ class MetadataTable:
         meta = CommitMetadata(written, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), max(now_time(), _after(t)))
 
+    def start_record_index(self, entries: Mapping[str, metadata_record_index.ri.Location]) -> None:
+        """Start the record index with ``entries`` (every key of the table, none for a new
+        table) as one deltacommit at a time of the metadata table's own. The caller names it in
+        ``hoodie.properties`` after this (under the table lock)."""
+        t = self._fresh_time()
+        for state in (inst.REQUESTED, inst.INFLIGHT):
+            _put_quietly(self, t, inst.DELTA_COMMIT, state)
+        stats = metadata_record_index.initialize(self.storage, MDT_DIR, RECORD_SCHEMA, t, entries)
+        meta = CommitMetadata({metadata_record_index.PARTITION: stats} if stats else {}, {"schema": _SCHEMA_JSON},
+                              "BULK_INSERT_PREPPED")
+        self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), max(now_time(), _after(t)))
+
     def _partition_metadata(self) -> None:
         rel = self._rel(f"{PARTITION}/.hoodie_partition_metadata")
         if not self.storage.exists(rel):
@@ -293,14 +319,17 @@ class MetadataTable:
             self.storage.put_if_absent(rel, text.encode())
 
     def append(self, t: str, completion: str, recs: Records, *, token: str = _WRITE_TOKEN,
-               stats_records: list[metadata_stats.cs.StatsRecord] | None = None) -> None:
+               stats_records: list[metadata_stats.cs.StatsRecord] | None = None,
+               index_changes: metadata_record_index.IndexChanges | None = None) -> None:
         """One deltacommit at ``t``: a log file with ``recs`` in an HFile data block. ``token``:
         the write token in its name (another one for each attempt after a rollback, as Hudi's
         differ: a log file's name never stands for two contents). With no record (a clean that
         deleted nothing) the deltacommit is written all the same, with no log file, as Hudi's
         empty upsert of the metadata table writes it. ``stats_records``: the action's records of
-        the data-skipping partitions (:mod:`.metadata_stats`), in log files of their groups."""
-        if not recs and not stats_records:
+        the data-skipping partitions (:mod:`.metadata_stats`), in log files of their groups;
+        ``index_changes``: the action's changes of the record index (:mod:`.metadata_record_index`)."""
+        rindex = self.record_index if index_changes else None
+        if not recs and not stats_records and rindex is None:
             for state in (inst.REQUESTED, inst.INFLIGHT):
                 _put_quietly(self, t, inst.DELTA_COMMIT, state)
             faults.point("mid-metadata-deltacommit")
@@ -311,7 +340,7 @@ class MetadataTable:
         schema = self.schema_json
         block = encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: t, HeaderKey.SCHEMA: schema},
                              _hfile(recs, schema))
-        done = self._completed() if self.stats is not None and stats_records else {}
+        done = self._completed() if (self.stats is not None and stats_records) or rindex is not None else {}
 
         def pending() -> None:
             for state in (inst.REQUESTED, inst.INFLIGHT):
@@ -327,14 +356,21 @@ class MetadataTable:
         stats_logs = None
         if remote and stats is not None and stats_records:
             stats_logs = REQUESTS.get().submit(stats.append, t, stats_records, done, token)
+        index_logs = None
+        if remote and rindex is not None:
+            index_logs = REQUESTS.get().submit(rindex.append, t, index_changes, done, token)
         if beside is None:
             pending()
         written: dict[str, list[WriteStat]] = {}
-        futures = [f for f in (beside, stats_logs) if f is not None]
+        futures = [f for f in (beside, stats_logs, index_logs) if f is not None]
         try:
             self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
             if stats_logs is None and stats is not None and stats_records:
                 for st in stats.append(t, stats_records, done, token):
+                    written.setdefault(st.partition_path, []).append(st)
+            if index_logs is None and rindex is not None:
+                assert index_changes is not None
+                for st in rindex.append(t, index_changes, done, token):
                     written.setdefault(st.partition_path, []).append(st)
         finally:
             concurrent.futures.wait(futures)  # nothing of this deltacommit goes on being written after it fails
@@ -386,6 +422,8 @@ class MetadataTable:
         """Is ``file_id`` a file group of a partition kept here?"""
         if partition == PARTITION:
             return file_id == GROUP
+        if self.record_index is not None and partition == metadata_record_index.PARTITION:
+            return metadata_record_index.ri.file_group_of(file_id) is not None
         return self.stats is not None and partition in self.stats.partitions and \
             file_id.startswith(metadata_stats.cs.FILE_ID_PREFIX[partition])
 
@@ -398,8 +436,8 @@ class MetadataTable:
             parsed = parse_log_file(n)
             if parsed is not None and parsed.file_id == GROUP and parsed.instant_time == t:
                 out.append((PARTITION, n))
-        if self.stats is not None:
-            out += self.stats.logs_of(t)
+        for x in self.indexes:
+            out += x.logs_of(t)
         return sorted(out)
 
     def _fresh_time(self) -> str:
@@ -449,8 +487,8 @@ class MetadataTable:
                 self._delete_instant_file(name)
         faults.point("mid-metadata-rollback")
         for part, n in logs:
-            if part != PARTITION and self.stats is not None:
-                self.stats.delete(part, n)
+            if part != PARTITION and self.indexes:
+                self._index_of(part).delete(part, n)
                 continue
             self.storage.delete(self._rel(f"{part}/{n}"))
             with _CACHE_LOCK:
@@ -616,7 +654,7 @@ class MetadataTable:
         op = CompactionOperation.for_slice(PARTITION, GROUP, base_t, (base, 0) if base else None,
                                            [(n, sizes[n]) for n in merged])
         # every group of the data-skipping partitions at the same time, in the same plan
-        extra = self.stats.compact(t, done) if self.stats is not None else []
+        extra = [e for x in self.indexes for e in x.compact(t, done)]
         self._put_instant(t, inst.COMPACTION, inst.REQUESTED, encode_plan(CompactionPlan((op, *(e[0] for e in extra)))))
         self._put_instant(t, inst.COMPACTION, inst.INFLIGHT)
         schema = self.schema_json
@@ -625,8 +663,7 @@ class MetadataTable:
         written: dict[str, list[WriteStat]] = {}
         for _, st, rel, body in extra:
             self.storage.write_bytes(rel, body)
-            assert self.stats is not None
-            self.stats.wrote(st.partition_path, rel.rsplit("/", 1)[-1], len(body))
+            self._index_of(st.partition_path).wrote(st.partition_path, rel.rsplit("/", 1)[-1], len(body))
             written.setdefault(st.partition_path, []).append(st)
         faults.point("mid-metadata-compaction")
         self._slice = (name, t, [n for n in logs if n not in merged])
@@ -682,8 +719,8 @@ class MetadataTable:
                           QUARANTINE_HINT)
                 continue
             self.storage.delete(self._rel(f"{PARTITION}/{GROUP}_{_WRITE_TOKEN}_{t}.hfile"))
-            if self.stats is not None:
-                self.stats.undo_compaction(t)
+            for x in self.indexes:
+                x.undo_compaction(t)
             for state in (inst.INFLIGHT, inst.REQUESTED):
                 self._delete_instant_file(inst.Instant(t, inst.COMPACTION, state).file_name(self.config.version))
             log.info("%s: undid the files partition's compaction %s, which never completed", MDT_DIR, t)
@@ -701,8 +738,8 @@ class MetadataTable:
                 p.instant_time if (p := parse_log_file(n)) else None)
             if t is not None and t in old:
                 self.storage.delete(e.path)
-        if self.stats is not None:
-            self.stats.delete_before(old)
+        for x in self.indexes:
+            x.delete_before(old)
         for name in self._instant_files():
             i = _parse(name)
             if i is not None and i.requested_time in old:
@@ -729,6 +766,7 @@ def forget_decoded() -> None:
         _BASE_SCHEMAS.clear()
     _SCHEMA_OF_BASE.clear()
     metadata_stats.forget_decoded()
+    metadata_record_index.forget_decoded()
 
 
 def _deltacommit_logs(logs: list[str]) -> int:
@@ -938,6 +976,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         metadata = decode_commit_metadata(action, data, source=source)
     recs = records_of(action, data, source=source, metadata=metadata)
     stats_records = _stats_records(mt, action, metadata, recs) if mt.stats is not None else None
+    index_changes = _index_changes(mt, t, action, metadata) if mt.record_index is not None else None
     token = _WRITE_TOKEN
     if mt.deltacommit_states(t):
         # a resumed action (a compaction, a clean) whose earlier attempt wrote its deltacommit:
@@ -951,7 +990,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
     # deltacommit is here, whose log stays on top of the new base
     if mt.open_deltacommits() >= MAX_DELTA_COMMITS:
         mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
-    mt.append(t, completion, recs, token=token, stats_records=stats_records)
+    mt.append(t, completion, recs, token=token, stats_records=stats_records, index_changes=index_changes)
     mt.clean_slices()
     faults.point("after-metadata-table")
 
@@ -978,6 +1017,35 @@ def _stats_records(mt: MetadataTable, action: str, metadata: CommitMetadata | No
     current = st.read(cs.PARTITION_STATS, mt._completed()) if cs.PARTITION_STATS in st.partitions else None
     return metadata_stats.records_of_write(mt.storage, metadata, st.partitions, mt.data_config.version, columns,
                                            current)
+
+
+def _index_changes(mt: MetadataTable, t: str, action: str, metadata: CommitMetadata | None
+                   ) -> metadata_record_index.IndexChanges | None:
+    """What a write changes in the record index (a clean changes nothing: it deletes only
+    files no live slice holds)."""
+    rindex = mt.record_index
+    if rindex is None or metadata is None or inst.instant_action(action) == inst.CLEAN:
+        return None
+    done = mt._completed()
+    return metadata_record_index.changes_of_write(mt.storage, mt.data_config, t, metadata,
+                                                  lambda keys: rindex.lookup(keys, done))
+
+
+def record_index_of(storage: Storage, config: props.TableConfig) -> dict[str, metadata_record_index.ri.Location] | None:
+    """Every entry of the record index, None when the table keeps none."""
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    return mt.record_index.read(mt._completed()) if mt.record_index is not None else None
+
+
+def lookup_record_index(storage: Storage, config: props.TableConfig, keys: Iterable[str]
+                        ) -> dict[str, metadata_record_index.ri.Location] | None:
+    """Where the record index puts ``keys`` (those it holds), None when the table keeps none."""
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    return mt.record_index.lookup(keys, mt._completed()) if mt.record_index is not None else None
 
 
 def column_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None

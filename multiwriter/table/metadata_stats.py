@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 KEPT = (cs.COLUMN_STATS, cs.PARTITION_STATS)
 INDEX_DEFS_KEY = "hoodie.table.index.defs.path"
+INDEX_PARTITIONS_KEY = "hoodie.table.metadata.partitions"
 _WRITE_TOKEN = "0-0-0"
 #: the time before every instant (a group's slice before its first base)
 _FIRST_TIME = "00000000000000000"

@@ -28,7 +28,7 @@ INFLIGHT_KEY = "hoodie.table.metadata.partitions.inflight"
 METADATA_DIR = ".hoodie/metadata"
 FILES = "files"
 #: the metadata partitions our writers keep up to date (:mod:`.metadata_files`)
-MAINTAINED: frozenset[str] = frozenset({FILES, "column_stats", "partition_stats"})
+MAINTAINED: frozenset[str] = frozenset({FILES, "column_stats", "partition_stats", "record_index"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 
 

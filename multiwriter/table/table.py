@@ -16,7 +16,7 @@ from ..errors import ConfigError, TableFormatError, TableNotFoundError, VirtualK
 from ..redact import redact
 from ..storage import FileExists, Storage
 from ..threads import ProcessPool
-from . import bootstrap_slice, bucket, cdc, hooks, metadata_files, metadata_stats, skipping
+from . import bootstrap_slice, bucket, cdc, hooks, metadata_files, metadata_record_index, metadata_stats, skipping
 from ..format import bounds, names
 from . import properties as props
 from .metadata import CommitMetadata
@@ -80,6 +80,7 @@ class Table:
         populate_meta_fields: bool = True,
         properties: dict[str, str] | None = None,
         column_stats: bool = False,
+        record_index: bool = False,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -105,6 +106,10 @@ class Table:
         ``column_stats`` and ``partition_stats`` indexes (per base file and per partition: min,
         max, nulls of each indexed column), which readers use to skip files and partitions.
 
+        ``record_index=True`` (Hudi's ``hoodie.metadata.record.index.enable``): the metadata
+        table also keeps the record index (each record key's partition and file group), which
+        Hudi's writers use as their index.
+
         ``populate_meta_fields=False`` (Hudi's ``hoodie.populate.meta.fields``: virtual keys,
         Copy-on-Write only): files keep Hudi's five meta columns but write no values into them,
         nor a bloom filter into the footer; the index finds a key's file by reading the key
@@ -120,8 +125,9 @@ class Table:
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
         hash_fields = _validate_layout(table_type, num_buckets, bucket_hash_fields, keys)
-        if column_stats and not metadata:
-            raise ConfigError("column_stats=True with metadata=False: the column stats live in the metadata table; "
+        if (column_stats or record_index) and not metadata:
+            which = "column_stats" if column_stats else "record_index"
+            raise ConfigError(f"{which}=True with metadata=False: the index lives in the metadata table; "
                               "keep metadata=True")
         if not populate_meta_fields and table_type != props.COPY_ON_WRITE:
             raise VirtualKeysError(
@@ -154,6 +160,9 @@ class Table:
             if column_stats:
                 mdt.start_stats(metadata_stats.KEPT, [])
                 kept += metadata_stats.KEPT
+            if record_index:
+                mdt.start_record_index({})
+                kept.append(metadata_record_index.PARTITION)
             recorded[metadata_files.PARTITIONS_KEY] = ",".join(sorted(kept))
         data = props.render(recorded).encode()
         try:
@@ -176,18 +185,22 @@ class Table:
         storage = Storage(path)
         return cls(storage, _read_config(storage, path))
 
-    def enable_metadata(self, lock: LockProvider, *, column_stats: bool = False, timeout_s: float = 60.0) -> bool:
+    def enable_metadata(self, lock: LockProvider, *, column_stats: bool = False, record_index: bool = False,
+                        timeout_s: float = 60.0) -> bool:
         """Start Hudi's metadata table (its ``files`` partition) on this table from a listing
         of its committed files, under the table lock (writers that began before go on: they
         read the setting under the lock when they commit). ``column_stats``: also start the
         ``column_stats`` and ``partition_stats`` indexes, from the footers of the latest base
-        files. False when all of it was on already."""
+        files. ``record_index``: also start the record index, from the keys of the latest
+        slices. False when all of it was on already."""
         table_lock = lock.for_table(self.table_id, self.storage)
         table_lock.acquire(timeout_s=timeout_s)
         try:
             started = self._start_files_partition()
             if column_stats:
                 started = self._start_column_stats() or started
+            if record_index:
+                started = self._start_record_index() or started
             self.config = self.read_config()
             return started
         finally:
@@ -232,6 +245,26 @@ class Table:
 
         props.modify(self.storage, add)
         log.info("started the column stats of %s from %d base files", self.path, len(files))
+        return True
+
+    def _start_record_index(self) -> bool:
+        """The record index from the keys of the latest slices (under the table lock: no write
+        completes meanwhile)."""
+        current = self.read_config()
+        listed = [n.strip() for n in current.raw.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+        if metadata_record_index.PARTITION in listed:
+            return False
+        tl = Timeline.load(self.storage, current)
+        entries = metadata_record_index.entries_of(self.storage, current, Snapshot.build(self.storage, tl))
+        metadata_files.MetadataTable(self.storage, current).start_record_index(entries)
+
+        def add(p: dict[str, str]) -> dict[str, str]:
+            names = [n.strip() for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]
+            p[metadata_files.PARTITIONS_KEY] = ",".join(sorted({*names, metadata_record_index.PARTITION}))
+            return p
+
+        props.modify(self.storage, add)
+        log.info("started the record index of %s with %d keys", self.path, len(entries))
         return True
 
     def read_config(self) -> TableConfig:

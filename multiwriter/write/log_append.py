@@ -27,6 +27,7 @@ from ..format import layout
 from ..format import bounds
 from ..format.log_file import LogFileName, encode_log_file, parse_log_file
 from ..table.merge_rule import DELETE_ORDERINGS, array_ordering
+from ..table import metadata_record_index
 from ..table.metadata import WriteStat
 from ..format.schema import arrow_to_avro_json, data_schema
 from . import guard
@@ -110,6 +111,9 @@ def append_log(storage: Storage, ctx: MergeContext, task: FileGroupTask, incomin
     if not ctx.markers_listed:  # listed: the check before the instant's markers was moments ago
         check_alive(storage, ctx, rel)
     write_checked(storage, ctx, rel, lambda path: write_log(storage, path, data))
+    if ctx.record_index:
+        metadata_record_index.remember_keys(storage, rel, upserts.column(KEY).combine_chunks(),
+                                            deletes.column(KEY).combine_chunks() if dels is not None else None)
     faults.point("mid-log-append")
     n_up, n_del = upserts.num_rows, (dels.num_rows if dels is not None else 0)
     prev, base, logs = slice_fields(ctx, task)

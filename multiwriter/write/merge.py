@@ -39,7 +39,7 @@ from ..table.properties import TableConfig
 from ..table.record_keys import RECORD_KEY, stored_keys
 from ..table.delete_markers import DeleteMarkers
 from ..table.merge_rule import plain_defaults
-from ..table import bootstrap_slice, metadata_stats
+from ..table import bootstrap_slice, metadata_record_index, metadata_stats
 from ..table.metadata import WriteStat
 from ..format import cdc_log
 from ..format.schema import META_COLUMNS, arrow_to_avro_json, cast_column, data_schema, with_meta
@@ -89,6 +89,8 @@ class MergeContext:
     #: the column-stats index version when the table keeps column stats: each file's footer
     #: stats are handed to its commit's metadata update (:mod:`~multiwriter.table.metadata_stats`)
     stats_version: int | None = None
+    #: the table keeps the record index: hand each file's inserted and deleted keys over to it
+    record_index: bool = False
 
     @property
     def ordering(self) -> tuple[str, ...]:
@@ -133,7 +135,8 @@ def context(
                         unique_columns=tuple(record_key) if len(record_key) == 1 else (), log_append=log_append,
                         virtual_keys=config if config is not None and config.virtual_keys else None,
                         ordering_fields=several, cdc_mode=cdc_mode, cdc_table_schema=cdc_table_schema,
-                        stats_version=metadata_stats.index_version_of(config) if config is not None else None)
+                        stats_version=metadata_stats.index_version_of(config) if config is not None else None,
+                        record_index=config is not None and metadata_record_index.kept_by(config))
 
 
 def armed(ctx: MergeContext, config: TableConfig) -> MergeContext:
@@ -207,6 +210,7 @@ def merge_file_group(
     if virtual and old is not None:  # no key stored: computed from the key fields, as Hudi's simple index does
         old = old.set_column(full.get_field_index(RECORD_KEY), RECORD_KEY, stored_keys(old, ctx.virtual_keys))
     n_update = n_delete = 0
+    old_keys = None
     keys_filter = None
     cdc: pa.Table | None = None  # an existing group's changes, when the table logs them (Hudi's merge handle)
     if old is not None and old.num_rows:
@@ -238,6 +242,9 @@ def merge_file_group(
         cdc = _changes(ctx, old, upserts, np.full(upserts.num_rows, -1), np.zeros(old.num_rows, dtype=bool))
     if on_inserted is not None and inserted.num_rows:
         on_inserted(task.partition, inserted.column(KEY).combine_chunks())
+    if ctx.record_index:
+        gone = old_keys.filter(pa.array(deleted_mask)) if old_keys is not None and n_delete else None
+        metadata_record_index.remember_keys(storage, rel, inserted.column(KEY).combine_chunks(), gone)
     has_kept = kept is not None and kept.num_rows > 0
     fresh, constants = new_rows(upserts, full, t, task, name, time_is_constant=not has_kept,
                                 dictionaries=_dictionary_names(kept) if has_kept else frozenset(), virtual=virtual)

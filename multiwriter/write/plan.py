@@ -26,6 +26,7 @@ from ..table.timeline import Timeline
 from . import bloom
 from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
 from .columns import constant
+from . import global_keys
 from .records import KEY, OP, OP_DELETE, PARTITION
 
 
@@ -350,7 +351,8 @@ def planned_metadata(tasks: list[FileGroupTask], operation: str) -> CommitMetada
 
 def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
                hashes: Callable[[], np.ndarray] | None = None, small_file_limit: int = 0,
-               confirm_keys: bool = True, on_found: Callable[[FileSlice], None] | None = None) -> Plan:
+               confirm_keys: bool = True, on_found: Callable[[FileSlice], None] | None = None,
+               update_partition_path: bool = False) -> Plan:
     """Tag a prepared batch against the base's latest slices and route it to file groups
     (``insert``: no lookup against the table, as in Hudi; a bucket-indexed table routes every
     record by its key's bucket, inserts too; ``hashes``: its keys' bloom hashes, still being
@@ -359,20 +361,29 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     ``confirm_keys=False`` (Copy-on-Write, whose merges report the keys they insert): a key
     only one file may hold goes to that file's group unread, see :meth:`KeyIndex.tag`; the
     plan's :meth:`~Plan.inserted_keys` then misses such keys that were new after all.
-    ``on_found``: see :meth:`KeyIndex.tag`."""
+    ``on_found``: see :meth:`KeyIndex.tag`. On a table that keeps the record index, a key
+    stored in another partition is routed first (:mod:`.global_keys`, by
+    ``update_partition_path``)."""
     config = base.config
+    found = None  # the record index's answer, when the table keeps one: then it is the index
+    if operation != "insert":
+        found = global_keys.lookup(index.storage, base, prepared)
+        routed = global_keys.route(index.storage, base, prepared, update_partition_path=update_partition_path,
+                                   found=found)
+        if routed is not prepared:
+            prepared, hashes = routed, None
     if config.virtual_keys:  # no bloom filter to probe nor to write: no hashes
         plan = _plan_batch(prepared, base, index, operation, target_file_size, None, small_file_limit, confirm_keys,
-                           on_found)
+                           on_found, found)
         plan.bloom_hashes = False
         return plan
     return _plan_batch(prepared, base, index, operation, target_file_size, hashes, small_file_limit, confirm_keys,
-                       on_found)
+                       on_found, found)
 
 
 def _plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
                 hashes: Callable[[], np.ndarray] | None, small_file_limit: int, confirm_keys: bool,
-                on_found: Callable[[FileSlice], None] | None) -> Plan:
+                on_found: Callable[[FileSlice], None] | None, found: dict | None = None) -> Plan:
     config = base.config
     if config.bucket_index:
         snap = index.snapshot(base, prepared)
@@ -385,6 +396,10 @@ def _plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: 
     # a log append does not match keys against the base; without a bloom filter or key range
     # every file is a candidate, so keys are read (Hudi's simple index) rather than files rewritten
     confirm = confirm_keys or config.merge_on_read or config.virtual_keys
-    tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm, on_found=on_found)
+    if found is not None:
+        tagged = global_keys.tag(snap, prepared, found, on_found)
+    else:
+        tagged = index.tag(snap, prepared, integral_key(prepared, config.record_key), confirm=confirm,
+                           on_found=on_found)
     return make_plan(tagged, snap,
                      target_file_size=target_file_size, small_file_limit=0 if config.merge_on_read else small_file_limit)

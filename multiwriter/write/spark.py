@@ -44,7 +44,7 @@ from ..table.properties import TableConfig
 from ..table.record_keys import read_stored_keys
 from ..table.snapshot import Snapshot
 from ..table.timeline import Timeline
-from . import bloom, records
+from . import bloom, global_keys, records
 from .index import FILE_ID, KeyIndex, integral_key, listable_partitions, tag_buckets
 from .plan import FileGroupTask, Plan, insert_buckets, plan_batch, planned_metadata
 from .records import KEY, PARTITION
@@ -294,10 +294,16 @@ class _Tag:
         keys = rows.select(_key_columns(self.cfg))
         keys = keys.append_column(KEY, records.record_keys(keys, self.cfg)).append_column(
             PARTITION, records.partition_paths(keys, self.cfg))
+        found = None  # the record index's answer, when the table keeps one: then it is the index
+        if self.operation != "insert":  # a key the record index stores in another partition updates it there
+            found = global_keys.lookup(index.storage, base, keys)
+            keys = global_keys.route(index.storage, base, keys, update_partition_path=False, found=found)
         if self.cfg.bucket_index:
             fids = tag_buckets(index.snapshot(base, keys), keys, self.cfg).column(FILE_ID)
         elif self.operation == "insert":  # as Hudi: no lookup against the table
             fids = pa.nulls(rows.num_rows, pa.string())
+        elif found is not None:
+            fids = global_keys.tag(index.snapshot(base, keys), keys, found).column(FILE_ID)
         else:
             if not self.cfg.virtual_keys:  # virtual keys: no bloom filter to probe
                 keys = bloom.with_hashes(keys, KEY)

@@ -36,6 +36,7 @@ from ..format.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..format.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
+from ..table import metadata_record_index
 from ..table.table import Table
 from ..errors import ConfigError, DuplicateBatchError
 from ..checkpoint import Checkpoint
@@ -212,6 +213,11 @@ class Writer:
             ctx = dataclasses.replace(ctx, pending_files=guard.pending_files(self.table.config, t, REPLACE_COMMIT))
         t0 = time.monotonic()
         if batch.spark_df is not None:
+            if self.config.update_partition_path and metadata_record_index.kept_by(self.table.config):
+                raise ConfigError(
+                    f"update_partition_path=True (hoodie.record.index.update.partition.path) with a Spark DataFrame on "
+                    f"{self.table.name}: a key moving partitions is written by the driver path only; pass a pyarrow "
+                    "table, or keep the default (the record updates the stored one where it is)")
             stats, inserted = spark_path.run_on_executors(
                 batch.spark_df, self.table, ctx, tl, operation=self.config.operation,
                 target_file_size=self.config.target_file_size_bytes, on_planned=txn.write_inflight, index=self.index,
@@ -230,7 +236,8 @@ class Writer:
             else:
                 plan = plan_batch(prepared, tl, self.index, self.config.operation, self.config.target_file_size_bytes,
                                   hashes=hashes, small_file_limit=self.config.small_file_limit_bytes,
-                                  confirm_keys=False, on_found=old_reads.start if old_reads is not None else None)
+                                  confirm_keys=False, on_found=old_reads.start if old_reads is not None else None,
+                                  update_partition_path=self.config.update_partition_path)
             phases["index"] = time.monotonic() - t0
             start_gather(plan)  # the rows by task, on the merge threads while the inflight file is written
             planned = planned_metadata(plan.tasks, self.config.operation)

@@ -1,5 +1,6 @@
-"""Hudi's metadata table: we maintain only its ``files`` partition, so our first commit to a
-table that lists others drops them (properties first, then the files), keeps ``files`` up to
+"""Hudi's metadata table: we maintain its ``files`` partition and the indexes beside it
+(:data:`multiwriter.table.metadata_table.MAINTAINED`), so our first commit to a table that lists
+others drops them (properties first, then the files), keeps ``files`` up to
 date, and every reader that trusts the metadata table (hudi-rs here) sees our rows."""
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from tests.oracle import hudi_read, rows, unzip_fixture
 
 FIXTURE = "v8_trips_8i3u1d"
 PARTITIONS = "column_stats,files,partition_stats,record_index,secondary_index_rider_idx"
-#: what our writers keep of them (:mod:`multiwriter.table.metadata_stats` keeps the data-skipping ones)
-KEPT = "column_stats,files,partition_stats"
+#: what our writers keep of them (:mod:`multiwriter.table.metadata_stats` keeps the data-skipping
+#: ones, :mod:`multiwriter.table.metadata_record_index` the record index)
+KEPT = "column_stats,files,partition_stats,record_index"
 UPDATED = "1dced545-862b-4ceb-8b43-d2a568f6616b"  # san_francisco, fare 93.5 in the fixture
 COLUMNS = ["uuid", "fare", "city"]
 
@@ -75,7 +77,7 @@ def test_compaction_by_the_companion_job_drops_it_too(tmp_path):
     report = cleaner.run_once()
     assert len(report.compaction_instants) == 1
     assert _props(root)["hoodie.table.metadata.partitions"] == KEPT
-    assert not (root / ".hoodie" / "metadata" / "record_index").exists()
+    assert not (root / ".hoodie" / "metadata" / "secondary_index_rider_idx").exists()
     assert rows(hudi_read(str(root)), COLUMNS) == rows(mw.Table.open(str(root)).read(), COLUMNS) == before
 
 

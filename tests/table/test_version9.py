@@ -70,10 +70,11 @@ def test_continues_a_hudi_1_1_table(kind, name, tmp_path):
     assert types[old["txn_id"]] == "corrected"
     t = mw.Table.open(path)
     assert t.config.version == 9
-    if name.endswith("_meta"):  # files and the data-skipping indexes are kept; the others and their definitions go
-        assert t.config.raw["hoodie.table.metadata.partitions"] == "column_stats,files,partition_stats"
+    if name.endswith("_meta"):  # files and the indexes are kept; the others and their definitions go
+        assert t.config.raw["hoodie.table.metadata.partitions"] == "column_stats,files,partition_stats,record_index"
         defs = json.loads((tmp_path / name / ".hoodie" / ".index_defs" / "index.json").read_text())
-        assert sorted(defs["indexDefinitions"]) == ["column_stats"]  # Hudi defines no partition_stats entry
+        # Hudi defines no partition_stats entry
+        assert sorted(defs["indexDefinitions"]) == ["column_stats", "record_index"]
 
 
 def _schema() -> pa.Schema:

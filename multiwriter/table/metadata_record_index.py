@@ -1,0 +1,488 @@
+"""The metadata table's record index (``record_index``), kept beside its ``files`` partition by
+every action: each record key's data partition and file group.
+
+Hudi's writers use it as their index (``hoodie.index.type=RECORD_INDEX``) and trust it whole: a
+key it does not name is taken for a new one, so a key our writers add and the index misses
+would be written twice by the next Hudi writer. So every deltacommit that changes which keys a
+file group holds writes, in a log file of each record-index file group the keys hash to, the
+keys it placed (a new group, keys inserted into a group, keys moved by clustering) and the keys
+it deleted; keys updated where they are get no entry (Hudi's ``getRecordIndexUpdates`` skips
+them too), and a compaction of data changes no location.
+
+What a write changed is known to the writer: it hands over the keys it inserted into and
+deleted from each file it wrote (:func:`remember_keys`). A file written elsewhere (a Spark
+executor, another process) is read back instead: its keys against those of the base it
+replaced, or, for a log file, its data and delete blocks against what the index holds.
+
+The file groups follow the ``files`` partition's life (:mod:`.metadata_files`): the same
+deltacommit, compaction (every group at once, in one plan; keys a compaction did not change are
+carried over cell by cell, as Hudi's HFile merge would write them again), rollback and cleaning
+of old slices. The bytes are :mod:`multiwriter.format.record_index`'s.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..cache import BoundedCache
+from ..errors import TableFormatError
+from ..format import hfile, layout, paths
+from ..format import record_index as ri
+from ..format.bounds import open_parquet
+from ..format.log_file import BlockType, parse_log_file, read_log_blocks
+from ..storage import Storage
+from .compaction_plan import CompactionOperation
+from .metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
+from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, opening_log
+from .properties import TableConfig
+from .record_keys import stored_keys
+
+PARTITION = ri.PARTITION
+_WRITE_TOKEN = "0-0-0"
+#: Hudi's sizing of a new index (``HoodieMetadataConfig``): at least this many file groups ...
+MIN_FILE_GROUPS = ri.MIN_FILE_GROUPS
+#: ... and no group above this many entries when it starts (``record.index.max.filegroup.size``
+#: 1 GB at ~48 bytes an entry, with Hudi's growth factor 2 ahead of the table's growth)
+_ENTRIES_PER_GROUP = 10_000_000
+
+
+@dataclass
+class IndexChanges:
+    """What one action changes in the record index: keys placed, and keys deleted."""
+
+    upserts: dict[str, ri.Location] = field(default_factory=dict)
+    deletes: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.upserts or self.deletes)
+
+
+@dataclass
+class RecordIndexPartition:
+    """The file groups of one metadata table's ``record_index`` partition.
+
+    ``done``: requested time -> (action, completion time) of the metadata timeline's completed
+    instants (a log counts only once its deltacommit completed). ``base_schema``: the files
+    partition's record schema, given the record-index branch when a group has no base file
+    whose schema to reuse."""
+
+    storage: Storage
+    mdt_dir: str
+    base_schema: Mapping[str, Any]
+    partitions: tuple[str, ...] = (PARTITION,)
+    _names: dict[str, int] | None = None
+
+    # -- listing -------------------------------------------------------------------------
+    def _rel(self, name: str = "") -> str:
+        return f"{self.mdt_dir}/{PARTITION}" + (f"/{name}" if name else "")
+
+    def names(self, partition: str = PARTITION) -> dict[str, int]:
+        """The partition's file names and sizes, listed once by this object."""
+        if self._names is None:
+            self._names = {e.path.rsplit("/", 1)[-1]: e.size
+                           for e in self.storage.list_dir(self._rel(), files_only=True)}
+        return self._names
+
+    def forget(self) -> None:
+        self._names = None
+
+    def groups(self) -> list[str]:
+        """The file group ids, in index order (readers take the number of groups listed)."""
+        ids = {g for n in self.names() if (g := _group_of(n)) is not None and ri.file_group_of(g) is not None}
+        return sorted(ids, key=lambda g: ri.file_group_of(g) or 0)
+
+    def slice(self, file_id: str, done: Mapping[str, tuple[str, str]]) -> Slice:
+        return latest_slice_of(self.names(), file_id, done)
+
+    # -- reading -------------------------------------------------------------------------
+    def _base_cells(self, name: str) -> tuple[dict[str, bytes], str]:
+        """A base HFile's cells (key -> encoded entry) and its schema, read once per process:
+        a lookup decodes only the entries it needs."""
+        rel = self._rel(name)
+        key = (self.storage.uri, rel)
+        hit = _BASES.get(key)
+        if hit is None:
+            h = hfile.read(self.storage.read_bytes(rel), source=rel)
+            schema = h.file_info.get(b"schema")
+            if schema is None:
+                raise TableFormatError(f"{rel}: record index HFile without a schema")
+            hit = ({k.decode("utf-8"): v for k, v in h.cells if v}, schema.decode("utf-8", "replace"))
+            _BASES.put(key, hit)
+        return hit
+
+    def _log_changes(self, name: str) -> list[ri.Changes]:
+        rel = self._rel(name)
+        key = (self.storage.uri, rel)
+        hit = _LOGS.get(key)
+        if hit is None:
+            hit = ri.decode_log_file(self.storage.read_bytes(rel), source=rel)
+            _LOGS.put(key, hit)
+        return hit
+
+    def _overlay(self, file_id: str, logs: tuple[str, ...]) -> dict[str, ri.Location | None]:
+        """What a slice's logs say on top of its base, in order (None: deleted), kept per
+        group: the next read of a slice that only grew by a log applies that log alone."""
+        key = (self.storage.uri, file_id)
+        hit = _OVERLAYS.get(key)
+        if hit is not None and logs[:len(hit[0])] == hit[0]:
+            out = dict(hit[1])
+            new = logs[len(hit[0]):]
+        else:
+            out, new = {}, logs
+        for n in new:
+            for ch in self._log_changes(n):
+                out.update(ch.updates)
+                out.update(dict.fromkeys(ch.deletes))
+        _OVERLAYS.put(key, (logs, out))
+        return out
+
+    def _group_view(self, file_id: str, done: Mapping[str, tuple[str, str]]
+                    ) -> tuple[dict[str, bytes], str | None, dict[str, ri.Location | None]]:
+        base, _, logs = self.slice(file_id, done)
+        cells, schema = self._base_cells(base) if base else ({}, None)
+        return cells, schema, self._overlay(file_id, tuple(logs))
+
+    def lookup(self, keys: Iterable[str], done: Mapping[str, tuple[str, str]]) -> dict[str, ri.Location]:
+        """Where the index puts each of ``keys`` (keys it does not hold are left out)."""
+        wanted = pa.array(sorted(set(keys)), pa.string())
+        groups = self.groups()
+        if not len(wanted) or not groups:
+            return {}
+        ix = ri.file_group_indexes(wanted, len(groups))
+        out: dict[str, ri.Location] = {}
+        values = wanted.to_pylist()
+        for g in np.unique(ix):
+            cells, schema, overlay = self._group_view(groups[int(g)], done)
+            for k in (values[i] for i in np.flatnonzero(ix == g)):
+                if k in overlay:
+                    loc = overlay[k]
+                    if loc is not None:
+                        out[k] = loc
+                elif k in cells:
+                    assert schema is not None
+                    out[k] = ri.decode_cells([(k.encode(), cells[k])], schema, source=self._rel())[k]
+        return out
+
+    def read(self, done: Mapping[str, tuple[str, str]]) -> dict[str, ri.Location]:
+        """Every entry of the latest slices (a model's check; lookups read only what they need)."""
+        out: dict[str, ri.Location] = {}
+        for fid in self.groups():
+            cells, schema, overlay = self._group_view(fid, done)
+            if cells:
+                assert schema is not None
+                out.update(ri.decode_cells(((k.encode(), v) for k, v in cells.items() if k not in overlay), schema,
+                                           source=self._rel()))
+            out.update({k: v for k, v in overlay.items() if v is not None})
+        return out
+
+    def _schema(self, file_id: str, done: Mapping[str, tuple[str, str]]) -> str:
+        """The record schema a new file of the group declares: its base file's (Hudi's whole
+        ``HoodieMetadataRecord``, when Hudi wrote it), else ours with the record-index branch."""
+        base, _, _ = self.slice(file_id, done)
+        if base is not None:
+            schema = self._base_cells(base)[1]
+            try:
+                json.loads(schema)
+                return json.dumps(ri.with_record_index(schema), separators=(",", ":"))
+            except (ValueError, TypeError):
+                pass
+        return json.dumps(ri.with_record_index(self.base_schema), separators=(",", ":"))
+
+    # -- writing -------------------------------------------------------------------------
+    def append(self, t: str, changes: IndexChanges, done: Mapping[str, tuple[str, str]],
+               token: str = _WRITE_TOKEN) -> list[WriteStat]:
+        """Write ``changes`` (one deltacommit's, at ``t``) into a log file of each group they
+        map to; returns the log files' write stats for the deltacommit."""
+        groups = self.groups()
+        if not changes or not groups:
+            return []
+        deletes = changes.deletes - changes.upserts.keys()
+        keys = sorted(changes.upserts.keys() | deletes)
+        ix = ri.file_group_indexes(pa.array(keys, pa.string()), len(groups))
+        now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+        stats = []
+        for g in np.unique(ix):
+            fid = groups[int(g)]
+            mine = [keys[i] for i in np.flatnonzero(ix == g)]
+            placed = {k: changes.upserts[k] for k in mine if k in changes.upserts}
+            gone = [k for k in mine if k in deletes]
+            name = f".{fid}_{t}.log.1_{token}"
+            data = ri.encode_log_file(t, placed, gone, self._schema(fid, done), created_ms=now)
+            self.storage.write_bytes(self._rel(name), data)
+            self.names()[name] = len(data)
+            _LOGS.put((self.storage.uri, self._rel(name)),
+                      [c for c in (ri.Changes(t, placed) if placed else None,
+                                   ri.Changes(t, deletes=sorted(gone)) if gone else None) if c is not None])
+            stats.append(WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
+                                   num_writes=len(mine), num_inserts=len(placed), num_deletes=len(gone),
+                                   total_write_bytes=len(data), file_size=len(data), log_version=1, log_files=(name,)))
+        return stats
+
+    def logs_of(self, t: str) -> list[tuple[str, str]]:
+        """(partition, log file name) of every log the deltacommit at ``t`` wrote (listed anew)."""
+        self.forget()
+        groups = set(self.groups())
+        return sorted((PARTITION, n) for n in self.names()
+                      if (x := parse_log_file(n)) is not None and x.instant_time == t and x.file_id in groups)
+
+    def delete(self, partition: str, name: str) -> None:
+        self.storage.delete(self._rel(name))
+        self.names().pop(name, None)
+        _LOGS.pop((self.storage.uri, self._rel(name)))
+        _BASES.pop((self.storage.uri, self._rel(name)))
+
+    def compact(self, t: str, done: Mapping[str, tuple[str, str]]
+                ) -> list[tuple[CompactionOperation, WriteStat, str, bytes]]:
+        """The new base of every group whose slice holds logs completed before ``t``: (plan
+        operation, write stat, path, bytes), written by the caller's compaction at ``t``. A
+        deleted key leaves the base; the cells of keys no log touched are carried as they are."""
+        out = []
+        for fid in self.groups():
+            base, base_t, logs = self.slice(fid, done)
+            merged = [n for n in logs if (p := parse_log_file(n)) is not None and done[p.instant_time][1] < t]
+            if not merged:
+                continue
+            schema = self._schema(fid, done)
+            name = f"{fid}_{_WRITE_TOKEN}_{t}.hfile"
+            cells = self._compacted_cells(fid, base, tuple(merged), schema, name)
+            now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+            data = ri.cells_hfile(cells, schema, base_file_name=name, created_ms=now)
+            sizes = [(n, self.names().get(n, 0)) for n in merged]
+            op = CompactionOperation.for_slice(PARTITION, fid, base_t, (base, 0) if base else None, sizes)
+            stat = WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
+                             num_writes=len(cells), total_write_bytes=len(data), file_size=len(data),
+                             compacted_log_files=len(merged), compacted_log_bytes=sum(s for _, s in sizes))
+            out.append((op, stat, self._rel(name), data))
+        return out
+
+    def _compacted_cells(self, file_id: str, base: str | None, logs: tuple[str, ...], schema: str,
+                         name: str) -> list[tuple[str, bytes]]:
+        cells = dict(self._base_cells(base)[0]) if base else {}
+        overlay = self._overlay(file_id, logs)
+        for k in overlay:
+            cells.pop(k, None)
+        placed = {k: v for k, v in overlay.items() if v is not None}
+        cells.update(ri.encode_cells(placed, schema, file_name=name))
+        return sorted(cells.items())
+
+    def wrote(self, partition: str, name: str, size: int) -> None:
+        self.names()[name] = size
+
+    def undo_compaction(self, t: str) -> None:
+        """Delete the bases a compaction at ``t`` that never completed wrote."""
+        for n in list(self.names()):
+            if n.endswith(".hfile") and _base_time(n) == t:
+                self.delete(PARTITION, n)
+
+    def delete_before(self, old: set[str]) -> None:
+        """Delete the files of the instants ``old`` (slices no reader needs any more)."""
+        for n in list(self.names()):
+            tn = _base_time(n) if n.endswith(".hfile") else (p.instant_time if (p := parse_log_file(n)) else None)
+            if tn is not None and tn in old:
+                self.delete(PARTITION, n)
+
+
+def kept_by(config: TableConfig) -> bool:
+    """Does the table keep the record index (``hoodie.table.metadata.partitions`` names it)?"""
+    return PARTITION in {n.strip() for n in config.raw.get("hoodie.table.metadata.partitions", "").split(",")}
+
+
+def file_group_count(entries: int) -> int:
+    """How many file groups a new index gets for ``entries`` keys (Hudi's estimate, at least
+    :data:`MIN_FILE_GROUPS`)."""
+    return max(MIN_FILE_GROUPS, math.ceil(entries / _ENTRIES_PER_GROUP))
+
+
+def initialize(storage: Storage, mdt_dir: str, base_schema: Mapping[str, Any], t: str,
+               entries: Mapping[str, ri.Location]) -> list[WriteStat]:
+    """Create the partition's file groups at ``t``, each opened with an empty delete block (as
+    Hudi's ``initializeFileGroups``) and, when ``entries`` map to it, a base HFile of them (a
+    table that has rows: their keys, as Hudi's initialization bulk-inserts them). Returns the
+    base files' write stats for the initializing deltacommit."""
+    schema = json.dumps(ri.with_record_index(base_schema), separators=(",", ":"))
+    n = file_group_count(len(entries))
+    storage.delete_dir(f"{mdt_dir}/{PARTITION}")  # what an initialization that died part way left
+    storage.write_bytes(f"{mdt_dir}/{PARTITION}/.hoodie_partition_metadata",
+                        f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())
+    keys = sorted(entries)
+    ix = ri.file_group_indexes(pa.array(keys, pa.string()), n) if keys else np.zeros(0, np.int64)
+    now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+    out = []
+    for i in range(n):
+        fid = ri.file_group_id(i)
+        storage.write_bytes(f"{mdt_dir}/{PARTITION}/.{fid}_{t}.log.1_{_WRITE_TOKEN}", opening_log(t))
+        mine = {keys[j]: entries[keys[j]] for j in np.flatnonzero(ix == i)}
+        if not mine:
+            continue
+        name = ri.base_file_name(fid, _WRITE_TOKEN, t)
+        data = ri.encode_hfile(mine, schema, base_file_name=name, created_ms=now)
+        storage.write_bytes(f"{mdt_dir}/{PARTITION}/{name}", data)
+        out.append(WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION,
+                             num_writes=len(mine), num_inserts=len(mine), total_write_bytes=len(data),
+                             file_size=len(data)))
+    return out
+
+
+def entries_of(storage: Storage, config: TableConfig, snapshot: Any) -> dict[str, ri.Location]:
+    """Every live key of a table's latest slices (``snapshot``: its :class:`.snapshot.Snapshot`)
+    and where it is: the base file's keys, then each log's data and deletes in order. A key's
+    instant is its slice's base time, or the log's that wrote it."""
+    out: dict[str, ri.Location] = {}
+    for fs in snapshot.files():
+        live: dict[str, str] = {}
+        if fs.has_base:
+            live.update(dict.fromkeys(_keys_of_base(storage, config, fs.path).to_pylist(), fs.instant_time))
+        for lg in fs.logs:
+            placed, gone = _log_keys(storage, config, lg.path)
+            for k in gone.to_pylist():
+                live.pop(k, None)
+            live.update(dict.fromkeys(placed.to_pylist(), lg.instant_time))
+        out.update({k: ri.Location(fs.partition, fs.file_id, t) for k, t in live.items()})
+    return out
+
+
+# -- what an action changes -----------------------------------------------------------------------
+def remember_keys(storage: Storage, rel: str, inserted: pa.Array, deleted: pa.Array | None = None) -> None:
+    """A writer that wrote the data file ``rel`` hands over the keys it inserted into that
+    file's group and the keys it deleted from it: the metadata update of its commit (under the
+    table lock) then reads nothing back (in the same process)."""
+    _HANDED.put((storage.uri, rel), (inserted, deleted if deleted is not None else pa.array([], pa.string())))
+
+
+def changes_of_write(storage: Storage, config: TableConfig, t: str, meta: CommitMetadata,
+                     lookup: Any) -> IndexChanges:
+    """The record-index changes of a write at ``t`` (commit, deltacommit, replace commit).
+    ``lookup(keys)``: where the index puts keys now (for a log file's keys, which a writer
+    appends without knowing whether the group held them)."""
+    out = IndexChanges()
+    check: list[tuple[str, str, str, bool]] = []  # (key, partition, file id, placed?) to check against the index
+    if meta.compacted or meta.operation_type.upper() in ("COMPACT", "LOG_COMPACT"):
+        # a compaction keeps every key in its group; but a log's delete that lost to a stored
+        # row newer by its ordering value took the key out of the index (as Hudi's append
+        # handle does), and the key is still there: the compacted base puts it back
+        for s in meta.all_stats():
+            if s.path and s.file_id and not s.is_log:
+                rel = paths.data_file(s.path, source=f"{t}: commit metadata")
+                check += [(k, s.partition_path, s.file_id, True)
+                          for k in _keys_of_base(storage, config, rel).to_pylist()]
+        return _checked(out, check, lookup, t)
+    for s in meta.all_stats():
+        if not s.path or not s.file_id:
+            continue
+        rel = paths.data_file(s.path, source=f"{t}: commit metadata")
+        location = ri.Location(s.partition_path, s.file_id, t)
+        handed = _HANDED.get((storage.uri, rel))
+        if s.is_log or ".log." in rel.rsplit("/", 1)[-1]:
+            placed, gone = handed if handed is not None else _log_keys(storage, config, rel)
+            check += [(k, s.partition_path, s.file_id, True) for k in placed.to_pylist()]
+            check += [(k, s.partition_path, s.file_id, False) for k in gone.to_pylist()]
+            continue
+        if handed is not None:
+            placed, gone = handed
+        else:
+            placed, gone = _base_changes(storage, config, s, rel)
+        out.upserts.update(dict.fromkeys(placed.to_pylist(), location))
+        out.deletes.update(gone.to_pylist())
+    if isinstance(meta, ReplaceCommitMetadata) and meta.operation_type.upper() != "CLUSTER":
+        # an overwrite retires whole groups, or (a bucket's group) starts a new slice of one:
+        # their keys go unless the commit placed them anew
+        retired = {(p, f) for p, ids in meta.partition_to_replace_file_ids.items() for f in ids if f}
+        retired |= {(s.partition_path, s.file_id) for s in meta.all_stats() if s.file_id}
+        for part, fid in sorted(retired):
+            check += [(k, part, fid, False) for k in _group_keys(storage, config, part, fid)]
+    return _checked(out, check, lookup, t)
+
+
+def _checked(out: IndexChanges, check: list[tuple[str, str, str, bool]], lookup: Any, t: str) -> IndexChanges:
+    """``out`` with the keys to ``check`` against the index: a key placed in a group the index
+    does not put it in is placed there; a key deleted from the group the index puts it in is
+    deleted (from any other group: it lives on there)."""
+    if check:
+        found = lookup([k for k, _, _, _ in check])
+        for k, part, fid, placed in check:
+            loc = found.get(k)
+            here = loc is not None and (loc.partition, loc.file_id) == (part, fid)
+            if placed and not here:
+                out.upserts[k] = ri.Location(part, fid, t)
+            elif not placed and here:
+                out.deletes.add(k)
+    out.deletes -= out.upserts.keys()
+    return out
+
+
+def _keys_of_base(storage: Storage, config: TableConfig, rel: str) -> pa.Array:
+    with storage.fs.open_input_file(storage.abs(rel)) as f:
+        pf = open_parquet(f, rel)
+        if config.populate_meta_fields and "_hoodie_record_key" in pf.schema_arrow.names:
+            keys = pf.read(columns=["_hoodie_record_key"]).column(0)
+        else:
+            keys = stored_keys(pf.read(columns=list(config.record_key)), config)
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    return keys.cast(pa.string())
+
+
+def _base_changes(storage: Storage, config: TableConfig, s: WriteStat, rel: str) -> tuple[pa.Array, pa.Array]:
+    """(inserted, deleted) keys of a base file written elsewhere: its keys against those of
+    the base it replaced."""
+    new = _keys_of_base(storage, config, rel)
+    if s.creates_file_group or not s.prev_base_file:
+        return new, pa.array([], pa.string())
+    old_rel = paths.data_file(f"{s.partition_path}/{s.prev_base_file}" if s.partition_path else s.prev_base_file,
+                              source="commit metadata")
+    old = _keys_of_base(storage, config, old_rel)
+    inserted = new.filter(pc.invert(pc.is_in(new, value_set=old)))
+    deleted = old.filter(pc.invert(pc.is_in(old, value_set=new))) if s.num_deletes else pa.array([], pa.string())
+    return inserted, deleted
+
+
+def _log_keys(storage: Storage, config: TableConfig, rel: str) -> tuple[pa.Array, pa.Array]:
+    """(keys written, keys deleted) by a log file's data and delete blocks."""
+    placed: list[pa.Array] = []
+    gone: list[pa.Array] = []
+    for b in read_log_blocks(storage.read_bytes(rel), source=rel):
+        if b.records is None:
+            continue
+        if b.block_type == BlockType.DELETE:
+            gone.append(b.records.column("record_key").combine_chunks().cast(pa.string()))
+        elif b.block_type in (BlockType.AVRO_DATA, BlockType.PARQUET_DATA, BlockType.HFILE_DATA):
+            placed.append(stored_keys(b.records, config))
+    return (pa.concat_arrays(placed) if placed else pa.array([], pa.string()),
+            pa.concat_arrays(gone) if gone else pa.array([], pa.string()))
+
+
+def _group_keys(storage: Storage, config: TableConfig, partition: str, file_id: str) -> list[str]:
+    """Every key a data file group's files name, from a listing of its partition (a superset of
+    its live keys: the caller checks each against the index)."""
+    out: set[str] = set()
+    for e in storage.list_dir(partition, files_only=True):
+        name = e.path.rsplit("/", 1)[-1]
+        rel = layout.data_file_path(partition, name)
+        if (d := layout.parse_data_file(name)) is not None and d.file_id == file_id:
+            out.update(_keys_of_base(storage, config, rel).to_pylist())
+        elif (lg := parse_log_file(name)) is not None and lg.file_id == file_id:
+            placed, gone = _log_keys(storage, config, rel)
+            out.update(placed.to_pylist())
+            out.update(gone.to_pylist())
+    return sorted(out)
+
+
+#: decoded record-index files, by (table URI, path)
+_BASES: BoundedCache[tuple[str, str], tuple[dict[str, bytes], str]] = BoundedCache(64)
+_LOGS: BoundedCache[tuple[str, str], list[ri.Changes]] = BoundedCache(1024)
+#: per (table URI, file group): the logs of the slice last applied, and what they say
+_OVERLAYS: BoundedCache[tuple[str, str], tuple[tuple[str, ...], dict[str, ri.Location | None]]] = BoundedCache(256)
+#: keys handed over by writers, by (table URI, data file path)
+_HANDED: BoundedCache[tuple[str, str], tuple[pa.Array, pa.Array]] = BoundedCache(4096)
+
+
+def forget_decoded() -> None:
+    for cache in (_BASES, _LOGS, _OVERLAYS, _HANDED):
+        cache.clear()

@@ -1,0 +1,105 @@
+"""On a table keeping the record index a key lives in one partition (Hudi's global index): a
+record naming another partition updates the stored one where it is, or moves it there with
+``update_partition_path=True`` (``hoodie.record.index.update.partition.path``).
+
+Oracles: the rows as hudi-rs reads them, and the record index checked against them."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import multiwriter as mw
+from multiwriter import faults
+from multiwriter.transaction import Transaction
+from tests.oracle import hudi_read
+from tests.table.test_metadata_record_index import _check_index
+
+SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.int64()), ("d", pa.string())])
+
+
+def _rows(*rows) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(("id", "ts", "v", "d"), r, strict=True)) for r in rows], schema=SCHEMA)
+
+
+def _table(tmp_path, kind: str, record_index: bool = True) -> str:
+    path = str(tmp_path / "t")
+    kw = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if kind == "mor" else {}
+    mw.Table.create(path, name="g", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    record_index=record_index, **kw)
+    return path
+
+
+def _read(path: str) -> dict[str, tuple]:
+    t = hudi_read(path)
+    return {r["id"]: (r["_hoodie_partition_path"], r["v"], r["d"]) for r in t.to_pylist()}
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_a_key_named_in_another_partition_updates_the_stored_record(kind, tmp_path):
+    path = _table(tmp_path, kind)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(_rows(("a", 1, 1, "x"), ("b", 1, 1, "x")), path, cfg)
+    mw.write(_rows(("a", 2, 2, "y"), ("c", 2, 2, "y")), path, cfg)
+    # Hudi's default: the record updates the stored one in its partition (its columns as given)
+    assert _read(path) == {"a": ("x", 2, "y"), "b": ("x", 1, "x"), "c": ("y", 2, "y")}
+    assert _check_index(path) == 3
+    mw.write(_rows(("b", 3, 0, "z")), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(),
+                                                            operation="delete"))
+    assert set(_read(path)) == {"a", "c"}, "a delete naming another partition deletes the stored record"
+    assert _check_index(path) == 2
+
+
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_update_partition_path_moves_the_key(kind, tmp_path):
+    path = _table(tmp_path, kind)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), update_partition_path=True)
+    mw.write(_rows(("a", 1, 1, "x"), ("b", 1, 1, "x")), path, cfg)
+    mw.write(_rows(("a", 2, 2, "y")), path, cfg)
+    assert _read(path) == {"a": ("y", 2, "y"), "b": ("x", 1, "x")}
+    assert _check_index(path) == 2
+
+
+def test_without_the_record_index_partitions_stay_apart(tmp_path):
+    """The index is per partition (Hudi's non-global bloom index): the same key in two
+    partitions is two records."""
+    path = _table(tmp_path, "cow", record_index=False)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock())
+    mw.write(_rows(("a", 1, 1, "x")), path, cfg)
+    mw.write(_rows(("a", 2, 2, "y")), path, cfg)
+    assert sorted(hudi_read(path).column("_hoodie_partition_path").to_pylist()) == ["x", "y"]
+
+
+def test_an_entry_of_a_write_that_never_completed_routes_nothing(tmp_path):
+    """A writer that died after its metadata-table deltacommit left index entries for a file
+    group no reader sees: a key it wrote goes where the next batch names it."""
+    path = _table(tmp_path, "cow")
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock)
+    mw.write(_rows(("a", 1, 1, "x")), path, cfg)
+    faults.configure("after-metadata-table=error")
+    try:
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
+            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
+            mw.write(_rows(("lost", 1, 1, "x")), path, cfg)
+    finally:
+        faults.configure(None)
+    mw.write(_rows(("lost", 2, 2, "y")), path, mw.WriterConfig(writer_id="w2", lock=lock))
+    assert _read(path) == {"a": ("x", 1, "x"), "lost": ("y", 2, "y")}
+
+
+def test_a_spark_dataframe_moving_keys_is_refused(spark, tmp_path):
+    path = _table(tmp_path, "cow")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), update_partition_path=True, executor="spark")
+    df = spark.createDataFrame(_rows(("a", 1, 1, "x")).to_pandas())
+    with pytest.raises(mw.errors.ConfigError, match="update_partition_path=True"):
+        mw.write(df, path, cfg)
+    assert hudi_read(path).num_rows == 0
+
+
+def test_spark_executors_update_the_stored_record_and_keep_the_index(spark, tmp_path):
+    path = _table(tmp_path, "cow")
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), executor="spark")
+    mw.write(spark.createDataFrame(_rows(("a", 1, 1, "x"), ("b", 1, 1, "x")).to_pandas()), path, cfg)
+    mw.write(spark.createDataFrame(_rows(("a", 2, 2, "y"), ("c", 2, 2, "y")).to_pandas()), path, cfg)
+    assert _read(path) == {"a": ("x", 2, "y"), "b": ("x", 1, "x"), "c": ("y", 2, "y")}
+    assert _check_index(path) == 3
