@@ -27,6 +27,8 @@ def _model(path: str) -> dict[str, tuple[str, str]]:
     """Each live key's (partition, file id), from the rows as hudi-rs reads them (which agree
     with ours: :func:`_agreed`)."""
     t = hudi_read(path)
+    if not t.num_rows:
+        return {}
     names = t.column("_hoodie_file_name").to_pylist()
     out = {}
     for k, p, n in zip(t.column("_hoodie_record_key").to_pylist(), t.column("_hoodie_partition_path").to_pylist(),
