@@ -161,14 +161,17 @@ class RecordIndexPartition:
         values = wanted.to_pylist()
         for g in np.unique(ix):
             cells, schema, overlay = self._group_view(groups[int(g)], done)
+            stored = []
             for k in (values[i] for i in np.flatnonzero(ix == g)):
                 if k in overlay:
                     loc = overlay[k]
                     if loc is not None:
                         out[k] = loc
                 elif k in cells:
-                    assert schema is not None
-                    out[k] = ri.decode_cells([(k.encode(), cells[k])], schema, source=self._rel())[k]
+                    stored.append((k.encode(), cells[k]))
+            if stored:
+                assert schema is not None
+                out.update(ri.decode_cells(stored, schema, source=self._rel()))
         return out
 
     def read(self, done: Mapping[str, tuple[str, str]]) -> dict[str, ri.Location]:

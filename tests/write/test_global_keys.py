@@ -31,7 +31,9 @@ def _table(tmp_path, kind: str, record_index: bool = True) -> str:
 
 def _read(path: str) -> dict[str, tuple]:
     t = hudi_read(path)
-    return {r["id"]: (r["_hoodie_partition_path"], r["v"], r["d"]) for r in t.to_pylist()}
+    out = {r["id"]: (r["_hoodie_partition_path"], r["v"], r["d"]) for r in t.to_pylist()}
+    assert len(out) == t.num_rows, "a key stored twice"
+    return out
 
 
 @pytest.mark.parametrize("kind", ["cow", "mor"])
