@@ -92,7 +92,7 @@ from typing import Any
 import fastavro
 
 from ..errors import TableFormatError
-from . import avro, hfile
+from . import avro, avro_encoder, hfile
 from .log_file import _NS, _ORDERING_WRAPPERS, _wrapper, BlockType, HeaderKey, encode_block, read_log_blocks
 
 COLUMN_STATS = "column_stats"
@@ -513,36 +513,63 @@ def _to_v1(v: Any, wrapper: str) -> Any:
     return v
 
 
-def _wrap(v: Any, s: ColumnStats) -> Any:
+#: each wrapper's full name, the name its union branch goes by
+_WRAPPER_NAMES = {name: f"{_NS}.{name}" for name, _ in (*_ORDERING_WRAPPERS, ("LocalDateWrapper", None))}
+#: the value types whose V2 primitive is the value itself (``_to_v2`` leaves them as they are)
+_V2_AS_IS = frozenset({ValueType.BOOLEAN, ValueType.INT, ValueType.LONG, ValueType.FLOAT, ValueType.DOUBLE,
+                       ValueType.STRING, ValueType.BYTES, ValueType.FIXED, ValueType.TIMESTAMP_NANOS,
+                       ValueType.LOCAL_TIMESTAMP_NANOS})
+
+
+def _wrap(v: Any, s: ColumnStats) -> tuple[str, Any] | None:
+    """(wrapper's full name, wrapped value) of a min or max, None for no value."""
     if v is None:
         return None
     if s.value_type is not None:
         name = _PRIMITIVE_WRAPPER.get(s.value_type)
         if name is None:
             raise StatsFormatError(f"column {s.column!r}: value type {s.value_type.name} holds no value")
-        return (f"{_NS}.{name}", {"value": _to_v2(v, s.value_type, s.decimal)})
+        return _WRAPPER_NAMES[name], (v if s.value_type in _V2_AS_IS else _to_v2(v, s.value_type, s.decimal))
     if s.wrapper is None:
         raise StatsFormatError(f"column {s.column!r}: a value without its wrapper")
     if s.wrapper == "ArrayWrapper":
         raise StatsFormatError(f"column {s.column!r}: array values are not written")
-    return (f"{_NS}.{s.wrapper}", {"value": _to_v1(v, s.wrapper)})
+    return _WRAPPER_NAMES.get(s.wrapper) or f"{_NS}.{s.wrapper}", _to_v1(v, s.wrapper)
 
 
 # -- encoding ---------------------------------------------------------------------------------
+def _stats_values(s: ColumnStats, table_version: int) -> tuple:
+    """The ``HoodieMetadataColumnStats`` of ``s`` as the compiled encoder takes it: its fields in
+    :data:`avro_encoder.STATS_FIELDS` order, wrappers as (full name, value), ``valueType`` as
+    (ordinal, additional info) or None (always None before table version 9)."""
+    lo, hi = _wrap(s.min, s), _wrap(s.max, s)
+    vt = s.value_type
+    if vt is not None:
+        if table_version < 9:
+            raise StatsFormatError(f"column {s.column!r}: table version {table_version} writes no value type")
+        info = f"{s.decimal[0]},{s.decimal[1]}" if vt is ValueType.DECIMAL and s.decimal else None
+        vt = (int(vt), info)
+    return (s.file_name, s.column, lo, hi, s.value_count, s.null_count, s.total_size, s.total_uncompressed_size,
+            s.is_deleted, s.is_tight_bound, vt)
+
+
 def _avro_stats(s: ColumnStats, table_version: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "fileName": s.file_name, "columnName": s.column, "minValue": _wrap(s.min, s), "maxValue": _wrap(s.max, s),
-        "valueCount": s.value_count, "nullCount": s.null_count, "totalSize": s.total_size,
-        "totalUncompressedSize": s.total_uncompressed_size, "isDeleted": s.is_deleted,
-        "isTightBound": s.is_tight_bound,
-    }
+    """The ``HoodieMetadataColumnStats`` of ``s`` as fastavro takes it."""
+    return _fastavro_form(_stats_values(s, table_version), table_version)
+
+
+def _fastavro_form(values: tuple, table_version: int) -> dict[str, Any]:
+    """:func:`_stats_values` as fastavro takes them: wrappers in tuple notation, ``valueType`` a
+    dict, absent before table version 9."""
+    out = dict(zip(avro_encoder.STATS_FIELDS, values, strict=True))
+    for name in ("minValue", "maxValue"):
+        if out[name] is not None:
+            out[name] = (out[name][0], {"value": out[name][1]})
     if table_version >= 9:
-        out["valueType"] = None if s.value_type is None else {
-            "typeOrdinal": int(s.value_type),
-            "additionalInfo": f"{s.decimal[0]},{s.decimal[1]}" if s.value_type is ValueType.DECIMAL and s.decimal else None,
-        }
-    elif s.value_type is not None:
-        raise StatsFormatError(f"column {s.column!r}: table version {table_version} writes no value type")
+        vt = out["valueType"]
+        out["valueType"] = None if vt is None else {"typeOrdinal": vt[0], "additionalInfo": vt[1]}
+    else:
+        del out["valueType"]
     return out
 
 
@@ -560,34 +587,73 @@ def encode_cells(records: Iterable[StatsRecord], schema: Mapping[str, Any], *,
                  file_name: str | None = None) -> list[tuple[str, bytes]]:
     """(key, value) HFile cells of ``records`` in ``schema`` (a full ``HoodieMetadataRecord``
     schema, :func:`record_schema`). ``file_name``: a compacted base's own name, which Hudi's
-    compaction puts in each record's ``_hoodie_file_name``. The unions' branches are named
-    (fastavro's ``(name, value)`` form), so the encoder tries none of the others."""
+    compaction puts in each record's ``_hoodie_file_name``. The encoder compiled for the schema
+    writes them (:mod:`.avro_encoder`); fastavro writes a schema or a value it does not know."""
     version = _table_version(schema)
     text = json.dumps(schema, separators=(",", ":"))
-    parsed = _parsed_schema(text)
-    stats_name, type_name = _branch_names(text)
-    names = [f["name"] for f in schema["fields"]]
-    buf = io.BytesIO()
-    ends = []
+    compiled = _compiled(text)
+    fallback = _FastavroEncoder(text, version, file_name)
+    if compiled is None:
+        return [(r.key, fallback.encode(r, _stats_values(r.stats, version))) for r in records]
+    frames: dict[int, avro_encoder.Frame] = {}
+    cells = []
     for r in records:
-        value: dict[str, Any] = dict.fromkeys(names)
-        if file_name is not None and "_hoodie_file_name" in value:
-            value["_hoodie_file_name"] = file_name
-        stats = _avro_stats(r.stats, version)
-        if type_name and stats.get("valueType") is not None:
-            stats["valueType"] = (type_name, stats["valueType"])
-        value.update({"key": "", "type": r.record_type, "ColumnStatsMetadata": (stats_name, stats) if stats_name else stats})
+        values = _stats_values(r.stats, version)
         try:
-            fastavro.schemaless_writer(buf, parsed, value)
+            frame = frames.get(r.record_type) or frames.setdefault(
+                r.record_type, compiled.frame(r.record_type, file_name))
+            data = compiled.encode(frame, values)
+        except avro_encoder.Unsupported:
+            data = fallback.encode(r, values)
+        cells.append((r.key, data))
+    return cells
+
+
+class _FastavroEncoder:
+    """fastavro's encoding of records in one schema: the reference the compiled encoder writes
+    byte for byte, and what writes the schemas and values that encoder does not know. The
+    unions' branches are named (fastavro's ``(name, value)`` form), so it tries none of the
+    others."""
+
+    def __init__(self, text: str, version: int, file_name: str | None) -> None:
+        self._parsed = _parsed_schema(text)
+        self._stats_name, self._type_name = _branch_names(text)
+        self._version = version
+        self._frame: dict[str, Any] = dict.fromkeys(f["name"] for f in self._parsed["fields"])
+        if file_name is not None and "_hoodie_file_name" in self._frame:
+            self._frame["_hoodie_file_name"] = file_name
+        self._frame["key"] = ""
+        self._buf = io.BytesIO()
+
+    def encode(self, r: StatsRecord, values: tuple) -> bytes:
+        """The value of ``r`` (``values``: its :func:`_stats_values`)."""
+        stats = _fastavro_form(values, self._version)
+        if self._type_name and stats.get("valueType") is not None:
+            stats["valueType"] = (self._type_name, stats["valueType"])
+        value = {**self._frame, "type": r.record_type,
+                 "ColumnStatsMetadata": (self._stats_name, stats) if self._stats_name else stats}
+        buf = self._buf
+        buf.seek(0)
+        buf.truncate()
+        try:
+            fastavro.schemaless_writer(buf, self._parsed, value)
         except (ValueError, TypeError, OverflowError) as e:
             raise StatsFormatError(f"record {r.key}: column {r.stats.column!r} does not encode ({e})") from e
-        ends.append((r.key, buf.tell()))
-    data = buf.getvalue()
-    cells, start = [], 0
-    for key, end in ends:
-        cells.append((key, data[start:end]))
-        start = end
-    return cells
+        return buf.getvalue()
+
+
+def _fastavro_cells(records: Iterable[StatsRecord], schema: Mapping[str, Any], *,
+                    file_name: str | None = None) -> list[tuple[str, bytes]]:
+    """:func:`encode_cells` by fastavro alone (the compiled encoder's reference)."""
+    version = _table_version(schema)
+    enc = _FastavroEncoder(json.dumps(schema, separators=(",", ":")), version, file_name)
+    return [(r.key, enc.encode(r, _stats_values(r.stats, version))) for r in records]
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(text: str) -> avro_encoder.StatsEncoder | None:
+    """The compiled encoder of a record schema, once per schema (None: fastavro writes it)."""
+    return avro_encoder.StatsEncoder.compile(_parsed_schema(text))
 
 
 @functools.lru_cache(maxsize=32)

@@ -13,17 +13,21 @@ import json
 import os
 import re
 import uuid
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from multiwriter.errors import TableFormatError
+from multiwriter.format import avro_encoder
 from multiwriter.format import column_stats as cs
 from multiwriter.format import hfile
 from multiwriter.table.metadata_files import RECORD_SCHEMA
-from tests.oracle import unzip_fixture
+from tests.oracle import FIXTURES, unzip_fixture
 
 V9 = [("cow", "v9_txns_simple_meta"), ("mor", "v9_txns_simple_meta")]
 ALL = [*V9, ("mor", "v8_trips_8i3u1d"), ("mor", "v9_nonpartitioned_rollback")]
@@ -399,6 +403,181 @@ def test_default_columns_to_index():
     assert cols[:5] == ["_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_record_key", "a", "ok"]
     assert len(cols) == 3 + cs.MAX_COLUMNS and "rec" not in cols and "big" not in cols
     assert cs.columns_to_index({"fields": fields}, meta_fields=False, column_list=["c3", "_hoodie_record_key"]) == ["c3"]
+
+
+# -- the compiled encoder against fastavro ------------------------------------------------------
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_INT = st.integers(-(2 ** 31), 2 ** 31 - 1)
+_LONG = st.integers(-(2 ** 63), 2 ** 63 - 1)
+_COUNT = st.none() | _LONG
+_BIG_COUNT = st.integers(2 ** 63, 2 ** 64)  # beyond a long: fastavro refuses it
+_INSTANT = st.datetimes(timezones=st.just(UTC))
+_NAIVE = st.datetimes()
+
+
+@st.composite
+def _decimal(draw, precision: int, scale: int) -> decimal.Decimal:
+    """A decimal of up to ``precision`` digits, ``scale`` of them after the point; often next
+    to a byte boundary of its two's complement (a power of two 2^(8j-1) or 2^8j, one off,
+    either sign), where the size of its bytes turns."""
+    bound = 10 ** precision - 1
+    edge = st.builds(lambda j, top, d, sign: sign * (2 ** (8 * j - top) + d), st.integers(1, max(1, bound.bit_length() // 8)),
+                     st.integers(0, 1), st.integers(-1, 1), st.sampled_from([1, -1]))
+    unscaled = draw(st.integers(-bound, bound) | edge.filter(lambda n: abs(n) <= bound))
+    return decimal.Decimal(f"{unscaled}E-{scale}")  # exact: the default context rounds to 28 digits
+
+
+#: a strategy of the in-memory values of each V2 value type
+_V2_VALUES = {
+    cs.ValueType.BOOLEAN: st.booleans(), cs.ValueType.INT: _INT, cs.ValueType.LONG: _LONG,
+    cs.ValueType.FLOAT: st.floats(width=32), cs.ValueType.DOUBLE: st.floats(), cs.ValueType.STRING: _TEXT,
+    cs.ValueType.BYTES: st.binary(max_size=12), cs.ValueType.FIXED: st.binary(max_size=12),
+    cs.ValueType.UUID: st.uuids(), cs.ValueType.DATE: st.dates(), cs.ValueType.TIME_MILLIS: st.times(),
+    cs.ValueType.TIME_MICROS: st.times(), cs.ValueType.TIMESTAMP_MILLIS: _INSTANT,
+    cs.ValueType.TIMESTAMP_MICROS: _INSTANT, cs.ValueType.TIMESTAMP_NANOS: _LONG,
+    cs.ValueType.LOCAL_TIMESTAMP_MILLIS: _NAIVE, cs.ValueType.LOCAL_TIMESTAMP_MICROS: _NAIVE,
+    cs.ValueType.LOCAL_TIMESTAMP_NANOS: _LONG,
+}
+#: ... and of each V1 wrapper (a float wrapper also takes ints, and doubles beyond a float's range)
+_V1_VALUES = {
+    "BooleanWrapper": st.booleans(), "IntWrapper": _INT, "LongWrapper": _LONG,
+    "FloatWrapper": st.floats(width=32) | st.integers(-(2 ** 24), 2 ** 24) | st.floats(),
+    "DoubleWrapper": st.floats() | st.integers(-(2 ** 53), 2 ** 53), "BytesWrapper": st.binary(max_size=12),
+    "StringWrapper": _TEXT, "DateWrapper": st.dates(), "LocalDateWrapper": st.dates(),
+    "DecimalWrapper": _decimal(cs.DECIMAL_PRECISION, cs.DECIMAL_SCALE), "TimeMicrosWrapper": st.times(),
+    "TimestampMicrosWrapper": _INSTANT,
+}
+
+
+@st.composite
+def _stats(draw, version: int) -> cs.ColumnStats:
+    """A column's stats of either index version, every value type or wrapper, values or none."""
+    if version >= 9:
+        vt = draw(st.sampled_from([*_V2_VALUES, cs.ValueType.NULL]))
+        dec = None
+        if vt is cs.ValueType.NULL:
+            values = st.none()
+        elif draw(st.booleans()) and vt in (cs.ValueType.BYTES, cs.ValueType.FIXED):  # a decimal instead
+            # (V2 decimals become bytes before the encoder; _to_v2 unscales them in the default
+            # context of 28 digits)
+            precision = draw(st.integers(1, 28))
+            vt, dec = cs.ValueType.DECIMAL, (precision, draw(st.integers(0, precision)))
+            values = _decimal(*dec)
+        else:
+            values = _V2_VALUES[vt]
+        kind = {"wrapper": cs._PRIMITIVE_WRAPPER.get(vt), "value_type": vt, "decimal": dec}
+    else:
+        wrapper = draw(st.sampled_from(sorted(_V1_VALUES)))
+        values, kind = _V1_VALUES[wrapper], {"wrapper": wrapper}
+    lo, hi = draw(st.none() | values), draw(st.none() | values)
+    return cs.ColumnStats(draw(_TEXT), draw(_TEXT), lo, hi, draw(_COUNT), draw(_COUNT), draw(_COUNT), draw(_COUNT),
+                          draw(st.booleans()), draw(st.booleans()), **kind)
+
+
+@st.composite
+def _records(draw, version: int) -> list[cs.StatsRecord]:
+    """Column-stats and partition-stats records, and the tombstones of a file and a partition."""
+    out = []
+    for s in draw(st.lists(_stats(version), max_size=6)):
+        partition = draw(_TEXT)
+        out.append(cs.column_stats_record(partition, s) if draw(st.booleans())
+                   else cs.partition_stats_record(replace(s, file_name=partition)))
+    columns = draw(st.lists(_TEXT, max_size=2))
+    index = cs.index_version(version)
+    out += cs.deleted_file(draw(_TEXT), draw(_TEXT), columns, version=index)
+    out += cs.deleted_partition(draw(_TEXT), columns, version=index)
+    return draw(st.permutations(out))
+
+
+def _hudi_schema(zip_name: str) -> dict:
+    """The record schema of Hudi's first column_stats base HFile in a fixture table."""
+    with zipfile.ZipFile(FIXTURES / zip_name) as z:
+        name = min(n for n in z.namelist() if "/.hoodie/metadata/column_stats/" in n and n.endswith(".hfile")
+                   and "__MACOSX" not in n)
+        return json.loads(hfile.read(z.read(name)).file_info[b"schema"])
+
+
+@pytest.fixture(scope="module")
+def hudi_schemas():
+    return {9: _hudi_schema("cow_v9_txns_simple_meta.zip"), 8: _hudi_schema("mor_v8_trips_8i3u1d.zip")}
+
+
+def _outcome(encode):
+    """The cells, or the message of the error encoding them raises."""
+    try:
+        return encode()
+    except cs.StatsFormatError as e:
+        return str(e)
+
+
+def _compiled_writes_fastavros_bytes(schema: dict, records: list[cs.StatsRecord], file_name: str | None) -> None:
+    """encode_cells gives fastavro's cells (or its error), and the compiled encoder wrote every
+    record itself but those whose float value a float cannot hold (fastavro writes infinity)."""
+    assert _outcome(lambda: cs.encode_cells(records, schema, file_name=file_name)) == \
+        _outcome(lambda: cs._fastavro_cells(records, schema, file_name=file_name))
+    version = cs._table_version(schema)
+    enc = cs._compiled(json.dumps(schema, separators=(",", ":")))
+    assert enc is not None
+    for r in records:
+        values = cs._stats_values(r.stats, version)
+        try:
+            got = enc.encode(enc.frame(r.record_type, file_name), values)
+        except avro_encoder.Unsupported:
+            huge = [v for v in (r.stats.min, r.stats.max) if r.stats.wrapper == "FloatWrapper" and
+                    isinstance(v, float) and abs(v) > 3.4028234663852886e38 and v == v]
+            too_big = [n for n in (r.stats.value_count, r.stats.null_count, r.stats.total_size,
+                                   r.stats.total_uncompressed_size) if n is not None and n >= 2 ** 63]
+            assert huge or too_big, r.stats
+            continue
+        assert [(r.key, got)] == cs._fastavro_cells([r], schema, file_name=file_name), r.stats
+
+
+_FILE_NAME = st.none() | st.just("col-stats-0000-0_0-1-2_20240101000000000.hfile")
+
+
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from([8, 9]), data=st.data(), file_name=_FILE_NAME)
+def test_compiled_encoder_writes_fastavros_bytes_in_our_schema(version, data, file_name):
+    _compiled_writes_fastavros_bytes(cs.record_schema(RECORD_SCHEMA, version), data.draw(_records(version)), file_name)
+
+
+@pytest.mark.needs_fixtures
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from([8, 9]), data=st.data(), file_name=_FILE_NAME)
+def test_compiled_encoder_writes_fastavros_bytes_in_hudis_schema(hudi_schemas, version, data, file_name):
+    _compiled_writes_fastavros_bytes(hudi_schemas[version], data.draw(_records(version)), file_name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lo=_V1_VALUES["DecimalWrapper"], hi=_V1_VALUES["TimeMicrosWrapper"], file_name=_FILE_NAME)
+def test_compiled_encoder_writes_fastavros_logical_types(lo, hi, file_name):
+    """The two logical types of Hudi's wrappers, which the encoder converts as fastavro does:
+    ``DecimalWrapper``'s decimal(30,15) and ``TimeMicrosWrapper``'s time-micros."""
+    records = [cs.column_stats_record("p", _v1("dec", "DecimalWrapper", lo, lo.copy_negate())),
+               cs.column_stats_record("p", _v1("t", "TimeMicrosWrapper", hi, None))]
+    _compiled_writes_fastavros_bytes(cs.record_schema(RECORD_SCHEMA, 8), records, file_name)
+
+
+def test_counts_beyond_a_long_are_refused_as_fastavro_refuses_them():
+    s = replace(V2_STATS[2], value_count=2 ** 63)
+    schema = cs.record_schema(RECORD_SCHEMA, 9)
+    with pytest.raises(cs.StatsFormatError, match="does not encode"):
+        cs.encode_cells([cs.column_stats_record("p", s)], schema)
+
+
+def test_a_schema_the_encoder_does_not_know_is_left_to_fastavro():
+    """A column-stats field it does not know, or a field that cannot be null, and no encoder
+    is compiled: fastavro writes the records."""
+    schema = cs.record_schema(RECORD_SCHEMA, 9)
+    stats = schema["fields"][[f["name"] for f in schema["fields"]].index("ColumnStatsMetadata")]["type"][1]
+    stats["fields"].append({"name": "extra", "type": ["null", "long"], "default": None})
+    text = json.dumps(schema, separators=(",", ":"))
+    assert cs._compiled(text) is None
+    records = [cs.column_stats_record("p", s) for s in V2_STATS]
+    assert cs.encode_cells(records, schema) == cs._fastavro_cells(records, schema)
+    assert cs.decode_cells([(k.encode(), v) for k, v in cs.encode_cells(records, schema)], text)
+    required = {**RECORD_SCHEMA, "fields": [*RECORD_SCHEMA["fields"], {"name": "must", "type": "string", "default": ""}]}
+    assert cs._compiled(json.dumps(cs.record_schema(required, 9), separators=(",", ":"))) is None
 
 
 # -- bad input --------------------------------------------------------------------------------
