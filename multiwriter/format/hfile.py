@@ -438,10 +438,11 @@ def _positions(key: bytes, nb_hash: int, bits: int) -> list[int]:
     return out
 
 
-def _positions_many(keys: list[bytes], nb_hash: int, bits: int) -> list[list[int]]:
-    """:func:`_positions` of many keys at once: the keys of one length hashed side by side in
-    numpy (a base file of the metadata table holds tens of thousands of keys, 30 hashes each)."""
-    out: list[list[int]] = [[] for _ in keys]
+def _positions_many(keys: list[bytes], nb_hash: int, bits: int) -> np.ndarray:
+    """:func:`_positions` of many keys at once, one row of ``nb_hash`` bit positions per key:
+    the keys of one length hashed side by side in numpy (a base file of the metadata table
+    holds tens of thousands of keys, 30 hashes each)."""
+    out = np.zeros((len(keys), nb_hash), dtype=np.int64)
     by_len: dict[int, list[int]] = {}
     for i, k in enumerate(keys):
         by_len.setdefault(len(k), []).append(i)
@@ -452,8 +453,8 @@ def _positions_many(keys: list[bytes], nb_hash: int, bits: int) -> list[list[int
         blocks = raw[:, :4 * n4].copy().view("<u4").astype(np.uint64) if n4 else None
         tail = raw[:, 4 * n4:].astype(np.int8).astype(np.int64) if left else None
         seeds = np.zeros(len(idx), dtype=np.uint64)
-        rounds = []
-        for _ in range(nb_hash):
+        rows = np.array(idx, dtype=np.int64)
+        for r in range(nb_hash):
             h = (seeds ^ np.uint64(length)) & mask
             for b in range(n4):
                 k = (blocks[:, b] * m) & mask
@@ -469,11 +470,25 @@ def _positions_many(keys: list[bytes], nb_hash: int, bits: int) -> list[list[int
             h ^= h >> np.uint64(15)
             signed = h.astype(np.int64)
             signed = np.where(signed >= 1 << 31, signed - (1 << 32), signed)
-            rounds.append(np.abs(signed) % bits)
+            out[rows, r] = np.abs(signed) % bits
             seeds = h
-        for j, i in enumerate(idx):
-            out[i] = [int(r[j]) for r in rounds]
     return out
+
+
+def _bloom_rows(n: int, entries: int, max_entries: int) -> tuple[np.ndarray, int, int]:
+    """(row of each of ``n`` keys, rows, the filter's count) as Hudi's ``DYNAMIC_V0`` filter
+    takes keys: ``entries`` keys a row, a new row while the rows hold fewer than
+    ``max_entries``; past that the first key over goes to row 0 and the next ones to the rows
+    in turn, from row 0 again."""
+    rows = max(1, -(-max_entries // entries)) if n > entries else 1
+    rows = min(rows, max(1, -(-n // entries)))
+    i = np.arange(n, dtype=np.int64)
+    full = rows * entries
+    if n <= full:
+        return i // entries, rows, n - (rows - 1) * entries
+    after = i - full - 1
+    row = np.where(i < full, i // entries, np.where(after < 0, 0, np.maximum(after, 0) % rows))
+    return row, rows, n - (rows - 1) * entries
 
 
 def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, fpp: float = BLOOM_FPP,
@@ -486,23 +501,14 @@ def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, f
 
     bits, nb_hash = _bloom_shape(entries, fpp)
     nbytes = (bits + 7) // 8
-    rows = [bytearray(nbytes)]
-    count, reached, turn = 0, False, 0
     encoded = [key.encode() if isinstance(key, str) else key for key in keys]
-    for positions in _positions_many(encoded, nb_hash, bits):
-        if reached:
-            row = rows[turn % len(rows)]
-            turn += 1
-        elif count >= entries and len(rows) * entries < max_entries:
-            rows.append(bytearray(nbytes))
-            row, count = rows[-1], 0
-        elif count >= entries:
-            reached, row = True, rows[0]
-        else:
-            row = rows[-1]
-        for p in positions:
-            row[p >> 3] |= 1 << (p & 7)
-        count += 1
+    positions = _positions_many(encoded, nb_hash, bits)
+    row_of, n_rows, count = _bloom_rows(len(encoded), entries, max_entries)
+    vectors = np.zeros((n_rows, nbytes), dtype=np.uint8)
+    if len(encoded):
+        flat_rows = np.repeat(row_of, nb_hash)
+        flat = positions.reshape(-1)
+        np.bitwise_or.at(vectors, (flat_rows, flat >> 3), (1 << (flat & 7)).astype(np.uint8))
     head = struct.pack(">iibi", -1, nb_hash, 1, bits)  # Filter: version, hashes, MURMUR_HASH, vector size
-    out = head + struct.pack(">iii", entries, count, len(rows)) + b"".join(head + bytes(r) for r in rows)
+    out = head + struct.pack(">iii", entries, count, n_rows) + b"".join(head + v.tobytes() for v in vectors)
     return base64.b64encode(out)

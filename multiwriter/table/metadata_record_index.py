@@ -54,6 +54,37 @@ MIN_FILE_GROUPS = ri.MIN_FILE_GROUPS
 _ENTRIES_PER_GROUP = 10_000_000
 
 
+#: an entry as written: its Avro bytes and the schema (JSON) they are in
+Cell = tuple[bytes, str | None]
+
+
+@dataclass(frozen=True)
+class RawChanges:
+    """What one block of a record-index log file says: keys placed (their cells, undecoded, in
+    ``schema``), and keys deleted."""
+
+    updates: dict[str, bytes]
+    schema: str | None
+    deletes: tuple[str, ...] = ()
+
+
+def _raw_changes(data: bytes, source: str) -> list[RawChanges]:
+    """The blocks of a record-index log file, in order: an HFile data block's cells, a delete
+    block's keys (a torn block skipped, as Hudi's reader skips it)."""
+    out = []
+    for b in read_log_blocks(data, source=source):
+        where = f"{source}: block at offset {b.offset}"
+        if b.block_type == BlockType.HFILE_DATA and b.content is not None:
+            h = hfile.read(b.content, source=where)
+            schema = h.file_info.get(b"schema")
+            out.append(RawChanges({k.decode("utf-8"): v for k, v in h.cells if v},
+                                  schema.decode("utf-8", "replace") if schema is not None else None))
+        elif b.block_type == BlockType.DELETE:
+            keys = b.records.column("record_key").to_pylist() if b.records is not None else []
+            out.append(RawChanges({}, None, tuple(k for k in keys if k is not None)))
+    return out
+
+
 @dataclass
 class IndexChanges:
     """What one action changes in the record index: keys placed, and keys deleted."""
@@ -118,16 +149,18 @@ class RecordIndexPartition:
             _BASES.put(key, hit)
         return hit
 
-    def _log_changes(self, name: str) -> list[ri.Changes]:
+    def _log_changes(self, name: str, data: bytes | None = None) -> list[RawChanges]:
+        """What a log file's blocks say, as raw cells (decoded only when looked up; a
+        compaction carries them as they are). ``data``: its bytes, when the caller has them."""
         rel = self._rel(name)
         key = (self.storage.uri, rel)
-        hit = _LOGS.get(key)
+        hit = _LOGS.get(key) if data is None else None
         if hit is None:
-            hit = ri.decode_log_file(self.storage.read_bytes(rel), source=rel)
+            hit = _raw_changes(self.storage.read_bytes(rel) if data is None else data, rel)
             _LOGS.put(key, hit)
         return hit
 
-    def _overlay(self, file_id: str, logs: tuple[str, ...]) -> dict[str, ri.Location | None]:
+    def _overlay(self, file_id: str, logs: tuple[str, ...]) -> dict[str, Cell | None]:
         """What a slice's logs say on top of its base, in order (None: deleted), kept per
         group: the next read of a slice that only grew by a log applies that log alone."""
         key = (self.storage.uri, file_id)
@@ -139,13 +172,13 @@ class RecordIndexPartition:
             out, new = {}, logs
         for n in new:
             for ch in self._log_changes(n):
-                out.update(ch.updates)
+                out.update({k: (v, ch.schema) for k, v in ch.updates.items()})
                 out.update(dict.fromkeys(ch.deletes))
         _OVERLAYS.put(key, (logs, out))
         return out
 
     def _group_view(self, file_id: str, done: Mapping[str, tuple[str, str]]
-                    ) -> tuple[dict[str, bytes], str | None, dict[str, ri.Location | None]]:
+                    ) -> tuple[dict[str, bytes], str | None, dict[str, Cell | None]]:
         base, _, logs = self.slice(file_id, done)
         cells, schema = self._base_cells(base) if base else ({}, None)
         return cells, schema, self._overlay(file_id, tuple(logs))
@@ -161,17 +194,24 @@ class RecordIndexPartition:
         values = wanted.to_pylist()
         for g in np.unique(ix):
             cells, schema, overlay = self._group_view(groups[int(g)], done)
-            stored = []
+            found: dict[str | None, list[tuple[bytes, bytes]]] = {}
             for k in (values[i] for i in np.flatnonzero(ix == g)):
                 if k in overlay:
-                    loc = overlay[k]
-                    if loc is not None:
-                        out[k] = loc
+                    cell = overlay[k]
+                    if cell is not None:
+                        found.setdefault(cell[1], []).append((k.encode(), cell[0]))
                 elif k in cells:
-                    stored.append((k.encode(), cells[k]))
-            if stored:
-                assert schema is not None
-                out.update(ri.decode_cells(stored, schema, source=self._rel()))
+                    found.setdefault(schema, []).append((k.encode(), cells[k]))
+            out.update(self._decode(found))
+        return out
+
+    def _decode(self, by_schema: Mapping[str | None, list[tuple[bytes, bytes]]]) -> dict[str, ri.Location]:
+        out: dict[str, ri.Location] = {}
+        for schema, pairs in by_schema.items():
+            if pairs:
+                if schema is None:
+                    raise TableFormatError(f"{self._rel()}: record index entries without a schema")
+                out.update(ri.decode_cells(pairs, schema, source=self._rel()))
         return out
 
     def read(self, done: Mapping[str, tuple[str, str]]) -> dict[str, ri.Location]:
@@ -179,11 +219,12 @@ class RecordIndexPartition:
         out: dict[str, ri.Location] = {}
         for fid in self.groups():
             cells, schema, overlay = self._group_view(fid, done)
-            if cells:
-                assert schema is not None
-                out.update(ri.decode_cells(((k.encode(), v) for k, v in cells.items() if k not in overlay), schema,
-                                           source=self._rel()))
-            out.update({k: v for k, v in overlay.items() if v is not None})
+            found: dict[str | None, list[tuple[bytes, bytes]]] = {
+                schema: [(k.encode(), v) for k, v in cells.items() if k not in overlay]}
+            for k, cell in overlay.items():
+                if cell is not None:
+                    found.setdefault(cell[1], []).append((k.encode(), cell[0]))
+            out.update(self._decode(found))
         return out
 
     def _schema(self, file_id: str, done: Mapping[str, tuple[str, str]]) -> str:
@@ -221,9 +262,7 @@ class RecordIndexPartition:
             data = ri.encode_log_file(t, placed, gone, self._schema(fid, done), created_ms=now)
             self.storage.write_bytes(self._rel(name), data)
             self.names()[name] = len(data)
-            _LOGS.put((self.storage.uri, self._rel(name)),
-                      [c for c in (ri.Changes(t, placed) if placed else None,
-                                   ri.Changes(t, deletes=sorted(gone)) if gone else None) if c is not None])
+            self._log_changes(name, data)  # what the next read takes from it: known already
             stats.append(WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                                    num_writes=len(mine), num_inserts=len(placed), num_deletes=len(gone),
                                    total_write_bytes=len(data), file_size=len(data), log_version=1, log_files=(name,)))
@@ -268,12 +307,24 @@ class RecordIndexPartition:
 
     def _compacted_cells(self, file_id: str, base: str | None, logs: tuple[str, ...], schema: str,
                          name: str) -> list[tuple[str, bytes]]:
+        """The cells of a group's new base: the old base's and the logs' as they are (an entry
+        written in the base's schema needs no encoding again), a deleted key left out; only
+        entries of another schema are decoded and encoded anew. (A carried cell keeps the
+        ``_hoodie_file_name`` it was written with; the metadata table populates no meta fields,
+        so no reader looks at it.)"""
         cells = dict(self._base_cells(base)[0]) if base else {}
         overlay = self._overlay(file_id, logs)
-        for k in overlay:
+        other: dict[str | None, list[tuple[bytes, bytes]]] = {}
+        for k, cell in overlay.items():
             cells.pop(k, None)
-        placed = {k: v for k, v in overlay.items() if v is not None}
-        cells.update(ri.encode_cells(placed, schema, file_name=name))
+            if cell is None:
+                continue
+            if cell[1] == schema:
+                cells[k] = cell[0]
+            else:
+                other.setdefault(cell[1], []).append((k.encode(), cell[0]))
+        if other:
+            cells.update(ri.encode_cells(self._decode(other), schema, file_name=name))
         return sorted(cells.items())
 
     def wrote(self, partition: str, name: str, size: int) -> None:
@@ -479,9 +530,9 @@ def _group_keys(storage: Storage, config: TableConfig, partition: str, file_id: 
 
 #: decoded record-index files, by (table URI, path)
 _BASES: BoundedCache[tuple[str, str], tuple[dict[str, bytes], str]] = BoundedCache(64)
-_LOGS: BoundedCache[tuple[str, str], list[ri.Changes]] = BoundedCache(1024)
+_LOGS: BoundedCache[tuple[str, str], list[RawChanges]] = BoundedCache(1024)
 #: per (table URI, file group): the logs of the slice last applied, and what they say
-_OVERLAYS: BoundedCache[tuple[str, str], tuple[tuple[str, ...], dict[str, ri.Location | None]]] = BoundedCache(256)
+_OVERLAYS: BoundedCache[tuple[str, str], tuple[tuple[str, ...], dict[str, Cell | None]]] = BoundedCache(256)
 #: keys handed over by writers, by (table URI, data file path)
 _HANDED: BoundedCache[tuple[str, str], tuple[pa.Array, pa.Array]] = BoundedCache(4096)
 
