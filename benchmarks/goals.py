@@ -321,6 +321,17 @@ def _index_goal(store: str, keys: str) -> str:
     return f"59.3 column stats kept / files partition alone, upsert, {store}, {keys}"
 
 
+#: issue 59 goal 1: a Copy-on-Write random upsert with the record index grows at most 1.2x from
+#: the smallest table to the largest, and costs at most deltalake's merge at the largest
+RECORD_INDEX_SCALE_TARGET, RECORD_INDEX_DELTA_TARGET = 1.2, 1.0
+_RI_SHAPES = ("string keys", "int64 keys")
+
+
+def _ri_goals(keys: str) -> tuple[str, str]:
+    return (f"59.1 CoW upsert with the record index, largest / smallest table, {keys}",
+            f"59.1 CoW upsert with the record index / deltalake merge, largest table, {keys}")
+
+
 #: issue 59 goal 2: a filtered read reads at most 5% of the files
 INDEX_SKIP_TARGET = 0.05
 
@@ -335,6 +346,19 @@ def _index_ratios(results: dict) -> list[tuple[str, float, float]]:
     if r:
         out += [(_index_goal(store, keys), r[store][keys]["ratio"], INDEX_STATS_TARGET)
                 for store, keys in _STATS_CASES if keys in r.get(store, {})]
+    ri = results.get("index_record")
+    if ri:
+        out += [(f"59.3 every index kept / files partition alone, upsert, {store}, {keys}",
+                 ri["cost"][store][keys]["ratio"], INDEX_STATS_TARGET)
+                for store, keys in _STATS_CASES if keys in ri["cost"].get(store, {})]
+        for keys, per in ri["scaling"]["shapes"].items():
+            sizes = sorted(per, key=int)
+            small, large = per[sizes[0]], per[sizes[-1]]
+            scale, vs_delta = _ri_goals(keys)
+            out.append((scale, large["record index"]["median_s"] / small["record index"]["median_s"],
+                        RECORD_INDEX_SCALE_TARGET))
+            out.append((vs_delta, large["record index"]["median_s"] / large["deltalake merge"]["median_s"],
+                        RECORD_INDEX_DELTA_TARGET))
     f = results.get("index_filtered_read")
     if f:
         out += [(_skip_goal(keys), max(d["share read"] for d in cases.values()), INDEX_SKIP_TARGET)
@@ -376,6 +400,10 @@ GOALS = [
     ("NBCC 1 rows differing from the event-time model (ours, hudi-rs)", "nbcc_backfill", 0.0),
     ("NBCC 2 conflicts, 2 to 8 writers on one table", "nbcc_scaling", 0.0),
     *[(_index_goal(store, keys), "index_stats_cost", INDEX_STATS_TARGET) for store, keys in _STATS_CASES],
+    *[(f"59.3 every index kept / files partition alone, upsert, {store}, {keys}", "index_record", INDEX_STATS_TARGET)
+      for store, keys in _STATS_CASES],
+    *[(_ri_goals(keys)[0], "index_record", RECORD_INDEX_SCALE_TARGET) for keys in _RI_SHAPES],
+    *[(_ri_goals(keys)[1], "index_record", RECORD_INDEX_DELTA_TARGET) for keys in _RI_SHAPES],
     *[(_skip_goal(keys), "index_filtered_read", INDEX_SKIP_TARGET) for keys in ("string keys", "integer keys")],
 ]
 

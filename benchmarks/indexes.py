@@ -30,12 +30,15 @@ from . import data, goals, s3_cost
 from .peers import Multiwriter, reset
 
 FILES_ONLY, WITH_STATS = "files only", "with column stats"
+#: the record index with the column and partition stats: every index the metadata table keeps
+WITH_ALL = "with every index"
 TARGET = goals.INDEX_STATS_TARGET
+_KEPT = {WITH_STATS: {"column_stats": True}, WITH_ALL: {"column_stats": True, "record_index": True}}
 
 
-def _local_pair(work: Path, schema) -> dict:
+def _local_pair(work: Path, schema, kept: str = WITH_STATS) -> dict:
     return {FILES_ONLY: Multiwriter(work / "files", "driver", schema=schema, metadata=True),
-            WITH_STATS: Multiwriter(work / "stats", "driver", schema=schema, metadata=True, column_stats=True)}
+            kept: Multiwriter(work / "stats", "driver", schema=schema, metadata=True, **_KEPT[kept])}
 
 
 def _checked(systems: dict, want) -> None:
@@ -45,22 +48,22 @@ def _checked(systems: dict, want) -> None:
             raise AssertionError(f"{name}: rows/checksum {got} != expected {want}")
 
 
-def _local(work: Path, schema, init, batches: list) -> dict:
+def _local(work: Path, schema, init, batches: list, kept: str = WITH_STATS) -> dict:
     reset(work)
-    systems = _local_pair(work, schema)
+    systems = _local_pair(work, schema, kept)
     for peer in systems.values():
         peer.load(init)
     times = goals._interleave(systems, batches, "upsert")
     _checked(systems, goals.expected_upserts(init, batches))
     out = {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
-    out["ratio"] = out[WITH_STATS]["median_s"] / out[FILES_ONLY]["median_s"]
+    out["ratio"] = out[kept]["median_s"] / out[FILES_ONLY]["median_s"]
     return out
 
 
-def _s3(s3, counter, b: s3_cost.Batches) -> dict:
+def _s3(s3, counter, b: s3_cost.Batches, kept: str = WITH_STATS) -> dict:
     base = s3.bucket()
     systems = {FILES_ONLY: s3_cost.Multiwriter(f"{base}/files", b.schema),
-               WITH_STATS: s3_cost.Multiwriter(f"{base}/stats", b.schema, column_stats=True)}
+               kept: s3_cost.Multiwriter(f"{base}/stats", b.schema, **_KEPT[kept])}
     for peer in systems.values():
         peer.load(b.initial)
     runs: dict = {name: [] for name in systems}
@@ -78,20 +81,20 @@ def _s3(s3, counter, b: s3_cost.Batches) -> dict:
             raise AssertionError(f"{name} on S3: rows/checksum {got} != expected {want}")
     out = {name: {"median_s": statistics.median(r["s"] for r in v),
                   "requests": statistics.median(r["requests"] for r in v)} for name, v in runs.items()}
-    out["ratio"] = out[WITH_STATS]["median_s"] / out[FILES_ONLY]["median_s"]
+    out["ratio"] = out[kept]["median_s"] / out[FILES_ONLY]["median_s"]
     return out
 
 
-def stats_cost(size: dict, work: Path, spark=None) -> dict:
+def stats_cost(size: dict, work: Path, spark=None, kept: str = WITH_STATS) -> dict:
     from testbed.moto_s3 import CountingLatency, MotoS3
 
     n, rows, k = size["stats_rows"], size["stats_batch"], size["stats_batches"]
     out: dict = {"rows": n, "batch_rows": rows, "batches": k, "local": {}, "s3": {},
                  "latency_ms": size["s3_cost_latency_ms"], "s3_rows": size["s3_cost_rows"]}
     out["local"]["string keys"] = _local(work, data.SCHEMA, data.initial(n),
-                                         [data.upsert_batch(n, rows, i) for i in range(k)])
+                                         [data.upsert_batch(n, rows, i) for i in range(k)], kept)
     out["local"]["integer keys"] = _local(work, data.EVENT_SCHEMA, data.event_initial(n),
-                                          [data.event_upsert_batch(n, rows, i) for i in range(k)])
+                                          [data.event_upsert_batch(n, rows, i) for i in range(k)], kept)
     holder: dict = {}
 
     def wrap(app):
@@ -102,7 +105,7 @@ def stats_cost(size: dict, work: Path, spark=None) -> dict:
         for keys in ("string keys", "integer keys"):
             b = s3_cost.Batches(keys == "integer keys", size["s3_cost_rows"], size["s3_cost_partitions"],
                                 size["s3_cost_batch"], size["stats_s3_batches"])
-            out["s3"][keys] = _s3(s3, holder["c"], b)
+            out["s3"][keys] = _s3(s3, holder["c"], b, kept)
     return out
 
 
@@ -225,4 +228,79 @@ def render_filtered_read(r: dict) -> list[str]:
                        f"{d['share read']:.1%} | {d['multiwriter filtered']:.3f} | {d['multiwriter full scan']:.3f} | "
                        f"{d['deltalake files read']} / {d['deltalake files']} | {d['deltalake filtered']:.3f} | "
                        f"{d['deltalake full scan']:.3f} | {'yes' if d['share read'] <= GOAL2_TARGET else 'no'} |")
+    return out + [""]
+
+
+# -- the record index (goals 1 and 3) -------------------------------------------------------------
+RI_SCALE_TARGET, RI_DELTA_TARGET = goals.RECORD_INDEX_SCALE_TARGET, goals.RECORD_INDEX_DELTA_TARGET
+RI_TABLE, BLOOM_TABLE, DELTA = "record index", "bloom index", "deltalake merge"
+
+
+def record_index(size: dict, work: Path, spark=None) -> dict:
+    """Goal 3: what keeping every index (record index, column and partition stats) adds to an
+    upsert, as :func:`stats_cost` measures it. Goal 1: a Copy-on-Write upsert of
+    ``ri_batch`` random existing keys into tables of each size in ``ri_table_rows`` (8 date
+    partitions), with the record index as the writer's index, beside the same table with the
+    bloom index and deltalake's merge of the same batches, interleaved; rows checked in all."""
+    out: dict = {"cost": stats_cost(size, work, spark, kept=WITH_ALL), "scaling": _ri_scaling(size, work)}
+    reset(work)
+    return out
+
+
+def _ri_scaling(size: dict, work: Path) -> dict:
+    from . import mor
+    from .peers import DeltaLake
+
+    sizes, batch, k = size["ri_table_rows"], size["ri_batch"], size["ri_batches"]
+    out: dict = {"table_rows": sizes, "batch_rows": batch, "batches": k, "shapes": {}}
+    for shape, keys in mor.SHAPES.items():
+        per: dict = {}
+        for n in sizes:
+            reset(work)
+            model = mor.Model(n)
+            init = model.initial(keys)
+            schema = mor.schema(keys)
+            systems = {RI_TABLE: Multiwriter(work / "ri", "driver", schema=schema, metadata=True, record_index=True),
+                       BLOOM_TABLE: Multiwriter(work / "bloom", "driver", schema=schema, metadata=True),
+                       DELTA: DeltaLake(work)}
+            for peer in systems.values():
+                peer.load(init)
+            del init
+            todo = [model.batch(b, batch, keys) for b in range(k)]
+            times = goals._interleave(systems, todo, "upsert")
+            want = model.checksum()
+            for name, peer in systems.items():
+                mor.check(f"{name} {shape} {n}", mor.checksum(peer.read()), want)
+            per[str(n)] = {name: {"median_s": statistics.median(v), "all_s": v} for name, v in times.items()}
+            print(f"   {shape} {n:,} rows: " + ", ".join(f"{name} {d['median_s']:.3f} s"
+                                                      for name, d in per[str(n)].items()), flush=True)
+        out["shapes"][shape] = per
+    return out
+
+
+def render_record_index(r: dict) -> list[str]:
+    c, s = r["cost"], r["scaling"]
+    out = ["## The record index (issue 59 goals 1 and 3)", "",
+           f"Goal 3: what keeping every index (`record_index`, `column_stats`, `partition_stats`) adds to an upsert "
+           f"(<= {TARGET:.2f}x the files partition alone). Local disk: {c['rows']:,} rows, {c['batches']} upserts of "
+           f"{c['batch_rows']:,} rows (half new keys); S3 (moto, {c['latency_ms']} ms per request): {c['s3_rows']:,} "
+           "rows. Median seconds per upsert; rows checksummed in both tables.", "",
+           "| store | keys | files only s | with every index s | ratio | requests (files only / every index) | met |",
+           "| --- | --- | ---: | ---: | ---: | --- | :---: |"]
+    for store in ("local", "s3"):
+        for keys, d in c[store].items():
+            req = (f"{d[FILES_ONLY]['requests']:.0f} / {d[WITH_ALL]['requests']:.0f}"
+                   if "requests" in d[FILES_ONLY] else "")
+            out.append(f"| {store} | {keys} | {d[FILES_ONLY]['median_s']:.3f} | {d[WITH_ALL]['median_s']:.3f} | "
+                       f"{d['ratio']:.2f} | {req} | {'yes' if d['ratio'] <= TARGET else 'no'} |")
+    out += ["", f"Goal 1: Copy-on-Write upsert of {s['batch_rows']:,} random existing keys ({s['batches']} batches, "
+            "median seconds), the record index as the writer's index, beside the bloom index and deltalake's merge "
+            f"(targets: <= {RI_SCALE_TARGET:.1f}x from the smallest table to the largest, <= {RI_DELTA_TARGET:.1f}x "
+            "deltalake's merge at the largest).", "",
+            "| keys | table rows | record index s | bloom index s | deltalake merge s | record index / deltalake |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for shape, per in s["shapes"].items():
+        for n, d in per.items():
+            ri_s, bl_s, de_s = (d[x]["median_s"] for x in (RI_TABLE, BLOOM_TABLE, DELTA))
+            out.append(f"| {shape} | {int(n):,} | {ri_s:.3f} | {bl_s:.3f} | {de_s:.3f} | {ri_s / de_s:.2f} |")
     return out + [""]

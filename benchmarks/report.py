@@ -115,7 +115,8 @@ def _module_sections(r: dict) -> list[str]:
                  "metadata_table_listing": metadata_table.render_listing,
                  "metadata_table_long_run": metadata_table.render_long_run, "executors": executors.render,
                  "bootstrap": bootstrap.render, "s3_cost": s3_cost.render,
-                 "index_stats_cost": indexes.render_stats_cost, "index_filtered_read": indexes.render_filtered_read}
+                 "index_stats_cost": indexes.render_stats_cost, "index_filtered_read": indexes.render_filtered_read,
+                 "index_record": indexes.render_record_index}
     return [line for name, fn in renderers.items() if name in r for line in fn(r[name])]
 
 def taken(run: dict, section: str) -> str:

@@ -357,6 +357,9 @@ _MOR_NBCC = {
     "skip_batch_rows": {"small": 25_000, "full": 50_000},
     "skip_partitions": {"small": 5, "full": 5},
     "skip_reps": {"small": 3, "full": 5},
+    "ri_table_rows": {"small": [250_000, 1_000_000, 4_000_000], "full": [250_000, 1_000_000, 4_000_000]},
+    "ri_batch": {"small": 2000, "full": 2000},
+    "ri_batches": {"small": 5, "full": 7},
 }
 
 SIZES = {
@@ -392,4 +395,4 @@ WORKLOADS = {"memory_stream": streaming.memory_stream, "goal_upsert": goals.upse
              "metadata_table_listing": metadata_table.listing, "metadata_table_long_run": metadata_table.long_run,
              "executors": executors.large_batch, "bootstrap": bootstrap.bootstrap, "s3_cost": s3_cost.cost,
              "commit_rate": commit_rate.commit_rate, "index_stats_cost": indexes.stats_cost,
-             "index_filtered_read": indexes.filtered_read}
+             "index_filtered_read": indexes.filtered_read, "index_record": indexes.record_index}

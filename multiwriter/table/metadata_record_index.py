@@ -68,6 +68,10 @@ class RawChanges:
     deletes: tuple[str, ...] = ()
 
 
+def _schema_text(schema: Mapping[str, Any]) -> str:
+    return json.dumps(ri.with_record_index(schema), separators=(",", ":"))
+
+
 def _raw_changes(data: bytes, source: str) -> list[RawChanges]:
     """The blocks of a record-index log file, in order: an HFile data block's cells, a delete
     block's keys (a torn block skipped, as Hudi's reader skips it)."""
@@ -231,14 +235,17 @@ class RecordIndexPartition:
         """The record schema a new file of the group declares: its base file's (Hudi's whole
         ``HoodieMetadataRecord``, when Hudi wrote it), else ours with the record-index branch."""
         base, _, _ = self.slice(file_id, done)
-        if base is not None:
-            schema = self._base_cells(base)[1]
-            try:
-                json.loads(schema)
-                return json.dumps(ri.with_record_index(schema), separators=(",", ":"))
-            except (ValueError, TypeError):
-                pass
-        return json.dumps(ri.with_record_index(self.base_schema), separators=(",", ":"))
+        key = (self.storage.uri, self._rel(base) if base is not None else "")
+        known = _SCHEMAS.get(key)
+        if known is None:
+            known = _schema_text(self.base_schema)
+            if base is not None:
+                try:
+                    known = _schema_text(json.loads(self._base_cells(base)[1]))
+                except (ValueError, TypeError):
+                    pass
+            _SCHEMAS.put(key, known)
+        return known
 
     # -- writing -------------------------------------------------------------------------
     def append(self, t: str, changes: IndexChanges, done: Mapping[str, tuple[str, str]],
@@ -361,7 +368,7 @@ def initialize(storage: Storage, mdt_dir: str, base_schema: Mapping[str, Any], t
     Hudi's ``initializeFileGroups``) and, when ``entries`` map to it, a base HFile of them (a
     table that has rows: their keys, as Hudi's initialization bulk-inserts them). Returns the
     base files' write stats for the initializing deltacommit."""
-    schema = json.dumps(ri.with_record_index(base_schema), separators=(",", ":"))
+    schema = _schema_text(base_schema)
     n = file_group_count(len(entries))
     storage.delete_dir(f"{mdt_dir}/{PARTITION}")  # what an initialization that died part way left
     storage.write_bytes(f"{mdt_dir}/{PARTITION}/.hoodie_partition_metadata",
@@ -533,10 +540,12 @@ _BASES: BoundedCache[tuple[str, str], tuple[dict[str, bytes], str]] = BoundedCac
 _LOGS: BoundedCache[tuple[str, str], list[RawChanges]] = BoundedCache(1024)
 #: per (table URI, file group): the logs of the slice last applied, and what they say
 _OVERLAYS: BoundedCache[tuple[str, str], tuple[tuple[str, ...], dict[str, Cell | None]]] = BoundedCache(256)
+#: the record schema new files of a group declare, by (table URI, the group's base file or "")
+_SCHEMAS: BoundedCache[tuple[str, str], str] = BoundedCache(256)
 #: keys handed over by writers, by (table URI, data file path)
 _HANDED: BoundedCache[tuple[str, str], tuple[pa.Array, pa.Array]] = BoundedCache(4096)
 
 
 def forget_decoded() -> None:
-    for cache in (_BASES, _LOGS, _OVERLAYS, _HANDED):
+    for cache in (_BASES, _LOGS, _OVERLAYS, _HANDED, _SCHEMAS):
         cache.clear()
