@@ -27,6 +27,7 @@ INDEX_DEFS_KEY = "hoodie.table.index.defs.path"
 INFLIGHT_KEY = "hoodie.table.metadata.partitions.inflight"
 METADATA_DIR = ".hoodie/metadata"
 FILES = "files"
+RECORD_INDEX = "record_index"
 #: the metadata partitions our writers keep up to date (:mod:`.metadata_files`)
 MAINTAINED: frozenset[str] = frozenset({FILES, "column_stats", "partition_stats", "record_index"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
@@ -62,7 +63,10 @@ def drop_unmaintained(storage: Storage, maintained: frozenset[str] = MAINTAINED,
     returns their names (empty, after one small read, when there are none; none when the
     caller passes the properties it just read as ``current``). Call under the table lock,
     before completing an instant."""
-    if not unmaintained(current if current is not None else props.parse(props.read_text(storage)), maintained):
+    now = current if current is not None else props.parse(props.read_text(storage))
+    if RECORD_INDEX in listed(now) and _partitioned_record_index(storage, now):
+        maintained = maintained - {RECORD_INDEX}
+    if not unmaintained(now, maintained):
         return []
     dropped: list[str] = []
 
@@ -83,6 +87,35 @@ def drop_unmaintained(storage: Storage, maintained: frozenset[str] = MAINTAINED,
     log.warning("dropped Hudi metadata table partitions %s of %s (multiwriter does not maintain them; a stale "
                 "one would hide our commits from readers that list files from it)", ", ".join(dropped), storage.uri)
     return dropped
+
+
+def _partitioned_record_index(storage: Storage, p: dict[str, str]) -> bool:
+    """Does the table's index definition make its record index partitioned (Hudi 1.1's
+    ``isPartitioned``: a key per partition, not one per table)? We keep only the global one.
+    Read once per table and definitions file: an index is not made partitioned in place."""
+    rel = p.get(INDEX_DEFS_KEY)
+    if not rel or not rel.startswith(".hoodie/"):
+        return False
+    key = (storage.uri, rel)
+    if key in _PARTITIONED:
+        return _PARTITIONED[key]
+    try:
+        doc = json.loads(storage.read_bytes(safe_relative(rel, source=props.PROPERTIES_FILE)))
+        options = doc["indexDefinitions"][RECORD_INDEX].get("indexOptions") or {}
+        out = str(options.get("isPartitioned", "false")).lower() == "true"
+    except (FileNotFoundError, KeyError, TypeError, AttributeError, ValueError):
+        return False
+    _PARTITIONED[key] = out
+    return out
+
+
+def global_record_index(storage: Storage, p: dict[str, str]) -> bool:
+    """Does the table keep a record index our writers use and keep (listed, and global)?"""
+    names = {n.strip() for n in p.get(PARTITIONS_KEY, "").split(",")}
+    return RECORD_INDEX in names and not _partitioned_record_index(storage, p)
+
+
+_PARTITIONED: dict[tuple[str, str], bool] = {}
 
 
 def _drop_index_definitions(storage: Storage, p: dict[str, str], dropped: list[str]) -> None:

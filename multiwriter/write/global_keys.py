@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ..format import record_index as ri
 from ..storage import Storage
-from ..table import metadata_files, metadata_record_index
+from ..table import metadata_files, metadata_table
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
 from .index import FILE_ID
@@ -36,7 +36,7 @@ from .records import KEY, OP, OP_DELETE, PARTITION
 
 def lookup(storage: Storage, base: Timeline, prepared: pa.Table) -> dict[str, ri.Location] | None:
     """Where the record index puts the batch's keys, None when the table keeps no record index."""
-    if not metadata_record_index.kept_by(base.config):
+    if not metadata_table.global_record_index(storage, base.config.raw):
         return None
     if not prepared.num_rows:
         return {}

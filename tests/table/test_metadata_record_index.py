@@ -200,3 +200,25 @@ def test_the_record_index_needs_the_metadata_table(tmp_path):
     with pytest.raises(mw.errors.ConfigError, match="record_index=True with metadata=False"):
         mw.Table.create(str(tmp_path / "t"), name="x", schema=SCHEMA, record_key="id", metadata=False,
                         record_index=True)
+
+
+@pytest.mark.needs_fixtures
+def test_a_partitioned_record_index_is_dropped(tmp_path):
+    """Hudi 1.1's partitioned record index (a key per partition) is not the global one we keep:
+    our first commit drops it, partition and definition, as any index we do not maintain."""
+    import json
+
+    path = unzip_fixture("v9_txns_simple_meta", tmp_path, "cow")
+    defs_path = path / ".hoodie" / ".index_defs" / "index.json"
+    defs = json.loads(defs_path.read_text())
+    defs["indexDefinitions"]["record_index"]["indexOptions"]["isPartitioned"] = "true"
+    defs_path.write_text(json.dumps(defs))
+    t = mw.Table.open(str(path))
+    data = t.read()
+    data = data.select([c for c in data.column_names if not c.startswith("_hoodie")]).slice(0, 1)
+    mw.write(data, str(path), mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    listed = mw.Table.open(str(path)).config.raw["hoodie.table.metadata.partitions"].split(",")
+    assert "record_index" not in listed and "column_stats" in listed
+    assert not (path / ".hoodie" / "metadata" / "record_index").exists()
+    assert "record_index" not in json.loads(defs_path.read_text())["indexDefinitions"]
+    _agreed(str(path))
