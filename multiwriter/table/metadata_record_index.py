@@ -43,7 +43,7 @@ from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
 from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, opening_log
 from .properties import TableConfig
-from .record_keys import stored_keys
+from .record_keys import key_columns, stored_keys
 
 PARTITION = ri.PARTITION
 _WRITE_TOKEN = "0-0-0"
@@ -508,7 +508,7 @@ def _log_keys(storage: Storage, config: TableConfig, rel: str) -> tuple[pa.Array
     """(keys written, keys deleted) by a log file's data and delete blocks."""
     placed: list[pa.Array] = []
     gone: list[pa.Array] = []
-    for b in read_log_blocks(storage.read_bytes(rel), source=rel):
+    for b in read_log_blocks(storage.read_bytes(rel), source=rel, columns=key_columns(config)):
         if b.records is None:
             continue
         if b.block_type == BlockType.DELETE:
