@@ -13,7 +13,7 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from functools import cached_property
 
 from ..errors import InstantExistsError, TableFormatError
@@ -51,14 +51,21 @@ class Timeline:
             listing, vanished = _Listing.load(storage, config, _CACHE.listing(storage, config))
             if listing is not None:
                 _CACHE.keep_listing(storage, config, listing)
-                tl = cls(storage, config, list(listing.instants))
-                tl._meta_cache = dict(listing.meta)
-                return tl
+                return cls._of(storage, config, listing)
             log.info("timeline load %d: %s vanished after listing (archived meanwhile); listing again", attempt, vanished)
         raise TableFormatError(
             f"{vanished}: instant files kept vanishing while loading the timeline ({LOAD_ATTEMPTS} listings); "
             "another process is deleting instants faster than they can be read: check that only the cleaner archives"
         )
+
+    @classmethod
+    def _of(cls, storage: Storage, config: TableConfig, listing: _Listing) -> Timeline:
+        """The view of one listing, with the views it worked out (shared, never changed)."""
+        tl = cls(storage, config, list(listing.instants))
+        tl._meta_cache = dict(listing.meta)
+        views = listing.views
+        tl.__dict__.update(_state_by_time=views.state, _completed_all=views.done, _max_time=views.top)
+        return tl
 
     # -- views ---------------------------------------------------------------
     @property
@@ -69,21 +76,27 @@ class Timeline:
     def _state_by_time(self) -> dict[tuple[str, str], Instant]:
         """Per (time, action), the most advanced state seen (a completed replacecommit completes
         the pending clustering of the same time: :func:`~.instant.instant_action`)."""
-        rank = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
-        out: dict[tuple[str, str], Instant] = {}
-        for i in self._instants:
-            k = (i.requested_time, inst.instant_action(i.action))
-            if k not in out or rank[i.state] > rank[out[k].state]:
-                out[k] = i
-        return out
+        return _latest_by_time(self._instants)
+
+    @cached_property
+    def _completed_all(self) -> list[Instant]:
+        return _completed_of(self._state_by_time)
+
+    @cached_property
+    def _latest(self) -> list[Instant]:
+        return sorted(self._state_by_time.values(), key=lambda i: i.requested_time)
+
+    @cached_property
+    def _max_time(self) -> str:
+        return _max_time_of(self._instants)
 
     def latest_states(self) -> list[Instant]:
-        return sorted(self._state_by_time.values(), key=lambda i: i.requested_time)
+        return list(self._latest)
 
     def completed(self, actions: frozenset[str] | None = None) -> list[Instant]:
         """Completed instants ordered by completion time (requested time for version 6)."""
-        done = [i for i in self._state_by_time.values() if i.is_completed and (actions is None or i.action in actions)]
-        return sorted(done, key=lambda i: (i.completion_time or i.requested_time, i.requested_time))
+        done = self._completed_all
+        return list(done) if actions is None else [i for i in done if i.action in actions]
 
     def completed_writes(self) -> list[Instant]:
         return self.completed(inst.WRITE_ACTIONS)
@@ -91,26 +104,28 @@ class Timeline:
     def pending(self, actions: frozenset[str] | None = None) -> list[Instant]:
         return [
             i
-            for i in self.latest_states()
+            for i in self._latest
             if i.is_pending and (actions is None or i.action in actions)
         ]
 
     def last_completed_write(self) -> Instant | None:
-        done = self.completed_writes()
-        return done[-1] if done else None
+        for i in reversed(self._completed_all):
+            if i.action in inst.WRITE_ACTIONS:
+                return i
+        return None
 
     def completed_write_times(self) -> dict[str, Instant]:
         return {i.requested_time: i for i in self.completed_writes()}
 
     def find(self, requested_time: str, action: str | None = None) -> Instant | None:
-        want = inst.instant_action(action) if action is not None else None
-        cands = [i for (t, a), i in self._state_by_time.items() if t == requested_time and (want is None or a == want)]
+        if action is not None:  # one (time, action) holds one instant
+            return self._state_by_time.get((requested_time, inst.instant_action(action)))
+        cands = [i for (t, _), i in self._state_by_time.items() if t == requested_time]
         return cands[0] if cands else None
 
     def max_time(self) -> str:
         """The greatest requested or completion time on the timeline ('' if empty)."""
-        times = [i.requested_time for i in self._instants] + [i.completion_time or "" for i in self._instants]
-        return max(times, default="")
+        return self._max_time
 
     def earliest_time(self) -> str | None:
         return min((i.requested_time for i in self._instants), default=None)
@@ -126,11 +141,14 @@ class Timeline:
 
     def completed_after(self, completion_time: str | None) -> list[Instant]:
         """Completed instants that finished strictly after ``completion_time``."""
-        return [i for i in self.completed() if completion_time is None or (i.completion_time or i.requested_time) > completion_time]
+        done = self._completed_all
+        if completion_time is None:
+            return list(done)
+        return done[bisect.bisect_right(done, completion_time, key=_finished):]
 
     # -- files ---------------------------------------------------------------
     def path_of(self, i: Instant) -> str:
-        return f"{self.config.timeline_dir}/{i.file_name(self.config.version)}"
+        return _path_of(self.config, i)
 
     def read_bytes(self, i: Instant) -> bytes:
         return self.storage.read_bytes(self.path_of(i))
@@ -187,65 +205,150 @@ def list_instants(storage: Storage, config: TableConfig) -> list[Instant]:
     return [i for i, _ in _scan(storage, config, sized=_no_name)]
 
 
+_RANK = {inst.REQUESTED: 0, inst.INFLIGHT: 1, inst.COMPLETED: 2}
+
+
+def _latest_by_time(instants: list[Instant]) -> dict[tuple[str, str], Instant]:
+    out: dict[tuple[str, str], Instant] = {}
+    for i in instants:
+        k = (i.requested_time, inst.instant_action(i.action))
+        if k not in out or _RANK[i.state] > _RANK[out[k].state]:
+            out[k] = i
+    return out
+
+
+def _finished(i: Instant) -> str:
+    return i.completion_time or i.requested_time
+
+
+def _completion_order(i: Instant) -> tuple[str, str]:
+    return _finished(i), i.requested_time
+
+
+def _completed_of(state: dict[tuple[str, str], Instant]) -> list[Instant]:
+    return sorted((i for i in state.values() if i.is_completed), key=_completion_order)
+
+
+def _max_time_of(instants: list[Instant]) -> str:
+    return max((max(i.requested_time, i.completion_time or "") for i in instants), default="")
+
+
+class _Views:
+    """What a listing's every view asks again: the latest state per (time, action), in the
+    order of a listing's instants (:meth:`Timeline._state_by_time`), the completed ones in
+    completion order, the greatest time; ``last``: the greatest requested time, ``shared``: the
+    times of more than one action."""
+
+    __slots__ = ("state", "done", "top", "last", "shared")
+
+    def __init__(self, state: dict[tuple[str, str], Instant], done: list[Instant], top: str, last: str,
+                 shared: frozenset[str]) -> None:
+        self.state, self.done, self.top, self.last, self.shared = state, done, top, last, shared
+
+    @classmethod
+    def of(cls, instants: list[Instant]) -> _Views:
+        state = _latest_by_time(instants)
+        times = Counter(t for t, _ in state)
+        return cls(state, _completed_of(state), _max_time_of(instants), max(times, default=""),
+                   frozenset(t for t, n in times.items() if n > 1))
+
+    def plus(self, new: list[Instant]) -> _Views | None:
+        """These views with ``new`` instants (ordered) added, as :meth:`of` would work them out
+        from the whole listing; None when that needs the whole listing: a new (time, action)
+        not after every other, or a time of several actions (their order is the listing's)."""
+        state, done, last = dict(self.state), list(self.done), self.last
+        for i in new:
+            k = (i.requested_time, inst.instant_action(i.action))
+            old = state.get(k)
+            if old is None:
+                if i.requested_time <= last:
+                    return None
+                last = i.requested_time
+            elif i.requested_time in self.shared:
+                return None
+            elif _RANK[i.state] <= _RANK[old.state]:
+                continue
+            state[k] = i
+            if i.is_completed:
+                bisect.insort(done, i, key=_completion_order)
+        top = max([self.top, *(max(i.requested_time, i.completion_time or "") for i in new)])
+        return _Views(state, done, top, last, self.shared)
+
+
 class _Listing:
     """One load's listing of a timeline, the start of this process's next load of it.
 
     A timeline file's name never changes meaning (a completed instant's file is written once,
     under that name, and a pending one can only vanish): a name listed again needs no parse, no
     stat and no read. Each load still lists the directory; only names it did not show last time
-    are parsed, stat'ed and, for completed writes, read; names gone since are dropped. A writer
-    loads the timeline three times per commit, and redoing all of that for hundreds of unchanged
-    instants was a fifth of a small commit's CPU.
+    are parsed, stat'ed and, for completed writes, read; names gone since are dropped, and the
+    views every load asks for (:class:`_Views`) are carried over. A writer loads the timeline
+    three times per commit, and redoing all of that for hundreds of unchanged instants was a
+    fifth of a small commit's CPU.
     """
 
-    __slots__ = ("entries", "instants", "meta")
+    __slots__ = ("entries", "files", "instants", "meta", "views")
 
-    def __init__(self, entries: dict[str, tuple[Instant | None, FileEntry]], instants: list[Instant],
-                 meta: dict[str, CommitMetadata]) -> None:
-        #: every listed file by name: its instant (None: not an instant's file) and entry
+    def __init__(self, entries: dict[str, tuple[Instant | None, FileEntry]], files: dict[str, FileEntry],
+                 instants: list[Instant], meta: dict[str, CommitMetadata], views: _Views) -> None:
+        #: every listed file by path: its instant (None: not an instant's file) and entry
         self.entries = entries
+        #: the same entries by file name (:meth:`Storage.list_dir`'s ``known``)
+        self.files = files
         #: the listed instants, ordered by requested time and state
         self.instants = instants
         #: the metadata of the completed writes, by path
         self.meta = meta
+        self.views = views
 
     @classmethod
     def load(cls, storage: Storage, config: TableConfig, prev: _Listing | None) -> tuple[_Listing | None, str]:
         """A fresh listing, worked out from ``prev`` (None: from scratch); (None, the path of a
         file that vanished before it was read) when archival removed it meanwhile."""
         known = prev.entries if prev is not None else {}
-        listed = {e.path.rsplit("/", 1)[-1]: e for e in storage.list_dir(
-            config.timeline_dir, files_only=True, sized=lambda n: n not in known and _completed_name(n))}
-        added = [n for n in listed if n not in known]
-        removed = [n for n in known if n not in listed] if len(listed) - len(added) < len(known) else []
+        files = prev.files if prev is not None else {}
+        listed = {e.path: e for e in storage.list_dir(config.timeline_dir, files_only=True, sized=_completed_name,
+                                                      known=files)}
+        added = [p for p in listed if p not in known]
+        removed = [p for p in known if p not in listed] if len(listed) - len(added) < len(known) else []
         if prev is not None and not added and not removed:
             return prev, ""
-        entries = dict(known)
+        entries, files = dict(known), dict(files)
         meta = dict(prev.meta) if prev is not None else {}
-        for n in removed:
-            entries.pop(n)
-            meta.pop(f"{config.timeline_dir}/{n}", None)
+        for p in removed:
+            i, _ = entries.pop(p)
+            del files[p.rsplit("/", 1)[-1]]
+            if i is not None:
+                meta.pop(_path_of(config, i), None)
         new: list[Instant] = []
-        for n in added:
-            e = listed[n]
-            i = _instant_of(n, config.version)
-            entries[n] = (i, e)
+        for p in added:
+            e = listed[p]
+            name = p.rsplit("/", 1)[-1]
+            i = _instant_of(name, config.version)
+            entries[p], files[name] = (i, e), e
             if i is None:
                 continue
             new.append(i)
             if i.is_completed and i.action in inst.WRITE_ACTIONS:
                 got = _read_metadata(storage, i, e)
                 if got is None:
-                    return None, e.path
-                meta[e.path] = got
-        if removed or prev is None:
+                    return None, p
+                meta[_path_of(config, i)] = got
+        new.sort(key=_order)
+        views = None
+        if prev is None or removed:
             instants = sorted((i for i, _ in entries.values() if i is not None), key=_order)
             _CACHE.retain(storage, [e for _, e in entries.values()])
         else:
             instants = list(prev.instants)
-            for i in sorted(new, key=_order):
+            for i in new:
                 bisect.insort(instants, i, key=_order)
-        return cls(entries, instants, meta), ""
+            views = prev.views.plus(new)
+        return cls(entries, files, instants, meta, views or _Views.of(instants)), ""
+
+
+def _path_of(config: TableConfig, i: Instant) -> str:
+    return f"{config.timeline_dir}/{i.file_name(config.version)}"
 
 
 def _read_metadata(storage: Storage, i: Instant, e: FileEntry) -> CommitMetadata | None:

@@ -38,10 +38,17 @@ class _Other:
         os.remove(os.path.join(self.dir, name))
         del self.files[name]
 
-    def request(self) -> None:
-        self.n += 2
-        self._put(Instant(_time(self.n), inst.COMMIT, inst.REQUESTED))
-        self._put(Instant(_time(self.n), inst.COMMIT, inst.INFLIGHT))
+    def request(self, t: str | None = None, action: str = inst.COMMIT) -> None:
+        if t is None:
+            self.n += 2
+            t = _time(self.n)
+        self._put(Instant(t, action, inst.REQUESTED))
+        self._put(Instant(t, action, inst.INFLIGHT))
+
+    def request_late(self, rng: random.Random) -> None:
+        """A writer whose clock is behind: a requested time below others already listed, now
+        and then one that another action holds already."""
+        self.request(_time(rng.randrange(1, self.n + 2)), rng.choice([inst.COMMIT, inst.CLEAN]))
 
     def pending(self) -> list[Instant]:
         done = {i.requested_time for i in self.instants() if i.is_completed}
@@ -76,6 +83,17 @@ class _Other:
 
     def check(self, tl: tlmod.Timeline) -> None:
         assert tl.instants == self.instants()
+        # the views carried from listing to listing are the ones worked out from the instants
+        fresh = tlmod.Timeline(tl.storage, tl.config, self.instants())
+        assert tl.latest_states() == fresh.latest_states() and tl.pending() == fresh.pending()
+        assert tl.completed() == fresh.completed() and tl.completed_writes() == fresh.completed_writes()
+        assert tl.max_time() == fresh.max_time() and tl.last_completed_write() == fresh.last_completed_write()
+        for i in fresh.latest_states():
+            assert tl.find(i.requested_time, i.action) == fresh.find(i.requested_time, i.action)
+            assert tl.find(i.requested_time) == fresh.find(i.requested_time)
+            assert tl.completed_after(i.completion_time) == [
+                j for j in fresh.completed() if i.completion_time is None or
+                (j.completion_time or j.requested_time) > i.completion_time]
         # parsed up front: the completed writes listed, no archived or rolled back one
         assert set(tl._meta_cache) == {tl.path_of(i) for i in tl.completed_writes()}
         for i in tl.completed_writes():
@@ -87,10 +105,10 @@ def test_loads_follow_every_change_another_process_makes(trips_table):
     rng = random.Random(7)
     other = _Other(trips_table)
     steps = [other.request, lambda: other.complete(rng), lambda: other.roll_back(rng), other.archive,
-             lambda: other.stray(rng)]
+             lambda: other.stray(rng), lambda: other.request_late(rng)]
     for _ in range(300):
         for _ in range(rng.choice([0, 1, 1, 2, 3])):
-            rng.choices(steps, weights=[4, 4, 1, 1, 1])[0]()
+            rng.choices(steps, weights=[4, 4, 1, 1, 1, 1])[0]()
         other.check(trips_table.timeline())
     assert tlmod._CACHE.listing(trips_table.storage, trips_table.config) is not None
 
