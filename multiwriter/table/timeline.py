@@ -64,7 +64,8 @@ class Timeline:
         tl = cls(storage, config, list(listing.instants))
         tl._meta_cache = dict(listing.meta)
         views = listing.views
-        tl.__dict__.update(_state_by_time=views.state, _completed_all=views.done, _max_time=views.top)
+        tl.__dict__.update(_state_by_time=views.state, _completed_all=views.done, _max_time=views.top,
+                           _earliest=listing.instants[0].requested_time if listing.instants else None)
         return tl
 
     # -- views ---------------------------------------------------------------
@@ -128,6 +129,10 @@ class Timeline:
         return self._max_time
 
     def earliest_time(self) -> str | None:
+        return self._earliest
+
+    @cached_property
+    def _earliest(self) -> str | None:
         return min((i.requested_time for i in self._instants), default=None)
 
     def as_of_completion(self, completion_time: str | None) -> Timeline:

@@ -88,6 +88,7 @@ class _Other:
         assert tl.latest_states() == fresh.latest_states() and tl.pending() == fresh.pending()
         assert tl.completed() == fresh.completed() and tl.completed_writes() == fresh.completed_writes()
         assert tl.max_time() == fresh.max_time() and tl.last_completed_write() == fresh.last_completed_write()
+        assert tl.earliest_time() == fresh.earliest_time()
         for i in fresh.latest_states():
             assert tl.find(i.requested_time, i.action) == fresh.find(i.requested_time, i.action)
             assert tl.find(i.requested_time) == fresh.find(i.requested_time)
