@@ -31,7 +31,7 @@ import posixpath
 import stat
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +55,13 @@ class FileEntry:
     path: str  # relative to the table root
     size: int
     mtime_s: float
+
+    def __init__(self, path: str, size: int, mtime_s: float) -> None:
+        """Set the fields directly: a listing builds one entry per file (a timeline's thousand
+        several times per commit), and a frozen dataclass's generated ``__init__`` (one
+        ``object.__setattr__`` per field) took twice as long."""
+        d = self.__dict__
+        d["path"], d["size"], d["mtime_s"] = path, size, mtime_s
 
 
 #: the listings a :meth:`Storage.listings_kept` block keeps, per thread
@@ -199,24 +206,30 @@ class Storage:
         if kept is not None:
             kept.clear()
 
-    def list_dir(self, rel: str, *, files_only: bool = False,
-                 sized: Callable[[str], bool] | None = None) -> list[FileEntry]:
+    def list_dir(self, rel: str, *, files_only: bool = False, sized: Callable[[str], bool] | None = None,
+                 known: Mapping[str, FileEntry] | None = None) -> list[FileEntry]:
         """Direct children of ``rel``; an absent directory lists as empty. ``sized``: on a local
         disk, only the files whose names it accepts are stat'ed (the others list with size and
         mtime 0): the timeline needs the size and mtime of its completed writes alone, and
         stat'ing hundreds of requested and inflight files took a fifth of a small commit's
-        time. Object stores list sizes with the names, so all entries have theirs there."""
+        time. Object stores list sizes with the names, so all entries have theirs there.
+
+        ``known``: entries of an earlier listing of ``rel`` by name, for files that are never
+        rewritten (a timeline's instant files): on a local disk a regular file of such a name
+        lists as that very entry, neither stat'ed nor built again (the timeline is listed
+        several times per commit, nearly all of it unchanged)."""
         kept = getattr(_KEPT, "listings", None)
         if kept is not None:
             key = (self.uri, rel, files_only)
             if key not in kept:
                 kept[key] = self._list_dir(rel, files_only, None)
             return list(kept[key])
-        return self._list_dir(rel, files_only, sized)
+        return self._list_dir(rel, files_only, sized, known)
 
-    def _list_dir(self, rel: str, files_only: bool, sized: Callable[[str], bool] | None) -> list[FileEntry]:
+    def _list_dir(self, rel: str, files_only: bool, sized: Callable[[str], bool] | None,
+                  known: Mapping[str, FileEntry] | None = None) -> list[FileEntry]:
         if self.is_local:
-            return self._list_local(rel, files_only, sized)
+            return self._list_local(rel, files_only, sized, known)
         sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)
         out = []
         for fi in self.fs.get_file_info(sel):
@@ -225,7 +238,8 @@ class Storage:
             out.append(FileEntry(self._rel(fi.path), fi.size or 0, _mtime(fi)))
         return out
 
-    def _list_local(self, rel: str, files_only: bool, sized: Callable[[str], bool] | None = None) -> list[FileEntry]:
+    def _list_local(self, rel: str, files_only: bool, sized: Callable[[str], bool] | None = None,
+                    known: Mapping[str, FileEntry] | None = None) -> list[FileEntry]:
         """``list_dir`` on a local disk by ``os.scandir``: a writer lists the timeline several
         times per commit, and building pyarrow's file infos (and their datetimes) for the same
         entries takes about twice as long. Entries are stat'ed like pyarrow does, but a symbolic
@@ -239,11 +253,21 @@ class Storage:
         prefix = self._rel(base).rstrip("/")
         prefix = f"{prefix}/" if prefix and base != self.root else ""
         out = []
+        known = known or {}
         with it:
             for e in it:
-                if e.is_symlink() and not self._link_stays_inside(e.path):
+                seen = known.get(e.name)
+                if seen is not None:
+                    try:
+                        if e.is_file(follow_symlinks=False):  # the entry's type: no stat
+                            out.append(seen)
+                            continue
+                    except FileNotFoundError:
+                        continue
+                link = e.is_symlink()
+                if link and not self._link_stays_inside(e.path):
                     continue
-                if sized is not None and not sized(e.name) and not e.is_symlink():
+                if sized is not None and not link and not sized(e.name):
                     try:
                         is_file = e.is_file()  # the directory entry's type: no stat
                     except FileNotFoundError:

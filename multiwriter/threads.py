@@ -2,9 +2,17 @@
 forked child (a child has none of its parent's threads)."""
 from __future__ import annotations
 
+import heapq
+import itertools
+import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class ProcessPool:
@@ -27,3 +35,51 @@ class ProcessPool:
 
     def _forget(self) -> None:
         self._pool, self._mu = None, threading.Lock()
+
+
+class Deadlines:
+    """Calls due after a delay, made by one thread per process: a bound on a wait that is
+    usually cancelled long before (each lock acquire's overall timeout), for which a timer
+    thread apiece cost a thread start and a stop per acquire. The calls must return at once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._due: list[list[Any]] = []  # [when, seq, call or None once cancelled], a heap
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def call_after(self, delay_s: float, call: Callable[[], None]) -> Callable[[], None]:
+        """Run ``call`` in ``delay_s`` seconds unless the returned function cancels it first."""
+        entry: list[Any] = [time.monotonic() + delay_s, next(self._seq), call]
+        with self._cv:
+            heapq.heappush(self._due, entry)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            elif self._due[0] is entry:  # sooner than what the thread waits for
+                self._cv.notify()
+
+        def cancel() -> None:
+            entry[2] = None
+
+        return cancel
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._due and self._due[0][2] is None:
+                    heapq.heappop(self._due)
+                wait = self._due[0][0] - time.monotonic() if self._due else None
+                if wait is None or wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                call = heapq.heappop(self._due)[2]
+            try:
+                call()
+            except Exception:  # noqa: BLE001 -- one failing call must not end the others
+                log.exception("%s: a deadline's call failed", self.name)

@@ -373,7 +373,7 @@ class Transaction:
         self._fence(tl)
         t0 = steps.step("fence", t0)
         faults.point("before-completed-file")
-        floor = [_max_time(tl.instants), t] + ([self._after.completion] if self._after and self._after.completion else [])
+        floor = [tl.max_time(), t] + ([self._after.completion] if self._after and self._after.completion else [])
         completion = self.clock.issue(floor)
         data = metadata.to_bytes()
         metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata)
@@ -514,11 +514,6 @@ def _properties_stamp(storage: Any) -> tuple[int, ...] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _max_time(instants: list[Instant]) -> str:
-    """The greatest requested or completion time among ``instants`` ('' if none)."""
-    return max([i.requested_time for i in instants] + [i.completion_time or "" for i in instants], default="")
 
 
 def _created_groups(meta: CommitMetadata) -> set[tuple[str, str]]:

@@ -70,3 +70,25 @@ def test_names_listing_is_the_files_listing_filtered_by_prefix(tmp_path, rel, pr
     storage = Storage(str(root))
     want = sorted(e.path.rsplit("/", 1)[-1] for e in storage.list_dir(rel, files_only=True))
     assert sorted(storage.list_names(rel, prefix)) == [n for n in want if n.startswith(prefix)]
+
+
+@pytest.mark.parametrize("files_only", [False, True])
+def test_known_entries_list_as_they_were_while_a_plain_file_of_their_name_is_there(tmp_path, files_only):
+    """``known`` (an earlier listing of files never rewritten): a plain file of a known name
+    lists as the known entry; a name gone, or no longer a plain file, lists as a fresh listing
+    shows it."""
+    os.makedirs(tmp_path / "a")
+    for name in ("kept", "gone", "now_dir", "now_link", "new"):
+        (tmp_path / "a" / name).write_bytes(b"xx")
+    storage = Storage(str(tmp_path))
+    known = {e.path.rsplit("/", 1)[-1]: e for e in storage.list_dir("a", files_only=files_only)}
+    known.pop("new")
+    os.remove(tmp_path / "a" / "gone")
+    os.remove(tmp_path / "a" / "now_dir")
+    os.makedirs(tmp_path / "a" / "now_dir")
+    os.remove(tmp_path / "a" / "now_link")
+    os.symlink(tmp_path / "a" / "new", tmp_path / "a" / "now_link")
+    got = {e.path: e for e in storage.list_dir("a", files_only=files_only, known=known)}
+    fresh = {e.path: e for e in storage.list_dir("a", files_only=files_only)}
+    assert got == fresh and got["a/kept"] is known["kept"]
+    assert "a/gone" not in got and got["a/now_link"] is not known["now_link"]

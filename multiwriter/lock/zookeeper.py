@@ -54,6 +54,7 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
+from ..threads import Deadlines
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import (
     LOCK_KEY_PROPERTY,
@@ -89,6 +90,8 @@ LEGACY_LOCK_CHILD = "lock"
 #: kazoo's own wait can overrun the timeout (it restarts on every predecessor change); a timer
 #: cancels the recipe at the deadline, but never sooner than this, so tiny timeouts still try once.
 MIN_CANCEL_S = 0.25
+#: every acquire's overall timeout, on one thread (:class:`~multiwriter.threads.Deadlines`)
+_DEADLINES = Deadlines("mw-lock-deadline")
 #: kazoo retries its reconnect (one cycle over every server) with backoff; capped so that a client
 #: finds a newly elected quorum within about half a second instead of after a multi-second sleep
 RECONNECT_MAX_DELAY_S = 0.5
@@ -117,6 +120,10 @@ def recipe_retry(sleep_func: Callable[[float], None] = time.sleep) -> KazooRetry
                       sleep_func=sleep_func)
 
 
+class _FolderGone(Exception):
+    """An acquire that took the lock's folder as there found it gone: the next one creates it."""
+
+
 class SharedLock(Lock):
     """kazoo's Lock recipe with contender names Curator understands: ``<uuid>-lock-<seq>``.
 
@@ -133,8 +140,11 @@ class SharedLock(Lock):
 
     def __init__(self, client: KazooClient, path: str, identifier: str | None = None, *, table_id: str = "?",
                  clock: WaitClock | None = None, is_own_stale: Callable[[str], bool] | None = None,
-                 drop_own_stale: Callable[[], None] | None = None) -> None:
+                 drop_own_stale: Callable[[], None] | None = None, path_ready: bool = False) -> None:
         super().__init__(client, path, identifier=identifier)
+        #: the lock's folder was there earlier in this session: kazoo's ensure_path (one round
+        #: trip) is skipped, and a create that finds the folder gone says so (:class:`_FolderGone`)
+        self.path_ready = self.assured_path = path_ready
         self.table_id = table_id
         self.clock = clock if clock is not None else WaitClock()
         self._is_own_stale = is_own_stale or (lambda _node: False)
@@ -556,6 +566,8 @@ class ZooKeeperTableLock(TableLock):
         self._lost: str | None = None
         self._acl_checked = False
         self._legacy_checked = False
+        #: the session in which this lock's folder was last seen (an acquire in it made a node there)
+        self._folder_session: int | None = None
 
     @property
     def node_path(self) -> str | None:
@@ -585,9 +597,14 @@ class ZooKeeperTableLock(TableLock):
             self._warn_if_unprotected(client)
             data = {**(holder.to_dict() if holder else {}), "table_id": self.table_id, "acquired_at": time.time()}
             self._refuse_legacy_contenders(client)
-            recipe = SharedLock(client, self.path, identifier=json.dumps(data, sort_keys=True), table_id=self.table_id,
-                                clock=clock, is_own_stale=shared.is_orphan, drop_own_stale=shared.flush_orphans)
-            if not self._run_recipe(shared, recipe, timeout):
+            identifier = json.dumps(data, sort_keys=True)
+            recipe = self._recipe(shared, identifier, clock)
+            try:
+                ok = self._run_recipe(shared, recipe, timeout)
+            except _FolderGone:  # removed since our last acquire: this one creates it again
+                recipe = self._recipe(shared, identifier, clock)
+                ok = self._run_recipe(shared, recipe, max(MIN_CANCEL_S, timeout - (time.monotonic() - started)))
+            if not ok:
                 if not client.connected:
                     raise LockError(
                         f"lost the connection to ZooKeeper at {self.provider.connect} while waiting for the lock of "
@@ -621,27 +638,44 @@ class ZooKeeperTableLock(TableLock):
         except Exception as e:  # noqa: BLE001 -- metrics must never break locking
             log.debug("could not record lock wait metrics: %s", e)
 
+    def _recipe(self, shared: _SharedClient, identifier: str, clock: WaitClock) -> SharedLock:
+        """kazoo's recipe for one acquire; the folder is taken as there when an acquire of this
+        session made a node in it (each acquire's ensure_path cost a round trip)."""
+        client_id = shared.client.client_id
+        ready = client_id is not None and client_id[0] == self._folder_session
+        return SharedLock(shared.client, self.path, identifier=identifier, table_id=self.table_id, clock=clock,
+                          is_own_stale=shared.is_orphan, drop_own_stale=shared.flush_orphans, path_ready=ready)
+
     def _run_recipe(self, shared: _SharedClient, recipe: SharedLock, timeout: float) -> bool:
         """kazoo's acquire, bounded by ``timeout`` overall; False on timeout. A failed acquire's
         contender node is handed to the orphan clean-up, in case kazoo's own could not delete it."""
-        timer = threading.Timer(max(timeout, MIN_CANCEL_S), recipe.cancel)
-        timer.daemon = True
-        timer.start()
-        ok = False
+        cancel_timer = _DEADLINES.call_after(max(timeout, MIN_CANCEL_S), recipe.cancel)
+        ok = gone = False
         try:
             ok = bool(recipe.acquire(blocking=True, timeout=timeout))
             return ok
         except (LockTimeout, CancelledError):
             return False
+        except NoNodeError as e:
+            # the create found no folder (ZooKeeper deletes an empty container node, as Curator
+            # makes them): no node of ours exists, nothing to abandon
+            gone = recipe.path_ready and recipe.node is None
+            if not gone:
+                raise self._zk_error(e) from e
+            self._folder_session = None
+            raise _FolderGone(self.path) from e
         except KazooException as e:
-            raise LockError(
-                f"ZooKeeper error while acquiring the lock of table {self.table_id} at {self.provider.connect}: "
-                f"{type(e).__name__}: {e}{auth_hint(e, self.provider.auth)}"
-            ) from e
+            raise self._zk_error(e) from e
         finally:
-            timer.cancel()
-            if not ok:
+            cancel_timer()
+            if not ok and not gone:
                 self._abandon(shared, recipe)
+
+    def _zk_error(self, e: KazooException) -> LockError:
+        return LockError(
+            f"ZooKeeper error while acquiring the lock of table {self.table_id} at {self.provider.connect}: "
+            f"{type(e).__name__}: {e}{auth_hint(e, self.provider.auth)}"
+        )
 
     def _abandon(self, shared: _SharedClient, recipe: SharedLock) -> None:
         """Make sure a failed acquire leaves no contender node: one left there while our session
@@ -656,7 +690,7 @@ class ZooKeeperTableLock(TableLock):
         listener registration would otherwise go unnoticed."""
         client_id = shared.client.client_id
         self._shared, self._node, self._lost = shared, node, None
-        self._session = client_id[0] if client_id else None
+        self._session = self._folder_session = client_id[0] if client_id else None
         shared.watch(self)
         why = self._probe()
         if why is not None:

@@ -64,18 +64,23 @@ class TimelineView:
         self.timeline = timeline
         self._over_history = archived is not None
         archived = archived or ()
-        active = timeline.latest_states()
-        active_keys = {(i.requested_time, inst.instant_action(i.action)) for i in active}
-        self._archived = {
-            a.requested_time: a
-            for a in archived
-            if a.completion_time and (a.requested_time, inst.instant_action(a.action)) not in active_keys
-        }
+        self._archived: dict[str, ArchivedInstant] = {}
+        if archived:
+            active_keys = {(i.requested_time, inst.instant_action(i.action)) for i in timeline.latest_states()}
+            self._archived = {
+                a.requested_time: a
+                for a in archived
+                if a.completion_time and (a.requested_time, inst.instant_action(a.action)) not in active_keys
+            }
         arch_writes = [a.instant for a in self._archived.values() if a.action in inst.WRITE_ACTIONS]
-        self._writes = sorted([*arch_writes, *timeline.completed_writes()], key=lambda i: (_completion(i), i.requested_time))
+        # the timeline's completed writes are in this order already: sorted again only with archived ones
+        writes = timeline.completed_writes()
+        self._writes = sorted([*arch_writes, *writes], key=lambda i: (_completion(i), i.requested_time)) \
+            if arch_writes else writes
         self._done = {i.requested_time: i for i in self._writes}
         self._pending = {i.requested_time for i in timeline.pending()}
-        self._earliest = min([*(i.requested_time for i in active), *(a.requested_time for a in archived)], default=None)
+        self._earliest = min([t for t in (timeline.earliest_time(),) if t is not None]
+                             + [a.requested_time for a in archived], default=None)
         self._names: dict[str, set[str]] = {}
         self._meta_cache: dict[str, CommitMetadata] = {}
 

@@ -417,3 +417,32 @@ def test_the_table_records_and_checks_the_lock_key(providers):
     check_table_lock(plain, providers(lock_key="trips"), table="t")  # the same effective key
     with pytest.raises(ConfigError, match="lock_key"):
         check_table_lock(plain, providers(lock_key="other"), table="t")
+
+
+def test_the_lock_folder_is_ensured_once_per_session_and_again_when_it_went(providers, kazoo, monkeypatch):
+    """An acquire takes the lock's folder as there once an acquire of the same session made a
+    node in it (no ensure_path round trip each time); a folder removed since (ZooKeeper deletes
+    an empty container node, Curator's kind) is created again by the acquire that finds it gone,
+    which leaves nothing behind to clean up and gets the lock."""
+    from kazoo.client import KazooClient
+
+    ensured: list[str] = []
+    original = KazooClient.ensure_path
+    monkeypatch.setattr(KazooClient, "ensure_path", lambda self, path, acl=None: ensured.append(path) or original(self, path, acl))
+    p = providers()
+    lk = p.for_table("folder-t", None)
+    for _ in range(3):
+        lk.acquire(timeout_s=5, holder=HOLDER)
+        lk.release()
+    assert ensured.count(lk.path) == 1
+    kazoo().delete(lk.path)  # empty now: as the server removes a container node
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    assert lk.is_held() and lk.node_path.startswith(f"{lk.path}/") and ensured.count(lk.path) == 2
+    lk.check()
+    lk.release()
+    assert not p._shared_client().has_orphans()
+    expire_session(p.client(), p.connect)  # a new session looks at the folder again
+    wait_until(lambda: p.client().connected and p.client().client_id is not None, what="a new session")
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    lk.release()
+    assert ensured.count(lk.path) == 3

@@ -21,8 +21,8 @@ def archive_after_next_listing(monkeypatch, table_path):
     original = Storage.list_dir
     state = {"armed": False, "fired": 0}
 
-    def list_dir(self, rel, *, files_only=False, sized=None):
-        out = original(self, rel, files_only=files_only, sized=sized)
+    def list_dir(self, rel, **kw):
+        out = original(self, rel, **kw)
         if state["armed"] and rel.endswith(".hoodie/timeline") and self.uri.endswith(table_path.rsplit("/", 1)[-1]):
             state["armed"] = False
             with mw.Cleaner(table_path, lock=mw.InProcessLock(), retain_commits=1, archive_keep_min=1,
