@@ -159,6 +159,8 @@ class MetadataTable:
         self._schema: str | None = None
         self._slice: tuple[str | None, str, list[str]] | None = None  # as listed once by this object
         self._names: list[str] | None = None  # the timeline's file names, as listed once and kept up to date
+        self._changes = 0  # how often _names changed: the completed instants are worked out again after one
+        self._done: tuple[int, dict[str, tuple[str, str]]] | None = None
         self._sizes: dict[str, int] = {}  # file name -> size, from the partition's listing
         kept = metadata_stats.kept(_listed(self.data_config.raw.get(PARTITIONS_KEY, "")))
         #: the data-skipping partitions kept beside the files partition, None when there are none
@@ -227,23 +229,30 @@ class MetadataTable:
         instant of its own)."""
         if self._names is None:
             self._names = [e.path.rsplit("/", 1)[-1] for e in self.storage.list_dir(self.timeline_dir, files_only=True)]
+            self._changes += 1
         return list(self._names)
 
     def _delete_instant_file(self, name: str) -> None:
         self.storage.delete(f"{self.timeline_dir}/{name}")
         if self._names is not None and name in self._names:
             self._names.remove(name)
+            self._changes += 1
 
     def _completed(self) -> dict[str, tuple[str, str]]:
-        """requested time -> (action, completion time) of completed instants."""
+        """requested time -> (action, completion time) of completed instants (worked out once
+        per change of the timeline this object knows: a commit asks several times)."""
+        names = self._instant_files()
+        if self._done is not None and self._done[0] == self._changes:
+            return dict(self._done[1])
         out: dict[str, tuple[str, str]] = {}
-        for name in self._instant_files():
+        for name in names:
             i = _parse(name)
             if i is not None and i.is_completed:
                 if i.action == inst.ROLLBACK and i.requested_time in out:
                     continue  # a rollback timed like a deltacommit never hides it
                 out[i.requested_time] = (i.action, i.completion_time or i.requested_time)
-        return out
+        self._done = (self._changes, out)
+        return dict(out)
 
     def _put_instant(self, t: str, action: str, state: str, data: bytes = b"", completion: str | None = None) -> None:
         """Pending files are not synced (a crash loses only an instant that never completed,
@@ -253,6 +262,7 @@ class MetadataTable:
         self.storage.put_if_absent(f"{self.timeline_dir}/{name}", data, durable=state == inst.COMPLETED)
         if self._names is not None:
             self._names.append(name)
+            self._changes += 1
 
     # -- writing ----------------------------------------------------------------------------
     def exists(self) -> bool:
