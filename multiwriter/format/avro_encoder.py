@@ -1,20 +1,21 @@
-"""``HoodieMetadataRecord`` values of the column_stats and partition_stats partitions, encoded by
-code compiled once per schema.
+"""``HoodieMetadataRecord`` values of the column_stats, partition_stats and record_index
+partitions, encoded by code compiled once per schema.
 
 A commit that keeps these indexes writes a record per file column and per partition column,
-hundreds of them. fastavro interprets the whole record schema for each one: some twenty fields,
-two unions of a dozen wrapper records, a dict built per record and per wrapper. The compiled
-encoder writes the same bytes in about a third of the time: every field around
-``ColumnStatsMetadata`` is a constant of the call (nulls, the empty key, the record type, the
-compacted file's name), and the column stats are written field by field with each union's
-branch index and each wrapper's value type resolved once.
+hundreds of them, and a record index entry per record key, up to millions. fastavro interprets
+the whole record schema for each one: a dozen top-level fields, unions of wrapper records, a
+dict built per record. The compiled encoders write the same bytes in a fraction of the time:
+every field around the one record that varies (``ColumnStatsMetadata``,
+``recordIndexMetadata``) is a constant of the call (nulls, the empty key, the record type, the
+compacted file's name), and that record is written field by field with each union's branch
+index and each wrapper's value type resolved once.
 
-It follows the schema the file declares (Hudi's whole ``HoodieMetadataRecord``, or ours): its
-field order, its branch indexes, the type of each wrapper's value. :meth:`StatsEncoder.compile`
+They follow the schema the file declares (Hudi's whole ``HoodieMetadataRecord``, or ours): its
+field order, its branch indexes, the type of each wrapper's value. :meth:`RecordEncoder.compile`
 returns None for a schema it does not recognise (the caller keeps fastavro), and
-:meth:`StatsEncoder.encode` raises :class:`Unsupported` for a value it does not expect (the
-caller encodes that record with fastavro, which writes or refuses it). Its bytes are fastavro's
-``schemaless_writer``'s, byte for byte.
+:meth:`RecordEncoder.encode` raises :class:`Unsupported` for a value it does not expect (the
+caller encodes that record with fastavro, which writes or refuses it). Their bytes are
+fastavro's ``schemaless_writer``'s, byte for byte.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import datetime as _dt
 import decimal
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 #: the values :meth:`StatsEncoder.encode` takes, in this order: ``HoodieMetadataColumnStats``'s
 #: fields. ``minValue`` / ``maxValue``: None or (wrapper's full name, wrapped value);
@@ -34,8 +35,18 @@ _STATS_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
 STATS_FIELD = "ColumnStatsMetadata"
 _KEY, _TYPE, _FILE_NAME = "key", "type", "_hoodie_file_name"
 
+#: the field holding a record index entry, and ``HoodieRecordIndexInfo``'s fields (the values
+#: :meth:`RecordIndexEncoder.encode` takes, in this order) with the Avro type of each
+RECORD_INDEX_FIELD = "recordIndexMetadata"
+RECORD_INDEX_TYPES = {"partitionName": "string", "fileIdHighBits": "long", "fileIdLowBits": "long",
+                      "fileIndex": "int", "fileId": "string", "instantTime": "long", "fileIdEncoding": "int",
+                      "position": "long"}
+RECORD_INDEX_FIELDS = tuple(RECORD_INDEX_TYPES)
+_RECORD_INDEX_INDEX = {name: i for i, name in enumerate(RECORD_INDEX_FIELDS)}
+
 Step = Callable[[Any, list], None]
 Frame = tuple[bytes, bytes]
+_E = TypeVar("_E", bound="RecordEncoder")
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -306,26 +317,47 @@ def _stats_step(name: str, schema: Any, names: _Names) -> Step:
     raise Unsupported(f"HoodieMetadataColumnStats field {name!r} is not one this encoder writes")
 
 
-def _stats_record(schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
-    """(branch index bytes, steps) of the ``ColumnStatsMetadata`` field: the union of null and
-    ``HoodieMetadataColumnStats`` (or that record alone)."""
+def _union_record(schema: Any, names: _Names, field: str) -> tuple[bytes, dict[str, Any]]:
+    """(branch index bytes, record schema) of a top-level field that is the union of null and
+    one record (or that record alone)."""
     tag = b""
     record = schema
     if isinstance(schema, list):
         records = [(i, b) for i, b in enumerate(schema) if isinstance(names.resolve(b), dict)]
         if len(records) != 1:
-            raise Unsupported("ColumnStatsMetadata is not a union of null and one record")
+            raise Unsupported(f"{field} is not a union of null and one record")
         i, record = records[0]
         tag = varint(i)
     record = names.resolve(record)
     if not isinstance(record, dict) or record.get("type") != "record":
-        raise Unsupported("ColumnStatsMetadata holds no record")
+        raise Unsupported(f"{field} holds no record")
+    return tag, record
+
+
+def _stats_record(schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
+    """(branch index bytes, steps) of the ``ColumnStatsMetadata`` field: the union of null and
+    ``HoodieMetadataColumnStats`` (or that record alone)."""
+    tag, record = _union_record(schema, names, STATS_FIELD)
     steps = [(f["name"], _stats_step(f["name"], f["type"], names)) for f in record["fields"]]
     return tag, [(_STATS_INDEX[name], step) for name, step in steps]
 
 
+def _record_index_record(schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
+    """(branch index bytes, steps) of the ``recordIndexMetadata`` field: the union of null and
+    ``HoodieRecordIndexInfo``, whose fields are written in the schema's order; a field this
+    encoder does not know (a later release's) leaves the schema to fastavro."""
+    tag, record = _union_record(schema, names, RECORD_INDEX_FIELD)
+    steps = []
+    for f in record["fields"]:
+        kind = RECORD_INDEX_TYPES.get(f["name"])
+        if kind is None:
+            raise Unsupported(f"HoodieRecordIndexInfo field {f['name']!r} is not one this encoder writes")
+        steps.append((_RECORD_INDEX_INDEX[f["name"]], _nullable(f["type"], _only(kind))))
+    return tag, steps
+
+
 def _top_step(name: str, schema: Any) -> Step:
-    """The step of a top-level field other than the column stats: the key (empty), the record
+    """The step of a top-level field other than the compiled record: the key (empty), the record
     type, the compacted file's name; every other field is null."""
     if name in (_KEY, _FILE_NAME):
         return _nullable(schema, _only("string"))
@@ -339,18 +371,22 @@ def _top_step(name: str, schema: Any) -> Step:
     raise Unsupported(f"field {name!r} cannot be null")
 
 
-class StatsEncoder:
-    """Encodes ``HoodieMetadataRecord`` values of column or partition stats in one schema.
+class RecordEncoder:
+    """Encodes ``HoodieMetadataRecord`` values of one kind in one schema: the record of one
+    field (:attr:`FIELD`) written by compiled steps, every other field a constant of the call.
 
     Use: ``frame = enc.frame(record_type, file_name)`` once per record type of a call, then
-    ``enc.encode(frame, values)`` per record (``values`` in :data:`STATS_FIELDS` order)."""
+    ``enc.encode(frame, values)`` per record (``values`` in the order of the subclass's fields)."""
+
+    #: the top-level field whose record varies from value to value
+    FIELD = ""
 
     def __init__(self, head: list[tuple[str, Step]], tag: bytes, steps: list[tuple[int, Step]],
                  tail: list[tuple[str, Step]]) -> None:
         self._head, self._tag, self._steps, self._tail = head, tag, steps, tail
 
     @classmethod
-    def compile(cls, parsed_schema: Mapping[str, Any]) -> StatsEncoder | None:
+    def compile(cls: type[_E], parsed_schema: Mapping[str, Any]) -> _E | None:
         """The encoder of ``parsed_schema`` (fastavro's parsed form of a ``HoodieMetadataRecord``
         schema), or None when it is not one this encoder writes."""
         try:
@@ -359,7 +395,12 @@ class StatsEncoder:
             return None
 
     @classmethod
-    def _compile(cls, schema: Mapping[str, Any]) -> StatsEncoder:
+    def _body(cls, schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
+        """(branch index bytes, steps) of :attr:`FIELD`'s type."""
+        raise NotImplementedError
+
+    @classmethod
+    def _compile(cls: type[_E], schema: Mapping[str, Any]) -> _E:
         if schema.get("type") != "record":
             raise Unsupported("not a record schema")
         names = _Names()
@@ -367,17 +408,17 @@ class StatsEncoder:
         tail: list[tuple[str, Step]] = []
         tag, steps = None, None
         for f in schema["fields"]:
-            if f["name"] == STATS_FIELD:
-                tag, steps = _stats_record(f["type"], names)
+            if f["name"] == cls.FIELD:
+                tag, steps = cls._body(f["type"], names)
                 continue
             (head if steps is None else tail).append((f["name"], _top_step(f["name"], f["type"])))
             names.collect(f["type"])
         if steps is None or tag is None:
-            raise Unsupported(f"no {STATS_FIELD} field")
+            raise Unsupported(f"no {cls.FIELD} field")
         return cls(head, tag, steps, tail)
 
     def frame(self, record_type: int, file_name: str | None) -> Frame:
-        """The bytes before and after the column stats of a record of ``record_type`` (3 or 6),
+        """The bytes before and after :attr:`FIELD`'s record in a record of ``record_type``,
         whose ``_hoodie_file_name`` is ``file_name``."""
         values = {_KEY: "", _TYPE: record_type, _FILE_NAME: file_name}
         before: list[bytes] = []
@@ -392,7 +433,7 @@ class StatsEncoder:
         return b"".join(before) + self._tag, b"".join(after)
 
     def encode(self, frame: Frame, values: tuple) -> bytes:
-        """One record: ``frame`` around the column stats ``values``."""
+        """One record: ``frame`` around :attr:`FIELD`'s record of ``values``."""
         out = [frame[0]]
         try:
             for i, step in self._steps:
@@ -401,3 +442,24 @@ class StatsEncoder:
             raise Unsupported(f"{type(e).__name__}: {e}") from e
         out.append(frame[1])
         return b"".join(out)
+
+
+class StatsEncoder(RecordEncoder):
+    """Column or partition stats records (types 3 and 6): ``values`` in :data:`STATS_FIELDS`
+    order."""
+
+    FIELD = STATS_FIELD
+
+    @classmethod
+    def _body(cls, schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
+        return _stats_record(schema, names)
+
+
+class RecordIndexEncoder(RecordEncoder):
+    """Record index entries (type 5): ``values`` in :data:`RECORD_INDEX_FIELDS` order."""
+
+    FIELD = RECORD_INDEX_FIELD
+
+    @classmethod
+    def _body(cls, schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:
+        return _record_index_record(schema, names)

@@ -52,6 +52,10 @@ The format, as Hudi's sources define it and the Spark-written fixtures show it:
   ``files`` partition (:mod:`.hfile`). Each file group starts with an empty delete block at the
   partition's initialization time (``HoodieBackedTableMetadataWriter.initializeFileGroups``).
 
+Cells are written and read by code compiled once per record schema (:mod:`.avro_encoder`,
+:mod:`.avro_decoder`), each distinct location once per call; fastavro, their reference, writes
+and reads what they do not know.
+
 Pure functions from bytes to values and back; what the index means for a table (which slice is
 live, how deltacommits merge) is :mod:`multiwriter.table`'s. Hudi's newer "partitioned" record
 index (``EmptyHoodieRecordPayloadWithPartition``) is not in 1.0 or 1.1 and not handled here.
@@ -60,6 +64,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import functools
 import io
 import json
 import re
@@ -74,6 +79,8 @@ import pyarrow as pa
 
 from ..errors import TableFormatError
 from . import avro, hfile
+from .avro_decoder import RecordIndexDecoder
+from .avro_encoder import RECORD_INDEX_FIELD, RECORD_INDEX_FIELDS, Frame, RecordIndexEncoder, Unsupported
 from .log_file import CORRUPT, BlockType, HeaderKey, encode_block, encode_delete_block, read_log_blocks
 
 PARTITION = "record_index"
@@ -101,7 +108,7 @@ RECORD_INDEX_INFO: dict[str, Any] = {
         {"name": "position", "type": ["null", "long"], "default": None},
     ],
 }
-_FIELD = "recordIndexMetadata"
+_FIELD = RECORD_INDEX_FIELD
 
 _INT_MASK = (1 << 32) - 1
 _U64 = (1 << 64) - 1
@@ -300,20 +307,41 @@ def with_record_index(schema: Mapping[str, Any] | str) -> dict[str, Any]:
     raise ValueError(f"not a HoodieMetadataRecord schema: no {_FIELD} field")
 
 
-_PARSED: dict[str, Any] = {}
+@dataclass(frozen=True)
+class _Codec:
+    """A record schema as fastavro parsed it, and the encoder and decoder compiled for it (None:
+    fastavro writes or reads every value)."""
+
+    parsed: Any
+    encoder: RecordIndexEncoder | None
+    decoder: RecordIndexDecoder | None
+
+    def frame(self, file_name: str | None) -> Frame | None:
+        """The compiled encoder's bytes around each entry of a call, None when fastavro writes it."""
+        if self.encoder is None:
+            return None
+        try:
+            return self.encoder.frame(RECORD_TYPE, file_name)
+        except Unsupported:
+            return None
 
 
-def _parsed(schema_json: str, source: str) -> Any:
-    parsed = _PARSED.get(schema_json)
-    if parsed is None:
+_CODECS: dict[str, _Codec] = {}
+
+
+def _codec(schema_json: str, source: str) -> _Codec:
+    """The codec of a record schema's JSON, parsed and compiled once per schema."""
+    codec = _CODECS.get(schema_json)
+    if codec is None:
         try:
             parsed = fastavro.parse_schema(json.loads(schema_json))
             avro.check_schema(parsed)
         except (ValueError, TypeError, KeyError) as e:
             raise TableFormatError(f"{source}: no readable record index schema ({e})") from e
-        if len(_PARSED) < 64:
-            _PARSED[schema_json] = parsed
-    return parsed
+        codec = _Codec(parsed, RecordIndexEncoder.compile(parsed), RecordIndexDecoder.compile(parsed))
+        if len(_CODECS) < 64:
+            _CODECS[schema_json] = codec
+    return codec
 
 
 def _schema_json(schema: Mapping[str, Any] | str) -> str:
@@ -326,27 +354,88 @@ def encode_cells(entries: Mapping[str, Location], schema: Mapping[str, Any] | st
     """One HFile cell per key (sorted): the ``HoodieMetadataRecord`` of its location in
     ``schema`` (which must have the record-index branch: :func:`with_record_index`).
     ``file_name``: a base file's own name, written in ``_hoodie_file_name`` as Hudi's compaction
-    does."""
-    parsed = _parsed(_schema_json(schema), "record index schema")
-    names = [f["name"] for f in parsed["fields"]]
+    does. The encoder compiled for the schema writes each distinct location once (a table has
+    few partitions, file ids and instants); fastavro writes a schema or a value it does not
+    know."""
+    codec = _codec(_schema_json(schema), "record index schema")
+    frame = codec.frame(file_name)
+    written: dict[tuple, bytes] = {}
+    out = []
+    for key in sorted(entries):
+        loc = entries[key]
+        same = _same_bytes_key(loc)
+        data = written.get(same) if same is not None else None
+        if data is None:
+            data = _encode_entry(codec, frame, key, loc, zone, file_name, cached=same is not None)
+            if same is not None:
+                written[same] = data
+        out.append((key, data))
+    return out
+
+
+def _same_bytes_key(loc: Location) -> tuple | None:
+    """A key equal for exactly the locations written as the same bytes; None for values of other
+    types (``True == 1``, yet fastavro may write them differently or refuse one)."""
+    if type(loc.partition) is str and type(loc.file_id) is str and type(loc.instant_time) is str and (
+            loc.position is None or type(loc.position) is int):
+        return loc.partition, loc.file_id, loc.instant_time, loc.position
+    return None
+
+
+def _encode_entry(codec: _Codec, frame: Frame | None, key: str, loc: Location, zone: _dt.tzinfo,
+                  file_name: str | None, *, cached: bool) -> bytes:
+    """One entry's value: by the compiled encoder, or fastavro for a value it does not expect.
+    ``cached``: the location's parts are strings, so the conversions' caches take them."""
+    parts = _cached_file_id(loc.file_id) if cached else encode_file_id(loc.file_id)
+    millis = _cached_millis(loc.instant_time, zone) if cached else instant_millis(loc.instant_time, zone)
+    values = (loc.partition, parts.high_bits, parts.low_bits, parts.file_index, parts.raw, millis, parts.encoding,
+              loc.position)
+    if frame is not None and codec.encoder is not None:
+        try:
+            return codec.encoder.encode(frame, values)
+        except Unsupported:
+            pass
+    return _fastavro_value(codec.parsed, key, loc, values, file_name)
+
+
+def _fastavro_value(parsed: Any, key: str, loc: Location, values: tuple, file_name: str | None) -> bytes:
+    """One entry's value by fastavro (``values`` in :data:`.avro_encoder.RECORD_INDEX_FIELDS`
+    order): the compiled encoder's reference."""
+    value: dict[str, Any] = dict.fromkeys(f["name"] for f in parsed["fields"])
+    if file_name is not None and "_hoodie_file_name" in value:
+        value["_hoodie_file_name"] = file_name
+    value.update({"key": "", "type": RECORD_TYPE, _FIELD: dict(zip(RECORD_INDEX_FIELDS, values, strict=True))})
+    buf = io.BytesIO()
+    try:
+        fastavro.schemaless_writer(buf, parsed, value)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ValueError(f"record index entry {key!r}: {loc} does not fit the schema ({e})") from e
+    return buf.getvalue()
+
+
+def _fastavro_cells(entries: Mapping[str, Location], schema: Mapping[str, Any] | str, *, zone: _dt.tzinfo = UTC,
+                    file_name: str | None = None) -> list[tuple[str, bytes]]:
+    """:func:`encode_cells` by fastavro alone, an entry at a time (the compiled encoder's
+    reference)."""
+    parsed = _codec(_schema_json(schema), "record index schema").parsed
     out = []
     for key in sorted(entries):
         loc = entries[key]
         parts = encode_file_id(loc.file_id)
-        value: dict[str, Any] = dict.fromkeys(names)
-        if file_name is not None and "_hoodie_file_name" in value:
-            value["_hoodie_file_name"] = file_name
-        value.update({"key": "", "type": RECORD_TYPE, _FIELD: {
-            "partitionName": loc.partition, "fileIdHighBits": parts.high_bits, "fileIdLowBits": parts.low_bits,
-            "fileIndex": parts.file_index, "fileId": parts.raw, "instantTime": instant_millis(loc.instant_time, zone),
-            "fileIdEncoding": parts.encoding, "position": loc.position}})
-        buf = io.BytesIO()
-        try:
-            fastavro.schemaless_writer(buf, parsed, value)
-        except (ValueError, TypeError, OverflowError) as e:
-            raise ValueError(f"record index entry {key!r}: {loc} does not fit the schema ({e})") from e
-        out.append((key, buf.getvalue()))
+        values = (loc.partition, parts.high_bits, parts.low_bits, parts.file_index, parts.raw,
+                  instant_millis(loc.instant_time, zone), parts.encoding, loc.position)
+        out.append((key, _fastavro_value(parsed, key, loc, values, file_name)))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_file_id(file_id: str) -> FileIdParts:
+    return encode_file_id(file_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_millis(instant_time: str, zone: _dt.tzinfo) -> int:
+    return instant_millis(instant_time, zone)
 
 
 def encode_hfile(entries: Mapping[str, Location], schema: Mapping[str, Any] | str, *, zone: _dt.tzinfo = UTC,
@@ -399,20 +488,86 @@ def encode_log_file(instant_time: str, entries: Mapping[str, Location], deletes:
 # -- decoding -----------------------------------------------------------------------------------
 def decode_cells(cells: Iterable[tuple[bytes, bytes]], schema: Mapping[str, Any] | str, *,
                  source: str = "record index", zone: _dt.tzinfo = UTC) -> dict[str, Location]:
-    """Record key -> location of HFile cells written in ``schema``."""
-    parsed = _parsed(_schema_json(schema), source)
+    """Record key -> location of HFile cells written in ``schema``. The decoder compiled for the
+    schema reads each distinct value once (keys sharing a location share its bytes, and the
+    :class:`Location`); fastavro reads a schema or bytes it does not know."""
+    codec = _codec(_schema_json(schema), source)
+    read: dict[bytes, Location] = {}
     out: dict[str, Location] = {}
     for k, v in cells:
         try:
             key = k.decode("utf-8")
         except UnicodeDecodeError as e:
             raise TableFormatError(f"{source}: record index key {k[:64]!r} is not UTF-8") from e
-        try:
-            rec = fastavro.schemaless_reader(io.BytesIO(v), parsed)
-        except Exception as e:  # fastavro raises many types for bytes that do not fit the schema
-            raise TableFormatError(f"{source}: record index entry {key!r} does not decode ({e})") from e
-        out[key] = _location(key, rec, source, zone)
+        if type(v) is not bytes:
+            v = bytes(v)
+        loc = read.get(v)
+        if loc is None:
+            loc = read[v] = _decode_entry(codec, key, v, source, zone)
+        out[key] = loc
     return out
+
+
+def _decode_entry(codec: _Codec, key: str, value: bytes, source: str, zone: _dt.tzinfo) -> Location:
+    """One entry's location: by the compiled decoder, or fastavro for bytes it does not expect or
+    an entry it does not take (which fastavro's path reads, or says what is wrong with)."""
+    if codec.decoder is not None:
+        try:
+            record_type, values = codec.decoder.read(value)
+        except Unsupported:
+            pass
+        else:
+            loc = _compiled_location(record_type, values, zone)
+            if loc is not None:
+                return loc
+    return _fastavro_location(codec.parsed, key, value, source, zone)
+
+
+def _compiled_location(record_type: Any, values: tuple, zone: _dt.tzinfo) -> Location | None:
+    """The location of a record the compiled decoder read (its values in
+    :data:`.avro_encoder.RECORD_INDEX_FIELDS` order), None when :func:`_location` would refuse it."""
+    partition, high, low, index, raw, millis, encoding, position = values
+    if record_type != RECORD_TYPE or partition is None or millis is None:
+        return None
+    if encoding != ENCODING_UUID:
+        file_id = raw
+    elif high is None or low is None or index is None:
+        return None
+    else:
+        file_id = _cached_uuid_file_id(high, low, index)
+    if file_id is None:
+        return None
+    try:
+        instant = _cached_instant(millis, zone)
+    except TableFormatError:
+        return None
+    return Location(partition, file_id, instant, position)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_uuid_file_id(high_bits: int, low_bits: int, file_index: int) -> str:
+    return decode_file_id(FileIdParts(ENCODING_UUID, high_bits, low_bits, file_index, ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_instant(millis: int, zone: _dt.tzinfo) -> str:
+    return instant_of_millis(millis, zone)
+
+
+def _fastavro_location(parsed: Any, key: str, value: bytes, source: str, zone: _dt.tzinfo) -> Location:
+    """One entry's location by fastavro: the compiled decoder's reference."""
+    try:
+        rec = fastavro.schemaless_reader(io.BytesIO(value), parsed)
+    except Exception as e:  # fastavro raises many types for bytes that do not fit the schema
+        raise TableFormatError(f"{source}: record index entry {key!r} does not decode ({e})") from e
+    return _location(key, rec, source, zone)
+
+
+def _fastavro_decode_cells(cells: Iterable[tuple[bytes, bytes]], schema: Mapping[str, Any] | str, *,
+                           source: str = "record index", zone: _dt.tzinfo = UTC) -> dict[str, Location]:
+    """:func:`decode_cells` by fastavro alone, a cell at a time (the compiled decoder's reference)."""
+    parsed = _codec(_schema_json(schema), source).parsed
+    return {k.decode("utf-8"): _fastavro_location(parsed, k.decode("utf-8"), v, source, zone) for k, v in cells}
 
 
 def _location(key: str, rec: Any, source: str, zone: _dt.tzinfo) -> Location:
