@@ -470,15 +470,23 @@ def encode_log_file(instant_time: str, entries: Mapping[str, Location], deletes:
     both with the instant and the record schema in their header (``HoodieAppendHandle``'s
     ``appendDataAndDeleteBlocks``; the delete block's schema is the same record schema as
     :func:`.log_file.encode_delete_block` renders it, which no reader of deletes uses)."""
+    text = _schema_json(schema)
+    return cells_log_file(instant_time, encode_cells(entries, text, zone=zone), deletes, text, created_ms=created_ms)
+
+
+def cells_log_file(instant_time: str, cells: list[tuple[str, bytes]], deletes: Iterable[str], schema_json: str, *,
+                   created_ms: int = 0) -> bytes:
+    """:func:`encode_log_file` of entries already encoded (``cells``, sorted by key): a writer
+    keeping what it wrote need not read the log back."""
     gone = sorted(set(deletes))
-    both = set(gone) & set(entries)
+    both = set(gone) & {k for k, _ in cells}
     if both:
         raise ValueError(f"keys both placed and deleted: {sorted(both)[:5]}")
-    text = _schema_json(schema)
+    text = schema_json
     out = b""
-    if entries:
+    if cells:
         out += encode_block(BlockType.HFILE_DATA, {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: text},
-                            encode_hfile(entries, text, zone=zone, created_ms=created_ms))
+                            cells_hfile(cells, text, created_ms=created_ms))
     if gone:
         table = pa.table({"record_key": gone, "partition_path": [PARTITION] * len(gone)})
         out += encode_delete_block(table, instant_time=instant_time, schema=json.loads(text))

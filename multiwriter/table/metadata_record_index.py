@@ -22,6 +22,7 @@ of old slices. The bytes are :mod:`multiwriter.format.record_index`'s.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -67,6 +68,10 @@ class RawChanges:
     schema: str | None
     deletes: tuple[str, ...] = ()
 
+    @functools.cached_property
+    def deleted(self) -> frozenset[str]:
+        return frozenset(self.deletes)
+
 
 def _schema_text(schema: Mapping[str, Any]) -> str:
     return json.dumps(ri.with_record_index(schema), separators=(",", ":"))
@@ -87,6 +92,32 @@ def _raw_changes(data: bytes, source: str) -> list[RawChanges]:
             keys = b.records.column("record_key").to_pylist() if b.records is not None else []
             out.append(RawChanges({}, None, tuple(k for k in keys if k is not None)))
     return out
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """What a slice's logs say on top of its base: their blocks, the newest first (a lookup
+    asks the newest block that names a key; nothing is merged for it)."""
+
+    layers: tuple[RawChanges, ...]
+
+    def get(self, key: str) -> tuple[bool, Cell | None]:
+        """(whether a log names ``key``, its cell then: None when deleted)."""
+        for ch in self.layers:
+            v = ch.updates.get(key)
+            if v is not None:
+                return True, (v, ch.schema)
+            if ch.deletes and key in ch.deleted:
+                return True, None
+        return False, None
+
+    def merged(self) -> dict[str, Cell | None]:
+        """Every key the logs name, with its newest cell (None: deleted)."""
+        out: dict[str, Cell | None] = {}
+        for ch in reversed(self.layers):
+            out.update({k: (v, ch.schema) for k, v in ch.updates.items()})
+            out.update(dict.fromkeys(ch.deletes))
+        return out
 
 
 @dataclass
@@ -114,6 +145,7 @@ class RecordIndexPartition:
     base_schema: Mapping[str, Any]
     partitions: tuple[str, ...] = (PARTITION,)
     _names: dict[str, int] | None = None
+    _by_group: dict[str, list[str]] | None = None  # the names by file group, as listed
 
     # -- listing -------------------------------------------------------------------------
     def _rel(self, name: str = "") -> str:
@@ -127,7 +159,7 @@ class RecordIndexPartition:
         return self._names
 
     def forget(self) -> None:
-        self._names = None
+        self._names = self._by_group = None
 
     def groups(self) -> list[str]:
         """The file group ids, in index order (readers take the number of groups listed)."""
@@ -135,7 +167,13 @@ class RecordIndexPartition:
         return sorted(ids, key=lambda g: ri.file_group_of(g) or 0)
 
     def slice(self, file_id: str, done: Mapping[str, tuple[str, str]]) -> Slice:
-        return latest_slice_of(self.names(), file_id, done)
+        if self._by_group is None:
+            by: dict[str, list[str]] = {}
+            for n in self.names():
+                if (g := _group_of(n)) is not None:
+                    by.setdefault(g, []).append(n)
+            self._by_group = by
+        return latest_slice_of(self._by_group.get(file_id, ()), file_id, done)
 
     # -- reading -------------------------------------------------------------------------
     def _base_cells(self, name: str) -> tuple[dict[str, bytes], str]:
@@ -164,25 +202,12 @@ class RecordIndexPartition:
             _LOGS.put(key, hit)
         return hit
 
-    def _overlay(self, file_id: str, logs: tuple[str, ...]) -> dict[str, Cell | None]:
-        """What a slice's logs say on top of its base, in order (None: deleted), kept per
-        group: the next read of a slice that only grew by a log applies that log alone."""
-        key = (self.storage.uri, file_id)
-        hit = _OVERLAYS.get(key)
-        if hit is not None and logs[:len(hit[0])] == hit[0]:
-            out = dict(hit[1])
-            new = logs[len(hit[0]):]
-        else:
-            out, new = {}, logs
-        for n in new:
-            for ch in self._log_changes(n):
-                out.update({k: (v, ch.schema) for k, v in ch.updates.items()})
-                out.update(dict.fromkeys(ch.deletes))
-        _OVERLAYS.put(key, (logs, out))
-        return out
+    def _overlay(self, file_id: str, logs: tuple[str, ...]) -> Overlay:
+        """What a slice's logs say on top of its base (the newest layer first)."""
+        return Overlay(tuple(ch for n in reversed(logs) for ch in reversed(self._log_changes(n))))
 
     def _group_view(self, file_id: str, done: Mapping[str, tuple[str, str]]
-                    ) -> tuple[dict[str, bytes], str | None, dict[str, Cell | None]]:
+                    ) -> tuple[dict[str, bytes], str | None, Overlay]:
         base, _, logs = self.slice(file_id, done)
         cells, schema = self._base_cells(base) if base else ({}, None)
         return cells, schema, self._overlay(file_id, tuple(logs))
@@ -200,8 +225,8 @@ class RecordIndexPartition:
             cells, schema, overlay = self._group_view(groups[int(g)], done)
             found: dict[str | None, list[tuple[bytes, bytes]]] = {}
             for k in (values[i] for i in np.flatnonzero(ix == g)):
-                if k in overlay:
-                    cell = overlay[k]
+                said, cell = overlay.get(k)
+                if said:
                     if cell is not None:
                         found.setdefault(cell[1], []).append((k.encode(), cell[0]))
                 elif k in cells:
@@ -222,7 +247,8 @@ class RecordIndexPartition:
         """Every entry of the latest slices (a model's check; lookups read only what they need)."""
         out: dict[str, ri.Location] = {}
         for fid in self.groups():
-            cells, schema, overlay = self._group_view(fid, done)
+            cells, schema, layers = self._group_view(fid, done)
+            overlay = layers.merged()
             found: dict[str | None, list[tuple[bytes, bytes]]] = {
                 schema: [(k.encode(), v) for k, v in cells.items() if k not in overlay]}
             for k, cell in overlay.items():
@@ -266,10 +292,15 @@ class RecordIndexPartition:
             placed = {k: changes.upserts[k] for k in mine if k in changes.upserts}
             gone = [k for k in mine if k in deletes]
             name = f".{fid}_{t}.log.1_{token}"
-            data = ri.encode_log_file(t, placed, gone, self._schema(fid, done), created_ms=now)
+            schema = self._schema(fid, done)
+            cells = ri.encode_cells(placed, schema)
+            data = ri.cells_log_file(t, cells, gone, schema, created_ms=now)
             self.storage.write_bytes(self._rel(name), data)
-            self.names()[name] = len(data)
-            self._log_changes(name, data)  # what the next read takes from it: known already
+            self.wrote(PARTITION, name, len(data))
+            # what the next read takes from it: known already
+            _LOGS.put((self.storage.uri, self._rel(name)),
+                      [c for c in (RawChanges(dict(cells), schema) if cells else None,
+                                   RawChanges({}, None, tuple(sorted(gone))) if gone else None) if c is not None])
             stats.append(WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                                    num_writes=len(mine), num_inserts=len(placed), num_deletes=len(gone),
                                    total_write_bytes=len(data), file_size=len(data), log_version=1, log_files=(name,)))
@@ -285,6 +316,7 @@ class RecordIndexPartition:
     def delete(self, partition: str, name: str) -> None:
         self.storage.delete(self._rel(name))
         self.names().pop(name, None)
+        self._by_group = None
         _LOGS.pop((self.storage.uri, self._rel(name)))
         _BASES.pop((self.storage.uri, self._rel(name)))
 
@@ -320,7 +352,7 @@ class RecordIndexPartition:
         ``_hoodie_file_name`` it was written with; the metadata table populates no meta fields,
         so no reader looks at it.)"""
         cells = dict(self._base_cells(base)[0]) if base else {}
-        overlay = self._overlay(file_id, logs)
+        overlay = self._overlay(file_id, logs).merged()
         other: dict[str | None, list[tuple[bytes, bytes]]] = {}
         for k, cell in overlay.items():
             cells.pop(k, None)
@@ -336,6 +368,7 @@ class RecordIndexPartition:
 
     def wrote(self, partition: str, name: str, size: int) -> None:
         self.names()[name] = size
+        self._by_group = None
 
     def undo_compaction(self, t: str) -> None:
         """Delete the bases a compaction at ``t`` that never completed wrote."""
@@ -538,8 +571,6 @@ def _group_keys(storage: Storage, config: TableConfig, partition: str, file_id: 
 #: decoded record-index files, by (table URI, path)
 _BASES: BoundedCache[tuple[str, str], tuple[dict[str, bytes], str]] = BoundedCache(64)
 _LOGS: BoundedCache[tuple[str, str], list[RawChanges]] = BoundedCache(1024)
-#: per (table URI, file group): the logs of the slice last applied, and what they say
-_OVERLAYS: BoundedCache[tuple[str, str], tuple[tuple[str, ...], dict[str, Cell | None]]] = BoundedCache(256)
 #: the record schema new files of a group declare, by (table URI, the group's base file or "")
 _SCHEMAS: BoundedCache[tuple[str, str], str] = BoundedCache(256)
 #: keys handed over by writers, by (table URI, data file path)
@@ -547,5 +578,5 @@ _HANDED: BoundedCache[tuple[str, str], tuple[pa.Array, pa.Array]] = BoundedCache
 
 
 def forget_decoded() -> None:
-    for cache in (_BASES, _LOGS, _OVERLAYS, _HANDED, _SCHEMAS):
+    for cache in (_BASES, _LOGS, _HANDED, _SCHEMAS):
         cache.clear()
