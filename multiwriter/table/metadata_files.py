@@ -366,24 +366,24 @@ class MetadataTable:
         stats_logs = None
         if remote and stats is not None and stats_records:
             stats_logs = REQUESTS.get().submit(stats.append, t, stats_records, done, token)
-        index_logs = None
-        if remote and rindex is not None:
-            index_logs = REQUESTS.get().submit(rindex.append, t, index_changes, done, token)
         if beside is None:
             pending()
         written: dict[str, list[WriteStat]] = {}
-        futures = [f for f in (beside, stats_logs, index_logs) if f is not None]
+        futures = [f for f in (beside, stats_logs) if f is not None]
+        index_sent: list[concurrent.futures.Future] = []
         try:
+            if rindex is not None:  # on an object store its groups' logs go out side by side
+                assert index_changes is not None
+                for st in rindex.append(t, index_changes, done, token, sent=index_sent if remote else None):
+                    written.setdefault(st.partition_path, []).append(st)
             self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
             if stats_logs is None and stats is not None and stats_records:
                 for st in stats.append(t, stats_records, done, token):
                     written.setdefault(st.partition_path, []).append(st)
-            if index_logs is None and rindex is not None:
-                assert index_changes is not None
-                for st in rindex.append(t, index_changes, done, token):
-                    written.setdefault(st.partition_path, []).append(st)
         finally:
-            concurrent.futures.wait(futures)  # nothing of this deltacommit goes on being written after it fails
+            concurrent.futures.wait(futures + index_sent)  # nothing of it goes on being written after it fails
+        for f in index_sent:
+            f.result()
         for f in futures:
             for st in f.result() or ():
                 written.setdefault(st.partition_path, []).append(st)

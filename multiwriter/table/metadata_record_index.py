@@ -26,6 +26,7 @@ import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from ..format import hfile, layout, paths
 from ..format import record_index as ri
 from ..format.bounds import open_parquet
 from ..format.log_file import BlockType, parse_log_file, read_log_blocks
+from ..s3_store import REQUESTS
 from ..storage import Storage
 from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
@@ -275,9 +277,11 @@ class RecordIndexPartition:
 
     # -- writing -------------------------------------------------------------------------
     def append(self, t: str, changes: IndexChanges, done: Mapping[str, tuple[str, str]],
-               token: str = _WRITE_TOKEN) -> list[WriteStat]:
+               token: str = _WRITE_TOKEN, sent: list[Future] | None = None) -> list[WriteStat]:
         """Write ``changes`` (one deltacommit's, at ``t``) into a log file of each group they
-        map to; returns the log files' write stats for the deltacommit."""
+        map to; returns the log files' write stats for the deltacommit. ``sent``: the writes go
+        out side by side on the request threads (an object store), their futures added there
+        for the caller to wait for."""
         groups = self.groups()
         if not changes or not groups:
             return []
@@ -295,7 +299,10 @@ class RecordIndexPartition:
             schema = self._schema(fid, done)
             cells = ri.encode_cells(placed, schema)
             data = ri.cells_log_file(t, cells, gone, schema, created_ms=now)
-            self.storage.write_bytes(self._rel(name), data)
+            if sent is None:
+                self.storage.write_bytes(self._rel(name), data)
+            else:
+                sent.append(REQUESTS.get().submit(self.storage.write_bytes, self._rel(name), data))
             self.wrote(PARTITION, name, len(data))
             # what the next read takes from it: known already
             _LOGS.put((self.storage.uri, self._rel(name)),
