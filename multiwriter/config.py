@@ -79,6 +79,7 @@ TABLE_KEYS = {
     "hoodie.metadata.enable": "metadata",
     "hoodie.metadata.index.column.stats.enable": "column_stats",
     "hoodie.metadata.record.index.enable": "record_index",
+    "hoodie.metadata.record.index.min.filegroup.count": "record_index_file_groups",
     "hoodie.write.table.version": "table_version",
 }
 #: the index a table's writers use: the bloom index, or Hudi's simple bucket index
@@ -269,7 +270,7 @@ def table_settings_from_options(options: dict[str, Any]) -> dict[str, Any]:
         if target in ("record_key", "partition_by", "bucket_hash_fields"):
             parts = [p.strip() for p in v.split(",") if p.strip()]
             out[target] = parts[0] if target == "record_key" and len(parts) == 1 else parts
-        elif target in ("num_buckets", "table_version"):
+        elif target in ("num_buckets", "table_version", "record_index_file_groups"):
             out[target] = int(_number(k, v))
         elif target in ("metadata", "column_stats", "record_index"):
             out[target] = _convert(k, v, False)

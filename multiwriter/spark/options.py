@@ -91,8 +91,9 @@ CDC_MODE = cdc_table.MODE_KEY
 COLUMN_STATS = "hoodie.metadata.index.column.stats.enable"
 #: Hudi's record index in the metadata table, taken when the data source creates the table
 RECORD_INDEX = "hoodie.metadata.record.index.enable"
+RECORD_INDEX_GROUPS = "hoodie.metadata.record.index.min.filegroup.count"
 WRITE_KEYS = frozenset(
-    {"path", CDC_ENABLED, COLUMN_STATS, RECORD_INDEX, CDC_MODE, TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
+    {"path", CDC_ENABLED, COLUMN_STATS, RECORD_INDEX, RECORD_INDEX_GROUPS, CDC_MODE, TABLE_NAME, RECORD_KEY, PARTITION_FIELD, PRECOMBINE, HIVE_STYLE, POPULATE_META_FIELDS, OPERATION, WRITER_ID, ON_CHECKPOINT_RESET, ZK_URL, ZK_PORT,
      ZK_BASE, ZK_LOCK_KEY, ZK_SESSION_MS, ZK_CONNECT_MS, ZK_AUTH, LOCK_PROVIDER, CONCURRENCY_KEY, *TABLE_LAYOUT_KEYS, *FIXED,
      *NUMERIC}
 )
@@ -247,6 +248,11 @@ def _table_settings(opts: dict[str, str]) -> dict[str, Any]:
         out["column_stats"] = _bool(opts, COLUMN_STATS)
     if RECORD_INDEX in opts:
         out["record_index"] = _bool(opts, RECORD_INDEX)
+    if opts.get(RECORD_INDEX_GROUPS, "").strip():
+        try:
+            out["record_index_file_groups"] = int(opts[RECORD_INDEX_GROUPS].strip())
+        except ValueError:
+            raise ConfigError(f"{RECORD_INDEX_GROUPS}={opts[RECORD_INDEX_GROUPS]!r} is not a whole number") from None
     cdc = _cdc_properties(opts)
     if cdc:
         out["properties"] = cdc
@@ -395,7 +401,8 @@ def _check_matches(parsed: WriteOptions, table: Table) -> None:
             "populate_meta_fields": c.populate_meta_fields,
             "column_stats": metadata_stats.index_version_of(c) is not None,
             "record_index": "record_index" in {n.strip() for n in c.raw.get(metadata_stats.INDEX_PARTITIONS_KEY, "").split(",")}}
-    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items() if k != "properties"}
+    asked = {k: tuple(v) if isinstance(v, list) else v for k, v in parsed.table.items()
+             if k not in ("properties", "record_index_file_groups")}  # the groups: a new index's sizing
     diff = {k: (v, have[k]) for k, v in asked.items() if have[k] != v}
     cdc_now = {CDC_ENABLED: "true" if cdc_table.cdc_enabled(c) else "false", CDC_MODE: cdc_table.supplemental_mode(c)}
     diff.update({k: (v, cdc_now[k]) for k, v in parsed.table.get("properties", {}).items() if cdc_now[k] != v})

@@ -310,14 +310,15 @@ class MetadataTable:
         meta = CommitMetadata(written, {"schema": _SCHEMA_JSON}, "BULK_INSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), max(now_time(), _after(t)))
 
-    def start_record_index(self, entries: Mapping[str, metadata_record_index.ri.Location]) -> None:
+    def start_record_index(self, entries: Mapping[str, metadata_record_index.ri.Location],
+                           min_groups: int = metadata_record_index.MIN_FILE_GROUPS) -> None:
         """Start the record index with ``entries`` (every key of the table, none for a new
         table) as one deltacommit at a time of the metadata table's own. The caller names it in
         ``hoodie.properties`` after this (under the table lock)."""
         t = self._fresh_time()
         for state in (inst.REQUESTED, inst.INFLIGHT):
             _put_quietly(self, t, inst.DELTA_COMMIT, state)
-        stats = metadata_record_index.initialize(self.storage, MDT_DIR, RECORD_SCHEMA, t, entries)
+        stats = metadata_record_index.initialize(self.storage, MDT_DIR, RECORD_SCHEMA, t, entries, min_groups)
         meta = CommitMetadata({metadata_record_index.PARTITION: stats} if stats else {}, {"schema": _SCHEMA_JSON},
                               "BULK_INSERT_PREPPED")
         self._put_instant(t, inst.DELTA_COMMIT, inst.COMPLETED, meta.to_bytes(), max(now_time(), _after(t)))

@@ -396,20 +396,20 @@ def kept_by(config: TableConfig) -> bool:
     return PARTITION in {n.strip() for n in config.raw.get("hoodie.table.metadata.partitions", "").split(",")}
 
 
-def file_group_count(entries: int) -> int:
+def file_group_count(entries: int, min_groups: int = MIN_FILE_GROUPS) -> int:
     """How many file groups a new index gets for ``entries`` keys (Hudi's estimate, at least
-    :data:`MIN_FILE_GROUPS`)."""
-    return max(MIN_FILE_GROUPS, math.ceil(entries / _ENTRIES_PER_GROUP))
+    ``min_groups``: ``hoodie.metadata.record.index.min.filegroup.count``)."""
+    return max(min_groups, math.ceil(entries / _ENTRIES_PER_GROUP))
 
 
 def initialize(storage: Storage, mdt_dir: str, base_schema: Mapping[str, Any], t: str,
-               entries: Mapping[str, ri.Location]) -> list[WriteStat]:
+               entries: Mapping[str, ri.Location], min_groups: int = MIN_FILE_GROUPS) -> list[WriteStat]:
     """Create the partition's file groups at ``t``, each opened with an empty delete block (as
     Hudi's ``initializeFileGroups``) and, when ``entries`` map to it, a base HFile of them (a
     table that has rows: their keys, as Hudi's initialization bulk-inserts them). Returns the
     base files' write stats for the initializing deltacommit."""
     schema = _schema_text(base_schema)
-    n = file_group_count(len(entries))
+    n = file_group_count(len(entries), min_groups)
     storage.delete_dir(f"{mdt_dir}/{PARTITION}")  # what an initialization that died part way left
     storage.write_bytes(f"{mdt_dir}/{PARTITION}/.hoodie_partition_metadata",
                         f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())

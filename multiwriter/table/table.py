@@ -81,6 +81,7 @@ class Table:
         properties: dict[str, str] | None = None,
         column_stats: bool = False,
         record_index: bool = False,
+        record_index_file_groups: int = metadata_record_index.MIN_FILE_GROUPS,
     ) -> Table:
         """Create the table, or open it when it exists with the same settings (idempotent).
 
@@ -108,7 +109,9 @@ class Table:
 
         ``record_index=True`` (Hudi's ``hoodie.metadata.record.index.enable``): the metadata
         table also keeps the record index (each record key's partition and file group), which
-        Hudi's writers use as their index.
+        Hudi's writers use as their index, and ours. ``record_index_file_groups`` (Hudi's
+        ``hoodie.metadata.record.index.min.filegroup.count``, 10): its file groups, fixed for
+        the index's life (keys hash over them).
 
         ``populate_meta_fields=False`` (Hudi's ``hoodie.populate.meta.fields``: virtual keys,
         Copy-on-Write only): files keep Hudi's five meta columns but write no values into them,
@@ -125,6 +128,9 @@ class Table:
         parts = tuple(partition_by or ())
         _validate_settings(name, schema, keys, parts, ordering_field)
         hash_fields = _validate_layout(table_type, num_buckets, bucket_hash_fields, keys)
+        if not isinstance(record_index_file_groups, int) or not 1 <= record_index_file_groups <= 10_000:
+            raise ConfigError(f"record_index_file_groups={record_index_file_groups!r}: between 1 and 10000 "
+                              "(hoodie.metadata.record.index.min.filegroup.count)")
         if (column_stats or record_index) and not metadata:
             which = "column_stats" if column_stats else "record_index"
             raise ConfigError(f"{which}=True with metadata=False: the index lives in the metadata table; "
@@ -161,7 +167,7 @@ class Table:
                 mdt.start_stats(metadata_stats.KEPT, [])
                 kept += metadata_stats.KEPT
             if record_index:
-                mdt.start_record_index({})
+                mdt.start_record_index({}, record_index_file_groups)
                 kept.append(metadata_record_index.PARTITION)
             recorded[metadata_files.PARTITIONS_KEY] = ",".join(sorted(kept))
         data = props.render(recorded).encode()
@@ -186,13 +192,15 @@ class Table:
         return cls(storage, _read_config(storage, path))
 
     def enable_metadata(self, lock: LockProvider, *, column_stats: bool = False, record_index: bool = False,
+                        record_index_file_groups: int = metadata_record_index.MIN_FILE_GROUPS,
                         timeout_s: float = 60.0) -> bool:
         """Start Hudi's metadata table (its ``files`` partition) on this table from a listing
         of its committed files, under the table lock (writers that began before go on: they
         read the setting under the lock when they commit). ``column_stats``: also start the
         ``column_stats`` and ``partition_stats`` indexes, from the footers of the latest base
         files. ``record_index``: also start the record index, from the keys of the latest
-        slices. False when all of it was on already."""
+        slices, over at least ``record_index_file_groups`` file groups (more for a table of many
+        keys, as Hudi sizes it). False when all of it was on already."""
         table_lock = lock.for_table(self.table_id, self.storage)
         table_lock.acquire(timeout_s=timeout_s)
         try:
@@ -200,7 +208,7 @@ class Table:
             if column_stats:
                 started = self._start_column_stats() or started
             if record_index:
-                started = self._start_record_index() or started
+                started = self._start_record_index(record_index_file_groups) or started
             self.config = self.read_config()
             return started
         finally:
@@ -247,7 +255,7 @@ class Table:
         log.info("started the column stats of %s from %d base files", self.path, len(files))
         return True
 
-    def _start_record_index(self) -> bool:
+    def _start_record_index(self, min_groups: int) -> bool:
         """The record index from the keys of the latest slices (under the table lock: no write
         completes meanwhile)."""
         current = self.read_config()
@@ -256,7 +264,7 @@ class Table:
             return False
         tl = Timeline.load(self.storage, current)
         entries = metadata_record_index.entries_of(self.storage, current, Snapshot.build(self.storage, tl))
-        metadata_files.MetadataTable(self.storage, current).start_record_index(entries)
+        metadata_files.MetadataTable(self.storage, current).start_record_index(entries, min_groups)
 
         def add(p: dict[str, str]) -> dict[str, str]:
             names = [n.strip() for n in p.get(metadata_files.PARTITIONS_KEY, "").split(",") if n.strip()]

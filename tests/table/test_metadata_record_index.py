@@ -242,3 +242,22 @@ def test_the_record_index_on_s3(s3_server):
     t = mw.Table.open(uri)
     got = {k: (loc.partition, loc.file_id) for k, loc in mf.record_index_of(t.storage, t.config).items()}
     assert got == model and len(model) == len(rows_) == 16
+
+
+def test_the_number_of_file_groups_is_hudis_setting(tmp_path):
+    """``record_index_file_groups`` (``hoodie.metadata.record.index.min.filegroup.count``): the
+    index's groups, which keys hash over for its whole life."""
+    path = str(tmp_path / "t")
+    mw.Table.create(path, name="ri", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    record_index=True, record_index_file_groups=3)
+    mw.write(_batch(range(40), ts=1), path, mw.WriterConfig(writer_id="w", lock=mw.InProcessLock()))
+    assert _groups_hold_their_keys(path) == 3
+    assert _check_index(path) == 40
+    with pytest.raises(mw.errors.ConfigError, match="record_index_file_groups=0"):
+        mw.Table.create(str(tmp_path / "u"), name="x", schema=SCHEMA, record_key="id", record_index=True,
+                        record_index_file_groups=0)
+    from multiwriter.config import table_settings_from_options
+
+    opts = table_settings_from_options({"hoodie.metadata.record.index.enable": "true",
+                                                  "hoodie.metadata.record.index.min.filegroup.count": "5"})
+    assert opts["record_index"] is True and opts["record_index_file_groups"] == 5
