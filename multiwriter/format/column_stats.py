@@ -410,13 +410,18 @@ def _unscaled_bytes(n: int) -> bytes:
     return n.to_bytes(bits // 8 + 1, "big", signed=True)
 
 
+#: wide enough for every Parquet decimal (decimal256: 76 digits): Python's default context keeps
+#: 28 digits and would round a wider one
+_EXACT = decimal.Context(prec=100)
+
+
 def _decimal_of(unscaled: int, scale: int) -> decimal.Decimal:
-    return decimal.Decimal(unscaled).scaleb(-scale)
+    return decimal.Decimal(unscaled).scaleb(-scale, context=_EXACT)
 
 
 def _unscaled(v: decimal.Decimal, scale: int) -> int:
-    q = v.scaleb(scale)
-    if q != q.to_integral_value():
+    q = v.scaleb(scale, context=_EXACT)
+    if q != q.to_integral_value(context=_EXACT):
         raise StatsFormatError(f"decimal {v} has more than {scale} digits after the point")
     return int(q)
 

@@ -616,3 +616,24 @@ def test_what_the_format_cannot_hold_is_refused():
                         cs.record_schema(RECORD_SCHEMA, 8))
     with pytest.raises(ValueError, match="ColumnStatsMetadata"):
         cs.record_schema({"fields": [{"name": "key", "type": "string"}]}, 9)
+
+
+def test_wide_decimals_keep_every_digit(tmp_path):
+    """Decimals of 29 to 38 digits (Parquet's decimal128) are read from the footer and written
+    back whole: Python's default decimal context keeps 28 digits, which rounded them (a stats
+    range narrower than the values would skip a file holding them). Oracle: pyarrow's own
+    min and max of the rows."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [decimal.Decimal("99999999999999999999999.999999999999999"),
+              decimal.Decimal("-12345678901234567890123.456789012345678"),
+              decimal.Decimal("0.000000000000001")]
+    t = pa.table({"d": pa.array(values, pa.decimal128(38, 15))})
+    pq.write_table(t, tmp_path / "f.parquet")
+    (st,) = cs.parquet_stats(pq.read_metadata(tmp_path / "f.parquet"), "f.parquet", ["d"], version=2)
+    assert (st.min, st.max) == (min(values), max(values))
+    assert cs._unscaled(st.max, 15) == 99999999999999999999999999999999999999
+    assert cs._decimal_of(10**30 - 1, 15) == decimal.Decimal("999999999999999.999999999999999")
