@@ -374,8 +374,11 @@ class _MetadataCache:
     """Parsed metadata of immutable instant files, shared by every load in this process, and
     the last listing of each timeline loaded (:class:`_Listing`, the ``tables`` most recent).
 
-    Keyed by table root, path, size and mtime: a file rewritten in place (by hand, or a test
-    corrupting it) before a load first lists it is read again. A size of 0 keeps nothing, as if
+    Keyed by table root, path, size and mtime. A load lists the timeline anew but takes the
+    names its previous listing had as they were (an instant file's name never changes meaning,
+    and a completed one's content never changes: Hudi's writers and ours write each once), so a
+    file rewritten in place after this process read it (by hand, or a test corrupting it) is
+    seen by another process, or after :func:`forget_cache`. A size of 0 keeps nothing, as if
     each load ran in a new process.
     """
 
@@ -422,6 +425,11 @@ class _MetadataCache:
             while len(self._listings) > self._tables:
                 self._listings.popitem(last=False)
 
+    def clear(self) -> None:
+        with self._mu:
+            self._items.clear()
+            self._listings.clear()
+
     def retain(self, storage: Storage, listed: list[FileEntry]) -> None:
         """Forget this table's entries that a complete listing no longer shows (archived or
         rewritten files, never read again), so a long-lived writer's cache follows the active
@@ -434,6 +442,11 @@ class _MetadataCache:
 
 
 _CACHE = _MetadataCache(_CACHE_SIZE)
+
+
+def forget_cache() -> None:
+    """Drop what this process read of every timeline (the next load reads as a new process)."""
+    _CACHE.clear()
 
 
 # -- writing instant files -------------------------------------------------------
