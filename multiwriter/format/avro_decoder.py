@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .avro_encoder import RECORD_INDEX_FIELD, RECORD_INDEX_FIELDS, RECORD_INDEX_TYPES, Unsupported
+from .avro_encoder import RECORD_INDEX_FIELD, RECORD_INDEX_FIELDS, RECORD_INDEX_TYPES, Compiled, Unsupported
 
 #: reads one value at a position of the bytes: (value, next position)
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -138,7 +138,7 @@ def _info_record(schema: Any) -> tuple[int, list[tuple[int, Reader]]]:
     return branch, [(_INDEX[f["name"]], _info_reader(f["name"], f["type"])) for f in record["fields"]]
 
 
-class RecordIndexDecoder:
+class RecordIndexDecoder(Compiled):
     """Reads the record type and ``HoodieRecordIndexInfo`` of ``HoodieMetadataRecord`` values in
     one schema."""
 
@@ -148,15 +148,6 @@ class RecordIndexDecoder:
         #: the bytes of the fields before the entry last read, and the record type they hold:
         #: the values of a file share them (nulls, the empty key, the type, the file's name)
         self._last_head: tuple[bytes, Any] | None = None
-
-    @classmethod
-    def compile(cls, parsed_schema: Mapping[str, Any]) -> RecordIndexDecoder | None:
-        """The decoder of ``parsed_schema`` (fastavro's parsed form of a ``HoodieMetadataRecord``
-        schema), or None when it is not one this decoder reads."""
-        try:
-            return cls._compile(parsed_schema)
-        except (Unsupported, KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     @classmethod
     def _compile(cls, schema: Mapping[str, Any]) -> RecordIndexDecoder:

@@ -46,7 +46,7 @@ _RECORD_INDEX_INDEX = {name: i for i, name in enumerate(RECORD_INDEX_FIELDS)}
 
 Step = Callable[[Any, list], None]
 Frame = tuple[bytes, bytes]
-_E = TypeVar("_E", bound="RecordEncoder")
+_E = TypeVar("_E", bound="Compiled")
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -371,7 +371,25 @@ def _top_step(name: str, schema: Any) -> Step:
     raise Unsupported(f"field {name!r} cannot be null")
 
 
-class RecordEncoder:
+class Compiled:
+    """Code compiled once per ``HoodieMetadataRecord`` schema (an encoder, a decoder): None for a
+    schema it does not know, whose values fastavro then reads or writes."""
+
+    @classmethod
+    def compile(cls: type[_E], parsed_schema: Mapping[str, Any]) -> _E | None:
+        """The code of ``parsed_schema`` (fastavro's parsed form of a ``HoodieMetadataRecord``
+        schema), or None when it is not one this code handles."""
+        try:
+            return cls._compile(parsed_schema)
+        except (Unsupported, KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    @classmethod
+    def _compile(cls: type[_E], schema: Mapping[str, Any]) -> _E:
+        raise NotImplementedError
+
+
+class RecordEncoder(Compiled):
     """Encodes ``HoodieMetadataRecord`` values of one kind in one schema: the record of one
     field (:attr:`FIELD`) written by compiled steps, every other field a constant of the call.
 
@@ -384,15 +402,6 @@ class RecordEncoder:
     def __init__(self, head: list[tuple[str, Step]], tag: bytes, steps: list[tuple[int, Step]],
                  tail: list[tuple[str, Step]]) -> None:
         self._head, self._tag, self._steps, self._tail = head, tag, steps, tail
-
-    @classmethod
-    def compile(cls: type[_E], parsed_schema: Mapping[str, Any]) -> _E | None:
-        """The encoder of ``parsed_schema`` (fastavro's parsed form of a ``HoodieMetadataRecord``
-        schema), or None when it is not one this encoder writes."""
-        try:
-            return cls._compile(parsed_schema)
-        except (Unsupported, KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     @classmethod
     def _body(cls, schema: Any, names: _Names) -> tuple[bytes, list[tuple[int, Step]]]:

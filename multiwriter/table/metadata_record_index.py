@@ -44,7 +44,7 @@ from ..s3_store import REQUESTS
 from ..storage import Storage
 from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
-from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, opening_log
+from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, start_partition
 from .properties import TableConfig
 from .record_keys import key_columns, stored_keys
 
@@ -410,16 +410,13 @@ def initialize(storage: Storage, mdt_dir: str, base_schema: Mapping[str, Any], t
     base files' write stats for the initializing deltacommit."""
     schema = _schema_text(base_schema)
     n = file_group_count(len(entries), min_groups)
-    storage.delete_dir(f"{mdt_dir}/{PARTITION}")  # what an initialization that died part way left
-    storage.write_bytes(f"{mdt_dir}/{PARTITION}/.hoodie_partition_metadata",
-                        f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())
+    start_partition(storage, mdt_dir, PARTITION, t, (ri.file_group_id(i) for i in range(n)))
     keys = sorted(entries)
     ix = ri.file_group_indexes(pa.array(keys, pa.string()), n) if keys else np.zeros(0, np.int64)
     now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
     out = []
     for i in range(n):
         fid = ri.file_group_id(i)
-        storage.write_bytes(f"{mdt_dir}/{PARTITION}/.{fid}_{t}.log.1_{_WRITE_TOKEN}", opening_log(t))
         mine = {keys[j]: entries[keys[j]] for j in np.flatnonzero(ix == i)}
         if not mine:
             continue
@@ -563,6 +560,7 @@ def _group_keys(storage: Storage, config: TableConfig, partition: str, file_id: 
     """Every key a data file group's files name, from a listing of its partition (a superset of
     its live keys: the caller checks each against the index)."""
     out: set[str] = set()
+    partition = paths.partition(partition, source="commit metadata: partitionToReplaceFileIds")
     for e in storage.list_dir(partition, files_only=True):
         name = e.path.rsplit("/", 1)[-1]
         rel = layout.data_file_path(partition, name)

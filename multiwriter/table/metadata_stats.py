@@ -297,6 +297,16 @@ def opening_log(t: str) -> bytes:
     return encode_block(BlockType.DELETE, {HeaderKey.INSTANT_TIME: t}, _EMPTY_DELETE)
 
 
+def start_partition(storage: Storage, mdt_dir: str, partition: str, t: str, file_ids: Iterable[str]) -> None:
+    """A metadata partition started at ``t``: what an initialization that died part way left
+    goes, then its partition metadata and each group's :func:`opening_log`."""
+    storage.delete_dir(f"{mdt_dir}/{partition}")
+    storage.write_bytes(f"{mdt_dir}/{partition}/.hoodie_partition_metadata",
+                        f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())
+    for fid in file_ids:
+        storage.write_bytes(f"{mdt_dir}/{partition}/.{fid}_{t}.log.1_{_WRITE_TOKEN}", opening_log(t))
+
+
 def initialize(storage: Storage, mdt_dir: str, partitions: tuple[str, ...], table_version: int,
                base_schema: Mapping[str, Any], t: str, records: list[cs.StatsRecord]) -> list[WriteStat]:
     """Create the file groups of ``partitions`` at ``t`` (Hudi's default counts), each opened
@@ -308,16 +318,13 @@ def initialize(storage: Storage, mdt_dir: str, partitions: tuple[str, ...], tabl
     out = []
     for partition in partitions:
         n = cs.DEFAULT_FILE_GROUPS[partition]
-        storage.delete_dir(f"{mdt_dir}/{partition}")  # what an initialization that died part way left
-        storage.write_bytes(f"{mdt_dir}/{partition}/.hoodie_partition_metadata",
-                            f"#partition metadata\ncommitTime={t}\npartitionDepth=1\n".encode())
+        start_partition(storage, mdt_dir, partition, t, (cs.file_group_id(partition, i) for i in range(n)))
         by_group: dict[int, list[cs.StatsRecord]] = {}
         for r in records:
             if r.partition == partition:
                 by_group.setdefault(cs.file_group_index(r.key, n), []).append(r)
         for i in range(n):
             fid = cs.file_group_id(partition, i)
-            storage.write_bytes(f"{mdt_dir}/{partition}/.{fid}_{t}.log.1_{_WRITE_TOKEN}", opening_log(t))
             recs = _deduped(by_group.get(i, []))
             if not recs:
                 continue

@@ -16,12 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import multiwriter as mw
-from multiwriter import faults
 from multiwriter.format import column_stats as cs
 from multiwriter.table import metadata_files as mf
-from multiwriter.transaction import Transaction
 from tests.oracle import hudi_read, rows, unzip_fixture
-from tests.table.test_metadata_table import _roll_back_the_failed_write
+from tests.table.test_metadata_table import _compact_and_cluster, _roll_back_the_failed_write, _write_that_dies
 
 TABLES = [("cow", "v9_txns_simple_meta"), ("mor", "v9_txns_simple_meta"), ("mor", "v8_trips_8i3u1d")]
 KEPT = {"files", "column_stats", "partition_stats"}
@@ -129,28 +127,17 @@ def test_hudis_stats_continue_through_our_actions(kind, name, tmp_path):
 
     # a writer that dies after its deltacommit (nothing of its own abort runs): the companion
     # job rolls it back, and its stats logs go with it
-    faults.configure("after-metadata-table=error")
-    try:
-        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
-            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
-            mw.write(pa.Table.from_pylist([{**first[1], key: "LOST"}], schema=data.schema), path, cfg)
-    finally:
-        faults.configure(None)
-    (lost,) = mw.Table.open(path).timeline().pending()
-    assert _stats_logs(path, lost.requested_time), "the dead write's stats are in the metadata table"
+    lost = _write_that_dies(path, pa.Table.from_pylist([{**first[1], key: "LOST"}], schema=data.schema), cfg)
+    assert _stats_logs(path, lost), "the dead write's stats are in the metadata table"
     assert _roll_back_the_failed_write(path, lock), "the failed write was not rolled back"
-    assert not _stats_logs(path, lost.requested_time)
+    assert not _stats_logs(path, lost)
     assert "LOST" not in _agreed(path).column(key).to_pylist()
     _check_stats(path)
 
     # table services: compaction (Merge-on-Read), clustering (the txns tables have partitions of
     # two small groups without logs)
     clusters = name.startswith("v9_txns")
-    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0,
-                    compaction=mw.CompactionConfig(delta_commits=1) if kind == "mor" else None,
-                    clustering=mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20,
-                                                   max_bytes_per_run=64 << 20, min_file_groups=2)) as cleaner:
-        report = cleaner.run_once()
+    report = _compact_and_cluster(path, lock, kind)
     assert bool(report.clustering_instants) == clusters, report
     if kind == "mor":
         assert report.compaction_instants, report

@@ -54,6 +54,31 @@ def _roll_back_the_failed_write(path: str, lock) -> bool:
     return False
 
 
+def _write_that_dies(path: str, batch: pa.Table, cfg: mw.WriterConfig) -> str:
+    """A write that dies after its metadata-table deltacommit, nothing of its own abort run
+    (a killed process); returns its pending instant's time."""
+    from multiwriter.transaction import Transaction
+
+    faults.configure("after-metadata-table=error")
+    try:
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
+            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
+            mw.write(batch, path, cfg)
+    finally:
+        faults.configure(None)
+    (lost,) = mw.Table.open(path).timeline().pending()
+    return lost.requested_time
+
+
+def _compact_and_cluster(path: str, lock, kind: str):
+    """One companion-job run that compacts (Merge-on-Read) and clusters small groups; its report."""
+    with mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0,
+                    compaction=mw.CompactionConfig(delta_commits=1) if kind == "mor" else None,
+                    clustering=mw.ClusteringConfig(small_file_bytes=1 << 20, target_file_bytes=4 << 20,
+                                                   max_bytes_per_run=64 << 20, min_file_groups=2)) as cleaner:
+        return cleaner.run_once()
+
+
 def _listing_is_storage(path: str) -> None:
     """The metadata table lists exactly the committed files on storage."""
     t = mw.Table.open(path)

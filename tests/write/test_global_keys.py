@@ -9,10 +9,9 @@ import pyarrow as pa
 import pytest
 
 import multiwriter as mw
-from multiwriter import faults
-from multiwriter.transaction import Transaction
 from tests.oracle import hudi_read
 from tests.table.test_metadata_record_index import _check_index
+from tests.table.test_metadata_table import _write_that_dies
 
 SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("v", pa.int64()), ("d", pa.string())])
 
@@ -78,13 +77,7 @@ def test_an_entry_of_a_write_that_never_completed_routes_nothing(tmp_path):
     lock = mw.InProcessLock()
     cfg = mw.WriterConfig(writer_id="w", lock=lock)
     mw.write(_rows(("a", 1, 1, "x")), path, cfg)
-    faults.configure("after-metadata-table=error")
-    try:
-        with pytest.MonkeyPatch.context() as mp, pytest.raises(faults.InjectedFault):
-            mp.setattr(Transaction, "abort", lambda self: self.stop_heartbeat() or [])
-            mw.write(_rows(("lost", 1, 1, "x")), path, cfg)
-    finally:
-        faults.configure(None)
+    _write_that_dies(path, _rows(("lost", 1, 1, "x")), cfg)
     mw.write(_rows(("lost", 2, 2, "y")), path, mw.WriterConfig(writer_id="w2", lock=lock))
     assert _read(path) == {"a": ("x", 1, "x"), "lost": ("y", 2, "y")}
 
