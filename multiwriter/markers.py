@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from .errors import InvalidRecordError
+from .s3_store import REQUESTS
 from .storage import FileExists, Storage
 from .format import layout
 from .format.cdc_log import parse_cdc_log_file
@@ -35,8 +36,8 @@ from .format.log_file import parse_log_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["create", "create_all", "data_paths", "delete_dir", "delete_files", "instants_with_markers", "list_markers",
-           "reconcile", "started_writing"]
+__all__ = ["create", "create_all", "data_paths", "delete_committed", "delete_dir", "delete_files", "instants_with_markers", "list_markers",
+           "owned_markers", "reconcile", "started_writing"]
 
 MARKER_TYPE_FILE = "MARKERS.type"
 LISTED_TYPE = b"TIMELINE_SERVER_BASED"
@@ -47,6 +48,7 @@ _APPEND_SUFFIX = ".marker.APPEND"  # Hudi's marker of a log file its append hand
 
 def create(storage: Storage, instant_time: str, partition: str, file_name: str) -> str:
     """Create the marker of one data file (idempotent: a retried task re-creates the same one)."""
+    _disown(storage, instant_time)  # the directory now holds a marker no list of ours names
     rel = layout.marker_path(instant_time, partition, file_name)
     try:
         storage.put_if_absent(rel, b"", durable=False)
@@ -57,29 +59,82 @@ def create(storage: Storage, instant_time: str, partition: str, file_name: str) 
 
 def create_all(storage: Storage, instant_time: str, files: Iterable[tuple[str, str]]) -> str:
     """Mark every ``(partition, file name)`` the instant will write, in one list file (Hudi's
-    timeline-server layout), before any of them is written. The type file goes first: a reader
-    that finds it reads the lists. Returns the list file's path."""
+    timeline-server layout), before any of them is written. Returns the list file's path.
+
+    On an object store the type file and the list go out side by side: a reader that finds the
+    lists without the type file finds no data file beside them either, since none is written
+    before both are in place. When this call created the type file, the directory is this
+    process's alone (:func:`owned_markers`)."""
     d = layout.marker_dir(instant_time)
-    try:
-        storage.put_if_absent(f"{d}/{MARKER_TYPE_FILE}", LISTED_TYPE, durable=False)
-    except FileExists:
-        pass
+    key = (storage.uri, instant_time)
+    with _WRITTEN_MU:
+        mine = _OWNED.get(key)
     body = "\n".join(f"{layout.data_file_path(p, name)}{_MARKER_SUFFIX}" for p, name in files).encode()
+    type_rel = f"{d}/{MARKER_TYPE_FILE}"
+    beside = None
+    if mine is None and storage.is_s3:
+        beside = REQUESTS.get().submit(_create_type, storage, type_rel)
+    fresh_type = _create_type(storage, type_rel) if mine is None and beside is None else False
+    try:
+        rel = _create_list(storage, d, body)
+    finally:
+        if beside is not None:
+            fresh_type = beside.result()
+    _remember(storage, rel, body)
+    with _WRITTEN_MU:
+        if mine is not None and _OWNED.get(key) is mine:
+            mine.append(rel)
+        elif fresh_type:
+            _OWNED[key] = [type_rel, rel]
+            while len(_OWNED) > _WRITTEN_MAX:
+                _OWNED.popitem(last=False)
+    return rel
+
+
+def _create_type(storage: Storage, rel: str) -> bool:
+    """Create the type file; False when it was there already."""
+    try:
+        storage.put_if_absent(rel, LISTED_TYPE, durable=False)
+        return True
+    except FileExists:
+        return False
+
+
+def _create_list(storage: Storage, d: str, body: bytes) -> str:
     for i in range(1_000):  # a list file is never rewritten: a second list takes the next number
         rel = f"{d}/{_LISTS_PREFIX}{i}"
         try:
             storage.put_if_absent(rel, body, durable=False)
-            _remember(storage, rel, body)
             return rel
         except FileExists:
             continue
     raise FileExists(f"{d} already holds 1000 marker lists")
 
 
+def owned_markers(storage: Storage, instant_time: str) -> list[str] | None:
+    """The marker objects of ``instant_time`` when this process alone wrote its marker
+    directory (it created the type file, and only marker lists of its own followed): a driver
+    write, which writes every file of its instant itself. Then the directory holds these and
+    nothing else but staged copies of data files, so the commit reads its markers from memory
+    and deletes them by name (on an object store, the two listings of the directory a write
+    would make). None otherwise: list the directory."""
+    with _WRITTEN_MU:
+        mine = _OWNED.get((storage.uri, instant_time))
+        return None if mine is None else list(mine)
+
+
+def _disown(storage: Storage, instant_time: str) -> None:
+    with _WRITTEN_MU:
+        _OWNED.pop((storage.uri, instant_time), None)
+
+
 def list_markers(storage: Storage, instant_time: str) -> list[str]:
     """Every marker of one instant, as the relative path its direct marker file has (empty when
     there is no marker dir): the marker files, and the entries of the ``MARKERS<n>`` lists."""
     d = layout.marker_dir(instant_time)
+    mine = owned_markers(storage, instant_time)
+    if mine is not None:
+        return sorted({f"{d}/{m}" for rel in mine if rel != f"{d}/{MARKER_TYPE_FILE}" for m in _listed(storage, rel)})
     out = set()
     for e in storage.walk_files(d):
         name = e.path.rsplit("/", 1)[-1]
@@ -124,6 +179,9 @@ def _listed(storage: Storage, rel: str) -> list[str]:
 _WRITTEN: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 _WRITTEN_MAX = 64
 _WRITTEN_MU = threading.Lock()
+#: the marker directories this process alone wrote (:func:`owned_markers`), by (table, instant):
+#: the objects it created there, newest instants last
+_OWNED: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
 
 
 def _remember(storage: Storage, rel: str, body: bytes) -> None:
@@ -184,7 +242,18 @@ def delete_files(storage: Storage, instant_time: str) -> list[str]:
 
 def delete_dir(storage: Storage, instant_time: str) -> None:
     """Delete the marker directory of one instant (after its files are dealt with)."""
+    _disown(storage, instant_time)
     storage.delete_dir(layout.marker_dir(instant_time))
+
+
+def delete_committed(storage: Storage, instant_time: str) -> None:
+    """Delete the marker directory of an instant this process has just completed: by the names
+    it wrote when the directory is its own (:func:`owned_markers`; its staged copies were all
+    published by then), else as :func:`delete_dir`. A leftover of either way is garbage the
+    companion job removes with the directories of completed instants."""
+    mine = owned_markers(storage, instant_time)
+    _disown(storage, instant_time)
+    storage.delete_dir(layout.marker_dir(instant_time), files=mine)
 
 
 def instants_with_markers(storage: Storage) -> list[str]:

@@ -505,6 +505,12 @@ class S3Handler(pafs.FileSystemHandler):
 
     def delete_dir(self, path: str) -> None:
         bucket, key = _split(path)
+        self.drop_under(path)
+        self._delete_under(bucket, key + "/")
+
+    def drop_under(self, path: str) -> None:
+        """Forget what this process keeps of the objects under the folder ``path`` (held files,
+        holding folders, cached reads): the folder is being deleted. No request."""
         under = path.rstrip("/") + "/"
         with self._mu:
             for k in [k for k in S3Handler._recent if k.startswith(under)]:
@@ -512,7 +518,6 @@ class S3Handler(pafs.FileSystemHandler):
             for k in [k for k in self._held if k.startswith(under)]:
                 del self._held[k]
             self._holding.difference_update({d for d in self._holding if d.startswith(under)})
-        self._delete_under(bucket, key + "/")
 
     def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
         self.delete_dir(path)

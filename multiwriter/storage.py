@@ -634,8 +634,20 @@ class Storage:
                               f"({'; '.join(f'{rel}: {why}' for rel, why in failed[:5])})",
                               paths=tuple(rel for rel, _ in failed))
 
-    def delete_dir(self, rel: str) -> None:
+    def delete_dir(self, rel: str, *, files: Sequence[str] | None = None) -> None:
+        """Delete the folder ``rel`` and all under it (absent: nothing to do). ``files``: every
+        object the folder can hold, known to the caller because it alone wrote them there: on
+        S3 they go in one batch request with no listing of the folder first; elsewhere the
+        folder is deleted as without it (a local folder may also hold empty subfolders)."""
         if self._through_link(self.abs(rel)):
+            return
+        if files is not None and self._s3 is not None:
+            under = rel.rstrip("/") + "/"
+            if any(not f.startswith(under) for f in files):
+                raise ValueError(f"{rel}: files outside the folder named for its deletion")
+            self._s3.drop_under(self.abs(rel))
+            if files:
+                self.delete_many(files)
             return
         try:
             self.fs.delete_dir(self.abs(rel))

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import time
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -239,8 +240,10 @@ class Transaction:
         since = self._acquire()
         steps = self.timings
         steps.steps = {}
+        settings_ahead = ExitStack()
         try:
             faults.point("after-lock-acquired")
+            settings_ahead.enter_context(self._settings_read_ahead())
             t0 = time.monotonic()
             loaded = [0.0]
 
@@ -271,6 +274,7 @@ class Transaction:
             self._reconcile_schema(tl, base_ct, metadata)
             t1 = steps.step("schema", t1)
             self._check_table_settings()
+            settings_ahead.close()
             steps.step("settings", t1)
             faults.point("before-complete")
             t2 = time.monotonic()
@@ -278,6 +282,7 @@ class Transaction:
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
         finally:
+            settings_ahead.close()
             try:
                 t3 = time.monotonic()
                 self._release(since)
@@ -319,6 +324,15 @@ class Transaction:
         if schema is not None:
             metadata.extra_metadata[SCHEMA_KEY] = schema
         self.timings.conflict_check_s += time.monotonic() - t0
+
+    def _settings_read_ahead(self) -> AbstractContextManager[None]:
+        """On an object store the settings are read under the lock on every commit: their GET
+        goes out as the lock is taken, beside the decision log's and the timeline's listings,
+        and :meth:`_check_table_settings` takes its answer (a local disk checks a stamp)."""
+        storage = self.table.storage
+        if not storage.is_s3:
+            return nullcontext()
+        return storage.read_ahead([(PROPERTIES_FILE, 0)])
 
     def _check_table_settings(self) -> None:
         """Under the lock: the table's settings as written now, with the metadata partitions we
@@ -457,7 +471,7 @@ class Transaction:
 
     def _delete_markers(self, t: str) -> None:
         try:
-            markers.delete_dir(self.table.storage, t)
+            markers.delete_committed(self.table.storage, t)
         except OSError as e:  # markers of a completed instant are garbage, not state
             log.warning("could not delete markers of %s: %s", t, e)
 

@@ -164,3 +164,26 @@ def test_a_clean_deletes_its_files_in_batches(s3):
     left = {k.removeprefix("t/") for k in keys if k.endswith(".parquet") and "/.hoodie/" not in k}
     assert left == {f.path for f in mw.Table.open(uri).snapshot().files()}
     assert mw.Table.open(uri).read(columns=["id"]).num_rows == 3 * 20 + 3 * 10
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_a_driver_write_never_lists_its_own_markers(s3, table_type):
+    """A driver write marks its files in one list it writes itself, so its commit reads that
+    list from memory and deletes the marker objects by name: the marker directory is never
+    listed, and none of it is left behind (the store's own listing says so)."""
+    uri, bucket, cfg = _table(s3, 3, table_type)
+    s3.counter.take()
+    upd = np.arange(0, 30, 3)
+    r = mw.write(pa.concat_tables([_rows(upd, DAYS[:3], 1), _rows(np.arange(500, 510), DAYS[:3], 1)]), uri, cfg)
+    t = r.instant.requested_time
+    requests = list(s3.counter.requests)
+    s3.counter.take()
+    temp = f"t/.hoodie/.temp/{t}/"
+    put = [p for kind, method, p in requests if method == "PUT" and f"/{temp}MARKERS" in p]
+    assert len(put) == 2, f"the type file and one marker list: {put}"
+    listed = [p for kind, _, p in requests if kind == "LIST" and ".temp" in p]
+    assert not listed, listed
+    left = s3.client.list_objects_v2(Bucket=bucket, Prefix=temp).get("KeyCount", 0)
+    assert left == 0, f"{left} objects left under {temp}"
+    got = mw.Table.open(uri).read(columns=["id"]).num_rows
+    assert got == 3 * 20 + 10

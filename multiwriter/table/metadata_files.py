@@ -552,11 +552,22 @@ class MetadataTable:
         """(base file name or None, its instant, log file names in completion order) of the
         group's latest slice: logs whose deltacommit completed at or after the base's instant
         (Hudi's slicing rule, as hudi-rs applies it)."""
+        timeline = self._list_timeline_beside()
         names = []
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
             names.append(e.path.rsplit("/", 1)[-1])
             self._sizes[names[-1]] = e.size
+        if timeline is not None:
+            timeline.result()
         return metadata_stats.latest_slice_of(names, GROUP, self._completed())
+
+    def _list_timeline_beside(self) -> concurrent.futures.Future | None:
+        """On an object store, the metadata timeline's first listing sent beside the files
+        partition's (two requests that wait side by side). Either may come first: a log whose
+        deltacommit completes between them is read or not as when the partition goes first."""
+        if self._names is not None or not self.storage.is_s3:
+            return None
+        return REQUESTS.get().submit(self._instant_files)
 
     def read(self) -> Records:
         """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
