@@ -133,7 +133,7 @@ def ratios(results: dict) -> list[tuple[str, float, float]]:
         out.append((UPSERT_EVENT_VIRTUAL, ev[VIRTUAL_KEYS]["median_s"] / ev["deltalake merge"]["median_s"], 1.0))
     if imp:
         out.append(("15.7 import multiwriter (s)", imp["median_s"], 0.3))
-    return out + _streaming_ratios(results) + _event_ratios(results) + _mor_ratios(results) + _index_ratios(results)
+    return out + _streaming_ratios(results) + _event_ratios(results) + _mor_ratios(results) + _index_ratios(results) + _s3_ratios(results)
 
 
 INSERT_REPLACED = "15.2 insert vs deltalake append (replaced by 35.3)"
@@ -366,6 +366,49 @@ def _index_ratios(results: dict) -> list[tuple[str, float, float]]:
     return out
 
 
+#: issue 57's goals, from the s3_cost section (moto at 15 ms per request): (goal, operation,
+#: our system, measure, over what, target); ``over``: deltalake's figure or the operation's minimum
+_COW, _MOR, _DELTA = "multiwriter Copy-on-Write", "multiwriter Merge-on-Read", "deltalake"
+_S3_KEYS = ("string keys", "integer keys")
+_S3_CASES = [
+    ("57.1 Copy-on-Write upsert, requests / deltalake merge's", "upsert", _COW, "total", _DELTA, 1.0),
+    ("57.1 Copy-on-Write upsert, seconds / deltalake merge's", "upsert", _COW, "s", _DELTA, 1.0),
+    ("57.2 Merge-on-Read upsert, requests / deltalake merge's", "upsert", _MOR, "total", _DELTA, 1.0),
+    ("57.2 Merge-on-Read upsert, seconds / deltalake merge's", "upsert", _MOR, "s", _DELTA, 0.5),
+    ("57.3 Copy-on-Write snapshot read, requests / deltalake's", "snapshot read", _COW, "total", _DELTA, 1.2),
+    ("57.3 Copy-on-Write snapshot read, seconds / deltalake's", "snapshot read", _COW, "s", _DELTA, 1.0),
+    ("57.3 Merge-on-Read snapshot read, requests / deltalake's", "snapshot read", _MOR, "total", _DELTA, 1.2),
+    ("57.3 Merge-on-Read snapshot read, seconds / deltalake's", "snapshot read", _MOR, "s", _DELTA, 1.0),
+    ("57.4 companion job run, Copy-on-Write, requests / minimum", "companion job run", _COW, "total", None, 2.0),
+    ("57.4 companion job run, Merge-on-Read, requests / minimum", "companion job run", _MOR, "total", None, 2.0),
+    ("57.4 storage lock acquire, requests / minimum", "lock acquire", _COW, "total", None, 2.0),
+]
+
+
+def _s3_goal(case: tuple, keys: str) -> str:
+    return f"{case[0]}, {keys}"
+
+
+def _s3_ratios(results: dict) -> list[tuple[str, float, float]]:
+    r = results.get("s3_cost")
+    out: list[tuple[str, float, float]] = []
+    if not r:
+        return out
+    for keys, ops in r["keys"].items():
+        for case in _S3_CASES:
+            _, op, ours, measure, over, target = case
+            mine = ops.get(op, {}).get(ours)
+            if not mine:
+                continue
+            if over is None:
+                base = mine.get("minimum")
+            else:
+                base = ops[op].get(over, {}).get(measure)
+            if base:
+                out.append((_s3_goal(case, keys), mine[measure] / base, target))
+    return out
+
+
 GOALS = [
     ("15.1 upsert vs deltalake merge", "goal_upsert", 1.0),
     ("15.1 upsert vs naive pyarrow rewrite", "goal_upsert", 1.2),
@@ -405,6 +448,7 @@ GOALS = [
     *[(_ri_goals(keys)[0], "index_record", RECORD_INDEX_SCALE_TARGET) for keys in _RI_SHAPES],
     *[(_ri_goals(keys)[1], "index_record", RECORD_INDEX_DELTA_TARGET) for keys in _RI_SHAPES],
     *[(_skip_goal(keys), "index_filtered_read", INDEX_SKIP_TARGET) for keys in ("string keys", "integer keys")],
+    *[(_s3_goal(case, keys), "s3_cost", case[-1]) for case in _S3_CASES for keys in _S3_KEYS],
 ]
 
 

@@ -100,7 +100,8 @@ def update(text: str | None, order: Iterable[str], blocks: dict[str, str], goal_
     names = [n for n in order if n in merged] + [n for n in merged if n not in order]
     out = [head, GOALS_BEGIN, "## Goals", "",
            "Goal numbers: issue.goal (15: performance, 16: table health, 17: Spark data source, 35: the event "
-           "workload and the insert limit, 43: insert and read limits); MOR n: the Merge-on-Read goals, NBCC n: the "
+           "workload and the insert limit, 43: insert and read limits, 57: object storage cost, 59: the metadata "
+           "table's indexes); MOR n: the Merge-on-Read goals, NBCC n: the "
            "non-blocking writer goals. Each row is its section's latest run (see the section's block for the "
            "machine and the sizes); systems interleaved batch by batch in one process, results checksummed.", "",
            *GOALS_HEADER, *goal_rows, GOALS_END, ""]
