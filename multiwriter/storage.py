@@ -30,6 +30,7 @@ import os
 import posixpath
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -68,6 +69,50 @@ class FileEntry:
 _KEPT = threading.local()
 #: the publishes a :meth:`Storage.publishing_together` block collects, per thread
 _PUBLISHING = threading.local()
+#: the folders kept by :meth:`Storage.folder_kept`, per thread: (table URI, folder) -> _Folder
+_KEPT_FOLDERS = threading.local()
+
+
+class _Folder:
+    """What :meth:`Storage.folder_kept` keeps of one folder: its files' entries once listed,
+    and each file's bytes once read (None: known to be absent)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, FileEntry] | None = None
+        self.data: dict[str, bytes | None] = {}
+
+    def listed(self, list_files: Callable[[], list[FileEntry]]) -> list[FileEntry]:
+        if self.entries is None:
+            self.entries = {e.path: e for e in list_files()}
+        return list(self.entries.values())
+
+    def read(self, rel: str, read: Callable[[str], bytes]) -> bytes:
+        if rel not in self.data:
+            if self.entries is not None and rel not in self.entries:
+                self.data[rel] = None
+            else:
+                try:
+                    self.data[rel] = read(rel)
+                except FileNotFoundError:
+                    self.data[rel] = None
+        got = self.data[rel]
+        if got is None:
+            raise FileNotFoundError(rel)
+        return got
+
+    def wrote(self, rel: str, data: bytes) -> None:
+        self.data[rel] = data
+        if self.entries is not None:
+            self.entries[rel] = FileEntry(rel, len(data), time.time())
+
+    def deleted(self, rel: str) -> None:
+        self.data[rel] = None
+        if self.entries is not None:
+            self.entries.pop(rel, None)
+
+    def unknown(self, rel: str) -> None:
+        """A delete that failed: the file may be there or not; its bytes are read again."""
+        self.data.pop(rel, None)
 
 
 class PublishGroup:
@@ -131,8 +176,38 @@ class Storage:
         return self.fs.get_file_info(self.abs(rel)).type == pafs.FileType.Directory
 
     def read_bytes(self, rel: str) -> bytes:
+        folder = self._kept_folder(rel)
+        if folder is not None:
+            return folder.read(rel, self._read_bytes)
+        return self._read_bytes(rel)
+
+    def _read_bytes(self, rel: str) -> bytes:
         with self.fs.open_input_stream(self.abs(rel)) as f:
             return f.read()
+
+    @contextmanager
+    def folder_kept(self, rel: str) -> Iterator[None]:
+        """Within the block (on this thread), the folder ``rel`` is read once: its listing and
+        each file's bytes on first use, kept after; what this thread writes or deletes there
+        through this storage goes into what is kept. For a folder nobody else changes
+        meanwhile (the archived history, under the table lock), which one step reads again
+        after each change of its own: on an object store a request each time."""
+        key = (self.uri, rel.rstrip("/"))
+        kept = _KEPT_FOLDERS.__dict__.setdefault("folders", {})
+        if key in kept:  # nested: the outer block keeps it
+            yield
+            return
+        kept[key] = _Folder()
+        try:
+            yield
+        finally:
+            del kept[key]
+
+    def _kept_folder(self, rel: str) -> _Folder | None:
+        kept = getattr(_KEPT_FOLDERS, "folders", None)
+        if not kept:
+            return None
+        return kept.get((self.uri, rel.rpartition("/")[0]))
 
     def info(self, rel: str) -> FileEntry | None:
         fi = self.fs.get_file_info(self.abs(rel))
@@ -218,6 +293,9 @@ class Storage:
         rewritten (a timeline's instant files): on a local disk a regular file of such a name
         lists as that very entry, neither stat'ed nor built again (the timeline is listed
         several times per commit, nearly all of it unchanged)."""
+        folder = self._kept_folder(rel.rstrip("/") + "/")
+        if folder is not None and files_only:
+            return folder.listed(lambda: self._list_dir(rel, True, None))
         kept = getattr(_KEPT, "listings", None)
         if kept is not None:
             key = (self.uri, rel, files_only)
@@ -450,10 +528,13 @@ class Storage:
             with _in_dir(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, target)
-            return
-        self._parent_dir(target)
-        with self.fs.open_output_stream(target) as f:
-            f.write(data)
+        else:
+            self._parent_dir(target)
+            with self.fs.open_output_stream(target) as f:
+                f.write(data)
+        folder = self._kept_folder(rel)
+        if folder is not None:
+            folder.wrote(rel, bytes(data))
 
     def staging_dir(self, rel: str) -> None:
         """Make ``rel`` ready to hold staged files (:meth:`publish`). On S3 the files staged
@@ -481,6 +562,20 @@ class Storage:
         self.fs.move(self.abs(staged), target)
 
     def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+        """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists
+        (how, per store: :meth:`_put_if_absent`)."""
+        folder = self._kept_folder(rel)
+        if folder is None:
+            self._put_if_absent(rel, data, durable=durable)
+            return
+        try:
+            self._put_if_absent(rel, data, durable=durable)
+        except BaseException:
+            folder.unknown(rel)
+            raise
+        folder.wrote(rel, bytes(data))
+
+    def _put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
         """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists.
 
         ``durable=False`` skips the fsync (markers: empty files whose loss costs nothing).
@@ -600,6 +695,18 @@ class Storage:
         which S3 answers alike whether or not the object was there: True."""
         if self._through_link(self.abs(rel)):
             return False
+        folder = self._kept_folder(rel)
+        if folder is None:
+            return self._delete(rel)
+        try:
+            gone = self._delete(rel)
+        except BaseException:
+            folder.unknown(rel)
+            raise
+        folder.deleted(rel)
+        return gone
+
+    def _delete(self, rel: str) -> bool:
         if self._s3 is not None:
             self.fs.delete_file(self.abs(rel))
             return True
@@ -620,6 +727,9 @@ class Storage:
         table, is skipped as there). Every file is tried: those that could not be deleted are
         named by one :class:`~multiwriter.errors.DeleteError` at the end."""
         targets = {self.abs(rel): rel for rel in rels}
+        for rel in targets.values():
+            if (folder := self._kept_folder(rel)) is not None:
+                folder.unknown(rel)  # until the answers say which went
         failed: list[tuple[str, str]] = []
         if self._s3 is not None:
             failed = [(targets.get(path, self._rel(path)), reason) for path, reason in self._s3.delete_many(list(targets))]
@@ -629,6 +739,10 @@ class Storage:
                     self.delete(rel)
                 except OSError as e:
                     failed.append((rel, str(e)))
+        not_gone = {rel for rel, _ in failed}
+        for rel in targets.values():
+            if rel not in not_gone and (folder := self._kept_folder(rel)) is not None:
+                folder.deleted(rel)
         if failed:
             raise DeleteError(f"{redact(self.uri)}: {len(failed)} of {len(targets)} files were not deleted "
                               f"({'; '.join(f'{rel}: {why}' for rel, why in failed[:5])})",

@@ -187,3 +187,38 @@ def test_a_driver_write_never_lists_its_own_markers(s3, table_type):
     assert left == 0, f"{left} objects left under {temp}"
     got = mw.Table.open(uri).read(columns=["id"]).num_rows
     assert got == 3 * 20 + 10
+
+
+def test_an_archival_reads_its_history_once_and_keeps_a_suffix_active(s3):
+    """Archival reads the history's snapshot number and manifest once under the lock, however
+    often its steps (append, compaction, the trust check) look at them; it deletes the
+    archived instants' requested and inflight files in one batch and their completed files one
+    by one. What it leaves active (the store's own listing) is a suffix of the timeline, and
+    hudi-rs reads every row through the archived history."""
+    from tests.oracle import hudi_read, s3_storage_options
+
+    uri, bucket, cfg = _table(s3, 2)
+    for ts in range(1, 9):
+        _upsert_cost(s3, uri, bucket, cfg, ts)
+    s3.counter.take()
+    with mw.Cleaner(uri, lock=cfg.lock, retain_commits=2, archive_keep_min=3, archive_keep_max=4,
+                    clustering=None) as cleaner:
+        report = cleaner.run_once()
+    requests = list(s3.counter.requests)
+    assert report.archived >= 3, report
+    version_reads = [p for _, m, p in requests if m == "GET" and p.endswith("/timeline/history/_version_")]
+    # once by each step that reads the history: the plan checks, archival, the failed-write sweep
+    assert len(version_reads) <= 3, version_reads
+    timeline = f"/{bucket}/t/.hoodie/timeline/"
+    single = [p for kind, m, p in requests if m == "DELETE" and p.startswith(timeline) and "/history/" not in p]
+    assert len(single) == report.archived and all(p.endswith(".commit") for p in single), single
+    names = [o["Key"].rsplit("/", 1)[-1] for o in
+             s3.client.list_objects_v2(Bucket=bucket, Prefix="t/.hoodie/timeline/", Delimiter="/").get("Contents", [])]
+    completed = sorted(n.split("_")[0] for n in names if "_" in n.split(".")[0])
+    left = sorted({n.split(".")[0].split("_")[0] for n in names})
+    assert left == completed and len(completed) >= 3, names
+    archived = [p.rsplit("/", 1)[-1].split("_")[0] for p in single]
+    assert max(archived) < completed[0], (archived, completed)
+    expected = 2 * 20 + 3 + 8 * 10  # the first upsert's "updates" of keys 42, 48 and 54 are new there
+    assert mw.Table.open(uri).read(columns=["id"]).num_rows == expected
+    assert hudi_read(uri, storage_options=s3_storage_options(uri)).num_rows == expected

@@ -92,3 +92,29 @@ def test_known_entries_list_as_they_were_while_a_plain_file_of_their_name_is_the
     fresh = {e.path: e for e in storage.list_dir("a", files_only=files_only)}
     assert got == fresh and got["a/kept"] is known["kept"]
     assert "a/gone" not in got and got["a/now_link"] is not known["now_link"]
+
+
+def test_a_kept_folder_is_read_once_and_follows_its_own_writes(tmp_path, monkeypatch):
+    """Inside ``folder_kept`` a file is read once and the folder listed once; what the block
+    writes and deletes there shows in both; outside the block every read goes to storage."""
+    s = Storage(str(tmp_path))
+    s.write_bytes("h/a", b"1")
+    s.write_bytes("h/b", b"2")
+    reads, lists = [], []
+    real_read, real_list = Storage._read_bytes, Storage._list_dir
+    monkeypatch.setattr(Storage, "_read_bytes", lambda self, rel: reads.append(rel) or real_read(self, rel))
+    monkeypatch.setattr(Storage, "_list_dir", lambda self, rel, *a, **k: lists.append(rel) or real_list(self, rel, *a, **k))
+    with s.folder_kept("h"):
+        assert s.read_bytes("h/a") == b"1" and s.read_bytes("h/a") == b"1"
+        assert sorted(e.path for e in s.list_dir("h", files_only=True)) == ["h/a", "h/b"]
+        s.write_bytes("h/c", b"3")
+        assert s.delete("h/b")
+        assert sorted(e.path for e in s.list_dir("h", files_only=True)) == ["h/a", "h/c"]
+        assert s.read_bytes("h/c") == b"3"
+        with pytest.raises(FileNotFoundError):
+            s.read_bytes("h/b")
+        s.delete_many(["h/c"])
+        assert [e.path for e in s.list_dir("h", files_only=True)] == ["h/a"]
+    assert reads == ["h/a"] and lists == ["h"]
+    assert s.read_bytes("h/a") == b"1" and reads == ["h/a", "h/a"]
+    assert sorted(os.listdir(tmp_path / "h")) == ["a"]

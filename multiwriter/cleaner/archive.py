@@ -34,8 +34,9 @@ rule is what holds archival back, the archiver compacts the files partition firs
 lock), as the table's companion job.
 
 Crash safety, in Hudi's order: the Parquet file and then the manifest that lists it are written
-under the table lock, and the history is compacted there too (see :mod:`~multiwriter.format.lsm_timeline`); then each instant's files are deleted oldest first, requested and inflight
-before completed, so an interrupted archival never leaves an instant that looks pending. The next
+under the table lock, and the history is compacted there too (see :mod:`~multiwriter.format.lsm_timeline`); then the instants' requested and inflight files
+are deleted, and after them their completed files oldest first, so an interrupted archival never
+leaves an instant that looks pending, and the instants left active are a suffix. The next
 run finishes it: active instants already in the history are deleted without being archived again.
 """
 
@@ -325,9 +326,18 @@ def migrate_json_batches(ctx: CleanerContext) -> int:
 # -- the step -------------------------------------------------------------------------------------
 
 
-def _delete_instant_files(ctx: CleanerContext, tl: Timeline, i: Instant) -> None:
-    for f in _files_of(tl, i):
-        ctx.storage.delete(tl.path_of(f))
+def _delete_instant_files(ctx: CleanerContext, tl: Timeline, instants: list[Instant]) -> None:
+    """Delete the instants' timeline files: every requested and inflight file first (one batch
+    request per 1,000 on an object store; each instant still has its completed file, so none
+    looks pending), then the completed files one by one, oldest first, so that the instants
+    left active are always a suffix of the timeline."""
+    files = [f for i in sorted(instants, key=lambda i: i.requested_time) for f in _files_of(tl, i)]
+    pending = [tl.path_of(f) for f in files if not f.is_completed]
+    if pending:
+        ctx.storage.delete_many(pending)
+    for f in files:
+        if f.is_completed:
+            ctx.storage.delete(tl.path_of(f))
 
 
 def sweep_uncommitted(ctx: CleanerContext, tl: Timeline, below: str | None,
@@ -378,8 +388,7 @@ def _remove_from_active(ctx: CleanerContext, tl: Timeline, instants: list[Instan
     gone = {(i.requested_time, i.action) for i in instants}
     remaining = [i.requested_time for i in tl.latest_states() if (i.requested_time, i.action) not in gone]
     swept = sweep_uncommitted(ctx, tl, min(remaining) if remaining else None, walked)
-    for i in sorted(instants, key=lambda i: i.requested_time):
-        _delete_instant_files(ctx, tl, i)
+    _delete_instant_files(ctx, tl, instants)
     return swept
 
 
@@ -408,7 +417,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     """
     result = ArchiveResult()
     ctx.forget("archived_times", "history")  # the history may change here; later steps read it again
-    with ctx.locked() as tl:
+    with ctx.locked() as tl, ctx.storage.folder_kept(ctx.config.history_dir):  # only we change it meanwhile
         migrated = migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:
