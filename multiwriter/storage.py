@@ -80,13 +80,20 @@ class _Folder:
     def __init__(self) -> None:
         self.entries: dict[str, FileEntry] | None = None
         self.data: dict[str, bytes | None] = {}
+        #: set by a write it cannot follow (a stream, a publish, an exclusive create): from
+        #: then on the folder is read from storage again, every time
+        self.off = False
 
     def listed(self, list_files: Callable[[], list[FileEntry]]) -> list[FileEntry]:
+        if self.off:
+            return list_files()
         if self.entries is None:
             self.entries = {e.path: e for e in list_files()}
         return list(self.entries.values())
 
     def read(self, rel: str, read: Callable[[str], bytes]) -> bytes:
+        if self.off:
+            return read(rel)
         if rel not in self.data:
             if self.entries is not None and rel not in self.entries:
                 self.data[rel] = None
@@ -202,6 +209,18 @@ class Storage:
             yield
         finally:
             del kept[key]
+
+    def is_kept(self, folder: str) -> bool:
+        """Is ``folder`` kept on this thread (:meth:`folder_kept`; its listing then costs no
+        request after the first, and only on this thread)?"""
+        return self._kept_folder(folder.rstrip("/") + "/") is not None
+
+    def _not_followed(self, *rels: str) -> None:
+        """A write that a kept folder cannot follow: the folder is read from storage again."""
+        for rel in rels:
+            folder = self._kept_folder(rel)
+            if folder is not None:
+                folder.off = True
 
     def _kept_folder(self, rel: str) -> _Folder | None:
         kept = getattr(_KEPT_FOLDERS, "folders", None)
@@ -504,6 +523,7 @@ class Storage:
         (:meth:`refuse_links`) and the file is opened ``O_NOFOLLOW`` (a link planted at the name
         is refused, never written through); missing folders are created. The stream is buffered
         (``buffer_size``, 1 MB by default) on local disks."""
+        self._not_followed(rel)
         target = self.abs(rel)
         if not self.is_local:
             return self.fs.open_output_stream(target, buffer_size=buffer_size)
@@ -551,6 +571,7 @@ class Storage:
         (atomic; a file of the same name is replaced). Object stores copy on the server side and
         then delete ``staged``: the object at ``rel`` appears whole when the copy completes (S3
         has no rename, and the upload of ``staged`` completes before the caller decides)."""
+        self._not_followed(staged, rel)
         target = self.abs(rel)
         self.refuse_links(target)
         self.refuse_links(self.abs(staged))
@@ -653,6 +674,7 @@ class Storage:
         conditional writes at once) is settled by reading the object back: ours when it holds
         our bytes (callers make their bytes unique). Other stores have no such operation here
         and are refused."""
+        self._not_followed(rel)
         if self.is_local:
             try:
                 self.put_if_absent(rel, data)
@@ -755,6 +777,10 @@ class Storage:
         folder is deleted as without it (a local folder may also hold empty subfolders)."""
         if self._through_link(self.abs(rel)):
             return
+        under = rel.rstrip("/")
+        for (uri, kept), folder in (getattr(_KEPT_FOLDERS, "folders", None) or {}).items():
+            if uri == self.uri and (kept == under or kept.startswith(under + "/")):
+                folder.off = True
         if files is not None and self._s3 is not None:
             under = rel.rstrip("/") + "/"
             if any(not f.startswith(under) for f in files):

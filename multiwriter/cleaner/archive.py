@@ -45,6 +45,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -409,6 +411,19 @@ def _finish_interrupted(ctx: CleanerContext, tl: Timeline, swept: list[str]) -> 
     return len(done)
 
 
+@contextmanager
+def _kept_under_lock(ctx: CleanerContext) -> Iterator[None]:
+    """Under the lock only this archival changes the history and the metadata table's timeline
+    and files partition, which its steps (the choice, the files partition's compaction, the
+    choice again, the append, the history's compaction and trust check) each read: each folder
+    is read once (:meth:`~multiwriter.storage.Storage.folder_kept`)."""
+    mdt = metadata_files.MDT_DIR
+    with ExitStack() as stack:
+        for folder in (ctx.config.history_dir, f"{mdt}/{ctx.config.timeline_dir}", f"{mdt}/{metadata_files.PARTITION}"):
+            stack.enter_context(ctx.storage.folder_kept(folder))
+        yield
+
+
 def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits: int) -> ArchiveResult:
     """Move the oldest completed instants to history when more than ``keep_max`` are active.
 
@@ -417,7 +432,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     """
     result = ArchiveResult()
     ctx.forget("archived_times", "history")  # the history may change here; later steps read it again
-    with ctx.locked() as tl, ctx.storage.folder_kept(ctx.config.history_dir):  # only we change it meanwhile
+    with ctx.locked() as tl, _kept_under_lock(ctx):
         migrated = migrate_json_batches(ctx)
         result.finished = _finish_interrupted(ctx, tl, result.swept)
         if result.finished:

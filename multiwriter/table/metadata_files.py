@@ -565,7 +565,7 @@ class MetadataTable:
         """On an object store, the metadata timeline's first listing sent beside the files
         partition's (two requests that wait side by side). Either may come first: a log whose
         deltacommit completes between them is read or not as when the partition goes first."""
-        if self._names is not None or not self.storage.is_s3:
+        if self._names is not None or not self.storage.is_s3 or self.storage.is_kept(self.timeline_dir):
             return None
         return REQUESTS.get().submit(self._instant_files)
 
