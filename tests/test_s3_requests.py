@@ -222,3 +222,24 @@ def test_an_archival_reads_its_history_once_and_keeps_a_suffix_active(s3):
     expected = 2 * 20 + 3 + 8 * 10  # the first upsert's "updates" of keys 42, 48 and 54 are new there
     assert mw.Table.open(uri).read(columns=["id"]).num_rows == expected
     assert hudi_read(uri, storage_options=s3_storage_options(uri)).num_rows == expected
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_a_writer_never_reads_back_the_commit_it_wrote(s3, table_type):
+    """A completed instant file is written once and never changes, so the process that wrote
+    it keeps its bytes: a long-lived writer's next batch does not fetch the commit of its last
+    one (one GET per micro-batch of a stream), while a commit of another process is read."""
+    uri, bucket, _ = _table(s3, 2, table_type)
+    w = mw.Writer(mw.Table.open(uri), mw.WriterConfig(writer_id="long", executor="driver", lock=mw.InProcessLock()))
+    try:
+        done = []
+        for ts in (1, 2, 3):
+            s3.counter.take()
+            done.append(w.write(_rows(np.arange(4) + 1_000_000 * ts, DAYS[:2], ts)).instant)
+            got = [p for _, m, p in s3.counter.requests if m == "GET" and "/.hoodie/timeline/" in p]
+            if ts > 1:
+                prev = done[-2]
+                assert not [p for p in got if f"/{prev.requested_time}_" in p], got
+    finally:
+        w.close()
+    assert mw.Table.open(uri).read(columns=["id"]).num_rows == 2 * 20 + 12

@@ -52,7 +52,7 @@ from .. import faults
 from ..errors import CommitDecisionLostError, MultiWriterError, TableFormatError
 from ..storage import FileExists, Storage
 from ..format import instant as inst
-from . import metadata_files
+from . import metadata_files, timeline
 from ..format.instant import Instant
 from .metadata import CommitMetadata
 from .properties import TableConfig
@@ -294,6 +294,7 @@ def write_completed(storage: Storage, config: TableConfig, instant_time: str, co
     rel = f"{config.timeline_dir}/{i.file_name(config.version)}"
     try:
         storage.put_if_absent(rel, data)
+        timeline.wrote_completed(storage, rel, data)
     except FileExists:
         log.info("%s was already written (rolled forward by another completer)", rel)
     except (OSError, MultiWriterError) as e:

@@ -361,10 +361,12 @@ def _read_metadata(storage: Storage, i: Instant, e: FileEntry) -> CommitMetadata
     cached = _CACHE.get(storage, e)
     if cached is not None:
         return cached
-    try:
-        data = storage.read_bytes(e.path)
-    except FileNotFoundError:
-        return None
+    data = _CACHE.written(storage, e)
+    if data is None:
+        try:
+            data = storage.read_bytes(e.path)
+        except FileNotFoundError:
+            return None
     meta = decode_commit_metadata(i.action, data, source=e.path)
     _CACHE.put(storage, e, meta)
     return meta
@@ -387,6 +389,8 @@ class _MetadataCache:
         self._tables = tables if size > 0 else 0
         self._items: OrderedDict[tuple[str, str, int, float], CommitMetadata] = OrderedDict()
         self._listings: OrderedDict[tuple[str, str, int], _Listing] = OrderedDict()
+        #: completed instant files this process created, until a load reads them (:meth:`wrote`)
+        self._written: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._mu = threading.Lock()
 
     def __len__(self) -> int:
@@ -425,10 +429,27 @@ class _MetadataCache:
             while len(self._listings) > self._tables:
                 self._listings.popitem(last=False)
 
+    def wrote(self, storage: Storage, rel: str, data: bytes) -> None:
+        """Keep the bytes of a completed instant file this process has just created (on an
+        object store, where reading them back costs a request): the next load takes them for
+        a listed file of that name and size instead of fetching it."""
+        if self._size == 0:
+            return
+        with self._mu:
+            self._written[(storage.uri, rel)] = data
+            while len(self._written) > _WRITTEN_KEPT:
+                self._written.popitem(last=False)
+
+    def written(self, storage: Storage, e: FileEntry) -> bytes | None:
+        with self._mu:
+            data = self._written.pop((storage.uri, e.path), None)
+        return data if data is not None and len(data) == e.size else None
+
     def clear(self) -> None:
         with self._mu:
             self._items.clear()
             self._listings.clear()
+            self._written.clear()
 
     def retain(self, storage: Storage, listed: list[FileEntry]) -> None:
         """Forget this table's entries that a complete listing no longer shows (archived or
@@ -442,6 +463,16 @@ class _MetadataCache:
 
 
 _CACHE = _MetadataCache(_CACHE_SIZE)
+#: completed instant files kept by :meth:`_MetadataCache.wrote` at most (a writer's last few)
+_WRITTEN_KEPT = 16
+
+
+def wrote_completed(storage: Storage, rel: str, data: bytes) -> None:
+    """This process created the completed instant file ``rel`` with ``data``: on an object
+    store the next load of the timeline takes its bytes from here (a file's content never
+    changes once completed, and its listed size must match)."""
+    if storage.is_s3:
+        _CACHE.wrote(storage, rel, data)
 
 
 def forget_cache() -> None:
