@@ -308,7 +308,7 @@ def lock_from_options(options: dict[str, Any]) -> Any:
 
 def storage_lock_from_options(options: dict[str, Any]) -> Any:
     """The :class:`StorageLock` of Hudi's ``StorageBasedLockProvider`` keys (seconds, as Hudi's)."""
-    from .lock.storage import StorageLock
+    from .lock.storage import DEFAULT_RENEW_INTERVAL_S, DEFAULT_VALIDITY_S, StorageLock
 
     zk = sorted(k for k in options if k.startswith(ZK_PREFIX))
     if zk:
@@ -327,7 +327,25 @@ def storage_lock_from_options(options: dict[str, Any]) -> Any:
         kw[target] = _number(k, v)
     if "hoodie.write.lock.wait_time_ms" in options:
         kw["acquire_timeout_s"] = _number("hoodie.write.lock.wait_time_ms", options["hoodie.write.lock.wait_time_ms"]) / 1000.0
+    _check_hudi_lease(kw.get("validity_s", DEFAULT_VALIDITY_S), kw.get("renew_interval_s", DEFAULT_RENEW_INTERVAL_S))
     return StorageLock(**kw)
+
+
+#: Hudi's bounds for ``StorageBasedLockProvider``'s lease (seconds): a JVM writer refuses a
+#: validity below 10, a renew interval below 1, and a validity below 10 renew intervals; the same
+#: keys are refused here, so a table's writers never disagree on them
+HUDI_MIN_VALIDITY_S, HUDI_MIN_RENEW_S, HUDI_RENEWALS_PER_VALIDITY = 10.0, 1.0, 10
+
+
+def _check_hudi_lease(validity: float, renew: float) -> None:
+    v, r = f"{STORAGE_PREFIX}validity.timeout.secs", f"{STORAGE_PREFIX}renew.interval.secs"
+    if validity < HUDI_MIN_VALIDITY_S:
+        raise ConfigError(f"{v}={validity:g} is below Hudi's minimum of {HUDI_MIN_VALIDITY_S:g}s (its JVM writers refuse it)")
+    if renew < HUDI_MIN_RENEW_S:
+        raise ConfigError(f"{r}={renew:g} is below Hudi's minimum of {HUDI_MIN_RENEW_S:g}s (its JVM writers refuse it)")
+    if validity < HUDI_RENEWALS_PER_VALIDITY * renew:
+        raise ConfigError(f"{v}={validity:g} must be at least {HUDI_RENEWALS_PER_VALIDITY} times {r}={renew:g}, as "
+                          "Hudi requires: a holder gets many renewals in before its lease runs out")
 
 
 def zookeeper_lock_from_options(options: dict[str, Any]) -> Any:

@@ -387,6 +387,10 @@ class Storage:
         of hundreds before it publishes each data file. Symbolic links count as in
         :meth:`list_dir`. On S3 ``prefix`` is the listing's own: one request whatever the
         folder holds besides."""
+        folder = self._kept_folder(rel.rstrip("/") + "/")
+        if folder is not None:
+            names = (e.path.rsplit("/", 1)[-1] for e in folder.listed(lambda: self._list_dir(rel, True, None)))
+            return [n for n in names if n.startswith(prefix)]
         if self._s3 is not None:
             return self._s3.list_names(self.abs(rel), prefix)
         if not self.is_local:

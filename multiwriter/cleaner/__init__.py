@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import LockLostError
 from ..instant_time import PROCESS_CLOCK, InstantClock
 from ..storage import FileEntry, Storage
 from ..format import instant as inst
@@ -161,6 +162,17 @@ class CleanerContext:
             self.lock_holds.append(time.monotonic() - since)
             self.lock.release()
 
+    def check_lock(self, what: str) -> None:
+        """Immediately before a completion (or any decision) under the lock: the lock is still
+        ours, probed on its server as a writer's commit fence does. A cleaner paused past its
+        lock session or lease may share the table with another holder by now, and Hudi's JVM
+        writers do not read the decision log: it completes nothing then (``LockLostError``; the
+        next run finishes what it left)."""
+        self.lock.check()
+        if not self.lock.is_held():
+            raise LockLostError(f"the table lock of {self.table_name} is no longer held by cleaner {self.cleaner_id}; "
+                                f"{what} is not completed (the next run finishes it)")
+
     def issue_time(self, tl: Timeline, *floors: str) -> str:
         """A new instant time greater than everything on ``tl``; call under the lock only."""
         return self.clock.issue([tl.max_time(), *floors])
@@ -214,6 +226,7 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
         if current is None or current.state == inst.REQUESTED:
             mark_inflight(ctx, instant_time, action)
         metadata_table.drop_unmaintained(ctx.storage)
+        ctx.check_lock(f"{action} {instant_time}")
         completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
         return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, data,
                                   actor=ctx.cleaner_id)
@@ -230,6 +243,7 @@ def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, actio
     if len(schema):
         meta.extra_metadata[SCHEMA_KEY] = arrow_to_avro_json(schema, ctx.table.name)
     metadata_table.drop_unmaintained(ctx.storage)
+    ctx.check_lock(f"{action} {instant_time}")
     completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
     return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, meta.to_bytes(),
                               actor=ctx.cleaner_id)

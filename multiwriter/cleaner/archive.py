@@ -446,6 +446,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
             chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max,
                                                  retain_commits=retain_commits, walked=walked)
         if chosen:
+            ctx.check_lock(f"the archival of {len(chosen)} instants")  # two archivers would write two batches
             name = lsm.append(ctx.storage, ctx.config.history_dir, [lsm_record(tl, i) for i in chosen])
         if chosen or migrated:
             result.compacted = lsm.compact_and_clean(ctx.storage, ctx.config.history_dir)

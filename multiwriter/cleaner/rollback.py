@@ -240,6 +240,7 @@ def decide(ctx: CleanerContext, plan: RollbackPlan) -> bool:
     never also decide its commit. False when it lost: the writer's commit was decided first; it
     is rolled forward and this plan is dropped."""
     t, r = plan.target_time, plan.rollback_time
+    ctx.check_lock(f"the rollback {r} of instant {t}")
     try:
         ctx.decided = ctx.decision_log().decide(
             ctx.decided, decisions.Decision(decisions.ROLLBACK, r, inst.ROLLBACK, ctx.cleaner_id, target=t))

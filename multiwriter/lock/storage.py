@@ -284,7 +284,7 @@ class StorageLock(LockProvider):
                 raise ConfigError(f"StorageLock needs {name} > 0 seconds, got {v!r}")
         if isinstance(acquire_timeout_s, bool) or not isinstance(acquire_timeout_s, (int, float)) or acquire_timeout_s < 0:
             raise ConfigError(f"StorageLock needs acquire_timeout_s >= 0 seconds, got {acquire_timeout_s!r}")
-        if renew_interval_s * 3 > validity_s:
+        if renew_interval_s * 3 > validity_s * (1 + 1e-9):  # a third exactly is allowed (0.1 * 3 is 0.30000000000000004)
             raise ConfigError(
                 f"StorageLock renew_interval_s={renew_interval_s} must be at most a third of validity_s={validity_s}: "
                 "a holder must get several renewals in before its lease runs out (Hudi: "
@@ -362,13 +362,15 @@ class StorageTableLock(TableLock):
                     # our own write landed though its reply was lost: the lease is ours
                     self._won(owner, holder, current.version, current.valid_until_ms, sent)
                     break
-                if current is None or current.is_free(time.time()) or self._outlived(current):
+                if current is None or current.is_free(time.time()) or self._outlived(current) or _orphaned(self.store, current):
                     sent = time.monotonic()
                     valid_until = int(time.time() * 1000 + self.p.validity_s * 1000)
                     version = self.store.write(encode(owner, valid_until, False, holder),
                                                None if current is None else current.version)
                     if version is not None:
                         self._won(owner, holder, version, valid_until, sent)
+                        with _ORPHANED_MU:
+                            _ORPHANED.pop(self.store.location, None)
                         if took_over:
                             assert current is not None
                             log.warning("storage lock of table %s taken over: the lease of %s ran out", self.table_id,
@@ -473,13 +475,42 @@ class StorageTableLock(TableLock):
             self._owner, self._version = None, None
         if lost is not None or version is None:
             return  # not ours any more: writing would clobber the next holder (the write is conditional anyway)
-        try:
-            if self.store.write(encode(owner, valid_until, True, self._holder), version) is None:
-                log.warning("releasing the storage lock of table %s: the object changed meanwhile (taken over)",
-                            self.table_id)
-        except StoreUnavailable as e:  # the lease runs out on its own
-            log.warning("releasing the storage lock of table %s failed (%s); it frees itself when its lease runs out "
-                        "in at most %.0fs", self.table_id, e, self.p.validity_s)
+        self._release(owner, version, valid_until)
+
+    def _release(self, owner: str, version: str, valid_until: int) -> None:
+        """Write our object released, sent again while the store fails, for at most
+        :data:`RELEASE_RETRY_S` (and a fifth of the validity, Hudi's bound on one call): a
+        release lost to a short outage would otherwise block every writer for the whole
+        validity. A write that meets a changed version reads the object back: ours and
+        released means an earlier try landed though its reply was lost. When every try fails,
+        the object is remembered as this process's own (:data:`_ORPHANED`), which its next
+        acquire takes back at once."""
+        stop = time.monotonic() + min(RELEASE_RETRY_S, self.p.validity_s / 5)
+        pause = 0.05
+        error: StoreUnavailable | None = None
+        while True:
+            try:
+                if self.store.write(encode(owner, valid_until, True, self._holder), version) is not None:
+                    return
+                current = self.store.read()
+                if current is None or current.owner != owner:
+                    log.warning("releasing the storage lock of table %s: the object changed meanwhile (taken over)",
+                                self.table_id)
+                    return
+                if current.expired:
+                    return  # an earlier try landed
+                version = current.version  # still our lease, at a version we did not see: release that one
+                continue
+            except StoreUnavailable as e:
+                error = e
+            if time.monotonic() + pause > stop:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        with _ORPHANED_MU:
+            _ORPHANED[self.store.location] = owner
+        log.warning("releasing the storage lock of table %s failed (%s); this process takes its lease back on its next "
+                    "acquire, others once it runs out in at most %.0fs", self.table_id, error, self.p.validity_s)
 
     def is_held(self) -> bool:
         with self._mu:
@@ -512,6 +543,22 @@ class StorageTableLock(TableLock):
                 f"the storage lock of table {self.table_id} was lost ({self._lost}); another writer may hold it, "
                 "so this commit is refused and will be retried"
             )
+
+
+#: a release is sent again for at most this long while the store fails
+RELEASE_RETRY_S = 2.0
+#: per lock object (its location), the owner id whose release never landed in this process: the
+#: lease is this process's own, which nobody else holds, so its next acquire takes it over
+_ORPHANED: dict[str, str] = {}
+_ORPHANED_MU = threading.Lock()
+
+
+def _orphaned(store: LockStore, current: LockObject) -> bool:
+    """Is ``current`` a lease this process left behind when its release failed? Only then may
+    it be taken over before it runs out (conditionally on its version, as a free lock is)."""
+    with _ORPHANED_MU:
+        mine = _ORPHANED.get(store.location)
+    return mine is not None and current.owner == mine and not current.expired
 
 
 def _metrics() -> Any:

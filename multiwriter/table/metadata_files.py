@@ -228,7 +228,7 @@ class MetadataTable:
         with what it writes and deletes (all of it under the data table's lock, or for an
         instant of its own)."""
         if self._names is None:
-            self._names = [e.path.rsplit("/", 1)[-1] for e in self.storage.list_dir(self.timeline_dir, files_only=True)]
+            self._names = self.storage.list_names(self.timeline_dir)  # names only: no file is stat'ed
             self._changes += 1
         return list(self._names)
 

@@ -337,10 +337,15 @@ def test_hudi_keys_build_it_and_bad_settings_are_refused():
     with pytest.raises(ConfigError, match="locks_location is not supported"):
         WriterConfig.from_options({"hoodie.write.lock.provider": STORAGE_PROVIDER,
                                    "hoodie.write.lock.storage.locks_location": "s3://elsewhere"})
+    for validity, renew, why in (("60", "30", "at least 10 times"), ("6", "0.5", "below Hudi's minimum of 10s"),
+                                 ("20", "0.5", "below Hudi's minimum of 1s")):  # Hudi's JVM writers refuse these
+        with pytest.raises(ConfigError, match=why):
+            WriterConfig.from_options({"hoodie.write.lock.provider": STORAGE_PROVIDER,
+                                       "hoodie.write.lock.storage.validity.timeout.secs": validity,
+                                       "hoodie.write.lock.storage.renew.interval.secs": renew})
     with pytest.raises(ConfigError, match="at most a third"):
-        WriterConfig.from_options({"hoodie.write.lock.provider": STORAGE_PROVIDER,
-                                   "hoodie.write.lock.storage.validity.timeout.secs": "60",
-                                   "hoodie.write.lock.storage.renew.interval.secs": "30"})
+        StorageLock(validity_s=60, renew_interval_s=30)
+    assert StorageLock(validity_s=0.3, renew_interval_s=0.1).renew_interval_s == 0.1  # a third exactly
     with pytest.raises(ConfigError, match="ZooKeeper key"):
         WriterConfig.from_options({"hoodie.write.lock.provider": STORAGE_PROVIDER,
                                    "hoodie.write.lock.zookeeper.url": "127.0.0.1"})
@@ -586,3 +591,51 @@ def test_local_readers_never_see_a_half_created_lock_object(tmp_path):
     for t in threads:
         t.join()
     assert not bad, bad[0]
+
+
+def test_a_release_that_meets_a_failing_store_is_retried():
+    """A release whose writes fail for a while (503s) is sent again until it lands, within a
+    bound: the next writer finds the lock free at once instead of after the whole validity."""
+    store = _FlakyStore()
+    lock = _logic_lock(store, validity_s=30, renew_s=5)
+    lock.acquire(timeout_s=1)
+    store.fail = 3
+    lock.release()
+    assert json.loads(store.raw)["expired"] is True
+    other = _logic_lock(store, validity_s=30, renew_s=5)
+    t0 = time.monotonic()
+    other.acquire(timeout_s=2)
+    assert time.monotonic() - t0 < 1.0
+    other.release()
+
+
+def test_a_release_whose_reply_was_lost_is_recognised_not_repeated():
+    """A release that landed though its reply was lost meets 412 when sent again: the object read
+    back is ours and released, so the release is done (nothing overwritten)."""
+    store = _FlakyStore()
+    lock = _logic_lock(store, validity_s=30, renew_s=5)
+    lock.acquire(timeout_s=1)
+    store.lose_reply = 1
+    lock.release()
+    body = json.loads(store.raw)
+    assert body["expired"] is True
+    assert store.version == 2  # the create and the one release: no further write
+
+
+def test_a_process_takes_back_its_own_lease_left_by_a_failed_release():
+    """When every try of a release fails (the store unreachable for longer than the release's
+    bound), the object still names this process's old owner id: the process's next acquire takes
+    it over at once, since nobody else holds it; another process waits for the lease to run out."""
+    store = _FlakyStore()
+    lock = _logic_lock(store, validity_s=30, renew_s=5)
+    lock.acquire(timeout_s=1)
+    store.fail = 10_000
+    lock.release()
+    store.fail = 0
+    assert json.loads(store.raw)["expired"] is False  # the old lease stands in the store
+    again = _logic_lock(store, validity_s=30, renew_s=5)
+    t0 = time.monotonic()
+    again.acquire(timeout_s=2)
+    assert time.monotonic() - t0 < 1.0
+    again.release()
+    assert json.loads(store.raw)["expired"] is True
