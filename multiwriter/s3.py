@@ -19,7 +19,8 @@ _clients_mu = threading.Lock()
 def s3_client(call_timeout_s: float) -> Any:
     """A boto3 S3 client configured like :func:`multiwriter.storage.s3_options` (the standard AWS
     variables; path-style addressing for an explicit endpoint), with calls bounded by
-    ``call_timeout_s`` (a fifth of the validity, as Hudi's). One per process and setting: making
+    ``call_timeout_s`` (a fifth of the validity, as Hudi's) for the whole call: one attempt, its
+    connect and its read half each (the lock's own loops try again). One per process and setting: making
     one takes long, using one from several threads is safe, and clients do not survive a fork."""
     env = os.environ
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
@@ -28,7 +29,9 @@ def s3_client(call_timeout_s: float) -> Any:
     with _clients_mu:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = _new_s3_client(endpoint, region, call_timeout_s)
+            # one attempt, whose connect and read share the bound; at least half a second each
+            # (the bound holds from Hudi's minimum validity, 10 s, up)
+            client = _clients[key] = _new_s3_client(endpoint, region, call_timeout_s / 2, retries=0, floor=0.5)
         return client
 
 
@@ -49,18 +52,18 @@ def data_client(credentials: tuple[str, str] | None = None) -> Any:
     with _clients_mu:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = _new_s3_client(endpoint, region, DATA_TIMEOUT_S, attempts=5, pool=DATA_POOL,
+            client = _clients[key] = _new_s3_client(endpoint, region, DATA_TIMEOUT_S, retries=5, pool=DATA_POOL,
                                                     credentials=credentials)
         return client
 
 
-def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float, *, attempts: int = 2,
-                   pool: int = 10, credentials: tuple[str, str] | None = None) -> Any:
+def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: float, *, retries: int = 2,
+                   pool: int = 10, credentials: tuple[str, str] | None = None, floor: float = 1.0) -> Any:
     import boto3
     from botocore.config import Config
 
-    timeout = max(1.0, call_timeout_s)
-    cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": attempts, "mode": "standard"},
+    timeout = max(floor, call_timeout_s)
+    cfg = Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": retries, "mode": "standard"},
                  max_pool_connections=pool, s3={"addressing_style": "path"} if endpoint else None)
     kw: dict[str, Any] = {"config": cfg}
     if endpoint:

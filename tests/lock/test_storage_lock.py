@@ -639,3 +639,47 @@ def test_a_process_takes_back_its_own_lease_left_by_a_failed_release():
     assert time.monotonic() - t0 < 1.0
     again.release()
     assert json.loads(store.raw)["expired"] is True
+
+
+def test_a_lock_call_to_a_silent_store_ends_within_a_fifth_of_the_validity(monkeypatch):
+    """A store that accepts the connection and never answers: one lock call (read, write) gives
+    up within its bound, a fifth of the validity as Hudi's, retries and all; the lock's own loops
+    try again."""
+    import socket
+    import threading
+
+    from multiwriter.lock.storage import S3LockStore, StoreUnavailable
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # kept open, never answered
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+        validity = 10.0
+        store = S3LockStore("bucket", "t/.hoodie/.locks/table_lock.json", validity / 5)
+        for call in (store.read, lambda: store.write(b"{}", None)):
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                call()
+            assert time.monotonic() - t0 <= validity / 5 + 0.5
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        srv.close()
