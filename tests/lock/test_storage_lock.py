@@ -117,7 +117,8 @@ def test_acquire_exclude_release_in_hudis_format(s3_server, s3_table):
     before = time.time() * 1000
     a.acquire(timeout_s=5, holder=HOLDER)
     body = s3_object(s3_server, bucket)
-    assert set(body) == {"expired", "validUntil", "owner", "holder"} and body["expired"] is False
+    # Hudi's three fields, then ours: who holds it, and that one of our writers wrote it
+    assert set(body) == {"expired", "validUntil", "owner", "holder", "by"} and body["expired"] is False
     assert before + 29_000 <= body["validUntil"] <= time.time() * 1000 + 30_000
     assert body["holder"]["writer_id"] == "w1" and len(body["owner"]) == 36  # a uuid, as Hudi's owner ids
     a.check()
@@ -683,3 +684,75 @@ def test_a_lock_call_to_a_silent_store_ends_within_a_fifth_of_the_validity(monke
         for c in held:
             c.close()
         srv.close()
+
+
+def _contend(storage, seconds: float, writers: int, jvm: bool = False) -> tuple[dict, float]:
+    """``writers`` of ours, each acquiring, holding 5 ms and releasing in a loop, and with
+    ``jvm`` a Hudi JVM writer as it behaves (Hudi's three fields alone, a look every second while
+    the lock is held, 200 ms of work between its commits): acquisitions by each, and the longest
+    wait of ours."""
+    import collections
+    import threading
+    import uuid as _uuid
+
+    from multiwriter.lock.storage import LOCK_FILE, LocalLockStore, StoreUnavailable
+
+    provider = StorageLock(validity_s=30, renew_interval_s=5, poll_s=0.05)
+    counts: collections.Counter = collections.Counter()
+    longest = [0.0]
+    stop = time.monotonic() + seconds
+
+    def ours(i: int) -> None:
+        lock = provider.for_table("t", storage)
+        while time.monotonic() < stop:
+            t0 = time.monotonic()
+            lock.acquire(timeout_s=30)
+            longest[0] = max(longest[0], time.monotonic() - t0)
+            time.sleep(0.005)
+            lock.release()
+            counts[f"ours{i}"] += 1
+
+    def hudi_jvm() -> None:
+        store = LocalLockStore(storage.abs(LOCK_FILE))
+        while time.monotonic() < stop:
+            try:
+                cur = store.read()
+                if cur is None or cur.is_free(time.time()):
+                    owner = str(_uuid.uuid4())
+                    body = {"expired": False, "validUntil": int(time.time() * 1000 + 30_000), "owner": owner}
+                    v = store.write(json.dumps(body).encode(), None if cur is None else cur.version)
+                    if v is not None:
+                        time.sleep(0.005)
+                        store.write(json.dumps({**body, "expired": True}).encode(), v)
+                        counts["jvm"] += 1
+                        time.sleep(0.2)
+                        continue
+            except StoreUnavailable:
+                pass
+            time.sleep(1.0)
+
+    threads = [threading.Thread(target=ours, args=(i,)) for i in range(writers)]
+    threads += [threading.Thread(target=hudi_jvm)] if jvm else []
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return dict(counts), longest[0]
+
+
+def test_waiters_take_turns(tmp_path):
+    """Four writers contending: a writer that releases leaves the lock free for its waiters'
+    next look, so each gets a fair share and none waits long (without it one writer took most
+    acquisitions and another waited the whole run)."""
+    counts, longest = _contend(Storage(str(tmp_path)), 3.0, 4)
+    assert min(counts.values()) >= max(counts.values()) / 2, counts
+    assert longest < 1.5, (counts, longest)
+
+
+def test_a_hudi_jvm_writer_gets_its_turns(tmp_path):
+    """Beside a Hudi JVM writer, which looks again only every second, our writers leave the lock
+    free long enough after each release for it to get in: it gets about their share (without it,
+    one acquisition in eight seconds against more than a thousand of ours)."""
+    counts, _ = _contend(Storage(str(tmp_path)), 6.0, 2, jvm=True)
+    ours = [v for k, v in counts.items() if k.startswith("ours")]
+    assert counts.get("jvm", 0) >= 3 and counts["jvm"] >= min(ours) / 3, counts
