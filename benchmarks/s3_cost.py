@@ -243,8 +243,9 @@ class Round:
         got = fn()
         secs = time.perf_counter() - t0
         self.logs[(op, system)] = list(self.counter.requests)
+        mdt = sum(1 for _, _, path in self.counter.requests if "/.hoodie/metadata/" in path or "%2Fmetadata%2F" in path)
         counts = self.counter.take()
-        self.out[op][system].append({"requests": counts, "s": secs})
+        self.out[op][system].append({"requests": counts, "s": secs, "metadata_table": mdt})
         if minimum:
             after = self.snapshot(system)
             self.minimum[op][system].append(minimum(before, after))
@@ -312,6 +313,7 @@ def _med(runs: list[dict]) -> dict:
         return {}
     return {"s": statistics.median(r["s"] for r in runs),
             "requests": {k: statistics.median(r["requests"][k] for r in runs) for k in KINDS},
+            "metadata_table": statistics.median(r.get("metadata_table", 0) for r in runs),
             "total": statistics.median(sum(r["requests"].values()) for r in runs), "runs": len(runs)}
 
 
@@ -322,8 +324,8 @@ def cost(size: dict, work: Path, spark=None, *, log: bool = False) -> dict:
     latency = size["s3_cost_latency_ms"] / 1000
     holder: dict = {}
 
-    def wrap(app):
-        holder["c"] = CountingLatency(app, latency, log=log)
+    def wrap(app):  # each request kept: the metadata table's share of an operation is counted from them
+        holder["c"] = CountingLatency(app, latency, log=True)
         return holder["c"]
 
     out: dict = {"latency_ms": size["s3_cost_latency_ms"], "rows": size["s3_cost_rows"],
@@ -372,7 +374,17 @@ def render(r: dict) -> list[str]:
                            f"{q['PUT']:.0f} | {q['MULTIPART']:.0f} | {q['DELETE']:.0f} | {d['total']:.0f} | {m} | "
                            f"{d['s']:.2f} |")
     out += ["", "minimum: objects the operation must read and write, one request each (see "
-            "`benchmarks/s3_cost.py`).", ""]
+            "`benchmarks/s3_cost.py`). A ZooKeeper lock acquire makes no S3 request (one ZooKeeper round trip to "
+            "create its node, one to release it).", ""]
+    first = next(iter(r["keys"].values()), {})
+    mdt = [(op, s, d["metadata_table"]) for op in ("upsert", "insert", "delete", "companion job run")
+           for s, d in first.get(op, {}).items() if "metadata_table" in d and s != SYSTEMS[2]]
+    if mdt:
+        out += ["Of which the metadata table's (its deltacommit: the listings of its timeline and files partition, "
+                "the log file and its three instant files; the companion job's also its compaction; "
+                f"{next(iter(r['keys']))}):", "",
+                "| operation | system | metadata-table requests |", "| --- | --- | ---: |",
+                *[f"| {op} | {s} | {n:.0f} |" for op, s, n in mdt], ""]
     slow = r.get("slow")
     if slow:
         out += [f"The same operations at {slow['latency_ms']} ms per request (requests, seconds; ours against "

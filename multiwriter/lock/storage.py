@@ -529,7 +529,6 @@ class StorageTableLock(TableLock):
                 if current.expired:
                     return  # an earlier try landed
                 version = current.version  # still our lease, at a version we did not see: release that one
-                continue
             except StoreUnavailable as e:
                 error = e
             if time.monotonic() + pause > stop:
