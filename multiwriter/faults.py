@@ -37,6 +37,7 @@ POINTS = (
     "after-complete",
     "mid-rollback",
     "mid-clean",
+    "mid-archival",
     "mid-clustering",
     "mid-log-append",
     "compaction-after-plan",

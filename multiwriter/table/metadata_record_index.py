@@ -44,7 +44,7 @@ from ..s3_store import REQUESTS
 from ..storage import Storage
 from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
-from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, start_partition
+from .metadata_stats import Slice, _base_time, _group_of, latest_slice_of, start_partition, write_base_file
 from .properties import TableConfig
 from .record_keys import key_columns, stored_keys
 
@@ -422,10 +422,7 @@ def initialize(storage: Storage, mdt_dir: str, base_schema: Mapping[str, Any], t
             continue
         name = ri.base_file_name(fid, _WRITE_TOKEN, t)
         data = ri.encode_hfile(mine, schema, base_file_name=name, created_ms=now)
-        storage.write_bytes(f"{mdt_dir}/{PARTITION}/{name}", data)
-        out.append(WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION,
-                             num_writes=len(mine), num_inserts=len(mine), total_write_bytes=len(data),
-                             file_size=len(data)))
+        out.append(write_base_file(storage, mdt_dir, PARTITION, fid, name, data, len(mine)))
     return out
 
 

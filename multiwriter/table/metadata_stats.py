@@ -330,11 +330,17 @@ def initialize(storage: Storage, mdt_dir: str, partitions: tuple[str, ...], tabl
                 continue
             name = f"{fid}_{_WRITE_TOKEN}_{t}.hfile"
             data = cs.encode_hfile(recs, schema, base=True, created_ms=now)
-            storage.write_bytes(f"{mdt_dir}/{partition}/{name}", data)
-            out.append(WriteStat(file_id=fid, path=f"{partition}/{name}", partition_path=partition,
-                                 num_writes=len(recs), num_inserts=len(recs), total_write_bytes=len(data),
-                                 file_size=len(data)))
+            out.append(write_base_file(storage, mdt_dir, partition, fid, name, data, len(recs)))
     return out
+
+
+def write_base_file(storage: Storage, mdt_dir: str, partition: str, file_id: str, name: str, data: bytes,
+                    records: int) -> WriteStat:
+    """Write one base HFile of a metadata partition's file group and return its write stat
+    (the commit of the partition's initialization or compaction names it)."""
+    storage.write_bytes(f"{mdt_dir}/{partition}/{name}", data)
+    return WriteStat(file_id=file_id, path=f"{partition}/{name}", partition_path=partition, num_writes=records,
+                     num_inserts=records, total_write_bytes=len(data), file_size=len(data))
 
 
 def records_of_files(storage: Storage, files: Iterable[tuple[str, str]], partitions: tuple[str, ...],

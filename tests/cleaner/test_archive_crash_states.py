@@ -101,3 +101,37 @@ def test_the_check_finds_broken_states_when_completed_files_go_in_the_batch(tmp_
     order = [i.requested_time for i in done]
     found = [v for left in _crash_states(files, [every]) for v in _violations(left, order)]
     assert any("looks pending" in v for v in found) and any("not a suffix" in v for v in found), found[:5]
+
+
+def test_an_archival_stopped_between_its_batch_and_its_completed_files_is_finished(tmp_path):
+    """Archival stopped at ``mid-archival`` (its requested and inflight files deleted, no
+    completed file yet), with the metadata table on: no instant looks pending, hudi-rs reads
+    every row, and the next run finishes the archival with nothing archived twice."""
+    from multiwriter import faults
+    from tests.oracle import hudi_read
+
+    uri = str(tmp_path / "t")
+    mw.Table.create(uri, name="t", schema=SCHEMA, record_key="id", ordering_field="ts", metadata=True)
+    cfg = mw.WriterConfig(writer_id="w", executor="driver", lock=mw.InProcessLock())
+    for ts in range(9):
+        ids = np.arange(10) + 10 * ts
+        mw.write(pa.table({"id": [f"k{i}" for i in ids], "ts": np.full(10, ts, np.int64)}, schema=SCHEMA), uri, cfg)
+    settings = dict(lock=cfg.lock, retain_commits=2, archive_keep_min=3, archive_keep_max=4, clustering=None)
+    faults.configure("mid-archival=error")
+    try:
+        with mw.Cleaner(uri, **settings) as cleaner:
+            report = cleaner.run_once(raise_errors=False)
+    finally:
+        faults.configure(None)
+    assert any("injected fault at mid-archival" in e for e in report.errors), report.errors
+    tl = mw.Table.open(uri).timeline()
+    assert not [i for i in tl.latest_states() if i.is_pending], tl.latest_states()
+    assert hudi_read(uri).num_rows == 90 and mw.Table.open(uri).read(columns=["id"]).num_rows == 90
+    with mw.Cleaner(uri, **settings) as cleaner:
+        cleaner.run_once()
+    after = mw.Table.open(uri).timeline()
+    archived = {a.requested_time for a in archive.load_history(mw.Table.open(uri))}
+    active = {i.requested_time for i in after.latest_states()}
+    assert archived and not archived & active
+    assert len(archive.load_history(mw.Table.open(uri))) == len(archived)  # none archived twice
+    assert hudi_read(uri).num_rows == 90 and mw.Table.open(uri).read(columns=["id"]).num_rows == 90
