@@ -164,7 +164,7 @@ def test_no_cell_picks_a_matplotlib_backend(path):
 
 #: notebooks executed by `make test-full` only (about 40-50 s each); `make test` executes the
 #: others, and checks every published copy's pictures and story (test_published_copy_matches_source)
-FULL_ONLY = {"04_bronze_to_silver", "05_non_blocking_writers"}
+FULL_ONLY = {"04_bronze_to_silver", "05_non_blocking_writers", "06_merge_on_read_cdc"}
 
 
 @pytest.mark.slow
