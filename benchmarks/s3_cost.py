@@ -19,8 +19,12 @@ count), so it follows what the operation actually produced:
   is known from the listing: a ranged read needs no HEAD); an incremental read: the same over
   the files its commits wrote;
 * the companion job: one LIST of the timeline, one LIST of the heartbeats, one GET of the
-  listing, a GET of each file it merged, a PUT of each object it left behind and one DELETE
-  request per 1,000 objects it removed;
+  listing, a GET of each file it merged, a PUT of each object it left behind, a GET of each
+  instant it archived (the history holds its metadata) and a DELETE of each, one after another
+  (Hudi's ``TimelineArchiverV2`` deletes archived completed instants oldest first, one by one: a
+  hole in the active timeline misleads readers, HUDI-7207), and one DELETE request per 1,000
+  other objects it removed. It runs in the writers' process (as ``Cleaner.start`` runs in the
+  writers' Spark application), so what they wrote there is not read back;
 * a lock acquire: one conditional PUT (the lock free); a release: one.
 """
 from __future__ import annotations
@@ -303,8 +307,8 @@ class Round:
         def minimum(before: dict, after: dict) -> int:
             r = self.systems[name].report
             merged = r.compacted_file_groups + r.compacted_log_files + r.clustered_file_groups
-            removed = len(set(before) - set(after))
-            return 3 + merged + len(set(after) - set(before)) + -(-removed // 1000)
+            removed = len(set(before) - set(after)) - r.archived
+            return 3 + merged + len(set(after) - set(before)) + 2 * r.archived + -(-removed // 1000)
         return minimum
 
 

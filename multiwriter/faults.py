@@ -74,6 +74,12 @@ def configure(spec: str | None) -> None:
         _rules.update(parse(spec))
 
 
+def armed(name: str) -> bool:
+    """Does a rule name this point? (A step that would do extra work only to stop half-way
+    there, such as splitting one batch request in two, does it only then.)"""
+    return name in _rules
+
+
 def point(name: str) -> None:
     """Mark a fault point; does nothing unless a rule names it."""
     if not _rules:

@@ -228,6 +228,26 @@ class Storage:
             return None
         return kept.get((self.uri, rel.rpartition("/")[0]))
 
+    def read_head(self, rel: str, limit: int) -> tuple[FileEntry, bytes] | None:
+        """A small file's entry (size, modification time) and its first ``limit`` bytes (all of
+        it when it is no larger), None when it does not exist: what a reader that bounds a
+        file's size before parsing it needs, in one GET on S3 (a HEAD, then a GET, were two; a
+        HEAD of a missing object also listed its would-be folder)."""
+        if self._s3 is not None and self._kept_folder(rel) is None:
+            try:
+                size, mtime, data = self._s3.read_head(self.abs(rel), limit)
+            except FileNotFoundError:
+                return None
+            return FileEntry(rel, size, mtime), data
+        info = self.info(rel)
+        if info is None:
+            return None
+        try:
+            data = self.read_bytes(rel) if info.size <= limit else b""
+        except FileNotFoundError:
+            return None
+        return info, data[:limit]
+
     def info(self, rel: str) -> FileEntry | None:
         fi = self.fs.get_file_info(self.abs(rel))
         if fi.type == pafs.FileType.NotFound:
@@ -238,17 +258,44 @@ class Storage:
     def listings_kept(self) -> Iterator[None]:
         """Within the block (on this thread), each folder is listed once: a read that lists one
         folder several times (the archived history's loader: its snapshot number, manifests and
-        older batches live side by side) pays one request on an object store. For reads only:
-        a file written inside the block is not seen by a listing kept before it."""
-        kept = getattr(_KEPT, "listings", None)
-        if kept is not None:  # nested: the outer block keeps them
-            yield
+        older batches live side by side; a cleaner run's steps between its lock holds) pays one
+        request on an object store. A listing is a snapshot: what other processes change later
+        is not in it, and what this thread writes or deletes in a folder through a storage of
+        the same table makes that folder be listed again (:meth:`_listing_changed`). Inside
+        :meth:`listings_fresh` the block starts from nothing kept."""
+        if getattr(_KEPT, "listings", None) is not None and not getattr(_KEPT, "fresh", False):
+            yield  # nested: the outer block keeps them
             return
-        _KEPT.listings = {}
-        try:
+        with _listings_block(fresh=False):
             yield
-        finally:
-            _KEPT.listings = None
+
+    @contextmanager
+    def listings_fresh(self) -> Iterator[None]:
+        """Within the block (on this thread), every listing is read from storage, even inside
+        :meth:`listings_kept`: a choice that must see the store as it is now (under the table
+        lock; a sweep that judges the files it just listed) makes it here. What the block
+        listed last then serves an outer block: the newer snapshot."""
+        with _listings_block(fresh=True):
+            yield
+
+    def keeps_listings(self) -> bool:
+        """Inside :meth:`listings_kept` (on this thread): a folder listed once is not listed again."""
+        return getattr(_KEPT, "listings", None) is not None and not getattr(_KEPT, "fresh", False)
+
+    def _listing_changed(self, rel: str, *, tree: bool = False) -> None:
+        """This process wrote or deleted ``rel`` (``tree``: everything under the folder ``rel``),
+        on any thread (a compaction publishes its files from worker threads): a kept listing of
+        its folder (of every folder under it) is read again, in every block of every thread."""
+        if not _BLOCKS:
+            return
+        folder = rel.rstrip("/") if tree else posixpath.dirname(rel.rstrip("/"))
+        global _CHANGES
+        with _BLOCKS_MU:
+            _CHANGES += 1
+            for kept in _BLOCKS:
+                for key in list(kept):
+                    if key[0] == self.uri and (key[1] == folder or (tree and key[1].startswith(folder + "/"))):
+                        kept.pop(key, None)
 
     @contextmanager
     def read_ahead(self, files: Iterable[tuple[str, int]]) -> Iterator[None]:
@@ -301,7 +348,7 @@ class Storage:
             kept.clear()
 
     def list_dir(self, rel: str, *, files_only: bool = False, sized: Callable[[str], bool] | None = None,
-                 known: Mapping[str, FileEntry] | None = None) -> list[FileEntry]:
+                 known: Mapping[str, FileEntry] | None = None, anchor: bool = False) -> list[FileEntry]:
         """Direct children of ``rel``; an absent directory lists as empty. ``sized``: on a local
         disk, only the files whose names it accepts are stat'ed (the others list with size and
         mtime 0): the timeline needs the size and mtime of its completed writes alone, and
@@ -311,17 +358,57 @@ class Storage:
         ``known``: entries of an earlier listing of ``rel`` by name, for files that are never
         rewritten (a timeline's instant files): on a local disk a regular file of such a name
         lists as that very entry, neither stat'ed nor built again (the timeline is listed
-        several times per commit, nearly all of it unchanged)."""
+        several times per commit, nearly all of it unchanged).
+
+        ``anchor`` (the data timeline's listing): inside :meth:`listings_kept`, when the folder
+        is listed from storage, every other listing kept of the table is dropped. A choice made
+        on a timeline and a listing of files (a compaction's or clustering's inputs, caught up
+        under the lock with the commits completed after that timeline) needs the files listed
+        no earlier than the timeline: kept listings are never older than the kept timeline."""
         folder = self._kept_folder(rel.rstrip("/") + "/")
         if folder is not None and files_only:
             return folder.listed(lambda: self._list_dir(rel, True, None))
         kept = getattr(_KEPT, "listings", None)
         if kept is not None:
-            key = (self.uri, rel, files_only)
-            if key not in kept:
-                kept[key] = self._list_dir(rel, files_only, None)
-            return list(kept[key])
+            return list(self._kept_listing(kept, rel, files_only, anchor))
         return self._list_dir(rel, files_only, sized, known)
+
+    def _has_listing(self, kept: dict, rel: str) -> bool:
+        if getattr(_KEPT, "fresh", False):
+            return False
+        folder = rel.rstrip("/")
+        return (self.uri, folder, None) in kept or (self.uri, folder, True) in kept
+
+    def _kept_listing(self, kept: dict, rel: str, files_only: bool, anchor: bool = False) -> list[FileEntry]:
+        """A kept listing of ``rel`` (read now, and kept, inside :meth:`listings_fresh`). On an
+        object store one request serves both kinds (the files, and the files with the folders),
+        as one listing answers with both there."""
+        fresh = getattr(_KEPT, "fresh", False)
+        if self.is_local:
+            key = (self.uri, rel.rstrip("/"), files_only)
+            got = None if fresh else kept.get(key)
+            if got is None:
+                if anchor:
+                    self._drop_kept()
+                got = _keep(kept, key, lambda: self._list_dir(rel, files_only, None))
+            return got
+        key = (self.uri, rel.rstrip("/"), None)
+        typed = None if fresh else kept.get(key)
+        if typed is None:
+            if anchor:
+                self._drop_kept()
+            sel = pafs.FileSelector(self.abs(rel), allow_not_found=True, recursive=False)
+            typed = _keep(kept, key, lambda: [(FileEntry(self._rel(fi.path), fi.size or 0, _mtime(fi)),
+                                               fi.type == pafs.FileType.File) for fi in self.fs.get_file_info(sel)])
+        return [e for e, is_file in typed if is_file or not files_only]
+
+    def _drop_kept(self) -> None:
+        """Drop every listing of this table kept in this thread's blocks (see ``anchor``)."""
+        with _BLOCKS_MU:
+            for kept, _ in getattr(_KEPT, "stack", None) or ():
+                for key in list(kept):
+                    if key[0] == self.uri:
+                        kept.pop(key, None)
 
     def _list_dir(self, rel: str, files_only: bool, sized: Callable[[str], bool] | None,
                   known: Mapping[str, FileEntry] | None = None) -> list[FileEntry]:
@@ -390,6 +477,10 @@ class Storage:
         folder = self._kept_folder(rel.rstrip("/") + "/")
         if folder is not None:
             names = (e.path.rsplit("/", 1)[-1] for e in folder.listed(lambda: self._list_dir(rel, True, None)))
+            return [n for n in names if n.startswith(prefix)]
+        kept = getattr(_KEPT, "listings", None)
+        if kept is not None and (not prefix or self._has_listing(kept, rel)):  # a prefix alone lists less
+            names = (e.path.rsplit("/", 1)[-1] for e in self._kept_listing(kept, rel, True))
             return [n for n in names if n.startswith(prefix)]
         if self._s3 is not None:
             return self._s3.list_names(self.abs(rel), prefix)
@@ -517,6 +608,7 @@ class Storage:
 
     # -- writing -------------------------------------------------------------
     def makedirs(self, rel: str) -> None:
+        self._listing_changed(rel)
         target = self.abs(rel)
         self.refuse_links(target + "/")
         self.fs.create_dir(target, recursive=True)
@@ -528,6 +620,7 @@ class Storage:
         is refused, never written through); missing folders are created. The stream is buffered
         (``buffer_size``, 1 MB by default) on local disks."""
         self._not_followed(rel)
+        self._listing_changed(rel)
         target = self.abs(rel)
         if not self.is_local:
             return self.fs.open_output_stream(target, buffer_size=buffer_size)
@@ -545,6 +638,7 @@ class Storage:
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write (or replace) a file; atomic replace on local disks."""
+        self._listing_changed(rel)
         target = self.abs(rel)
         if self.is_local:
             self.refuse_links(target)
@@ -576,6 +670,8 @@ class Storage:
         then delete ``staged``: the object at ``rel`` appears whole when the copy completes (S3
         has no rename, and the upload of ``staged`` completes before the caller decides)."""
         self._not_followed(staged, rel)
+        self._listing_changed(staged)
+        self._listing_changed(rel)
         target = self.abs(rel)
         self.refuse_links(target)
         self.refuse_links(self.abs(staged))
@@ -589,6 +685,7 @@ class Storage:
     def put_if_absent(self, rel: str, data: bytes, *, durable: bool = True) -> None:
         """Create ``rel`` with ``data`` atomically; raise :class:`FileExists` if it exists
         (how, per store: :meth:`_put_if_absent`)."""
+        self._listing_changed(rel)
         folder = self._kept_folder(rel)
         if folder is None:
             self._put_if_absent(rel, data, durable=durable)
@@ -679,6 +776,7 @@ class Storage:
         our bytes (callers make their bytes unique). Other stores have no such operation here
         and are refused."""
         self._not_followed(rel)
+        self._listing_changed(rel)
         if self.is_local:
             try:
                 self.put_if_absent(rel, data)
@@ -721,6 +819,7 @@ class Storage:
         which S3 answers alike whether or not the object was there: True."""
         if self._through_link(self.abs(rel)):
             return False
+        self._listing_changed(rel)
         folder = self._kept_folder(rel)
         if folder is None:
             return self._delete(rel)
@@ -754,6 +853,7 @@ class Storage:
         named by one :class:`~multiwriter.errors.DeleteError` at the end."""
         targets = {self.abs(rel): rel for rel in rels}
         for rel in targets.values():
+            self._listing_changed(rel)
             if (folder := self._kept_folder(rel)) is not None:
                 folder.unknown(rel)  # until the answers say which went
         failed: list[tuple[str, str]] = []
@@ -781,6 +881,7 @@ class Storage:
         folder is deleted as without it (a local folder may also hold empty subfolders)."""
         if self._through_link(self.abs(rel)):
             return
+        self._listing_changed(rel, tree=True)
         under = rel.rstrip("/")
         for (uri, kept), folder in (getattr(_KEPT_FOLDERS, "folders", None) or {}).items():
             if uri == self.uri and (kept == under or kept.startswith(under + "/")):
@@ -812,6 +913,48 @@ class Storage:
 
 #: the buffer of a local output stream (:meth:`Storage.open_output`)
 _LOCAL_BUFFER = 1 << 20
+
+
+#: every open block's listings, of every thread (:meth:`Storage._listing_changed`), and a count
+#: of the writes that changed any: a listing read while one happened is used, not kept
+_BLOCKS: list[dict] = []
+_BLOCKS_MU = threading.Lock()
+_CHANGES = 0
+
+
+def _keep(kept: dict, key: tuple, read: Callable[[], Any]) -> Any:
+    with _BLOCKS_MU:
+        before = _CHANGES
+    got = read()
+    with _BLOCKS_MU:
+        if _CHANGES == before:
+            kept[key] = got
+    return got
+
+
+@contextmanager
+def _listings_block(*, fresh: bool) -> Iterator[None]:
+    """A block of :meth:`Storage.listings_kept` (``fresh=False``) or
+    :meth:`Storage.listings_fresh`: its own listings, on this thread's stack of blocks; at its
+    end what it listed serves the block around it (each write invalidated every block's)."""
+    stack = _KEPT.__dict__.setdefault("stack", [])
+    kept: dict = {}
+    stack.append((kept, fresh))
+    with _BLOCKS_MU:
+        _BLOCKS.append(kept)
+    _KEPT.listings, _KEPT.fresh = stack[-1]
+    try:
+        yield
+    finally:
+        stack.pop()
+        with _BLOCKS_MU:
+            del _BLOCKS[next(i for i, b in enumerate(_BLOCKS) if b is kept)]  # by identity, not by content
+            if stack:
+                stack[-1][0].update(kept)
+        if stack:
+            _KEPT.listings, _KEPT.fresh = stack[-1]
+        else:
+            _KEPT.listings, _KEPT.fresh = None, False
 
 
 def safe_relative(rel: str, *, source: str | None = None) -> str:

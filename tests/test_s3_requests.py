@@ -259,3 +259,68 @@ def test_a_writer_never_reads_back_the_commit_it_wrote(s3, table_type):
         with mw.Cleaner(uri, lock=mw.InProcessLock(), compaction=mw.CompactionConfig(delta_commits=1)) as cleaner:
             assert cleaner.compact_once().compaction_instants
         _same_rows_as_hudi_rs(uri, 2 * 20 + 12)
+
+
+class _MarkedLock:
+    """A table lock that writes LOCK/UNLOCK into the request log, so a test can tell the
+    requests sent under a lock hold from those between holds."""
+
+    def __init__(self, inner, log: list) -> None:
+        self.inner, self.log = inner, log
+
+    def acquire(self, timeout_s=None, holder=None) -> None:
+        self.inner.acquire(timeout_s, holder)
+        self.log.append(("LOCK", "", ""))
+
+    def release(self) -> None:
+        if self.inner.is_held():
+            self.log.append(("UNLOCK", "", ""))
+        self.inner.release()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _MarkingProvider(mw.InProcessLock):
+    def __init__(self, log: list) -> None:
+        super().__init__()
+        self.log = log
+
+    def for_table(self, table_id, storage):
+        return _MarkedLock(super().for_table(table_id, storage), self.log)
+
+
+def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
+    """Between its lock holds a companion run plans and reports on one listing of each folder
+    (every action is decided again under the lock, on listings read there); the marker,
+    heartbeat and quarantine folders come from the run's walk of the table; what the run wrote
+    itself (its clean's metadata-table log, merged by archival's compaction of the metadata
+    table; the history batch and manifest archival wrote) is never read back; a commit
+    decision is read in one request (no HEAD before its GET). Both readers read every row."""
+    uri, bucket, cfg = _table(s3, 2)
+    for ts in range(1, 9):
+        _upsert_cost(s3, uri, bucket, cfg, ts)
+    s3.counter.take()
+    with mw.Cleaner(uri, lock=_MarkingProvider(s3.counter.requests), retain_commits=2, archive_keep_min=3,
+                    archive_keep_max=4, clustering=None) as cleaner:
+        report = cleaner.run_once()
+    requests = list(s3.counter.requests)
+    s3.counter.take()
+    assert report.archived >= 3 and report.old_versions_deleted > 0 and not report.errors, report
+    assert sum(1 for kind, _, _ in requests if kind == "LOCK") >= 2, "the clean's hold and archival's"
+    held, seen = False, set()
+    for kind, _, path in requests:
+        if kind in ("LOCK", "UNLOCK"):
+            held, seen = kind == "LOCK", set()
+        elif kind == "LIST" and not held and "delimiter" in path:
+            assert path not in seen, f"listed twice between lock holds: {path}"
+            seen.add(path)
+    for folder in (".temp", ".heartbeat", ".quarantine"):
+        listed = [p for kind, _, p in requests if kind == "LIST" and f"%2F{folder}%2F" in p]
+        assert not listed, listed
+    put = {p for kind, _, p in requests if kind == "PUT"}
+    read_back = [p for kind, _, p in requests if kind == "GET" and p in put
+                 and ("/metadata/files/" in p or ("/timeline/history/" in p and not p.endswith("_version_")))]
+    assert not read_back, read_back
+    assert not [p for kind, _, p in requests if kind == "HEAD" and "/.decisions/" in p]
+    _same_rows_as_hudi_rs(uri, 2 * 20 + 3 + 8 * 10)

@@ -118,3 +118,44 @@ def test_a_kept_folder_is_read_once_and_follows_its_own_writes(tmp_path, monkeyp
     assert reads == ["h/a"] and lists == ["h"]
     assert s.read_bytes("h/a") == b"1" and reads == ["h/a", "h/a"]
     assert sorted(os.listdir(tmp_path / "h")) == ["a"]
+
+
+def test_kept_listings_are_snapshots_that_follow_their_own_writes(tmp_path, monkeypatch):
+    """Inside ``listings_kept`` a folder is listed once: a file another process adds is not in
+    the kept listing, one this process writes or deletes through the table's storage is (on
+    any thread: the folder is listed again). Inside ``listings_fresh`` every listing goes to
+    storage, and the newest one then serves the block around it; outside both, every listing
+    goes to storage."""
+    import threading
+
+    s = Storage(str(tmp_path))
+    s.write_bytes("d/a", b"1")
+    lists: list[str] = []
+    real_list = Storage._list_dir
+    monkeypatch.setattr(Storage, "_list_dir", lambda self, rel, *a, **k: lists.append(rel) or real_list(self, rel, *a, **k))
+
+    def names(rel: str = "d") -> list[str]:
+        return sorted(e.path for e in s.list_dir(rel, files_only=True))
+
+    with s.listings_kept():
+        assert names() == ["d/a"] and s.list_names("d") == ["a"]
+        assert lists == ["d"]
+        (tmp_path / "d" / "b").write_bytes(b"2")  # another process's file
+        assert names() == ["d/a"], "a snapshot: another writer's file is not in it"
+        s.write_bytes("d/c", b"3")
+        assert names() == ["d/a", "d/b", "d/c"] and lists == ["d", "d"], "listed again after its own write"
+        worker = threading.Thread(target=Storage(str(tmp_path)).write_bytes, args=("d/e", b"5"))
+        worker.start()
+        worker.join()
+        assert names() == ["d/a", "d/b", "d/c", "d/e"] and len(lists) == 3, "a worker thread's write counts too"
+        (tmp_path / "d" / "b").unlink()
+        with s.listings_fresh():
+            assert names() == ["d/a", "d/c", "d/e"] and names() == ["d/a", "d/c", "d/e"]
+            assert len(lists) == 5, "every listing in a fresh block goes to storage"
+            with s.listings_kept():  # kept inside a fresh block: from nothing kept, once
+                assert names() == ["d/a", "d/c", "d/e"] and names() == ["d/a", "d/c", "d/e"]
+            assert len(lists) == 6
+        assert names() == ["d/a", "d/c", "d/e"] and len(lists) == 6, "the fresh block's listing serves the outer one"
+        s.delete("d/c")
+        assert names() == ["d/a", "d/e"] and len(lists) == 7
+    assert names() == ["d/a", "d/e"] and names() == ["d/a", "d/e"] and len(lists) == 9

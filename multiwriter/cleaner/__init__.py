@@ -73,6 +73,10 @@ class CleanerContext:
     #: what one run reads more than once and only archival changes (:meth:`remembered`)
     _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _run_timeline: Timeline | None = field(default=None, init=False, repr=False)
+    #: the order in which the run's walk and its timeline were read (:meth:`timeline_after_walk`)
+    _reads: int = field(default=0, init=False, repr=False)
+    _walk_read: int = field(default=-1, init=False, repr=False)
+    _timeline_read: int = field(default=-1, init=False, repr=False)
 
     def remembered(self, what: str, read: Callable[[], Any]) -> Any:
         """``read()`` once per run: the archived history is read by several steps (the plan
@@ -98,7 +102,33 @@ class CleanerContext:
         request per thousand files). Files a step deletes leave it (:meth:`forget_files`)."""
         if fresh:
             self._memo.pop("walk", None)
-        return list(self.remembered("walk", lambda: self.storage.walk_files("")))
+        if "walk" not in self._memo:
+            self.keep_walk(self.storage.walk_files(""))
+        return list(self._memo["walk"])
+
+    def walk_taken(self) -> list[FileEntry] | None:
+        """The run's walk when a step took one, else None (nothing is walked for it)."""
+        walk = self._memo.get("walk")
+        return None if walk is None else list(walk)
+
+    def keep_walk(self, entries: list[FileEntry]) -> None:
+        """A walk of every file just taken by a step (archival's, under the lock): the run's
+        walk from now on."""
+        self._memo["walk"] = list(entries)
+        self._reads += 1
+        self._walk_read = self._reads
+
+    def timeline_after_walk(self) -> Timeline:
+        """The run's walk of the files (:meth:`walked`), then a timeline loaded after it: what
+        judges a file as unaccounted for (the failed-write sweep, the orphan scan) must be read
+        after the file was listed, or a write completing in between would look failed. The run's
+        timeline serves when it was loaded after the walk (no second listing)."""
+        self.walked()
+        if self._run_timeline is None or self._timeline_read < self._walk_read:
+            self._run_timeline = None
+            with self.storage.listings_fresh():  # never a listing kept from before the walk
+                return self.timeline()
+        return self._run_timeline
 
     def forget_files(self, paths: list[str]) -> None:
         gone = set(paths)
@@ -113,6 +143,8 @@ class CleanerContext:
         orphans load their own, after listing the files they judge."""
         if self._run_timeline is None:
             self._run_timeline = self.table.timeline()
+            self._reads += 1
+            self._timeline_read = self._reads
         return self._run_timeline
 
     def decision_log(self) -> decisions.DecisionLog:
@@ -155,8 +187,9 @@ class CleanerContext:
         self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder)
         since = time.monotonic()
         try:
-            self.decided, tl = decisions.settle(self.decision_log(), self.table.timeline)
-            yield tl
+            with self.storage.listings_fresh():  # decided on the store as it is under the lock
+                self.decided, tl = decisions.settle(self.decision_log(), self.table.timeline)
+                yield tl
         finally:
             self._run_timeline = None  # the hold may have changed it
             self.lock_holds.append(time.monotonic() - since)
@@ -219,17 +252,24 @@ def complete_under_lock(ctx: CleanerContext, instant_time: str, action: str, dat
     lock. Returns the completed instant, or None when it was already completed.
     """
     with ctx.locked(instant_time) as tl:
-        current = tl.find(instant_time, action)
-        if current is not None and current.is_completed:
-            log.info("%s %s was completed by another cleaner", action, instant_time)
-            return None
-        if current is None or current.state == inst.REQUESTED:
-            mark_inflight(ctx, instant_time, action)
-        metadata_table.drop_unmaintained(ctx.storage)
-        ctx.check_lock(f"{action} {instant_time}")
-        completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
-        return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, data,
-                                  actor=ctx.cleaner_id)
+        return complete_held(ctx, tl, instant_time, action, data)
+
+
+def complete_held(ctx: CleanerContext, tl: Timeline, instant_time: str, action: str, data: bytes, *,
+                  inflight: bool = False) -> Instant | None:
+    """:func:`complete_under_lock` inside a hold the caller has (``tl`` loaded in it);
+    ``inflight``: the caller wrote the inflight file in this hold (after ``tl`` was loaded)."""
+    current = tl.find(instant_time, action)
+    if current is not None and current.is_completed:
+        log.info("%s %s was completed by another cleaner", action, instant_time)
+        return None
+    if not inflight and (current is None or current.state == inst.REQUESTED):
+        mark_inflight(ctx, instant_time, action)
+    metadata_table.drop_unmaintained(ctx.storage)
+    ctx.check_lock(f"{action} {instant_time}")
+    completion = ctx.issue_time(tl, instant_time, *_decided_floor(ctx))
+    return decisions.complete(ctx.storage, ctx.config, ctx.decided, instant_time, completion, action, data,
+                              actor=ctx.cleaner_id)
 
 
 def complete_rewrite(ctx: CleanerContext, tl: Timeline, instant_time: str, action: str, meta: Any) -> Instant:
@@ -276,9 +316,10 @@ def delete_each(
     from .. import faults
 
     if not storage.is_local and len(files) > 1:  # an object store: one request per 1,000 files
-        half = len(files) // 2 if fault_point else len(files)
+        # split in two only where a test stops the run half-way (one request less otherwise)
+        half = len(files) // 2 if fault_point and faults.armed(fault_point) else len(files)
         _delete_batch(storage, files[:half], deleted, failed, what)
-        if fault_point:
+        if half < len(files):
             faults.point(fault_point)  # tests kill the cleaner here, half-way through
             _delete_batch(storage, files[half:], deleted, failed, what)
         return

@@ -144,7 +144,7 @@ def compact_metadata_table(tl: Timeline) -> bool:
     lock; False when there was nothing to compact or it could not be (see
     :func:`~multiwriter.table.metadata_files.compact_open_slice`)."""
     newest = max((i.completion_time or i.requested_time for i in tl.completed()), default=None)
-    if newest is None or not metadata_files.compact_open_slice(tl.storage, tl.config, newest):
+    if newest is None or not metadata_files.compact_open_slice(tl.storage, tl.config, newest, tl.pending_times()):
         return False
     log.info("compacted the metadata table's files partition of %s: archival waited for it", tl.storage.uri)
     return True
@@ -442,6 +442,8 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
         # one walk of the table for the choice and the sweep after it (a request per 1,000 files
         # on an object store), taken only when there are enough instants to archive
         walked = ctx.storage.walk_files("") if sum(i.is_completed for i in tl.latest_states()) > keep_max else None
+        if walked is not None:
+            ctx.keep_walk(walked)  # the failed-write sweep and the orphan scan judge this walk too
         chosen, result.held_back_by = choose(tl, keep_min=keep_min, keep_max=keep_max, retain_commits=retain_commits,
                                              walked=walked)
         if result.held_back_by == METADATA_RULE and compact_metadata_table(tl):
@@ -459,6 +461,7 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
         if not chosen:
             return result
     result.swept.extend(_remove_from_active(ctx, tl, chosen, walked))  # oldest first: a suffix stays active
+    ctx.forget_files(result.swept)
     result.archived = len(chosen)
     result.batch = name
     log.info(

@@ -261,21 +261,8 @@ class Cleaner:
             report = CleanerReport()
             ctx = self._context()
             ctx.forget()
-            self._step(report, "heartbeats", lambda: self._observe_first(ctx))
-            self._step(report, "plan checks", lambda: self._audit(ctx, report))
-            self._step(report, "rollback", lambda: self._rollback(ctx, report))
-            if self.clustering is not None:
-                self._step(report, "clustering", lambda: self._cluster(ctx, report))
-            if self.compaction is not None and self.table.config.merge_on_read:
-                self._step(report, "compaction", lambda: self._compact(ctx, report))
-            self._step(report, "retention", lambda: self._retention(ctx, report))
-            self._step(report, "archival", lambda: self._archive(ctx, report))
-            if self.sweep_failed_writes:
-                self._step(report, "failed writes", lambda: self._sweep(ctx, report))
-            self._step(report, "orphans", lambda: self._orphans(ctx, report))
-            self._step(report, "pending", lambda: self._pending(ctx, report))
-            self._step(report, "health", lambda: self._health(ctx, report))
-            self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
+            with self.table.storage.listings_kept():  # see _step
+                self._steps(ctx, report)
             report.duration_s = time.monotonic() - started
             self.runs += 1
             self.last_report = report
@@ -286,6 +273,23 @@ class Cleaner:
                 f"cleaner run on {redact(self.path)} had {len(report.errors)} errors: " + "; ".join(report.errors), report
             )
         return report
+
+    def _steps(self, ctx: CleanerContext, report: CleanerReport) -> None:
+        self._step(report, "heartbeats", lambda: self._observe_first(ctx))
+        self._step(report, "plan checks", lambda: self._audit(ctx, report))
+        self._step(report, "rollback", lambda: self._rollback(ctx, report))
+        if self.clustering is not None:
+            self._step(report, "clustering", lambda: self._cluster(ctx, report))
+        if self.compaction is not None and self.table.config.merge_on_read:
+            self._step(report, "compaction", lambda: self._compact(ctx, report))
+        self._step(report, "retention", lambda: self._retention(ctx, report))
+        self._step(report, "archival", lambda: self._archive(ctx, report))
+        if self.sweep_failed_writes:
+            self._step(report, "failed writes", lambda: self._sweep(ctx, report), fresh=True)
+        self._step(report, "orphans", lambda: self._orphans(ctx, report), fresh=True)
+        self._step(report, "pending", lambda: self._pending(ctx, report))
+        self._step(report, "health", lambda: self._health(ctx, report))
+        self._step(report, "quarantine", lambda: self._quarantine(ctx, report))
 
     def cluster_once(self, *, raise_errors: bool = True) -> CleanerReport:
         """Only the clustering step (and the file-health gauges): ``multiwriter cluster``, or a
@@ -469,7 +473,7 @@ class Cleaner:
             self.metrics.files_deleted(self.table.name, "failed_write", len(swept))
 
     def _orphans(self, ctx: CleanerContext, report: CleanerReport) -> None:
-        tl = self.table.timeline()
+        tl = ctx.timeline_after_walk()
         found = orphans_mod.find(ctx, tl, min_age_s=self.orphan_min_age_s)
         report.orphans = [o.path for o in found]
         if found:
@@ -493,9 +497,19 @@ class Cleaner:
         self.metrics.pending_instants(self.table.name, report.pending_instants)
 
     # -- internals ----------------------------------------------------------------------------------
-    def _step(self, report: CleanerReport, name: str, fn: Callable[[], None]) -> None:
+    def _step(self, report: CleanerReport, name: str, fn: Callable[[], None], *, fresh: bool = False) -> None:
+        """Run one step; its error is recorded, never raised. Between lock holds a run's steps
+        share one listing of each folder (:meth:`~multiwriter.storage.Storage.listings_kept`):
+        outside the lock they only plan and report, and every action is decided again under
+        the lock on listings read there (:meth:`CleanerContext.locked`). A ``fresh`` step
+        deletes what it judges outside the lock (failed writes, orphans, bookkeeping) and
+        lists everything it judges anew, files first, then what accounts for them."""
         try:
-            fn()
+            if fresh:
+                with self.table.storage.listings_fresh():
+                    fn()
+            else:
+                fn()
         except (MultiWriterError, OSError) as e:
             log.error("cleaner %s step failed on %s: %s", name, redact(self.path), redact(e))
             report.errors.append(redact(f"{name}: {type(e).__name__}: {e}"))

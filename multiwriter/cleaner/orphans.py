@@ -138,16 +138,38 @@ def clean_bookkeeping(ctx: CleanerContext, tl: Timeline, *, min_age_s: float, no
             return by_time[t]  # completed: nobody needs it; pending: rollback's business
         return _age_of_instant(t, now) >= min_age_s and ctx.is_lapsed(t)
 
+    marker_times, heartbeats = _bookkeeping(ctx)
     n = 0
-    for t in markers.instants_with_markers(ctx.storage):
+    for t in marker_times:
         if stale(t):
             markers.delete_dir(ctx.storage, t)
             n += 1
-    for e in ctx.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True):
-        t = e.path.rsplit("/", 1)[-1]
-        if layout.INSTANT_TIME_RE.match(t) and stale(t) and ctx.storage.delete(e.path):
+    for rel in heartbeats:
+        t = rel.rsplit("/", 1)[-1]
+        if layout.INSTANT_TIME_RE.match(t) and stale(t) and ctx.storage.delete(rel):
             n += 1
     return n
+
+
+def _bookkeeping(ctx: CleanerContext) -> tuple[list[str], list[str]]:
+    """Instant times with a marker folder, and heartbeat files. On an object store both come
+    from the run's walk of the table (taken before the timeline they are judged on; a folder
+    there exists only while it holds a file): two listings fewer. A local disk is listed (an
+    empty marker folder walks as nothing)."""
+    if ctx.storage.is_local:
+        return (markers.instants_with_markers(ctx.storage),
+                [e.path for e in ctx.storage.list_dir(layout.HEARTBEAT_DIR, files_only=True)])
+    temp, beats = layout.TEMP_DIR + "/", layout.HEARTBEAT_DIR + "/"
+    times: set[str] = set()
+    heartbeats = []
+    for e in ctx.walked():
+        if e.path.startswith(temp):
+            t, sep, _ = e.path[len(temp):].partition("/")
+            if sep and layout.INSTANT_TIME_RE.match(t):
+                times.add(t)
+        elif e.path.startswith(beats) and "/" not in e.path[len(beats):]:
+            heartbeats.append(e.path)
+    return sorted(times), heartbeats
 
 
 # -- failed writes --------------------------------------------------------------------------------
@@ -162,9 +184,11 @@ def failed_write_files(
     nor pending, or of completed ones that do not name them, old enough by the
     writer's or the store's clock (:func:`_age_of_file`); by path."""
     now = time.time() if now is None else now
-    bases, logs = list_files(ctx.storage, walked=ctx.walked(fresh=True))  # first the files, then what accounts for them
+    # first the files (archival's walk under the lock when it walked this run), then what
+    # accounts for them: a timeline and the archive read after
+    bases, logs = list_files(ctx.storage, walked=ctx.walked())
     files: list[FileSlice | LogFile] = [*bases, *logs]
-    tl = ctx.table.timeline()
+    tl = ctx.timeline_after_walk()
     earliest = tl.earliest_time()
     if earliest is None:
         return []  # no active instant at all: nothing to judge against
@@ -203,6 +227,10 @@ def archived_times(ctx: CleanerContext, *, fresh: bool = False) -> tuple[set[str
     Read once per cleaner run (:meth:`~.CleanerContext.remembered`); ``fresh``: read now, as a
     deletion must, after listing the files it judges."""
     def read() -> tuple[set[str], bool]:
+        with ctx.storage.listings_kept():  # one listing of the history folder for both reads
+            return _read()
+
+    def _read() -> tuple[set[str], bool]:
         foreign = history.unreadable_files(ctx.storage, ctx.config.history_dir)
         if foreign:
             log.info("archive holds files that are not multiwriter history batches (first: %s); "

@@ -127,25 +127,32 @@ def audit(ctx: CleanerContext) -> list[Quarantined]:
 
 
 def _audit_metadata_table(ctx: CleanerContext) -> list[Quarantined]:
-    mt = metadata_files.MetadataTable(ctx.storage, ctx.config)
-    mdt_dir = mt.timeline_dir
+    mdt_dir = metadata_files.MetadataTable(ctx.storage, ctx.config).timeline_dir
+    if not _forged_metadata_pending(ctx.storage.list_names(mdt_dir)):
+        return []  # nothing to move: no lock taken (the same names are judged again under it)
+    moved: list[Quarantined] = []
     with ctx.locked():  # the metadata timeline changes only under the data table's lock
-        parsed = [(n, _instant(n)) for e in ctx.storage.list_dir(mdt_dir, files_only=True)
-                  if (n := e.path.rsplit("/", 1)[-1])]
-        instants = [i for _, i in parsed if i is not None]
-        done = [i for i in instants if i.is_completed]
-        finished = {(i.requested_time, inst.instant_action(i.action)) for i in done}
-        moved: list[Quarantined] = []
-        for name, i in parsed:
-            if i is None or not i.is_pending or (i.requested_time, inst.instant_action(i.action)) in finished:
-                continue
-            why = forged_time(i, done, None)
-            if why is None and i.requested_time <= metadata_files.BOOTSTRAP_TIME and i.action != inst.DELTA_COMMIT:
-                why = f"its time {i.requested_time} is not above the metadata table's bootstrap"
-            if why is not None:
-                moved += _move(ctx, mdt_dir, [name], f"pending {i.action} of the metadata table refused: {why}",
-                               "metadata")
+        for name, i, why in _forged_metadata_pending(ctx.storage.list_names(mdt_dir)):
+            moved += _move(ctx, mdt_dir, [name], f"pending {i.action} of the metadata table refused: {why}",
+                           "metadata")
     return moved
+
+
+def _forged_metadata_pending(names: list[str]) -> list[tuple[str, Instant, str]]:
+    """The pending instants among a metadata timeline's file names at impossible times, with why."""
+    parsed = [(n, _instant(n)) for n in names]
+    done = [i for _, i in parsed if i is not None and i.is_completed]
+    finished = {(i.requested_time, inst.instant_action(i.action)) for i in done}
+    out = []
+    for name, i in parsed:
+        if i is None or not i.is_pending or (i.requested_time, inst.instant_action(i.action)) in finished:
+            continue
+        why = forged_time(i, done, None)
+        if why is None and i.requested_time <= metadata_files.BOOTSTRAP_TIME and i.action != inst.DELTA_COMMIT:
+            why = f"its time {i.requested_time} is not above the metadata table's bootstrap"
+        if why is not None:
+            out.append((name, i, why))
+    return out
 
 
 def unsafe_metadata_records(ctx: CleanerContext) -> list[str]:
@@ -162,7 +169,7 @@ def unsafe_metadata_records(ctx: CleanerContext) -> list[str]:
         return []
     with ctx.locked() as tl:
         newest = max((i.completion_time or i.requested_time for i in tl.completed()), default=None)
-        compacted = newest is not None and metadata_files.compact_open_slice(tl.storage, tl.config, newest)
+        compacted = newest is not None and metadata_files.compact_open_slice(tl.storage, tl.config, newest, tl.pending_times())
     after = ("left out of the metadata table's new base by the compaction this run made" if compacted
              else "skipped by readers; the files partition's next compaction leaves it out")
     out = [f"{why}: {after}" for why in found]
@@ -179,7 +186,12 @@ def _instant(name: str) -> Instant | None:
 
 
 def waiting(ctx: CleanerContext) -> list[str]:
-    """The files in quarantine now (relative to the table), oldest name first."""
+    """The files in quarantine (relative to the table), oldest name first: on an object store
+    from the run's walk of the table when it took one (a gauge; no listing more)."""
+    walk = None if ctx.storage.is_local else ctx.walk_taken()
+    if walk is not None:
+        under = QUARANTINE_DIR.rstrip("/") + "/"
+        return sorted(e.path for e in walk if e.path.startswith(under) and "/" not in e.path[len(under):])
     try:
         return sorted(e.path for e in ctx.storage.list_dir(QUARANTINE_DIR, files_only=True))
     except FileNotFoundError:

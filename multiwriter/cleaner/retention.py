@@ -27,7 +27,11 @@ safe under any later timeline: new commits only add newer slices and move E forw
 pending writes get times above everything on T0. Under the lock we only check that no other
 clean is pending, then record ``<C>.clean.requested`` (``HoodieCleanerPlan``). Files are deleted
 outside the lock; ``<C>_<D>.clean`` (``HoodieCleanMetadata``) completes it under the lock. A
-clean instant is recorded only when there is something to delete.
+plan of at most :data:`ONE_HOLD_FILES` files (one batch request on an object store) is recorded,
+executed and completed in a single hold instead: the second hold's reads and the heartbeat
+(which tells other cleaners a plan is being executed while no lock is held) are not needed, and
+the states a crash leaves are the same (a pending clean that the next run resumes). A clean
+instant is recorded only when there is something to delete.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from ..format.cdc_log import parse_cdc_log_file
 from ..format.log_file import parse_log_file
 from ..table.timeline import Timeline
 from ..table.view import TimelineView
-from . import CleanerContext, claim, complete_under_lock, delete_each, mark_inflight, plan_checks
+from . import CleanerContext, claim, complete_held, complete_under_lock, delete_each, mark_inflight, plan_checks
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +348,37 @@ def schedule(ctx: CleanerContext, p: CleanPlan) -> CleanPlan | None:
     return p
 
 
+#: a clean of at most this many files runs in one lock hold (:func:`run_in_one_hold`)
+ONE_HOLD_FILES = 1000
+
+
+def run_in_one_hold(ctx: CleanerContext, p: CleanPlan) -> CleanOutcome | None:
+    """Record, execute and complete a small clean in one lock hold (see the module); None when
+    another clean is pending. A failed deletion raises with the clean left pending, as a crash
+    leaves it: the next run resumes it once its (absent) heartbeat counts as lapsed."""
+    started = time.monotonic()
+    with ctx.locked() as tl:
+        busy = tl.pending(frozenset({inst.CLEAN}))
+        if busy:
+            log.info("clean %s is pending; not planning another", busy[0].requested_time)
+            return None
+        c = ctx.issue_time(tl)
+        p = CleanPlan(p.earliest_to_retain, p.last_completed, p.files, c)
+        tlmod.create_requested(ctx.storage, ctx.config, c, inst.CLEAN, p.to_bytes(ctx.storage.uri_of))
+        out = CleanOutcome(c)
+        mark_inflight(ctx, c, inst.CLEAN)
+        delete_each(ctx.storage, p.files, out.deleted, out.missing, out.failed, fault_point="mid-clean",
+                    what=f"clean {c}")
+        if out.failed:
+            raise OSError(f"clean {c}: {len(out.failed)} old files could not be deleted (first: {out.failed[0]}); "
+                          "the clean stays pending and a later cleaner run resumes it")
+        out.completed = complete_held(ctx, tl, c, inst.CLEAN, encode("clean", _metadata(p, out, started)),
+                                      inflight=True)
+    log.info("clean %s deleted %d old file slices (%d already gone) in one lock hold", c, len(out.deleted),
+             len(out.missing))
+    return out
+
+
 def execute(ctx: CleanerContext, p: CleanPlan) -> CleanOutcome:
     started = time.monotonic()
     out = CleanOutcome(p.clean_time)
@@ -461,6 +496,17 @@ def clean_old_versions(ctx: CleanerContext, retain_commits: int) -> RetentionRes
         return result
     result.earliest_to_retain = p.earliest_to_retain
     if not p.files:
+        return result
+    if len(p.files) <= ONE_HOLD_FILES:
+        try:
+            out = run_in_one_hold(ctx, p)
+        except (MultiWriterError, OSError) as e:
+            log.error("clean failed: %s; a later cleaner run resumes it", e)
+            result.errors.append(f"clean: {e}")
+            return result
+        if out is not None:
+            result.old_versions_deleted += len(out.deleted)
+            result.clean_instants.append(out.clean_time)
         return result
     scheduled = schedule(ctx, p)
     if scheduled is not None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -109,6 +111,35 @@ def is_lsm_file(name: str) -> bool:
 
 # -- reading ---------------------------------------------------------------------------------
 
+#: manifests and data files this process published (a manifest naming them was written): their
+#: bytes, newest last, at most _WRITTEN_BYTES in all. Once a manifest names a file it is never
+#: rewritten (a new snapshot has a new manifest number), so a read of one is served from here:
+#: the companion job reads back the history its archival just wrote. Object stores only (a
+#: request each there; a local read costs nothing).
+_WRITTEN: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+_WRITTEN_BYTES = 32 << 20
+_WRITTEN_MU = threading.Lock()
+
+
+def _published(storage: Storage, files: dict[str, bytes]) -> None:
+    if storage.is_local:
+        return
+    with _WRITTEN_MU:
+        for rel, data in files.items():
+            _WRITTEN[(storage.uri, rel)] = data
+            _WRITTEN.move_to_end((storage.uri, rel))
+        total = sum(len(v) for v in _WRITTEN.values())
+        while _WRITTEN and total > _WRITTEN_BYTES:
+            total -= len(_WRITTEN.popitem(last=False)[1])
+
+
+def _read_published(storage: Storage, rel: str) -> bytes:
+    """A manifest's or data file's bytes: what this process published, else read from storage."""
+    with _WRITTEN_MU:
+        data = _WRITTEN.get((storage.uri, rel))
+    return data if data is not None else storage.read_bytes(rel)
+
+
 
 #: a snapshot number has at most the digits of a Java long; more are refused before parsing
 _MAX_VERSION_DIGITS = 19
@@ -139,7 +170,7 @@ def manifest_files(storage: Storage, history: str, version: int | None = None) -
         return []
     rel = f"{history}/{MANIFEST_PREFIX}{v}"
     try:
-        doc = json.loads(storage.read_bytes(rel))
+        doc = json.loads(_read_published(storage, rel))
         listed = [_manifest_entry(f, rel) for f in doc.get("files") or []]
     except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise TableFormatError(
@@ -227,7 +258,11 @@ def read_file(storage: Storage, rel: str, *, states_only: bool = False) -> list[
     """The records of one data file; ``states_only``: without their metadata and plan bytes
     (what a reader needs to tell archived commits from failed writes, at a fraction of the read)."""
     try:
-        if states_only:  # only those column chunks are read from storage
+        with _WRITTEN_MU:
+            published = _WRITTEN.get((storage.uri, rel))
+        if published is not None:
+            table = bounds.read_parquet(pa.BufferReader(published), rel)
+        elif states_only:  # only those column chunks are read from storage
             with storage.fs.open_input_file(storage.abs(rel)) as f:
                 pf = pq.ParquetFile(f)
                 present = pf.schema_arrow.names
@@ -314,17 +349,19 @@ def append(storage: Storage, history: str, records: list[LsmInstant]) -> str:
         return name
     data = encode(records)
     storage.write_bytes(f"{history}/{name}", data)
-    write_manifest(storage, history, [*listed, (name, len(data))], version)
+    manifest = write_manifest(storage, history, [*listed, (name, len(data))], version)
+    _published(storage, {f"{history}/{name}": data, **manifest})
     return name
 
 
-def write_manifest(storage: Storage, history: str, files: list[tuple[str, int]], current: int) -> int:
-    """Write manifest ``current + 1`` with ``files``, then point ``_version_`` at it."""
+def write_manifest(storage: Storage, history: str, files: list[tuple[str, int]], current: int) -> dict[str, bytes]:
+    """Write manifest ``current + 1`` with ``files``, then point ``_version_`` at it; returns
+    the manifest written (its path and bytes)."""
     new = 1 if current < 0 else current + 1
-    doc = {"files": [{"fileName": n, "fileLen": int(size)} for n, size in files]}
-    storage.write_bytes(f"{history}/{MANIFEST_PREFIX}{new}", json.dumps(doc).encode())
+    doc = json.dumps({"files": [{"fileName": n, "fileLen": int(size)} for n, size in files]}).encode()
+    storage.write_bytes(f"{history}/{MANIFEST_PREFIX}{new}", doc)
     storage.write_bytes(f"{history}/{VERSION_FILE}", str(new).encode())
-    return new
+    return {f"{history}/{MANIFEST_PREFIX}{new}": doc}
 
 
 # -- compaction and cleaning ----------------------------------------------------------------
@@ -387,7 +424,7 @@ def _compact_layer(storage: Storage, history: str, layer: int, batch: int, max_b
     data = encode([r for n in chosen for r in read_file(storage, f"{history}/{n}")])
     storage.write_bytes(f"{history}/{name}", data)  # replaces what a crashed compaction left
     keep = [f for f in listed if f[0] not in set(chosen)]
-    write_manifest(storage, history, [*keep, (name, len(data))], version)
+    _published(storage, {f"{history}/{name}": data, **write_manifest(storage, history, [*keep, (name, len(data))], version)})
     return name
 
 

@@ -89,18 +89,19 @@ class Beat:
         return expiry_bound_s(self.interval_s, self.tolerable_misses)
 
 
+#: a beat is a small JSON document; a larger file is judged by its size and time alone
+MAX_BEAT_BYTES = 1 << 20
+
+
 def read_beat(storage: Storage, instant_time: str) -> Beat:
     """Read the heartbeat of ``instant_time``. A file that vanishes between listing and reading
     counts as missing; an unparseable one is told apart by mtime and size. Other storage errors
     propagate: a judge that cannot see must not declare anyone dead."""
     rel = heartbeat_path(instant_time)
-    info = storage.info(rel)
-    if info is None:
+    got = storage.read_head(rel, MAX_BEAT_BYTES)  # one GET on S3: the entry and the bytes
+    if got is None:
         return Beat(instant_time, False, _MISSING)
-    try:
-        data = storage.read_bytes(rel)
-    except FileNotFoundError:
-        return Beat(instant_time, False, _MISSING)
+    info, data = got
     try:
         body = json.loads(data)
     except (ValueError, RecursionError):  # not JSON, or nested too deep

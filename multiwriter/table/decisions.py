@@ -168,10 +168,13 @@ class DecisionLog:
 
     def read(self, seq: int) -> Decision:
         rel = path_of(seq)
-        info = self.storage.info(rel)
-        if info is not None and info.size > _MAX_BYTES:
+        got = self.storage.read_head(rel, _MAX_BYTES)
+        if got is None:
+            raise FileNotFoundError(rel)
+        info, data = got
+        if info.size > _MAX_BYTES:
             raise TableFormatError(f"{rel}: {info.size} bytes is no commit decision")
-        return Decision.from_bytes(seq, self.storage.read_bytes(rel), source=rel)
+        return Decision.from_bytes(seq, data, source=rel)
 
     def roll_forward(self, d: Decision | None, completed: Callable[[Instant], bool]) -> bool:
         """Write the completed file of ``d`` when ``completed`` says the timeline lacks it; True

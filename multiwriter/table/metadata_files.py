@@ -378,6 +378,7 @@ class MetadataTable:
                 for st in rindex.append(t, index_changes, done, token, sent=index_sent if remote else None):
                     written.setdefault(st.partition_path, []).append(st)
             self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
+            _wrote(self.storage, self._rel(f"{PARTITION}/{name}"), block)
             if stats_logs is None and stats is not None and stats_records:
                 for st in stats.append(t, stats_records, done, token):
                     written.setdefault(st.partition_path, []).append(st)
@@ -504,6 +505,7 @@ class MetadataTable:
             self.storage.delete(self._rel(f"{part}/{n}"))
             with _CACHE_LOCK:
                 _DECODED.pop((self.storage.uri, self._rel(f"{part}/{n}")), None)
+                _RAW.pop((self.storage.uri, self._rel(f"{part}/{n}")), None)
         for state in (inst.INFLIGHT, inst.REQUESTED):
             self._delete_instant_file(inst.Instant(t, inst.DELTA_COMMIT, state).file_name(self.config.version))
         self._slice = None
@@ -564,8 +566,10 @@ class MetadataTable:
     def _list_timeline_beside(self) -> concurrent.futures.Future | None:
         """On an object store, the metadata timeline's first listing sent beside the files
         partition's (two requests that wait side by side). Either may come first: a log whose
-        deltacommit completes between them is read or not as when the partition goes first."""
-        if self._names is not None or not self.storage.is_s3 or self.storage.is_kept(self.timeline_dir):
+        deltacommit completes between them is read or not as when the partition goes first.
+        Not where this thread keeps listings: there the listings are read here, once."""
+        if (self._names is not None or not self.storage.is_s3 or self.storage.is_kept(self.timeline_dir)
+                or self.storage.keeps_listings()):
             return None
         return REQUESTS.get().submit(self._instant_files)
 
@@ -593,7 +597,9 @@ class MetadataTable:
             if hit is not None:
                 _DECODED.move_to_end(key)
                 return hit
-        data = self.storage.read_bytes(rel)
+            data = _RAW.pop(key, None)
+        if data is None:
+            data = self.storage.read_bytes(rel)
         if name.endswith(".hfile"):
             out = [_decode_hfile(data, rel)]
         else:
@@ -682,6 +688,7 @@ class MetadataTable:
         schema = self.schema_json
         data = _hfile(recs, schema, base=True, file_name=name)
         self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), data)
+        _wrote(self.storage, self._rel(f"{PARTITION}/{name}"), data)
         written: dict[str, list[WriteStat]] = {}
         for _, st, rel, body in extra:
             self.storage.write_bytes(rel, body)
@@ -779,12 +786,27 @@ _SCHEMA_OF_BASE: BoundedCache[tuple[str, str], str] = BoundedCache(_CACHE_FILES)
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+#: on an object store, the bytes of files of the files partition this process wrote, until
+#: decoded once (a request each otherwise: the companion job's compaction merges the log its
+#: clean just wrote, its gauges read the base that compaction wrote)
+_RAW: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+_RAW_FILES = 16
+
+
+def _wrote(storage: Storage, rel: str, data: bytes) -> None:
+    if storage.is_local:
+        return
+    with _CACHE_LOCK:
+        _RAW[(storage.uri, rel)] = data
+        while len(_RAW) > _RAW_FILES:
+            _RAW.popitem(last=False)
 
 
 def forget_decoded() -> None:
     """Drop the decoded files kept for this process (a cold read, as a new reader process does)."""
     with _CACHE_LOCK:
         _DECODED.clear()
+        _RAW.clear()
         _BASE_SCHEMAS.clear()
     _SCHEMA_OF_BASE.clear()
     metadata_stats.forget_decoded()
@@ -1193,7 +1215,8 @@ def latest_compaction_time(storage: Storage, config: props.TableConfig) -> str |
     return MetadataTable(storage, config).latest_compaction()
 
 
-def compact_open_slice(storage: Storage, config: props.TableConfig, newest_completion: str) -> bool:
+def compact_open_slice(storage: Storage, config: props.TableConfig, newest_completion: str,
+                       pending: set[str] | None = None) -> bool:
     """Compact the files partition now, however few log files its open slice holds (the cleaner
     does, under the table lock, when archival waits for it). The base is timed right after
     ``newest_completion``, the greatest completion time on the data timeline: every log so far
@@ -1201,11 +1224,14 @@ def compact_open_slice(storage: Storage, config: props.TableConfig, newest_compl
     above every time on the timeline, where that instant stays), so its log opens the new slice.
     A data instant pending with its deltacommit here times it just before that instant instead
     (:meth:`MetadataTable.compaction_time`), and its log stays in the open slice. False when
-    there was nothing to compact."""
+    there was nothing to compact. ``pending``: the requested times pending on a data timeline
+    loaded under this lock hold, when the caller has one (no listing again: a data instant
+    gets its deltacommit here only under the lock, so none pending since matters)."""
     if not enabled(config):
         return False
     mt = MetadataTable(storage, config)
-    t = mt.compaction_time(pending_data_instants(storage, config), _after(newest_completion))
+    pending = pending_data_instants(storage, config) if pending is None else pending
+    t = mt.compaction_time(pending, _after(newest_completion))
     return mt.maybe_compact(t, max(_after(t), _after(max((c for _, c in mt._completed().values()), default=t))),
                             min_logs=1)
 
@@ -1259,6 +1285,7 @@ def list_files(storage: Storage, config: props.TableConfig, partitions: list[str
                 return None
             if attempt == 2:
                 raise
+            storage.forget_listings()  # a listing kept by the caller named the slice deleted since
     wanted = None if partitions is None else set(partitions)
     bases: list[FileSlice] = []
     found: list[LogFile] = []

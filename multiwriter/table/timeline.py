@@ -109,6 +109,12 @@ class Timeline:
             if i.is_pending and (actions is None or i.action in actions)
         ]
 
+    def pending_times(self) -> set[str]:
+        """Requested times of the instants pending here (what
+        :func:`~.metadata_files.pending_data_instants` lists)."""
+        done = {i.requested_time for i in self._latest if i.is_completed}
+        return {i.requested_time for i in self._latest if i.is_pending and i.requested_time not in done}
+
     def last_completed_write(self) -> Instant | None:
         for i in reversed(self._completed_all):
             if i.action in inst.WRITE_ACTIONS:
@@ -313,7 +319,7 @@ class _Listing:
         known = prev.entries if prev is not None else {}
         files = prev.files if prev is not None else {}
         listed = {e.path: e for e in storage.list_dir(config.timeline_dir, files_only=True, sized=_completed_name,
-                                                      known=files)}
+                                                      known=files, anchor=True)}
         added = [p for p in listed if p not in known]
         removed = [p for p in known if p not in listed] if len(listed) - len(added) < len(known) else []
         if prev is not None and not added and not removed:
