@@ -26,11 +26,13 @@ test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
 # The whole fault matrices (frozen writers on every pair of table type and lock, every metadata
-# table fault in both modes, every seeded chaos round), a Spark bootstrap killed mid-way and every
-# notebook executed, which `make test` samples to stay within its time: those files alone.
+# table fault in both modes, every seeded chaos round), a Spark bootstrap killed mid-way, every
+# notebook executed and the batch upsert through the standalone cluster, which `make test`
+# samples to stay within its time: those files alone.
 test-full: install
 	MW_FULL_MATRIX=1 $(PY) -m pytest tests/test_frozen_commit.py tests/table/test_metadata_faults.py \
-		tests/chaos/test_chaos_small.py tests/test_bootstrap.py tests/test_notebooks.py -q -n 2
+		tests/chaos/test_chaos_small.py tests/test_bootstrap.py tests/test_notebooks.py \
+		tests/write/test_standalone_cluster.py -q -n 2
 
 # ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
 # layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)

@@ -215,7 +215,9 @@ def test_a_compaction_killed_after_its_deltacommit_is_resumed_after_more_deltaco
 
     path = str(tmp_path / "t")
     _create(path, "mor")
-    lock = mw.FileSystemLock()
+    # the killed cleaner dies holding the lock: a short lease lets the writers below take it over
+    # in seconds (the default lease is 30 s)
+    lock = mw.FileSystemLock(lease_s=4.0)
     cfg = mw.WriterConfig(writer_id="w", lock=lock)
     expect: dict[str, float] = {}
     for n in range(3):
@@ -223,7 +225,8 @@ def test_a_compaction_killed_after_its_deltacommit_is_resumed_after_more_deltaco
         expect.update({f"k{i:03d}": float(n + 1) for i in range(n, 8)})
     script = (
         "import multiwriter as mw\n"
-        f"c = mw.Cleaner({path!r}, lock=mw.FileSystemLock(), heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0, "
+        f"c = mw.Cleaner({path!r}, lock=mw.FileSystemLock(lease_s=4.0), heartbeat_interval_s=1.0, "
+        "heartbeat_tolerable_misses=0, "
         "clustering=None, compaction=mw.CompactionConfig(delta_commits=2))\n"
         "c.run_once()\n"
     )
