@@ -577,11 +577,20 @@ class MetadataTable:
         """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
         larger value, as Hudi's payload merges them)."""
         base, _, logs = self.latest_slice()
+        names = ([base] if base is not None else []) + logs
         merged: Records = {}
-        for n in ([base] if base is not None else []) + logs:
-            for recs in self._decoded(n):
-                _merge(merged, recs)
+        with self.storage.read_ahead(self._unread(names)):  # side by side on S3, as a snapshot read's files
+            for n in names:
+                for recs in self._decoded(n):
+                    _merge(merged, recs)
         return merged
+
+    def _unread(self, names: list[str]) -> list[tuple[str, int]]:
+        """(path, size) of the files of ``names`` this process has neither decoded nor kept."""
+        with _CACHE_LOCK:
+            out = [(rel, self._sizes.get(n, 0)) for n in names
+                   if (key := (self.storage.uri, rel := self._rel(f"{PARTITION}/{n}"))) not in _DECODED and key not in _RAW]
+        return out if len(out) > 1 else []
 
     def _decoded(self, name: str) -> list[Records]:
         """The records of one file of the group (a base HFile, or the HFile blocks of a log
@@ -621,7 +630,9 @@ class MetadataTable:
         would lead out of the table or that no file system takes), each naming its file: readers
         skip them, and the next compaction of the files partition leaves them out."""
         base, _, logs = self.latest_slice()
-        return [why for n in ([base] if base is not None else []) + logs for why in self._decoded_and_ignored(n)[1]]
+        names = ([base] if base is not None else []) + logs
+        with self.storage.read_ahead(self._unread(names)):
+            return [why for n in names for why in self._decoded_and_ignored(n)[1]]
 
     def listing(self) -> dict[str, dict[str, int]]:
         """Partition -> live file name -> size, as a reader trusting the metadata table sees it."""

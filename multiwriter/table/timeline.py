@@ -332,19 +332,23 @@ class _Listing:
             if i is not None:
                 meta.pop(_path_of(config, i), None)
         new: list[Instant] = []
-        for p in added:
-            e = listed[p]
-            name = p.rsplit("/", 1)[-1]
-            i = _instant_of(name, config.version)
-            entries[p], files[name] = (i, e), e
-            if i is None:
-                continue
-            new.append(i)
-            if i.is_completed and i.action in inst.WRITE_ACTIONS:
-                got = _read_metadata(storage, i, e)
-                if got is None:
-                    return None, p
-                meta[_path_of(config, i)] = got
+        parsed = [(p, _instant_of(p.rsplit("/", 1)[-1], config.version)) for p in added]
+        # the commit files this process has not parsed yet are fetched side by side on S3 (a new
+        # process's first load reads every completed write's: one round trip per 16, not per file)
+        unread = [(p, listed[p].size) for p, i in parsed if i is not None and i.is_completed
+                  and i.action in inst.WRITE_ACTIONS and not _CACHE.has(storage, listed[p])]
+        with storage.read_ahead(unread if len(unread) > 1 else ()):
+            for p, i in parsed:
+                e = listed[p]
+                entries[p], files[p.rsplit("/", 1)[-1]] = (i, e), e
+                if i is None:
+                    continue
+                new.append(i)
+                if i.is_completed and i.action in inst.WRITE_ACTIONS:
+                    got = _read_metadata(storage, i, e)
+                    if got is None:
+                        return None, p
+                    meta[_path_of(config, i)] = got
         new.sort(key=_order)
         views = None
         if prev is None or removed:
@@ -445,6 +449,11 @@ class _MetadataCache:
             self._written[(storage.uri, rel)] = data
             while len(self._written) > _WRITTEN_KEPT:
                 self._written.popitem(last=False)
+
+    def has(self, storage: Storage, e: FileEntry) -> bool:
+        """Is the metadata of ``e`` parsed already, or its bytes kept since this process wrote it?"""
+        with self._mu:
+            return self._key(storage, e) in self._items or (storage.uri, e.path) in self._written
 
     def written(self, storage: Storage, e: FileEntry) -> bytes | None:
         with self._mu:
