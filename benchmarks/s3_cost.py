@@ -24,7 +24,10 @@ count), so it follows what the operation actually produced:
   (Hudi's ``TimelineArchiverV2`` deletes archived completed instants oldest first, one by one: a
   hole in the active timeline misleads readers, HUDI-7207), and one DELETE request per 1,000
   other objects it removed. It runs in the writers' process (as ``Cleaner.start`` runs in the
-  writers' Spark application), so what they wrote there is not read back;
+  writers' Spark application), so what they wrote there is not read back. Then a run with
+  nothing due, in that process and in a process of its own (every cache of this process
+  dropped first: what a companion job started on its own pays on each trigger at first): its
+  minimum is the LIST of the timeline, the LIST of the heartbeats and the GET of the listing;
 * a lock acquire: one conditional PUT (the lock free); a release: one.
 """
 from __future__ import annotations
@@ -42,7 +45,8 @@ from . import data, goals
 
 KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
 SYSTEMS = ("multiwriter Copy-on-Write", "multiwriter Merge-on-Read", "deltalake")
-OPERATIONS = ("upsert", "insert", "delete", "snapshot read", "incremental read", "companion job run", "lock acquire",
+OPERATIONS = ("upsert", "insert", "delete", "snapshot read", "incremental read", "companion job run",
+              "companion run, nothing due", "companion run, nothing due, new process", "lock acquire",
               "lock release")
 
 
@@ -286,6 +290,12 @@ class Round:
                 raise AssertionError(f"{name}: incremental rows/checksum {goals.checksum(got)} != {want_inc}")
         for name in names[:2]:
             self.measure(name, "companion job run", self.systems[name].companion, self._companion_minimum(name))
+        for name in names[:2]:
+            self.measure(name, "companion run, nothing due", self.systems[name].companion, lambda before, after: 3)
+        for name in names[:2]:
+            _forget_process_caches()
+            self.measure(name, "companion run, nothing due, new process", self.systems[name].companion,
+                         lambda before, after: 3)
         got = self.systems[names[0]].read()
         if goals.checksum(got) != want:
             raise AssertionError(f"after the companion job: {goals.checksum(got)} != {want}")
@@ -310,6 +320,21 @@ class Round:
             removed = len(set(before) - set(after)) - r.archived
             return 3 + merged + len(set(after) - set(before)) + 2 * r.archived + -(-removed // 1000)
         return minimum
+
+
+def _forget_process_caches() -> None:
+    """What this process keeps of the tables it read and wrote (decoded metadata-table files,
+    parsed commit files and timeline listings, history files it wrote, Parquet objects read,
+    its own last decision): dropped, as a new process starts without them."""
+    from multiwriter.format import lsm_timeline
+    from multiwriter.s3_store import S3Handler
+    from multiwriter.table import decisions, metadata_files, timeline
+
+    metadata_files.forget_decoded()
+    timeline.forget_cache()
+    lsm_timeline.forget_published()
+    S3Handler.forget_recent()
+    decisions.forget_mine()
 
 
 def _med(runs: list[dict]) -> dict:

@@ -297,6 +297,13 @@ class S3Handler(pafs.FileSystemHandler):
     _recent: OrderedDict[str, bytes] = OrderedDict()
     _recent_bytes = 0
 
+    @classmethod
+    def forget_recent(cls) -> None:
+        """Drop the Parquet objects kept from earlier reads (as a new process starts)."""
+        with cls._mu:
+            cls._recent.clear()
+            cls._recent_bytes = 0
+
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
         self.credentials = credentials
         #: the reads ahead under way (:meth:`read_ahead`)

@@ -296,7 +296,8 @@ def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
     heartbeat and quarantine folders come from the run's walk of the table; what the run wrote
     itself (its clean's metadata-table log, merged by archival's compaction of the metadata
     table; the history batch and manifest archival wrote) is never read back; a commit
-    decision is read in one request (no HEAD before its GET). Both readers read every row."""
+    decision is read in one request (no HEAD before its GET). Both readers read every row. A
+    run after it, with nothing due, takes no lock."""
     uri, bucket, cfg = _table(s3, 2)
     for ts in range(1, 9):
         _upsert_cost(s3, uri, bucket, cfg, ts)
@@ -324,3 +325,11 @@ def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
     assert not read_back, read_back
     assert not [p for kind, _, p in requests if kind == "HEAD" and "/.decisions/" in p]
     _same_rows_as_hudi_rs(uri, 2 * 20 + 3 + 8 * 10)
+    # a run with nothing due takes no lock: a companion job's trigger costs the writers nothing
+    s3.counter.take()  # the marking lock writes into the log this starts
+    with mw.Cleaner(uri, lock=_MarkingProvider(s3.counter.requests), retain_commits=2, archive_keep_min=3,
+                    archive_keep_max=4, clustering=None) as cleaner:
+        report = cleaner.run_once()
+        idle = list(s3.counter.requests)
+    assert not report.errors and not report.archived and not report.old_versions_deleted, report
+    assert not [kind for kind, _, _ in idle if kind == "LOCK"], "a run with nothing due took the lock"

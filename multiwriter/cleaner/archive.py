@@ -426,6 +426,21 @@ def _kept_under_lock(ctx: CleanerContext) -> Iterator[None]:
         yield
 
 
+def _may_be_due(ctx: CleanerContext, keep_max: int) -> bool:
+    """Could archival have anything to do, by the run's timeline and archive? More than
+    ``keep_max`` completed instants, JSON batches of earlier releases to migrate, or an active
+    completed instant the history holds already (an archival that crashed). Every choice is
+    made again under the lock; a run that skips the lock on an older view leaves the work to
+    the next run."""
+    tl = ctx.timeline()
+    states = tl.latest_states()
+    if sum(i.is_completed for i in states) > keep_max or batch_files(ctx.table):
+        return True
+    archived = ctx.remembered("history", lambda: load_history(ctx.table))
+    newest = archived[-1].requested_time if archived else None
+    return newest is not None and any(i.is_completed and i.requested_time <= newest for i in states)
+
+
 def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits: int) -> ArchiveResult:
     """Move the oldest completed instants to history when more than ``keep_max`` are active.
 
@@ -433,6 +448,11 @@ def archive(ctx: CleanerContext, *, keep_min: int, keep_max: int, retain_commits
     batches); instant files are deleted after the lock is released.
     """
     result = ArchiveResult()
+    if not _may_be_due(ctx, keep_max):  # no lock taken: the next run looks again
+        result.distrusted = lsm.trusted_manifest(ctx.storage, ctx.config.history_dir)[2]
+        for p in result.distrusted:
+            log.error("%s", p)
+        return result
     ctx.forget("archived_times", "history")  # the history may change here; later steps read it again
     with ctx.locked() as tl, _kept_under_lock(ctx):
         migrated = migrate_json_batches(ctx)

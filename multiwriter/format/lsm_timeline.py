@@ -133,6 +133,12 @@ def _published(storage: Storage, files: dict[str, bytes]) -> None:
             total -= len(_WRITTEN.popitem(last=False)[1])
 
 
+def forget_published() -> None:
+    """Drop what this process published (reads go to storage, as a new process's do)."""
+    with _WRITTEN_MU:
+        _WRITTEN.clear()
+
+
 def _read_published(storage: Storage, rel: str) -> bytes:
     """A manifest's or data file's bytes: what this process published, else read from storage."""
     with _WRITTEN_MU:

@@ -75,8 +75,13 @@ _MAX_BYTES = 64 << 20
 #: bytes). Decisions are never rewritten, so while the newest listed one has that seq it holds
 #: those bytes (another object at that seq would need ours deleted first: a stray of ours is
 #: dropped here before it is deleted, pruning never reaches the newest), and reading it back
-#: costs two requests (HEAD, GET) that this saves. Local disks read it, as before.
+#: costs a request that this saves. Local disks read it, as before.
 _MINE: dict[str, tuple[int, bytes]] = {}
+
+
+def forget_mine() -> None:
+    """Drop the decisions this process made (it then reads the newest one, as a new process does)."""
+    _MINE.clear()
 
 
 @dataclass(frozen=True)
