@@ -147,6 +147,10 @@ class CleanerContext:
             self._timeline_read = self._reads
         return self._run_timeline
 
+    def holds_timeline(self) -> bool:
+        """Is the run's timeline loaded (:meth:`timeline` costs no listing)?"""
+        return self._run_timeline is not None
+
     def decision_log(self) -> decisions.DecisionLog:
         return decisions.DecisionLog(self.storage, self.config)
 

@@ -431,7 +431,10 @@ def _may_be_due(ctx: CleanerContext, keep_max: int) -> bool:
     ``keep_max`` completed instants, JSON batches of earlier releases to migrate, or an active
     completed instant the history holds already (an archival that crashed). Every choice is
     made again under the lock; a run that skips the lock on an older view leaves the work to
-    the next run."""
+    the next run. Asked only of a timeline the run holds (after a lock hold of its own the
+    run's listing is gone, and the lock's reads answer it as cheaply)."""
+    if not ctx.holds_timeline():
+        return True
     tl = ctx.timeline()
     states = tl.latest_states()
     if sum(i.is_completed for i in states) > keep_max or batch_files(ctx.table):
