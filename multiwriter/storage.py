@@ -260,9 +260,10 @@ class Storage:
         folder several times (the archived history's loader: its snapshot number, manifests and
         older batches live side by side; a cleaner run's steps between its lock holds) pays one
         request on an object store. A listing is a snapshot: what other processes change later
-        is not in it, and what this thread writes or deletes in a folder through a storage of
-        the same table makes that folder be listed again (:meth:`_listing_changed`). Inside
-        :meth:`listings_fresh` the block starts from nothing kept."""
+        is not in it, and what this process writes or deletes in a folder, on any thread,
+        through a storage of the same table makes that folder be listed again
+        (:meth:`_listing_changed`). Inside :meth:`listings_fresh` the block starts from nothing
+        kept. The blocks and their listings are this thread's."""
         if getattr(_KEPT, "listings", None) is not None and not getattr(_KEPT, "fresh", False):
             yield  # nested: the outer block keeps them
             return
