@@ -265,16 +265,16 @@ class _MarkedLock:
     """A table lock that writes LOCK/UNLOCK into the request log, so a test can tell the
     requests sent under a lock hold from those between holds."""
 
-    def __init__(self, inner, log: list) -> None:
-        self.inner, self.log = inner, log
+    def __init__(self, inner, counter) -> None:
+        self.inner, self.counter = inner, counter
 
     def acquire(self, timeout_s=None, holder=None) -> None:
         self.inner.acquire(timeout_s, holder)
-        self.log.append(("LOCK", "", ""))
+        self.counter.requests.append(("LOCK", "", ""))
 
     def release(self) -> None:
         if self.inner.is_held():
-            self.log.append(("UNLOCK", "", ""))
+            self.counter.requests.append(("UNLOCK", "", ""))
         self.inner.release()
 
     def __getattr__(self, name):
@@ -282,12 +282,12 @@ class _MarkedLock:
 
 
 class _MarkingProvider(mw.InProcessLock):
-    def __init__(self, log: list) -> None:
+    def __init__(self, counter) -> None:
         super().__init__()
-        self.log = log
+        self.counter = counter
 
     def for_table(self, table_id, storage):
-        return _MarkedLock(super().for_table(table_id, storage), self.log)
+        return _MarkedLock(super().for_table(table_id, storage), self.counter)
 
 
 def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
@@ -301,10 +301,10 @@ def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
     uri, bucket, cfg = _table(s3, 2)
     for ts in range(1, 9):
         _upsert_cost(s3, uri, bucket, cfg, ts)
+    cleaner = mw.Cleaner(uri, lock=_MarkingProvider(s3.counter), retain_commits=2, archive_keep_min=3,
+                         archive_keep_max=4, clustering=None)
     s3.counter.take()
-    with mw.Cleaner(uri, lock=_MarkingProvider(s3.counter.requests), retain_commits=2, archive_keep_min=3,
-                    archive_keep_max=4, clustering=None) as cleaner:
-        report = cleaner.run_once()
+    report = cleaner.run_once()
     requests = list(s3.counter.requests)
     s3.counter.take()
     assert report.archived >= 3 and report.old_versions_deleted > 0 and not report.errors, report
@@ -326,10 +326,10 @@ def test_a_companion_job_run_lists_each_folder_once_between_lock_holds(s3):
     assert not [p for kind, _, p in requests if kind == "HEAD" and "/.decisions/" in p]
     _same_rows_as_hudi_rs(uri, 2 * 20 + 3 + 8 * 10)
     # a run with nothing due takes no lock: a companion job's trigger costs the writers nothing
-    s3.counter.take()  # the marking lock writes into the log this starts
-    with mw.Cleaner(uri, lock=_MarkingProvider(s3.counter.requests), retain_commits=2, archive_keep_min=3,
-                    archive_keep_max=4, clustering=None) as cleaner:
+    try:  # its next run, with nothing due (a cleaner's first run takes the lock once, to know it can)
         report = cleaner.run_once()
         idle = list(s3.counter.requests)
+    finally:
+        cleaner.close()
     assert not report.errors and not report.archived and not report.old_versions_deleted, report
     assert not [kind for kind, _, _ in idle if kind == "LOCK"], "a run with nothing due took the lock"

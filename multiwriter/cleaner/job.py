@@ -261,6 +261,8 @@ class Cleaner:
             report = CleanerReport()
             ctx = self._context()
             ctx.forget()
+            if self.runs == 0:
+                self._step(report, "lock", lambda: self._lock_usable(ctx))
             with self.table.storage.listings_kept():  # see _step
                 self._steps(ctx, report)
             report.duration_s = time.monotonic() - started
@@ -273,6 +275,16 @@ class Cleaner:
                 f"cleaner run on {redact(self.path)} had {len(report.errors)} errors: " + "; ".join(report.errors), report
             )
         return report
+
+    def _lock_usable(self, ctx: CleanerContext) -> None:
+        """The first run takes the table lock once, even with nothing due (later runs take it
+        only for work): a cleaner that cannot take it (credentials the lock's ACL refuses, an
+        unreachable server) says so when it starts, not when work first falls due."""
+        from ..lock.base import HolderInfo
+
+        ctx.lock.acquire(timeout_s=ctx.lock_timeout_s,
+                         holder=HolderInfo(ctx.cleaner_id, socket.gethostname(), os.getpid(), None))
+        ctx.lock.release()
 
     def _steps(self, ctx: CleanerContext, report: CleanerReport) -> None:
         self._step(report, "heartbeats", lambda: self._observe_first(ctx))
