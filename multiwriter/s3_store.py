@@ -574,32 +574,25 @@ class S3Handler(pafs.FileSystemHandler):
 
     def _get(self, path: str, tail: int = TAIL) -> tuple[int, bytes]:
         """(size, the object's last ``tail`` bytes or all of it) in one GET."""
-        from botocore.exceptions import ClientError
-
-        bucket, key = _split(path)
-        try:
-            try:
-                r = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{tail}")
-            except ClientError as e:
-                if s3.status(e) != 416:  # a range of an empty object
-                    raise
-                r = self.client.get_object(Bucket=bucket, Key=key)
-        except ClientError as e:
-            raise _oserror(path, e) from e
-        body = r["Body"].read()
-        cr = r.get("ContentRange")
-        size = int(cr.rsplit("/", 1)[1]) if cr else len(body)
+        size, body, _ = self._ranged_get(path, f"bytes=-{tail}")
         return size, body
 
     def read_head(self, path: str, limit: int) -> tuple[int, float, bytes]:
         """(size, modification time, the first ``limit`` bytes or all of it) in one GET, where a
         HEAD and a GET were two: a small file whose size is bounded before it is parsed."""
+        size, body, r = self._ranged_get(path, f"bytes=0-{max(limit, 1) - 1}")
+        modified = r.get("LastModified")
+        return size, modified.timestamp() if modified is not None else 0.0, body[:limit]
+
+    def _ranged_get(self, path: str, byte_range: str) -> tuple[int, bytes, dict]:
+        """(the object's size, the bytes of ``byte_range``, the answer) in one GET; an empty
+        object, which has no range, is read whole."""
         from botocore.exceptions import ClientError
 
         bucket, key = _split(path)
         try:
             try:
-                r = self.client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max(limit, 1) - 1}")
+                r = self.client.get_object(Bucket=bucket, Key=key, Range=byte_range)
             except ClientError as e:
                 if s3.status(e) != 416:  # a range of an empty object
                     raise
@@ -608,9 +601,7 @@ class S3Handler(pafs.FileSystemHandler):
             raise _oserror(path, e) from e
         body = r["Body"].read()
         cr = r.get("ContentRange")
-        size = int(cr.rsplit("/", 1)[1]) if cr else len(body)
-        modified = r.get("LastModified")
-        return size, modified.timestamp() if modified is not None else 0.0, body[:limit]
+        return (int(cr.rsplit("/", 1)[1]) if cr else len(body)), body, r
 
     def open_input_file(self, path: str) -> Any:
         held = self._peek(path)

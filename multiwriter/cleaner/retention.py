@@ -329,15 +329,22 @@ def _is_cdc_file_of(path: str, partition: str, file_id: str, t: str) -> bool:
 # -- scheduling, executing, resuming ----------------------------------------------------------
 
 
+def _timed(ctx: CleanerContext, tl: Timeline, p: CleanPlan) -> CleanPlan | None:
+    """Under the lock: ``p`` with a clean time issued now, None while another clean is pending."""
+    busy = tl.pending(frozenset({inst.CLEAN}))
+    if busy:
+        log.info("clean %s is pending; not planning another", busy[0].requested_time)
+        return None
+    return CleanPlan(p.earliest_to_retain, p.last_completed, p.files, ctx.issue_time(tl))
+
+
 def schedule(ctx: CleanerContext, p: CleanPlan) -> CleanPlan | None:
     """Record ``<C>.clean.requested`` under the lock unless another clean is pending."""
     with ctx.locked() as tl:
-        busy = tl.pending(frozenset({inst.CLEAN}))
-        if busy:
-            log.info("clean %s is pending; not planning another", busy[0].requested_time)
+        timed = _timed(ctx, tl, p)
+        if timed is None:
             return None
-        c = ctx.issue_time(tl)
-        p = CleanPlan(p.earliest_to_retain, p.last_completed, p.files, c)
+        p, c = timed, timed.clean_time
         ctx.start_heartbeat(c)
         try:
             tlmod.create_requested(ctx.storage, ctx.config, c, inst.CLEAN, p.to_bytes(ctx.storage.uri_of))
@@ -358,12 +365,10 @@ def run_in_one_hold(ctx: CleanerContext, p: CleanPlan) -> CleanOutcome | None:
     leaves it: the next run resumes it once its (absent) heartbeat counts as lapsed."""
     started = time.monotonic()
     with ctx.locked() as tl:
-        busy = tl.pending(frozenset({inst.CLEAN}))
-        if busy:
-            log.info("clean %s is pending; not planning another", busy[0].requested_time)
+        timed = _timed(ctx, tl, p)
+        if timed is None:
             return None
-        c = ctx.issue_time(tl)
-        p = CleanPlan(p.earliest_to_retain, p.last_completed, p.files, c)
+        p, c = timed, timed.clean_time
         tlmod.create_requested(ctx.storage, ctx.config, c, inst.CLEAN, p.to_bytes(ctx.storage.uri_of))
         out = CleanOutcome(c)
         mark_inflight(ctx, c, inst.CLEAN)
