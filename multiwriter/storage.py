@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from . import s3, s3_store
+from . import gcs, s3, s3_store
 from .errors import CommitStateUnknownError, ConfigError, DeleteError, FileExists, UnsafePathError, UploadError
 from .redact import redact
 
@@ -152,8 +152,10 @@ class Storage:
         #: the S3 file system of plain requests (:mod:`multiwriter.s3_store`); None elsewhere
         self._s3 = fs.handler if isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, s3_store.S3Handler) else None
         self.is_s3 = self._s3 is not None or isinstance(fs, pafs.S3FileSystem)
+        #: a ``gs://`` table (pyarrow's GCS file system; conditional writes through :mod:`multiwriter.gcs`)
+        self.is_gcs = isinstance(fs, pafs.GcsFileSystem)
         # object stores have no directories: creating one is an extra PUT of an empty marker
-        self._needs_dirs = not self.is_s3
+        self._needs_dirs = not (self.is_s3 or self.is_gcs)
 
     # -- paths ---------------------------------------------------------------
     def abs(self, rel: str) -> str:
@@ -609,6 +611,8 @@ class Storage:
 
     # -- writing -------------------------------------------------------------
     def makedirs(self, rel: str) -> None:
+        if self.is_gcs:  # no folders on GCS, and pyarrow's would be marker objects: a request each
+            return
         self._listing_changed(rel)
         target = self.abs(rel)
         self.refuse_links(target + "/")
@@ -705,8 +709,8 @@ class Storage:
         An empty file on a local disk is created in one step (``O_CREAT | O_EXCL``): with no
         content there is no partial file to hide behind a link.
 
-        Local disks: atomic (``link`` of a complete temporary file). S3: one conditional PUT
-        (``If-None-Match: *``, as :meth:`create_exclusive`), atomic too. Other object stores
+        Local disks: atomic (``link`` of a complete temporary file). S3 and GCS: one conditional
+        upload (as :meth:`create_exclusive`), atomic too. Other object stores
         (an ``s3://`` URI with its own query options) have no create-if-absent here, so this is
         check-then-put: a single PUT is atomic
         (readers see the whole object or none) but two creators of the same name can both
@@ -755,8 +759,8 @@ class Storage:
             finally:
                 os.unlink(tmp)
             return
-        if self._s3 is not None:  # S3: one conditional PUT (If-None-Match: *), atomic
-            if not self._s3_create_exclusive(rel, data):
+        if self._s3 is not None or self.is_gcs:  # one conditional PUT (If-None-Match: *, ifGenerationMatch=0)
+            if not self._conditional_create(rel, data):
                 raise FileExists(rel)
             return
         # Other object stores: no atomic create; see the rule in the docstring.
@@ -771,7 +775,8 @@ class Storage:
         that a second creator cannot also win, even one that lost the table lock long ago: the
         commit decision (:mod:`multiwriter.table.decisions`) rests on it. True when we created it,
         False when it existed. Local disks: ``link`` of a complete temporary file. S3: a
-        conditional ``PUT`` (``If-None-Match: *``). Any answer but success (HTTP 412, which a
+        conditional ``PUT`` (``If-None-Match: *``); GCS: an upload with ``ifGenerationMatch=0``
+        (:mod:`multiwriter.gcs`). Any answer but success (HTTP 412, which a
         retry of our own create whose first answer was lost also gets; a timeout; a 409 of two
         conditional writes at once) is settled by reading the object back: ours when it holds
         our bytes (callers make their bytes unique). Other stores have no such operation here
@@ -784,27 +789,17 @@ class Storage:
             except FileExists:
                 return False
             return True
-        if not self.is_s3:
+        if not (self.is_s3 or self.is_gcs):
             raise ConfigError(f"{redact(self.uri)}: this store has no atomic create-if-absent that multiwriter can use "
-                              "to decide commits; use a local disk or S3")
-        return self._s3_create_exclusive(rel, data)
+                              "to decide commits; use a local disk, S3 or GCS")
+        return self._conditional_create(rel, data)
 
-    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
+    def _conditional_create(self, rel: str, data: bytes) -> bool:
         bucket, _, prefix = self.root.partition("/")
         key = posixpath.join(prefix, rel.lstrip("/")) if prefix else rel.lstrip("/")
-        # the table's own client: an s3://KEY:SECRET@bucket URI's credentials, else the default chain
-        client = s3.data_client(self._s3.credentials) if self._s3 is not None else s3.s3_client(S3_CALL_TIMEOUT_S)
-        try:
-            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        unknown = self._gcs_create(bucket, key, data) if self.is_gcs else self._s3_create(bucket, key, data)
+        if unknown is None:
             return True
-        except ClientError as e:
-            # a 412 may answer the client's own retry of a create whose first answer was lost:
-            # the object's bytes tell (ours are unique), as for any other unclear outcome
-            unknown: Exception = e
-        except BotoCoreError as e:
-            unknown = e
         try:  # the outcome is unknown: the object tells whose it is
             got = self.read_bytes(rel)
         except FileNotFoundError:
@@ -813,6 +808,28 @@ class Storage:
             raise CommitStateUnknownError(f"creating {redact(self.uri_of(rel))} ended without an answer ({unknown}) "
                                           f"and reading it back failed ({e})") from e
         return got == data
+
+    def _s3_create(self, bucket: str, key: str, data: bytes) -> Exception | None:
+        """One ``PUT`` with ``If-None-Match: *``: None when it created the object, else what
+        answered instead (a 412, which a retry of our own create whose first answer was lost
+        also gets, as any other unclear outcome: the caller reads the object back)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        # the table's own client: an s3://KEY:SECRET@bucket URI's credentials, else the default chain
+        client = s3.data_client(self._s3.credentials) if self._s3 is not None else s3.s3_client(S3_CALL_TIMEOUT_S)
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            return None
+        except (ClientError, BotoCoreError) as e:
+            return e
+
+    def _gcs_create(self, bucket: str, key: str, data: bytes) -> Exception | None:
+        """One upload with ``ifGenerationMatch=0``, answered as :meth:`_s3_create`."""
+        try:
+            gcs.client(S3_CALL_TIMEOUT_S).create(bucket, key, data, "0")
+            return None
+        except gcs.GcsError as e:
+            return e
 
     def delete(self, rel: str) -> bool:
         """Delete a file; False when it was already gone (deletes are idempotent) or lies behind
@@ -1004,6 +1021,9 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
             key, _, secret = userinfo.partition(":")
             credentials = (unquote(key), unquote(secret))
         return s3_store.filesystem(credentials), f"{bucket}{parts.path}".rstrip("/")
+    if parts.scheme in ("gs", "gcs") and not parts.query:
+        # STORAGE_EMULATOR_HOST as Google's clients read it (multiwriter.gcs), else pyarrow's own chain
+        return pafs.GcsFileSystem(**gcs.filesystem_options()), f"{parts.netloc}{parts.path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
 
 

@@ -168,6 +168,18 @@ def s3_server():
         yield bucket
 
 
+@pytest.fixture(scope="session")
+def gcs_server():
+    """A Google Cloud Storage endpoint (``gcp-storage-emulator`` on 127.0.0.1 behind
+    :class:`testbed.gcs_emulator.Front`, which decides generation preconditions atomically as
+    Cloud Storage does); ``STORAGE_EMULATOR_HOST`` points this process and its children at it.
+    Yields the :class:`~testbed.gcs_emulator.GcsEmulator`: ``gcs_server.bucket()`` -> ``"gs://<bucket>"``."""
+    from testbed.gcs_emulator import GcsEmulator
+
+    with GcsEmulator() as gcs:
+        yield gcs
+
+
 def compact_slices(path: str) -> None:
     """One companion-job run that compacts every Merge-on-Read slice with a log (a compaction
     must happen: tests compare readers before and after it)."""

@@ -360,7 +360,8 @@ class _FakeRemote:
     """Just enough of a Storage to name a scheme the storage lock does not support (pure check)."""
 
     is_local = False
-    uri = "gs://bucket/table"
+    is_gcs = False
+    uri = "abfs://container@account.dfs.core.windows.net/table"
 
     def abs(self, rel: str) -> str:
         return "bucket/table/" + rel
