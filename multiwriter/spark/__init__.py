@@ -15,6 +15,8 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 AWS_VARIABLES = (
     "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP",
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+    # gs:// tables (multiwriter.gcs): an emulator, or where Google's credentials come from
+    "STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_OAUTH_ACCESS_TOKEN", "GCE_METADATA_HOST",
 )
 
 
@@ -25,7 +27,8 @@ def register(spark: Any, *, forward_aws_env: bool = True) -> None:
     reader prunes partitions with pushed filters, and Spark refuses a reader that accepts
     filters while the setting is off.
 
-    ``forward_aws_env``: the driver's ``AWS_*`` variables (``AWS_VARIABLES``) go to the Python
+    ``forward_aws_env``: the driver's ``AWS_*`` variables and those of Google's credentials
+    (``AWS_VARIABLES``) go to the Python
     workers that run the data source, so executors reach the same object store with the same
     credentials. Turn it off when executors carry their own (``spark.executorEnv.AWS_*``,
     instance roles)."""
