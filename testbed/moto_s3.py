@@ -7,9 +7,14 @@ server, so every user makes fresh buckets (:meth:`MotoS3.bucket`).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -93,27 +98,140 @@ class SerializedWrites:
             return list(self.app(environ, start_response))
 
 
+#: the path prefix of :class:`Control`'s requests (no S3 bucket name starts with ``_``)
+CONTROL = "/_mw/"
+
+
+class Control:
+    """A WSGI middleware in a server process of its own (:func:`serve`) that lets the process
+    that started it read and reset a :class:`CountingLatency`'s counts (``take``), read its
+    requests (``requests``) and set its latency (``latency?s=``), each answered in JSON and
+    never counted."""
+
+    def __init__(self, app: Any, counter: CountingLatency) -> None:
+        self.app, self.counter = app, counter
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith(CONTROL):
+            return self.app(environ, start_response)
+        what = path[len(CONTROL):]
+        if what == "take":
+            body: Any = self.counter.take()
+        elif what == "requests":
+            with self.counter._mu:
+                body = list(self.counter.requests)
+        elif what == "latency":
+            self.counter.latency_s = float(parse_qs(environ.get("QUERY_STRING", ""))["s"][0])
+            body = self.counter.latency_s
+        else:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"no such control"]
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps(body).encode()]
+
+
+class RemoteCounter:
+    """:class:`CountingLatency`'s interface (``take``, ``requests``, ``latency_s``) for a counter
+    in a moto server of its own process, reached through :class:`Control`."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
+    def _get(self, what: str) -> Any:
+        from urllib.request import urlopen
+
+        with urlopen(f"{self.endpoint}{CONTROL}{what}", timeout=30) as r:
+            return json.loads(r.read())
+
+    def take(self) -> dict[str, int]:
+        return self._get("take")
+
+    @property
+    def requests(self) -> list[tuple[str, str, str]]:
+        return [tuple(r) for r in self._get("requests")]
+
+    @property
+    def latency_s(self) -> float:
+        return self._latency
+
+    @latency_s.setter
+    def latency_s(self, value: float) -> None:
+        self._latency = float(self._get(f"latency?s={float(value)}"))
+
+
+def serve(port_file: str, latency_s: float, log: bool) -> None:
+    """moto's server behind :class:`Control` and :class:`CountingLatency` in this process until it
+    is stopped; its port written to ``port_file``."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    counter = CountingLatency(server._server.app, latency_s, log=log)
+    server._server.app = Control(counter, counter)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(port_file + ".tmp", port_file)
+    threading.Event().wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class MotoS3:
     """``with MotoS3() as s3: uri = s3.bucket()``; ``wrap``: a WSGI middleware around moto's app
-    (a request counter, say), given the app, returning the app to serve."""
+    (a request counter, say), given the app, returning the app to serve.
 
-    def __init__(self, *, prefix: str = "mwtest", wrap: Any = None) -> None:
+    ``counted=(latency_s, log)`` runs moto in a process of its own behind a
+    :class:`CountingLatency` instead, reached as :attr:`counter` (a :class:`RemoteCounter`): as a
+    real store, its work then takes no turn of this process's interpreter lock, which a Python
+    client's own requests would otherwise wait for (a benchmark of request costs wants that)."""
+
+    def __init__(self, *, prefix: str = "mwtest", wrap: Any = None, counted: tuple[float, bool] | None = None) -> None:
         self.prefix = prefix
         self.wrap = wrap
+        self.counted = counted
         self.app: Any = None
+        self.proc: subprocess.Popen | None = None
+
+    def _start_process(self) -> int:
+        self.dir = tempfile.mkdtemp(prefix="moto-")
+        port_file = os.path.join(self.dir, "port")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        latency, log = self.counted or (0.0, False)
+        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.moto_s3", port_file, str(latency), str(int(log))],
+                                     cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("moto's server did not start in its own process")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            return int(f.read())
 
     def __enter__(self) -> MotoS3:
         import boto3
-        from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self.server.start()
-        if self.wrap is not None:
-            self.app = self.server._server.app = self.wrap(self.server._server.app)
+        if self.counted is not None:
+            port = self._start_process()
+            self.counter = RemoteCounter(f"http://127.0.0.1:{port}")
+            self.counter.latency_s = self.counted[0]
+        else:
+            from moto.server import ThreadedMotoServer
+
+            port = _free_port()
+            self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            self.server.start()
+            if self.wrap is not None:
+                self.app = self.server._server.app = self.wrap(self.server._server.app)
         self.endpoint = f"http://127.0.0.1:{port}"
         self.env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
@@ -132,9 +250,22 @@ class MotoS3:
         return f"s3://{name}"
 
     def __exit__(self, *exc: object) -> None:
-        self.server.stop()
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            self.server.stop()
         for k, v in self.saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1")
