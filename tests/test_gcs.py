@@ -176,7 +176,8 @@ def test_processes_never_hold_the_gcs_lock_together(gcs_server):
 
 def test_two_writers_on_gcs_with_the_storage_lock(gcs_server, tmp_path):
     """Two writers commit concurrently through mw.write on a gs:// table under the storage lock:
-    every commit lands, and hudi-rs reads every row from a copy of the bucket."""
+    every commit lands, and hudi-rs reads every row from a copy of the bucket, before and after
+    a companion-job run under the same lock."""
     uri = gcs_server.bucket() + "/trips"
     mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
                     ordering_field="ts", lock=StorageLock(validity_s=10, renew_interval_s=1))
@@ -200,9 +201,14 @@ def test_two_writers_on_gcs_with_the_storage_lock(gcs_server, tmp_path):
     assert not errors, errors
     tl = mw.Table.open(uri).timeline()
     assert len(tl.completed_writes()) == 6 and tl.pending() == []
-    copy = gcs_server.download(uri, str(tmp_path / "copy"))
-    got = rows(hudi_read(copy), ["id", "value"])
-    assert got == sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
+    want = sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
+    assert rows(hudi_read(gcs_server.download(uri, str(tmp_path / "copy"))), ["id", "value"]) == want
+    # the companion job on the same lock: old versions cleaned, instants archived, rows kept
+    with mw.Cleaner(uri, lock=StorageLock(validity_s=10, renew_interval_s=1), retain_commits=1, archive_keep_min=1,
+                    archive_keep_max=2) as c:
+        report = c.run_once()
+    assert report.errors == [] and report.old_versions_deleted >= 1 and report.archived >= 1
+    assert rows(hudi_read(gcs_server.download(uri, str(tmp_path / "after"))), ["id", "value"]) == want
 
 
 # -- credentials ------------------------------------------------------------------------------------
