@@ -23,13 +23,8 @@ import http.client
 import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 import uuid
 from collections import Counter
 from datetime import datetime
@@ -38,16 +33,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from .server_process import ServerProcess, announce, free_port
+
 #: the front's own path: its counts, as JSON
 STATS = "/_front/stats"
 #: headers not passed on between the front and the emulator
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection", "te", "upgrade"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Front:
@@ -184,16 +175,14 @@ def serve(port_file: str) -> None:
     from gcp_storage_emulator.server import create_server
 
     logging.getLogger("gcp_storage_emulator").setLevel(logging.WARNING)
-    backend_port = _free_port()
+    backend_port = free_port()
     server = create_server("127.0.0.1", backend_port, in_memory=True)
     server.start()
     front = Front(backend_port)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(front))
     httpd.daemon_threads = True
     front.address = f"127.0.0.1:{httpd.server_address[1]}"
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(httpd.server_address[1]))
-    os.replace(port_file + ".tmp", port_file)
+    announce(port_file, httpd.server_address[1])
     httpd.serve_forever()
 
 
@@ -205,20 +194,8 @@ class GcsEmulator:
         self.prefix = prefix
 
     def __enter__(self) -> GcsEmulator:
-        self.dir = tempfile.mkdtemp(prefix="gcs-emulator-")
-        port_file = os.path.join(self.dir, "port")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.gcs_emulator", port_file], cwd=root, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "wb"))
-        deadline = time.monotonic() + 30
-        while not os.path.exists(port_file):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError(f"the GCS emulator did not start: {open(os.path.join(self.dir, 'log')).read()[-2000:]}")
-            time.sleep(0.05)
-        with open(port_file) as f:
-            self.port = int(f.read())
+        self.server = ServerProcess("testbed.gcs_emulator", start_timeout_s=30)
+        self.port = self.server.port
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.saved = os.environ.get("STORAGE_EMULATOR_HOST")
         os.environ["STORAGE_EMULATOR_HOST"] = self.endpoint
@@ -280,13 +257,7 @@ class GcsEmulator:
         return dest
 
     def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.server.stop()
         if self.saved is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:

@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from typing import Any
 from urllib.parse import parse_qs
+
+from .server_process import ServerProcess, announce, free_port
 
 #: the kinds of S3 request :class:`CountingLatency` counts (:func:`request_kind`)
 KINDS = ("LIST", "HEAD", "GET", "PUT", "MULTIPART", "DELETE", "other")
@@ -166,21 +164,13 @@ def serve(port_file: str, latency_s: float, log: bool) -> None:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     counter = CountingLatency(server._server.app, latency_s, log=log)
     server._server.app = Control(counter, counter)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(port))
-    os.replace(port_file + ".tmp", port_file)
+    announce(port_file, port)
     threading.Event().wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MotoS3:
@@ -197,37 +187,22 @@ class MotoS3:
         self.wrap = wrap
         self.counted = counted
         self.app: Any = None
-        self.proc: subprocess.Popen | None = None
-
-    def _start_process(self) -> int:
-        self.dir = tempfile.mkdtemp(prefix="moto-")
-        port_file = os.path.join(self.dir, "port")
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        latency, log = self.counted or (0.0, False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "testbed.moto_s3", port_file, str(latency), str(int(log))],
-                                     cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not os.path.exists(port_file):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError("moto's server did not start in its own process")
-            time.sleep(0.05)
-        with open(port_file) as f:
-            return int(f.read())
+        self.proc: ServerProcess | None = None
 
     def __enter__(self) -> MotoS3:
         import boto3
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
         if self.counted is not None:
-            port = self._start_process()
+            latency, log = self.counted
+            self.proc = ServerProcess("testbed.moto_s3", str(latency), str(int(log)))
+            port = self.proc.port
             self.counter = RemoteCounter(f"http://127.0.0.1:{port}")
             self.counter.latency_s = self.counted[0]
         else:
             from moto.server import ThreadedMotoServer
 
-            port = _free_port()
+            port = free_port()
             self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
             self.server.start()
             if self.wrap is not None:
@@ -251,13 +226,7 @@ class MotoS3:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.proc.stop()
         else:
             self.server.stop()
         for k, v in self.saved.items():

@@ -25,12 +25,11 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import gcs
-from multiwriter.config import WriterConfig
 from multiwriter.errors import ConfigError, LockAcquireTimeout, LockLostError
 from multiwriter.lock import HolderInfo, StorageLock
 from multiwriter.lock.storage import LOCK_FILE, GcsLockStore, read_lock
 from multiwriter.storage import Storage
-from tests.conftest import TRIPS_SCHEMA, trips
+from tests.lock.test_storage_lock import two_writers_with_the_storage_lock
 from tests.oracle import hudi_read, rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,29 +178,7 @@ def test_two_writers_on_gcs_with_the_storage_lock(gcs_server, tmp_path):
     every commit lands, and hudi-rs reads every row from a copy of the bucket, before and after
     a companion-job run under the same lock."""
     uri = gcs_server.bucket() + "/trips"
-    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
-                    ordering_field="ts", lock=StorageLock(validity_s=10, renew_interval_s=1))
-    errors: list[BaseException] = []
-
-    def writer(n: int) -> None:
-        cfg = WriterConfig(writer_id=f"w{n}", lock=StorageLock(validity_s=10, renew_interval_s=1), executor="driver",
-                           max_conflict_retries=10)
-        try:
-            for k in range(3):
-                ids = range(n * 100 + k * 10, n * 100 + k * 10 + 10)
-                mw.write(trips(ids, ts=k, value=float(n)), uri, cfg)
-        except BaseException as e:  # noqa: BLE001 -- reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors
-    tl = mw.Table.open(uri).timeline()
-    assert len(tl.completed_writes()) == 6 and tl.pending() == []
-    want = sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
+    want = two_writers_with_the_storage_lock(uri)
     assert rows(hudi_read(gcs_server.download(uri, str(tmp_path / "copy"))), ["id", "value"]) == want
     # the companion job on the same lock: old versions cleaned, instants archived, rows kept
     with mw.Cleaner(uri, lock=StorageLock(validity_s=10, renew_interval_s=1), retain_commits=1, archive_keep_min=1,

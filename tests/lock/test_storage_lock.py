@@ -367,17 +367,14 @@ class _FakeRemote:
         return "bucket/table/" + rel
 
 
-def test_two_writers_on_s3_with_the_storage_lock(s3_server):
-    """Two writers commit concurrently through mw.write on an S3 table under the storage lock:
-    every commit lands and hudi-rs reads every row."""
+def two_writers_with_the_storage_lock(uri: str) -> list[tuple]:
+    """Create a trips table at ``uri`` and let two threads commit three batches each through
+    mw.write under the storage lock, at once; checks every commit landed and returns the rows
+    (id, value) the table must hold."""
     from tests.conftest import TRIPS_SCHEMA, trips
-    from tests.oracle import rows
-    from tests.test_object_storage import hudi_read_s3
 
-    uri = s3_server() + "/trips"
-    lock = StorageLock(validity_s=10, renew_interval_s=2)
     mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
-                    ordering_field="ts", lock=lock)
+                    ordering_field="ts", lock=StorageLock(validity_s=10, renew_interval_s=2))
     errors: list[BaseException] = []
 
     def writer(n: int) -> None:
@@ -398,9 +395,19 @@ def test_two_writers_on_s3_with_the_storage_lock(s3_server):
     assert not errors, errors
     tl = mw.Table.open(uri).timeline()
     assert len(tl.completed_writes()) == 6 and tl.pending() == []
-    got = rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"])
-    assert got == sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
     assert mw.Table.open(uri).config.raw.get("multiwriter.lock.kind") == "storage"
+    return sorted(((str(n * 100 + i), float(n)) for n in range(2) for i in range(30)), key=repr)
+
+
+def test_two_writers_on_s3_with_the_storage_lock(s3_server):
+    """Two writers commit concurrently through mw.write on an S3 table under the storage lock:
+    every commit lands and hudi-rs reads every row."""
+    from tests.oracle import rows
+    from tests.test_object_storage import hudi_read_s3
+
+    uri = s3_server() + "/trips"
+    want = two_writers_with_the_storage_lock(uri)
+    assert rows(hudi_read_s3(uri, s3_server.endpoint), ["id", "value"]) == want
 
 
 def test_status_and_command_line_name_the_holder(s3_server, capsys):
