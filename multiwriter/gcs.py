@@ -87,6 +87,12 @@ class Credentials:
         self._mu = threading.Lock()
         self._token: _Token | None = None
 
+    def forget(self, token: str) -> None:
+        """``token`` was refused (revoked, or expired early): the next call fetches another."""
+        with self._mu:
+            if self._token is not None and self._token.value == token:
+                self._token = None
+
     def token(self) -> str:
         with self._mu:
             if self._token is None or time.monotonic() >= self._token.expires_at - TOKEN_MARGIN_S:
@@ -248,11 +254,6 @@ class GcsClient:
         self.credentials = credentials
         self.timeout_s = max(0.5, call_timeout_s / 2)
 
-    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        out = dict(extra or {})
-        if self.credentials is not None:
-            out["Authorization"] = f"Bearer {self.credentials.token()}"
-        return out
 
     def _object_url(self, bucket: str, name: str, **query: str) -> str:
         q = f"?{urlencode(query)}" if query else ""
@@ -300,7 +301,18 @@ class GcsClient:
 
     def _call(self, method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None,
               ) -> tuple[int, bytes, dict[str, str]]:
-        return _exchange(url, method, body, self._headers(headers), self.timeout_s)
+        """One request with the current token; a 401 (a token revoked or expired before its
+        time) drops it and tries once more with a new one."""
+        for attempt in (0, 1):
+            sent = dict(headers or {})
+            token = self.credentials.token() if self.credentials is not None else None
+            if token is not None:
+                sent["Authorization"] = f"Bearer {token}"
+            answer = _exchange(url, method, body, sent, self.timeout_s)
+            if answer[0] != 401 or token is None or attempt:
+                return answer
+            self.credentials.forget(token)  # type: ignore[union-attr]
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
     def _ok(status: int, body: bytes, doing: str, bucket: str, name: str) -> None:

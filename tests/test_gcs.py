@@ -198,6 +198,8 @@ class _TokenServer:
         self.public_key, self.refresh_token = public_key, refresh_token
         self.seen: list[str] = []
         self.auth: list[str] = []
+        #: Authorization headers answered 401
+        self.revoked: set[str] = set()
         server = self
 
         class H(BaseHTTPRequestHandler):
@@ -213,8 +215,9 @@ class _TokenServer:
                     ok = self.headers.get("Metadata-Flavor") == "Google"
                     self._answer(200 if ok else 403, {"access_token": "vm-token", "expires_in": 3600})
                     return
-                server.auth.append(self.headers.get("Authorization", ""))
-                self._answer(404, {"error": {"code": 404}})
+                sent = self.headers.get("Authorization", "")
+                server.auth.append(sent)
+                self._answer(401 if sent in server.revoked else 404, {"error": {"code": 401 if sent in server.revoked else 404}})
 
             def _answer(self, status: int, body: dict) -> None:
                 raw = json.dumps(body).encode()
@@ -285,6 +288,21 @@ def test_a_service_account_key_gets_a_token_that_requests_carry(tmp_path, rsa_ke
     assert client.get("b", "tbl/.hoodie/.locks/table_lock.json") is None
     assert token_server.seen == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]  # one token, kept
     assert token_server.auth == ["Bearer tok-1", "Bearer tok-1"]
+
+
+def test_a_revoked_token_is_replaced_once(tmp_path, rsa_key, token_server):
+    key_file = tmp_path / "sa.json"
+    key_file.write_text(json.dumps({"type": "service_account", "client_email": "sa@p.iam.gserviceaccount.com",
+                                    "private_key": rsa_key[1], "token_uri": f"{token_server.url}/token"}))
+    client = gcs.GcsClient(token_server.url, gcs.Credentials({"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}), 5)
+    token_server.revoked.add("Bearer tok-1")
+    assert client.get("b", "o") is None
+    assert token_server.auth == ["Bearer tok-1", "Bearer tok-2"] and len(token_server.seen) == 2
+    token_server.revoked.add("Bearer tok-2")
+    token_server.revoked.add("Bearer tok-3")
+    with pytest.raises(gcs.GcsError) as e:  # refused again with a new token: said, not retried for ever
+        client.get("b", "o")
+    assert e.value.status == 401
 
 
 def test_a_key_signed_by_another_key_is_refused_with_a_clear_error(tmp_path, token_server):
