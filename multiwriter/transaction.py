@@ -261,7 +261,7 @@ class Transaction:
             steps.steps["decision_read"] = t1 - t0 - loaded[0]
             if checkpoint is not None:
                 entry = ckpt.Checkpoint(checkpoint[1], query_id)
-                _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset)
+                _check_duplicate(tl, base_ct, checkpoint[0], entry, accept_reset, carried)
                 metadata.extra_metadata.update(ckpt.encode(_checkpoints(carried, tl, base_ct, checkpoint[0], entry)))
             t1 = steps.step("checkpoint", t1)
             conflict = self.strategy.find_conflict(tl, base_ct, t, ours)
@@ -554,17 +554,24 @@ def _checkpoints(carried: dict[str, ckpt.Checkpoint], tl: Timeline, base_ct: str
     return out
 
 
-def _check_duplicate(tl: Timeline, base_ct: str | None, writer: str, ours: ckpt.Checkpoint, accept_reset: bool) -> None:
-    """A commit since our base already holds this batch: a duplicate when it came from our
-    query, a checkpoint reset when from another (refused unless accepted)."""
+def _check_duplicate(tl: Timeline, base_ct: str | None, writer: str, ours: ckpt.Checkpoint, accept_reset: bool,
+                     carried: dict[str, ckpt.Checkpoint] | None = None) -> None:
+    """A commit already holds this batch: a duplicate when it came from our query, a checkpoint
+    reset when from another (refused unless accepted). Two places name such a commit: the
+    commits completed since our base, and ``carried``, every writer's checkpoint as of our base.
+    The second is needed: a decided commit rolled forward by another completer after this
+    writer last read its checkpoint, but before its base was loaded, completed below the base's
+    completion time, so only the checkpoint carried to the base still names it."""
+    found = [(got, "the checkpoint carried to this commit's base") for got in [(carried or {}).get(writer)]
+             if got is not None]
     for i in tl.completed_after(base_ct):
-        if i.action not in inst.WRITE_ACTIONS:
-            continue
-        got = ckpt.entries(tl.commit_metadata(i)).get(writer)
-        if got is None or not got.covers(ours.batch_id):
+        if i.action in inst.WRITE_ACTIONS and (got := ckpt.entries(tl.commit_metadata(i)).get(writer)) is not None:
+            found.append((got, f"instant {i.requested_time}"))
+    for got, where in found:
+        if not got.covers(ours.batch_id):
             continue
         if not got.reset_by(ours.batch_id, ours.query_id):
-            raise DuplicateBatchError(f"batch {ours.batch_id} of writer {writer!r} was already committed by instant {i.requested_time}")
+            raise DuplicateBatchError(f"batch {ours.batch_id} of writer {writer!r} was already committed ({where})")
         if not accept_reset:
             raise reset_error(writer, ours, got)
 

@@ -18,7 +18,7 @@ from tests.oracle import hudi_read, rows
 
 
 def cfg(**kw) -> mw.WriterConfig:
-    return mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), heartbeat_interval_s=1.0, **kw)
+    return mw.WriterConfig(**{"writer_id": "w", "lock": mw.InProcessLock(), "heartbeat_interval_s": 1.0, **kw})
 
 
 def completed_commit_files(path: str) -> list[Path]:
@@ -188,3 +188,50 @@ def test_a_decided_commit_whose_completed_file_failed_is_rolled_forward(trips_ta
     mw.write(trips([3], value=7), table_path, cfg(), batch_id=1)
     assert Path(table_path, failed[0]).exists(), "the next writer rolled the decided commit forward"
     assert hudi_values(table_path) == {"1": 6.0, "2": 6.0, "3": 7.0}
+
+
+def own_commits_of_batch(path: str, writer: str, batch: int) -> list[str]:
+    """The completed commits that wrote ``writer``'s ``batch``, read straight from the Avro commit
+    files: each commit names its writer and carries every writer's checkpoint."""
+    import json
+
+    import fastavro
+
+    out = []
+    for f in sorted(Path(path, ".hoodie", "timeline").glob("*_*.commit")):
+        with open(f, "rb") as fh:
+            extra = next(iter(fastavro.reader(fh))).get("extraMetadata") or {}
+        if extra.get("multiwriter.writer_id") == writer and \
+                json.loads(extra.get("_hudi_streaming_sink_checkpoint", "{}")).get(writer) == str(batch):
+            out.append(f.name)
+    return out
+
+
+def test_a_replay_whose_base_is_newer_than_its_rolled_forward_batch_is_skipped(trips_table, table_path, monkeypatch):
+    """A writer decides batch 1 and dies before its completed file. Restarted, it looks up its
+    checkpoint while the decision is not yet rolled forward (batch 0). Another writer then commits:
+    it rolls batch 1 forward and becomes the newest commit, so the replay of batch 1 begins on a
+    base that completed after batch 1. The replay must be skipped, not committed a second time
+    (the seeded chaos round 10914103 found this: a batch committed twice)."""
+    from multiwriter.storage import Storage
+
+    mw.write(trips([1], value=1), table_path, cfg(), batch_id=0)
+    real = Storage.put_if_absent
+
+    def failing(self, rel, data, **kw):
+        if rel.endswith(".commit") and "_" in rel.rsplit("/", 1)[-1]:
+            raise OSError("the writer died here")
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(Storage, "put_if_absent", failing)
+    mw.write(trips([1, 2], value=2), table_path, cfg(), batch_id=1)  # decided; no completed file
+    monkeypatch.setattr(Storage, "put_if_absent", real)
+    assert own_commits_of_batch(table_path, "w", 1) == []
+    restarted = mw.Writer(mw.Table.open(table_path), cfg())
+    assert restarted.last_checkpoint() == 0  # its first look: the decision is not rolled forward yet
+    mw.write(trips([5], value=5), table_path, cfg(writer_id="x"), batch_id=0)  # rolls batch 1 forward
+    assert len(own_commits_of_batch(table_path, "w", 1)) == 1
+    again = restarted.write(trips([1, 2], value=2), batch_id=1)
+    assert again.skipped and again.instant is None
+    assert len(own_commits_of_batch(table_path, "w", 1)) == 1, "batch 1 was committed twice"
+    assert hudi_values(table_path) == {"1": 2.0, "2": 2.0, "5": 5.0}
