@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -418,13 +419,17 @@ def main(argv: list[str] | None = None) -> int:
     totals = Summary(seed=-1)
     rounds = 0
     while True:
-        with tempfile.TemporaryDirectory(prefix="mw-chaos-") as d:
-            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
-                          zookeeper=a.zookeeper, skew=False if a.no_skew else None, lock=a.lock)
+        d = tempfile.mkdtemp(prefix="mw-chaos-")
+        s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
+                      zookeeper=a.zookeeper, skew=False if a.no_skew else None, lock=a.lock)
         rounds += 1
         print(s.line(), flush=True)
         for v in s.violations:
             print(f"  VIOLATION (seed {seed}): {v}", flush=True)
+        if s.violations:  # the table, the ledgers and the processes' log stay for a look
+            print(f"  kept for a look: {d}", flush=True)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
         totals.rounds_by[s.zookeeper] = totals.rounds_by.get(s.zookeeper, 0) + 1
         if any(s.skews.values()):
             totals.rounds_by["skewed"] = totals.rounds_by.get("skewed", 0) + 1
