@@ -236,7 +236,7 @@ def _exchange(url: str, method: str, body: bytes | None, headers: dict[str, str]
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
             conn.close()
             pool.pop(key, None)
-            if fresh or attempt or body is not None and method != "GET":
+            if fresh or attempt or (body is not None and method != "GET"):
                 # a write whose connection broke may have landed: the caller must find out
                 raise GcsError(f"{method} {parts.netloc}{parts.path}: {e}") from e
         except OSError as e:
@@ -254,35 +254,22 @@ class GcsClient:
         self.credentials = credentials
         self.timeout_s = max(0.5, call_timeout_s / 2)
 
-
     def _object_url(self, bucket: str, name: str, **query: str) -> str:
         q = f"?{urlencode(query)}" if query else ""
         return f"{self.base_url}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}{q}"
 
     def get(self, bucket: str, name: str) -> tuple[bytes, str] | None:
-        """The object's bytes and generation, or None when there is none.
-
-        One media GET when the store names the generation in ``x-goog-generation`` (Cloud
-        Storage does); otherwise its metadata first, then the bytes of exactly that generation
-        (a write between the two makes the second a 404: read again)."""
+        """The object's bytes and generation, or None when there is none: one media GET, whose
+        ``x-goog-generation`` header names the generation read (Cloud Storage always sends it)."""
         status, data, headers = self._call("GET", self._object_url(bucket, name, alt="media"))
         if status == 404:
             return None
         self._ok(status, data, "reading", bucket, name)
         generation = headers.get("x-goog-generation")
-        if generation:
-            return data, generation
-        for _ in range(5):
-            status, meta, _ = self._call("GET", self._object_url(bucket, name))
-            if status == 404:
-                return None
-            self._ok(status, meta, "reading", bucket, name)
-            generation = str(json.loads(meta)["generation"])
-            status, data, _ = self._call("GET", self._object_url(bucket, name, alt="media", generation=generation))
-            if status != 404:
-                self._ok(status, data, "reading", bucket, name)
-                return data, generation
-        raise GcsError(f"gs://{bucket}/{name} kept changing while it was read", 0)
+        if not generation:
+            raise GcsError(f"reading gs://{bucket}/{name}: the store named no generation (x-goog-generation), "
+                           "which a conditional replace needs; is it Cloud Storage's JSON API?", status)
+        return data, generation
 
     def create(self, bucket: str, name: str, data: bytes, if_generation_match: str,
                content_type: str = "application/octet-stream") -> str:
@@ -303,16 +290,19 @@ class GcsClient:
               ) -> tuple[int, bytes, dict[str, str]]:
         """One request with the current token; a 401 (a token revoked or expired before its
         time) drops it and tries once more with a new one."""
-        for attempt in (0, 1):
-            sent = dict(headers or {})
-            token = self.credentials.token() if self.credentials is not None else None
-            if token is not None:
-                sent["Authorization"] = f"Bearer {token}"
-            answer = _exchange(url, method, body, sent, self.timeout_s)
-            if answer[0] != 401 or token is None or attempt:
-                return answer
-            self.credentials.forget(token)  # type: ignore[union-attr]
-        raise AssertionError("unreachable")  # pragma: no cover
+        answer, token = self._send(method, url, body, headers)
+        if answer[0] == 401 and token is not None and self.credentials is not None:
+            self.credentials.forget(token)
+            answer, _ = self._send(method, url, body, headers)
+        return answer
+
+    def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str] | None,
+              ) -> tuple[tuple[int, bytes, dict[str, str]], str | None]:
+        sent = dict(headers or {})
+        token = self.credentials.token() if self.credentials is not None else None
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        return _exchange(url, method, body, sent, self.timeout_s), token
 
     @staticmethod
     def _ok(status: int, body: bytes, doing: str, bucket: str, name: str) -> None:

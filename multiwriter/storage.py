@@ -47,8 +47,8 @@ from .redact import redact
 
 log = logging.getLogger(__name__)
 
-#: bound on one conditional S3 request of :meth:`Storage.create_exclusive`
-S3_CALL_TIMEOUT_S = 10.0
+#: bound on one conditional request (S3, GCS) of :meth:`Storage.create_exclusive`
+CONDITIONAL_CALL_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -816,7 +816,7 @@ class Storage:
         from botocore.exceptions import BotoCoreError, ClientError
 
         # the table's own client: an s3://KEY:SECRET@bucket URI's credentials, else the default chain
-        client = s3.data_client(self._s3.credentials) if self._s3 is not None else s3.s3_client(S3_CALL_TIMEOUT_S)
+        client = s3.data_client(self._s3.credentials) if self._s3 is not None else s3.s3_client(CONDITIONAL_CALL_TIMEOUT_S)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
             return None
@@ -826,7 +826,7 @@ class Storage:
     def _gcs_create(self, bucket: str, key: str, data: bytes) -> Exception | None:
         """One upload with ``ifGenerationMatch=0``, answered as :meth:`_s3_create`."""
         try:
-            gcs.client(S3_CALL_TIMEOUT_S).create(bucket, key, data, "0")
+            gcs.client(CONDITIONAL_CALL_TIMEOUT_S).create(bucket, key, data, "0")
             return None
         except gcs.GcsError as e:
             return e

@@ -555,15 +555,16 @@ def _checkpoints(carried: dict[str, ckpt.Checkpoint], tl: Timeline, base_ct: str
 
 
 def _check_duplicate(tl: Timeline, base_ct: str | None, writer: str, ours: ckpt.Checkpoint, accept_reset: bool,
-                     carried: dict[str, ckpt.Checkpoint] | None = None) -> None:
+                     carried: dict[str, ckpt.Checkpoint]) -> None:
     """A commit already holds this batch: a duplicate when it came from our query, a checkpoint
     reset when from another (refused unless accepted). Two places name such a commit: the
     commits completed since our base, and ``carried``, every writer's checkpoint as of our base.
     The second is needed: a decided commit rolled forward by another completer after this
     writer last read its checkpoint, but before its base was loaded, completed below the base's
     completion time, so only the checkpoint carried to the base still names it."""
-    found = [(got, "the checkpoint carried to this commit's base") for got in [(carried or {}).get(writer)]
-             if got is not None]
+    found: list[tuple[ckpt.Checkpoint, str]] = []
+    if (got := carried.get(writer)) is not None:
+        found.append((got, "the checkpoint carried to this commit's base"))
     for i in tl.completed_after(base_ct):
         if i.action in inst.WRITE_ACTIONS and (got := ckpt.entries(tl.commit_metadata(i)).get(writer)) is not None:
             found.append((got, f"instant {i.requested_time}"))

@@ -65,6 +65,11 @@ class CountingLatency:
             time.sleep(self.latency_s)
         return self.app(environ, start_response)
 
+    def seen(self) -> list[tuple[str, str, str]]:
+        """The requests kept since the last :meth:`take` (``log=True``)."""
+        with self._mu:
+            return list(self.requests)
+
     def take(self) -> dict[str, int]:
         """The counts since the last call (every kind of :data:`KINDS`), and start again."""
         with self._mu:
@@ -106,8 +111,8 @@ class Control:
     requests (``requests``) and set its latency (``latency?s=``), each answered in JSON and
     never counted."""
 
-    def __init__(self, app: Any, counter: CountingLatency) -> None:
-        self.app, self.counter = app, counter
+    def __init__(self, counter: CountingLatency) -> None:
+        self.app = self.counter = counter
 
     def __call__(self, environ: dict, start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
@@ -117,8 +122,7 @@ class Control:
         if what == "take":
             body: Any = self.counter.take()
         elif what == "requests":
-            with self.counter._mu:
-                body = list(self.counter.requests)
+            body = self.counter.seen()
         elif what == "latency":
             self.counter.latency_s = float(parse_qs(environ.get("QUERY_STRING", ""))["s"][0])
             body = self.counter.latency_s
@@ -133,8 +137,9 @@ class RemoteCounter:
     """:class:`CountingLatency`'s interface (``take``, ``requests``, ``latency_s``) for a counter
     in a moto server of its own process, reached through :class:`Control`."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, latency_s: float) -> None:
         self.endpoint = endpoint
+        self._latency = float(latency_s)
 
     def _get(self, what: str) -> Any:
         from urllib.request import urlopen
@@ -168,7 +173,7 @@ def serve(port_file: str, latency_s: float, log: bool) -> None:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     counter = CountingLatency(server._server.app, latency_s, log=log)
-    server._server.app = Control(counter, counter)
+    server._server.app = Control(counter)
     announce(port_file, port)
     threading.Event().wait()
 
@@ -197,8 +202,7 @@ class MotoS3:
             latency, log = self.counted
             self.proc = ServerProcess("testbed.moto_s3", str(latency), str(int(log)))
             port = self.proc.port
-            self.counter = RemoteCounter(f"http://127.0.0.1:{port}")
-            self.counter.latency_s = self.counted[0]
+            self.counter = RemoteCounter(f"http://127.0.0.1:{port}", latency)
         else:
             from moto.server import ThreadedMotoServer
 
