@@ -367,14 +367,15 @@ class _FakeRemote:
         return "bucket/table/" + rel
 
 
-def two_writers_with_the_storage_lock(uri: str) -> list[tuple]:
-    """Create a trips table at ``uri`` and let two threads commit three batches each through
-    mw.write under the storage lock, at once; checks every commit landed and returns the rows
-    (id, value) the table must hold."""
+def two_writers_with_the_storage_lock(uri: str, table_version: int = 8) -> list[tuple]:
+    """Create a trips table at ``uri`` (the metadata table on) and let two threads commit three
+    batches each through mw.write under the storage lock, at once; checks every commit landed
+    and returns the rows (id, value) the table must hold."""
     from tests.conftest import TRIPS_SCHEMA, trips
 
     mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
-                    ordering_field="ts", lock=StorageLock(validity_s=10, renew_interval_s=2))
+                    ordering_field="ts", lock=StorageLock(validity_s=10, renew_interval_s=2),
+                    table_version=table_version)
     errors: list[BaseException] = []
 
     def writer(n: int) -> None:
