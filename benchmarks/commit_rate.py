@@ -2,8 +2,8 @@
 
 W writer processes (``commit_rate_writers``), each appending 100-row batches of new keys to its
 own partition for ``commit_rate_seconds``, all at once: multiwriter (ZooKeeper lock, metadata
-table on) and deltalake's ``write_deltalake(mode="append")`` on the same batches (its own
-optimistic commit, retried up to 15 times), the two systems interleaved per W. Two variants
+table on; with its defaults, and with ``begin_ahead_s``) and deltalake's ``write_deltalake(mode="append")`` on the same batches (its own
+optimistic commit, retried up to 15 times), the three interleaved per W. Two variants
 (:data:`VARIANTS`): a Copy-on-Write table with string keys (the defaults), and a Merge-on-Read
 table with a bucket index (its writers non-blocking, Hudi's default there) with int64 keys. Each landed commit reports its lock hold by step
 (:data:`multiwriter.transaction.STEPS`); the rows of both tables are counted, ours also by hudi-rs.
@@ -49,7 +49,8 @@ def mw_worker(a: dict) -> dict:
     import multiwriter as mw
 
     lock = mw.ZooKeeperLock(connect=a["zk"], base_path="/bench-rate")
-    w = mw.Writer(mw.Table.open(a["path"]), mw.WriterConfig(writer_id=f"r{a['index']}", lock=lock))
+    w = mw.Writer(mw.Table.open(a["path"]), mw.WriterConfig(writer_id=f"r{a['index']}", lock=lock,
+                                                           begin_ahead_s=a.get("begin_ahead_s", 0.0)))
     out = []
     try:
         w.write(_batch(a["index"], 10**6, a["int_keys"]))  # warm up (imports, the first listing): not counted
@@ -95,7 +96,11 @@ def delta_worker(a: dict) -> dict:
     return {"commits": out, "failed": failed}
 
 
-WORKERS = {"multiwriter": mw_worker, "deltalake": delta_worker}
+WORKERS = {"multiwriter": mw_worker, "multiwriter-ahead": mw_worker, "deltalake": delta_worker}
+#: ours with its defaults, ours beginning each next instant in the commit's hold, deltalake
+SYSTEMS = ("multiwriter", "multiwriter-ahead", "deltalake")
+#: ``WriterConfig.begin_ahead_s`` of the begin-ahead runs
+AHEAD_S = 5.0
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -122,7 +127,8 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
     ctl = work / "ctl"
     ctl.mkdir(parents=True)
     path = str(work / "table")
-    if system == "multiwriter":
+    ours = system.startswith("multiwriter")
+    if ours:
         layout = {"table_type": "MERGE_ON_READ", "num_buckets": 2} if variant["mor"] else {}
         mw.Table.create(path, name="bench_rate", schema=EVENT_SCHEMA if variant["int_keys"] else SCHEMA,
                         record_key="id", partition_by=["date"], ordering_field="ts", **layout)
@@ -133,7 +139,8 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", system,
                             json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i,
-                                        "int_keys": variant["int_keys"]})],
+                                        "int_keys": variant["int_keys"],
+                                        "begin_ahead_s": AHEAD_S if system == "multiwriter-ahead" else 0.0})],
                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for i in range(k)]
     while not all((ctl / f"ready-{i}").exists() for i in range(k)):
@@ -160,7 +167,7 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
            "commit_p99_ms": 1000 * _p([c["seconds"] for c in commits], 0.99),
            "failed": sum(r["failed"] for r in res),
            "cpu_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])}
-    if system == "multiwriter":
+    if ours:
         rows = mw.Table.open(path).read(columns=["id"]).num_rows
         from hudi import HudiTableBuilder
 
@@ -198,9 +205,9 @@ def commit_rate(size: dict, work: Path, spark) -> dict:
     out: dict = {"seconds": size["commit_rate_seconds"], "batch_rows": BATCH, "variants": {}}
     with mw.LocalZooKeeper(port=0) as zk:
         for name, variant in VARIANTS.items():
-            got: dict = {"multiwriter": {}, "deltalake": {}}
+            got: dict = {system: {} for system in SYSTEMS}
             for j, k in enumerate(size["commit_rate_writers"]):
-                systems = ["multiwriter", "deltalake"][j % 2:] + ["multiwriter", "deltalake"][:j % 2]
+                systems = list(SYSTEMS[j % len(SYSTEMS):] + SYSTEMS[:j % len(SYSTEMS)])
                 for system in systems:
                     r = _run(system, work / f"{system}-{k}", k, size["commit_rate_seconds"], zk, variant)
                     got[system][str(k)] = r
@@ -224,27 +231,35 @@ def render(r: dict) -> list[str]:
 def _render_variant(name: str, r: dict) -> list[str]:
     from multiwriter.transaction import STEPS
 
-    mw_, dl = r["multiwriter"], r["deltalake"]
+    dl = r["deltalake"]
+    ours = [(label, r[system]) for system, label in (("multiwriter", "defaults"), ("multiwriter-ahead", "begin ahead"))
+            if r.get(system)]
     out = [f"### {name}", "",
-           "| writers | multiwriter commits/s | p50 per commit ms | lock hold p50 ms | p99 ms | begin hold p50 ms "
+           "| writers | multiwriter | commits/s | p50 per commit ms | lock hold p50 ms | p99 ms | begin hold p50 ms "
            "| lock busy | writer CPU ms per commit | cores busy | deltalake commits/s | p50 ms | cores busy "
            "| deltalake failures |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for k in mw_:
-        m, d = mw_[k], dl.get(k, {})
-        out.append(f"| {k} | {m['commits_per_s']:.1f} | {m['commit_p50_ms']:.0f} | {m['lock_hold_p50_ms']:.1f} | "
-                   f"{m['lock_hold_p99_ms']:.1f} | {m['begin_hold_p50_ms']:.1f} | {_pct(m.get('lock_busy'))} | "
-                   f"{m.get('cpu_ms_per_commit', float('nan')):.1f} | {_pct(m.get('cpu_busy'))} | "
-                   f"{d.get('commits_per_s', float('nan')):.1f} | {d.get('commit_p50_ms', float('nan')):.0f} | "
-                   f"{_pct(d.get('cpu_busy'))} | {d.get('failed', '')} |")
-    out += ["", "The commit's lock hold by step (mean ms per commit; p50 in parentheses):", "",
-            "| step | " + " | ".join(f"x{k}" for k in mw_) + " |", "| --- |" + " ---: |" * len(mw_)]
-    for s in STEPS:
-        out.append(f"| {s} | " + " | ".join(f"{mw_[k]['steps_mean_ms'][s]:.2f} ({mw_[k]['steps_p50_ms'][s]:.2f})"
-                                            for k in mw_) + " |")
-    return out + ["", "lock busy: the share of the run some writer held the lock (what grouping commits under one "
-                  "hold could give back at most); cores busy: the machine's CPU over the run, every process (the "
-                  "writers, ZooKeeper, the file system).", ""]
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k in ours[0][1]:
+        d = dl.get(k, {})
+        for label, got in ours:
+            m = got[k]
+            out.append(f"| {k} | {label} | {m['commits_per_s']:.1f} | {m['commit_p50_ms']:.0f} | "
+                       f"{m['lock_hold_p50_ms']:.1f} | {m['lock_hold_p99_ms']:.1f} | {m['begin_hold_p50_ms']:.1f} | "
+                       f"{_pct(m.get('lock_busy'))} | {m.get('cpu_ms_per_commit', float('nan')):.1f} | "
+                       f"{_pct(m.get('cpu_busy'))} | {d.get('commits_per_s', float('nan')):.1f} | "
+                       f"{d.get('commit_p50_ms', float('nan')):.0f} | {_pct(d.get('cpu_busy'))} | {d.get('failed', '')} |")
+    for label, got in ours:
+        out += ["", f"The commit's lock hold by step, {label} (mean ms per commit; p50 in parentheses):", "",
+                "| step | " + " | ".join(f"x{k}" for k in got) + " |", "| --- |" + " ---: |" * len(got)]
+        for s in STEPS:
+            out.append(f"| {s} | " + " | ".join(
+                f"{got[k]['steps_mean_ms'].get(s, 0.0):.2f} ({got[k]['steps_p50_ms'].get(s, 0.0):.2f})"
+                for k in got) + " |")
+    return out + ["", "defaults: `WriterConfig()`; begin ahead: `begin_ahead_s` set, each commit begins the writer's "
+                  "next instant in its own lock hold (one lock round per batch); begin hold: the begin's own lock "
+                  "hold (none when begun ahead); lock busy: the share of the run some writer held the lock (what "
+                  "grouping commits under one hold could give back at most); cores busy: the machine's CPU over the "
+                  "run, every process (the writers, ZooKeeper, the file system).", ""]
 
 
 def _pct(x: float | None) -> str:

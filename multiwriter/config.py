@@ -29,13 +29,14 @@ HUDI_KEYS = {
     "hoodie.parquet.small.file.limit": "small_file_limit_bytes",
     "hoodie.datasource.write.streaming.checkpoint.identifier": "writer_id",
     "multiwriter.on.checkpoint.reset": "on_checkpoint_reset",  # ours: Hudi has no such setting
+    "multiwriter.begin.ahead.ms": "begin_ahead_s",  # ours
     "hoodie.write.set.null.for.missing.columns": "allow_missing_columns",
     "hoodie.record.index.update.partition.path": "update_partition_path",
 }
 #: Hudi judges a writer dead after ``interval * misses``, we after ``interval * (misses + 1)``
 MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
 #: given in milliseconds by Hudi, in seconds here
-MILLIS_KEYS = {"hoodie.write.lock.wait_time_ms", "hoodie.client.heartbeat.interval_in_ms"}
+MILLIS_KEYS = {"hoodie.write.lock.wait_time_ms", "hoodie.client.heartbeat.interval_in_ms", "multiwriter.begin.ahead.ms"}
 
 #: Hudi's ZooKeeper lock provider; selecting it selects :class:`ZooKeeperLock`
 ZK_PROVIDER = "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider"
@@ -130,6 +131,11 @@ class WriterConfig:
     on_checkpoint_reset: str = "fail"
     #: None: non_blocking on Merge-on-Read tables with a bucket index, optimistic elsewhere
     concurrency: str | None = None
+    #: > 0: each commit also begins this writer's next instant in its lock hold (one lock round
+    #: per batch instead of two); that instant stays pending, its heartbeat beating, until the
+    #: next batch takes it, and is given back (deleted) after this many idle seconds or at
+    #: ``close``. For writers fed back to back (a streaming backlog); 0: off
+    begin_ahead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.writer_id, str) or not WRITER_ID_RE.match(self.writer_id):
@@ -175,6 +181,7 @@ class WriterConfig:
         _range("target_file_size_bytes", self.target_file_size_bytes, 1024, 1 << 40)
         _range("small_file_limit_bytes", self.small_file_limit_bytes, 0, 1 << 40)
         _range("driver_max_rows", self.driver_max_rows, 0, 1 << 40)
+        _range("begin_ahead_s", self.begin_ahead_s, 0.0, 3600.0)
 
     @property
     def heartbeat_bound_s(self) -> float:

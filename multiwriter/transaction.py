@@ -37,7 +37,7 @@ from .format import instant as inst
 from .table import bootstrap_state, decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .format.instant import Instant
-from .table.metadata import CommitMetadata, decode_records, rollback_target
+from .table.metadata import CommitMetadata, decode_commit_metadata, decode_records, rollback_target
 from .table.merge_config import MergeConfig
 from .table.properties import PROPERTIES_FILE
 from .table.table import Table
@@ -65,7 +65,7 @@ class TxnTimings:
     commit_hold_s: float = 0.0
     #: the commit's lock hold by step (seconds, the successful or last attempt): decision read,
     #: timeline load, checkpoint, conflict, schema, settings, fence, metadata table, decide,
-    #: completed file, release (see :data:`STEPS`)
+    #: completed file, the next instant begun ahead, release (see :data:`STEPS`)
     steps: dict[str, float] = field(default_factory=dict)
 
     def step(self, name: str, since: float) -> float:
@@ -77,7 +77,7 @@ class TxnTimings:
 
 #: the steps of a commit's lock hold, in order (:attr:`TxnTimings.steps`)
 STEPS = ("decision_read", "timeline_load", "checkpoint", "conflict", "schema", "settings", "fence",
-         "metadata_table", "decide", "completed_file", "release")
+         "metadata_table", "decide", "completed_file", "begin_next", "release")
 
 
 class Transaction:
@@ -118,6 +118,10 @@ class Transaction:
         self._after: decisions.Decision | None = None
         #: the decision this commit created
         self._decided: decisions.Decision | None = None
+        #: the bytes of this commit's completed file, once decided
+        self._completed_data: bytes | None = None
+        #: the writer's next instant, begun in this commit's lock hold (``commit(ahead=True)``)
+        self.next: Transaction | None = None
 
     @classmethod
     def resume(cls, table: Table, lock: TableLock, *, instant: Instant, base: Instant | None,
@@ -162,25 +166,52 @@ class Transaction:
         since = self._acquire()
         try:
             t0 = time.monotonic()
-            tl = self.table.timeline()
-            bootstrap_state.check_writable(tl, self.table.config, table=self.table.path, ours=at)
-            t = self.clock.issue([tl.max_time()]) if at is None else _fixed_time(tl, at)
-            if self.heartbeat is not None:
-                self.heartbeat.start(t)
-            try:
-                self.instant = tlmod.create_requested(self.table.storage, self.table.config, t, action, requested)
-            except BaseException:
-                if self.heartbeat is not None:
-                    self.heartbeat.stop(t)
-                raise
+            self._issue(self.table.timeline(), action, requested, at)
             self.timings.timeline_io_s += time.monotonic() - t0
-            self.base_timeline = tl
-            self.base = tl.last_completed_write()
         finally:
             self._release(since)
         self._state = "begun"
         faults.point("after-requested")
+        assert self.instant is not None
         return self.instant
+
+    def _issue(self, tl: Timeline, action: str, requested: bytes = b"", at: str | None = None) -> None:
+        """Under the lock, from ``tl`` listed under it: a time above every one there, its
+        heartbeat, ``T.<action>.requested``; ``tl`` is the base."""
+        bootstrap_state.check_writable(tl, self.table.config, table=self.table.path, ours=at)
+        t = self.clock.issue([tl.max_time()]) if at is None else _fixed_time(tl, at)
+        if self.heartbeat is not None:
+            self.heartbeat.start(t)
+        try:
+            self.instant = tlmod.create_requested(self.table.storage, self.table.config, t, action, requested)
+        except BaseException:
+            if self.heartbeat is not None:
+                self.heartbeat.stop(t)
+            raise
+        self.base_timeline = tl
+        self.base = tl.last_completed_write()
+
+    def _begin_next(self, tl: Timeline) -> Transaction | None:
+        """In this commit's lock hold, right after its completed file: the writer's next
+        instant, begun as :meth:`begin` would begin it under a lock of its own (the timeline is
+        ``tl`` with this commit completed: nothing else completes while the lock is held). It
+        saves the next batch a lock round; None (the next batch begins as usual) when the lock
+        is no longer known to be ours or the begin fails."""
+        assert self.instant is not None and self._completed_data is not None
+        if not self.lock.is_held():
+            return None
+        nxt = Transaction(self.table, self.lock, writer_id=self.writer_id, heartbeat=self.heartbeat,
+                          lock_timeout_s=self.lock_timeout_s, clock=self.clock, strategy=self.strategy,
+                          non_blocking=self.non_blocking, allow_missing_columns=self.allow_missing_columns)
+        try:
+            meta = decode_commit_metadata(self.instant.action, self._completed_data, source=self.instant.requested_time)
+            nxt._issue(tl.with_completed(self.instant, meta), self.instant.action)
+        except Exception as e:  # noqa: BLE001 -- the commit landed; the next batch begins on its own
+            log.warning("instant %s committed; beginning the next instant in its lock hold failed (%s): the next "
+                        "batch begins on its own", self.instant.requested_time, e)
+            return None
+        nxt._state = "begun"
+        return nxt
 
     def write_inflight(self, planned: CommitMetadata) -> None:
         assert self.instant is not None
@@ -203,6 +234,7 @@ class Transaction:
         inserted_keys: dict[str, Any] | None = None,
         query_id: str | None = None,
         accept_reset: bool = False,
+        ahead: bool = False,
     ) -> Instant:
         """Lock, reload, check conflicts, then the fenced completion step (:meth:`_complete`:
         fence, metadata table, decision, ``<T>_<C>.commit``), unlock.
@@ -215,6 +247,9 @@ class Transaction:
         the commit did not land, CommitStateUnknownError when it may have. Once the completed file exists the
         transaction counts as committed whatever happens next (a failing unlock, an interrupt):
         :meth:`abort` then refuses, so a landed commit never loses its files.
+
+        ``ahead``: also begin this writer's next instant in the same lock hold, after the
+        completed file (:meth:`_begin_next`); it is left in :attr:`next`.
         """
         assert self.instant is not None and self._state == "begun"
         t = self.instant.requested_time
@@ -281,6 +316,10 @@ class Transaction:
             self._complete(tl, metadata)
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
+            if ahead:
+                t2 = time.monotonic()
+                self.next = self._begin_next(tl)
+                steps.step("begin_next", t2)
         finally:
             settings_ahead.close()
             try:
@@ -406,6 +445,7 @@ class Transaction:
             raise CommitStateUnknownError(f"deciding the completion of instant {t} ended without an answer ({e}); "
                                           "re-read the decision log and the timeline before retrying", instant=t) from e
         self._state = "committed"
+        self._completed_data = data
         t0 = steps.step("decide", t0)
         self.instant = Instant(t, action, inst.COMPLETED, completion)
         faults.point("after-decision")

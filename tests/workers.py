@@ -36,6 +36,7 @@ def _config(a: dict):
         writer_id=a["writer"], lock=lock, max_conflict_retries=a.get("retries", 0),
         heartbeat_interval_s=a.get("hb", 1.0), heartbeat_tolerable_misses=a.get("misses", 2),
         lock_timeout_s=a.get("lock_timeout_s", 60.0), executor="driver", retry_backoff_s=0.05,
+        begin_ahead_s=a.get("begin_ahead_s", 0.0),
         **({"allow_missing_columns": a["allow_missing_columns"]} if "allow_missing_columns" in a else {}),
     )
 

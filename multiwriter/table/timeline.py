@@ -150,6 +150,26 @@ class Timeline:
         view._meta_cache = self._meta_cache  # the same files: share what was read
         return view
 
+    def with_completed(self, i: Instant, meta: CommitMetadata) -> Timeline:
+        """This view with ``i``, one of its pending instants, completed with ``meta``: what the
+        completer itself would list next while it still holds the lock (no other instant can
+        complete meanwhile), without listing again."""
+        own = self.find(i.requested_time, i.action)
+        if not i.is_completed or own is None or not own.is_pending:
+            raise ValueError(f"{i} is not a pending instant of this timeline, completed")
+        instants = list(self._instants)
+        bisect.insort(instants, i, key=_order)
+        view = Timeline(self.storage, self.config, instants)
+        view._meta_cache = {**self._meta_cache, self.path_of(i): meta}
+        state = dict(self._state_by_time)
+        state[(i.requested_time, inst.instant_action(i.action))] = i
+        done = list(self._completed_all)
+        bisect.insort(done, i, key=_completion_order)
+        view.__dict__.update(_state_by_time=state, _completed_all=done,
+                             _max_time=max(self._max_time, i.completion_time or ""),
+                             _earliest=self.earliest_time())
+        return view
+
     def completed_after(self, completion_time: str | None) -> list[Instant]:
         """Completed instants that finished strictly after ``completion_time``."""
         done = self._completed_all

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import faults, markers
+from .ahead import AheadInstant, give_back
 from ..config import WriterConfig
 from ..errors import (
     CommitNotLandedError,
@@ -78,6 +79,8 @@ class Writer:
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_loaded = False
         self._rng = random.Random()
+        #: the next instant, begun in the last commit's lock hold (``config.begin_ahead_s``)
+        self._ahead = AheadInstant(config.begin_ahead_s) if config.begin_ahead_s > 0 else None
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
@@ -114,10 +117,11 @@ class Writer:
         attempts = conflicts = 0
         while True:
             attempts += 1
-            txn = Transaction(self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
-                              non_blocking=self.non_blocking,
-                              allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
-                              strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
+            txn = self._begun_ahead(replacing or instant_time is not None) or Transaction(
+                self.table, self.lock, writer_id=wid, heartbeat=self.heartbeat, lock_timeout_s=self.config.lock_timeout_s,
+                non_blocking=self.non_blocking,
+                allow_missing_columns=self.config.allow_missing_columns or self.config.partial_update,
+                strategy=overwrite.OverwriteConflictStrategy() if replacing else None)
             try:
                 result = self._attempt(txn, batch, batch_id, attempts, conflicts, started, extra_metadata, query_id,
                                        at=instant_time)
@@ -141,7 +145,23 @@ class Writer:
                 self._after_failure(txn, batch_id, query_id)
                 raise
             self._after_commit(result, txn, query_id)
+            if self._ahead is not None:
+                self._ahead.keep(txn.next)
             return result
+
+    def _begun_ahead(self, refused: bool) -> Transaction | None:
+        """The instant begun in the last commit's hold, for this batch; ``refused``: this
+        batch needs an instant of its own (an overwrite's replacecommit, a fixed time), and
+        the one begun ahead is given back."""
+        if self._ahead is None:
+            return None
+        if refused:
+            self._ahead.drop("this batch needs an instant of its own")
+            return None
+        txn = self._ahead.take()
+        if txn is not None:
+            faults.point("after-requested")
+        return txn
 
     def _is_replay(self, batch_id: int, query_id: str | None) -> bool:
         """Is this batch already committed (skip it)? Raises CheckpointResetError when the
@@ -180,8 +200,12 @@ class Writer:
             log.warning("writer %s: cleanup after failure also failed: %s", wid, cleanup)
         finally:
             txn.stop_heartbeat()
+            if txn.next is not None:  # begun ahead by a commit that then raised
+                give_back(txn.next, "its commit raised")
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.drop()
         self.heartbeat.close()
         self.lock.close()
 
@@ -197,7 +221,9 @@ class Writer:
         phases: dict[str, float] = {}
         replacing = overwrite.is_overwrite(self.config.operation)
         replaced: set[tuple[str, str]] = set()
-        if replacing:
+        if txn.instant is not None:
+            pass  # begun in the last commit's lock hold
+        elif replacing:
             txn.begin(REPLACE_COMMIT, overwrite.requested_metadata())
         else:
             txn.begin(at=at)
@@ -309,7 +335,8 @@ class Writer:
         wid = self.config.writer_id
         try:
             return txn.commit(meta, checkpoint=(wid, batch_id) if batch_id is not None else None, inserted_keys=inserted,
-                              query_id=query_id, accept_reset=self.config.on_checkpoint_reset == "continue")
+                              query_id=query_id, accept_reset=self.config.on_checkpoint_reset == "continue",
+                              ahead=self._ahead is not None and not overwrite.is_overwrite(self.config.operation))
         except CommitStateUnknownError as e:
             if txn.resolve_unknown():
                 log.warning("writer %s: %s -- re-read the timeline: the commit landed", wid, e)

@@ -49,7 +49,11 @@ Mutants (``Config.mutant``): ``no-liveness-check`` and ``listing-once-without-cl
 timeline listed at the first file, the client never asked) need ``files=2``; ``no-decision`` (complete without the decision log), ``withdraw``
 (the old protocol: no log; after the completed file re-list, and withdraw it when another
 completion appeared), ``no-roll-forward`` (a holder ignores an unmaterialised newest decision),
-``rollback-without-decision`` (the cleaner rolls back without deciding).
+``rollback-without-decision`` (the cleaner rolls back without deciding), ``ahead-after-release``
+(with ``begin_ahead``: the next instant issued after the release, from the view of the hold).
+
+* begin ahead (``begin_ahead``): the writer's acknowledging step also begins its next batch,
+  in the same hold, before the release.
 
 What it abstracts
 -----------------
@@ -79,7 +83,7 @@ from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional
 
 MUTANTS = ("no-decision", "withdraw", "no-roll-forward", "rollback-without-decision", "no-liveness-check",
-           "listing-once-without-client")
+           "listing-once-without-client", "ahead-after-release")
 
 WRITE, ROLLBACK = "commit", "rollback"
 SLOTS = 10
@@ -113,6 +117,9 @@ class Config:
     # data files per batch, each written after the liveness check (``multiwriter.write.guard``):
     # with 2, a writer may pause between its files
     files: int = 1
+    # ``WriterConfig.begin_ahead_s``: after its completed file, still in the commit's lock hold,
+    # a writer of ours begins its next batch's instant (``Transaction._begin_next``)
+    begin_ahead: bool = False
 
     def __post_init__(self) -> None:
         assert self.mutant is None or self.mutant in MUTANTS, self.mutant
@@ -347,8 +354,14 @@ class Model:
             return "is done", self.set_writer(s, i, Writer(pc="done"))
         if s.lock is not None:
             return None
+        return self.begin(s, i, w, spec, max_time(s))
+
+    def begin(self, s: State, i: int, w: Writer, spec: WriterSpec, seen_max: int):
+        """Issue ``T`` above ``seen_max`` (and the writer's clock), write ``T.requested``; the
+        base is what is completed now (under the lock nothing completes between the look and
+        the issue, which is what makes ``seen_max`` current)."""
         group = spec.groups[w.batch]
-        t = self.issue(max(max_time(s), w.clock), i)
+        t = self.issue(max(seen_max, w.clock), i)
         writes = completed_writes(s)
         base_ct = max([c for _, c in writes], default=0)
         base_slice = latest_slice(s, group)
@@ -356,7 +369,7 @@ class Model:
         info = Info(WRITE, i, group, (i, w.batch), rows, frozenset(t2 for t2, _ in writes))
         s = add_info(s._replace(pending=s.pending | {(t, WRITE)}), t, info)
         return f"begins batch {w.batch} as T={t} on {group} (base {base_ct})", self.set_writer(
-            s, i, w._replace(pc="write", t=t, base_ct=base_ct, clock=t))
+            s, i, w._replace(pc="write", t=t, base_ct=base_ct, clock=t, seen_max=0))
 
     def w_write(self, s: State, i: int, w: Writer, spec: WriterSpec):
         """One data file after the liveness check (``guard.check_alive``): the real check lists
@@ -453,8 +466,24 @@ class Model:
         return "re-lists: no race", self.set_writer(s, i, w._replace(pc="ack"))
 
     def w_ack(self, s: State, i: int, w: Writer, spec: WriterSpec):
+        ahead = self.cfg.begin_ahead and spec.kind == "ours" and w.batch + 1 < len(spec.groups)
+        if ahead and self.m != "ahead-after-release":
+            # the next batch's instant, begun in this hold (the writer may have paused past its
+            # lease: the real writer's lock.is_held() cannot always tell, so it begins anyway;
+            # its heartbeat starts then, as a begin's does)
+            nxt = Writer(pc="idle", batch=w.batch + 1, pauses=w.pauses, clock=w.clock)
+            label, s = self.begin(s, i, nxt, spec, max_time(s))
+            s = release(s, i)._replace(acked=s.acked | {w.t})
+            return f"begins ahead: {label}; releases, acknowledges T={w.t}", s
         s = release(s, i)._replace(acked=s.acked | {w.t})
+        if ahead:  # the mutant: the next instant issued after the release, from the view of the hold
+            return f"releases, acknowledges T={w.t}", self.set_writer(
+                s, i, Writer(pc="ahead", batch=w.batch + 1, pauses=w.pauses, clock=w.clock, seen_max=max_time(s)))
         return f"releases, acknowledges T={w.t}", self.next_batch(s, i, w)
+
+    def w_ahead(self, s: State, i: int, w: Writer, spec: WriterSpec):
+        label, s = self.begin(s, i, w, spec, w.seen_max)
+        return f"(no lock) {label}", s
 
     # -- cleaner ----------------------------------------------------------------------------------
     def set_cleaner(self, s: State, c: Cleaner) -> State:

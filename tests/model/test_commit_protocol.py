@@ -26,6 +26,13 @@ REAL = {
     # two data files per batch, each after the liveness check: a writer pausing between them while
     # the cleaner rolls it back, beside a second writer
     "two files per batch, cleaner": Config(writers=(W(), W(pauses=0)), crashes=0, cleaner_pauses=0, files=2),
+    # the next batch begun in the commit's hold (WriterConfig.begin_ahead_s): two writers of two
+    # batches each, one pausing, the cleaner rolling back what lapsed
+    "begin ahead, pausing, cleaner": Config(writers=(W(groups=("g", "g")), W(groups=("g", "g"), pauses=0)),
+                                            cleaner_pauses=0, crashes=0, begin_ahead=True),
+    # begin ahead beside a crash anywhere and two consumer reads
+    "begin ahead, crash": Config(writers=(W(groups=("g", "g"), pauses=0), W()), cleaner=False, consumer_reads=2,
+                                 begin_ahead=True),
 }
 
 
@@ -73,6 +80,21 @@ def test_mutant_is_caught(mutant):
     assert res.violation is not None, f"mutant {mutant} not caught in {res.states} states"
     if expected is not None:
         assert res.violation.invariant == expected
+
+
+def test_begin_ahead_keeps_times_unique_only_inside_the_hold():
+    """Times untagged by issuer (the lock alone makes them unique), no pauses: the next instant
+    begun inside the commit's hold never repeats a time; issued after the release from the view
+    of the hold, it repeats the time a writer that began meanwhile issued."""
+    cfg = dict(writers=(W(groups=("g", "g"), pauses=0), W(pauses=0)), cleaner=False, crashes=0, unique_times=False,
+               begin_ahead=True)
+    real = check(Config(**cfg), max_states=400_000)
+    assert real.violation is None, str(real.violation)
+    assert real.final_states > 0
+    res = check(Config(**cfg, mutant="ahead-after-release"), max_states=400_000, only="instant times unique")
+    print(f"\n{res.violation}")
+    assert res.violation is not None
+    assert any("(no lock) begins batch 1" in step for step in res.violation.trace)
 
 
 # What the model finds in the protocol as first written (kept as tests: each is a counterexample
