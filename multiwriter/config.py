@@ -131,10 +131,11 @@ class WriterConfig:
     on_checkpoint_reset: str = "fail"
     #: None: non_blocking on Merge-on-Read tables with a bucket index, optimistic elsewhere
     concurrency: str | None = None
-    #: > 0: each commit also begins this writer's next instant in its lock hold (one lock round
-    #: per batch instead of two); that instant stays pending, its heartbeat beating, until the
-    #: next batch takes it, and is given back (deleted) after this many idle seconds or at
-    #: ``close``. For writers fed back to back (a streaming backlog); 0: off
+    #: > 0: each commit that rewrote no file group (appends; Merge-on-Read log writes) also
+    #: begins this writer's next instant in its lock hold (one lock round per batch instead of
+    #: two); that instant stays pending, its heartbeat beating, until the next batch takes it,
+    #: and is given back (deleted) after this many idle seconds or at ``close``. For writers fed
+    #: back to back (a streaming backlog); 0: off
     begin_ahead_s: float = 0.0
 
     def __post_init__(self) -> None:

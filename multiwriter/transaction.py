@@ -135,10 +135,11 @@ class Transaction:
         return txn
 
     # -- lock helpers ------------------------------------------------------------
-    def _acquire(self) -> float:
+    def _acquire(self, fenced: bool = False) -> float:
+        """``fenced``: a commit's acquire, whose fence probes the lock before it completes."""
         holder = HolderInfo(self.writer_id, socket.gethostname(), os.getpid(), self.instant.requested_time if self.instant else None)
         t0 = time.monotonic()
-        self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder)
+        self.lock.acquire(timeout_s=self.lock_timeout_s, holder=holder, fenced=fenced)
         t1 = time.monotonic()
         self.timings.lock_wait_s += t1 - t0
         return t1
@@ -207,8 +208,8 @@ class Transaction:
             meta = decode_commit_metadata(self.instant.action, self._completed_data, source=self.instant.requested_time)
             nxt._issue(tl.with_completed(self.instant, meta), self.instant.action)
         except Exception as e:  # noqa: BLE001 -- the commit landed; the next batch begins on its own
-            log.warning("instant %s committed; beginning the next instant in its lock hold failed (%s): the next "
-                        "batch begins on its own", self.instant.requested_time, e)
+            log.warning("instant %s: beginning the next instant in its lock hold failed (%s): it begins on its own",
+                        self.instant.requested_time, e)
             return None
         nxt._state = "begun"
         return nxt
@@ -249,7 +250,8 @@ class Transaction:
         :meth:`abort` then refuses, so a landed commit never loses its files.
 
         ``ahead``: also begin this writer's next instant in the same lock hold, after the
-        completed file (:meth:`_begin_next`); it is left in :attr:`next`.
+        completed file (:meth:`_begin_next`), unless this commit rewrote file groups (an
+        optimistic writer's updates); it is left in :attr:`next`.
         """
         assert self.instant is not None and self._state == "begun"
         t = self.instant.requested_time
@@ -272,7 +274,10 @@ class Transaction:
         # every writer's checkpoint as of our base: read outside the lock; under it only the
         # commits completed since are added (see _checkpoints)
         carried = ckpt.carried_entries(self.base_timeline) if checkpoint is not None and self.base_timeline else {}
-        since = self._acquire()
+        # under the lock nothing is written before the fence but idempotent repairs (the
+        # roll-forward of a decision, final whoever writes it; metadata partitions we do not
+        # maintain dropped from the settings), so the fence's probe alone confirms the lock
+        since = self._acquire(fenced=True)
         steps = self.timings
         steps.steps = {}
         settings_ahead = ExitStack()
@@ -316,7 +321,9 @@ class Transaction:
             self._complete(tl, metadata)
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
-            if ahead:
+            # not after rewriting file groups another writer may be rewriting too: its next batch
+            # would begin before the loser's retry, again and again, and win every race
+            if ahead and (self.non_blocking or not ours):
                 t2 = time.monotonic()
                 self.next = self._begin_next(tl)
                 steps.step("begin_next", t2)

@@ -268,8 +268,8 @@ class _MarkedLock:
     def __init__(self, inner, counter) -> None:
         self.inner, self.counter = inner, counter
 
-    def acquire(self, timeout_s=None, holder=None) -> None:
-        self.inner.acquire(timeout_s, holder)
+    def acquire(self, timeout_s=None, holder=None, **kw) -> None:
+        self.inner.acquire(timeout_s, holder, **kw)
         self.counter.requests.append(("LOCK", "", ""))
 
     def release(self) -> None:

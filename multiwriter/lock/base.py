@@ -191,10 +191,13 @@ class TableLock(ABC):
     """One lock on one table, as used by one writer (not re-entrant; not shared between threads)."""
 
     @abstractmethod
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None, *,
+                fenced: bool = False) -> None:
         """Block until held. ``LockAcquireTimeout`` after ``timeout_s`` (None: the provider's
         default); ``LockError`` if the backend cannot be reached or the lock is already held by
-        this object."""
+        this object. ``fenced``: the caller calls :meth:`check` before anything it does under
+        the lock can matter (a commit's fence), so the lock need not be confirmed on its server
+        right after it was taken (ZooKeeper: a round trip less in every handoff)."""
 
     @abstractmethod
     def release(self) -> None:

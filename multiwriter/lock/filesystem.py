@@ -154,7 +154,8 @@ class _FileTableLock(TableLock):
         self._renewer: threading.Thread | None = None
 
     # -- acquire -------------------------------------------------------------------------------
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None, *,
+                fenced: bool = False) -> None:
         if self._token is not None:
             raise LockError(f"the file lock of table {self.table_id} is already held by this writer; release it first")
         timeout = resolve_timeout(timeout_s, self.p.acquire_timeout_s)

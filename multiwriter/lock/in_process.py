@@ -60,7 +60,8 @@ class _InProcessTableLock(TableLock):
         self._default_timeout_s = default_timeout_s
         self._held = False
 
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None, *,
+                fenced: bool = False) -> None:
         if self._held:
             raise LockError(f"the in-process lock of table {self.table_id} is already held by this writer")
         timeout = resolve_timeout(timeout_s, self._default_timeout_s)

@@ -397,7 +397,8 @@ class StorageTableLock(TableLock):
         self.pause_renewals = threading.Event()
 
     # -- acquire ------------------------------------------------------------------------------
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None, *,
+                fenced: bool = False) -> None:
         if self._owner is not None:
             raise LockError(f"the storage lock of table {self.table_id} is already held by this writer; release it first")
         timeout = resolve_timeout(timeout_s, self.p.acquire_timeout_s)

@@ -575,7 +575,8 @@ class ZooKeeperTableLock(TableLock):
         return self._node
 
     # -- acquire -----------------------------------------------------------------------------
-    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None) -> None:
+    def acquire(self, timeout_s: float | None = None, holder: HolderInfo | None = None, *,
+                fenced: bool = False) -> None:
         if self._node is not None:
             raise LockError(f"the ZooKeeper lock of table {self.table_id} is already held by this writer; release it first")
         timeout = resolve_timeout(timeout_s, self.provider.acquire_timeout_s)
@@ -616,7 +617,7 @@ class ZooKeeperTableLock(TableLock):
                     "writer is committing, or its process hangs while holding the lock (it is released when its "
                     "session expires): retry, or raise the lock timeout"
                 )
-            self._take(shared, f"{self.path}/{recipe.node}")
+            self._take(shared, f"{self.path}/{recipe.node}", confirm=not fenced)
             acquired = True
         finally:
             self._report_wait(clock, holder, time.monotonic() - started, acquired)
@@ -685,13 +686,17 @@ class ZooKeeperTableLock(TableLock):
         elif recipe.create_tried:
             shared.add_orphan(recipe.create_path)  # a create whose reply may have been lost: by prefix
 
-    def _take(self, shared: _SharedClient, node: str) -> None:
+    def _take(self, shared: _SharedClient, node: str, confirm: bool = True) -> None:
         """Become the holder, then confirm: a session event between kazoo's last look and our
-        listener registration would otherwise go unnoticed."""
+        listener registration would otherwise go unnoticed. A fenced acquire skips the
+        confirmation: its caller's :meth:`check` probes the same before anything it does
+        under the lock can matter."""
         client_id = shared.client.client_id
         self._shared, self._node, self._lost = shared, node, None
         self._session = self._folder_session = client_id[0] if client_id else None
         shared.watch(self)
+        if not confirm:
+            return
         why = self._probe()
         if why is not None:
             self.release()

@@ -29,8 +29,8 @@ class _Losable:
         self.inner, self.provider = inner, provider
         self.table_id = inner.table_id
 
-    def acquire(self, timeout_s=None, holder=None) -> None:
-        self.inner.acquire(timeout_s, holder)
+    def acquire(self, timeout_s=None, holder=None, **kw) -> None:
+        self.inner.acquire(timeout_s, holder, **kw)
 
     def release(self) -> None:
         self.inner.release()

@@ -446,3 +446,28 @@ def test_the_lock_folder_is_ensured_once_per_session_and_again_when_it_went(prov
     lk.acquire(timeout_s=5, holder=HOLDER)
     lk.release()
     assert ensured.count(lk.path) == 3
+
+
+def test_a_fenced_acquire_skips_the_confirmation_and_its_fence_still_catches_a_lost_node(providers, kazoo,
+                                                                                       monkeypatch):
+    """A commit's acquire (``fenced=True``) makes one round trip less (no probe right after the
+    lock is taken: the commit's fence probes before anything it does can matter); a lock node
+    lost in that window still fails the fence."""
+    from kazoo.client import KazooClient
+
+    probes: list[str] = []
+    original = KazooClient.exists_async
+    monkeypatch.setattr(KazooClient, "exists_async",
+                        lambda self, path, watch=None: ("-lock-" in path and probes.append(path))
+                        or original(self, path, watch))
+    lk = providers().for_table("fenced-t", None)
+    lk.acquire(timeout_s=5, holder=HOLDER)
+    assert len(probes) == 1  # the confirmation
+    lk.release()
+    lk.acquire(timeout_s=5, holder=HOLDER, fenced=True)
+    assert len(probes) == 1 and lk.is_held()
+    kazoo().delete(lk.node_path)  # lost before the fence
+    with pytest.raises(LockLostError, match="gone"):
+        lk.check()
+    assert len(probes) == 2
+    lk.release()
