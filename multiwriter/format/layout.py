@@ -15,6 +15,8 @@ from ..errors import InvalidRecordError, UnsafePathError
 HOODIE = ".hoodie"
 TEMP_DIR = f"{HOODIE}/.temp"
 HEARTBEAT_DIR = f"{HOODIE}/.heartbeat"
+#: writers' claims on file groups they lost a race on (``multiwriter.write.claims``)
+CLAIMS_DIR = f"{TEMP_DIR}/claims"
 PARTITION_METADATA = ".hoodie_partition_metadata"
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 MAX_SEGMENT_BYTES = 255
@@ -106,6 +108,18 @@ def checked_time(instant_time: str) -> str:
         raise UnsafePathError(f"{str(instant_time)[:200]!r} is not an instant time; no marker or heartbeat path is "
                               "built from it", path=str(instant_time))
     return instant_time
+
+
+#: a writer id as a file name: the characters ``WriterConfig`` admits, never ``.`` or ``..``
+_WRITER_RE = re.compile(r"^(?!\.{1,2}\Z)[A-Za-z0-9_.-]{1,128}\Z")
+
+
+def claim_path(writer_id: str) -> str:
+    """``.hoodie/.temp/claims/<writer>.json``; :class:`UnsafePathError` for anything but a writer id."""
+    if not isinstance(writer_id, str) or not _WRITER_RE.match(writer_id):
+        raise UnsafePathError(f"{str(writer_id)[:200]!r} is not a writer id; no claim path is built from it",
+                              path=str(writer_id))
+    return f"{CLAIMS_DIR}/{writer_id}.json"
 
 
 def marker_dir(instant_time: str) -> str:

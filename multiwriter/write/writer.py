@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from ..table.table import Table
 from ..errors import ConfigError, DuplicateBatchError
 from ..checkpoint import Checkpoint
 from ..transaction import Transaction, last_checkpoint_entry, reset_error
-from . import bloom, guard, overwrite
+from . import bloom, claims, guard, overwrite
 from . import spark as spark_path
 from .executor import MergedInserts, OldReads, run_on_driver, start_gather
 from .index import KeyIndex
@@ -81,6 +82,9 @@ class Writer:
         self._rng = random.Random()
         #: the next instant, begun in the last commit's lock hold (``config.begin_ahead_s``)
         self._ahead = AheadInstant(config.begin_ahead_s) if config.begin_ahead_s > 0 else None
+        #: the others' claims on file groups (:mod:`.claims`); ours while this batch retries a lost race
+        self._claims = claims.ClaimBoard(table, config.writer_id)
+        self._lost: tuple[frozenset[tuple[str, str]], float] | None = None
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
@@ -133,9 +137,12 @@ class Writer:
                 return CommitResult(None, skipped=True, attempts=attempts, batch_id=batch_id)
             except (WriteConflictError, LockAcquireTimeout, CommitNotLandedError) as e:
                 txn.abort()
+                if isinstance(e, WriteConflictError) and e.file_groups:
+                    self._lose(e.file_groups)
                 conflicts += isinstance(e, WriteConflictError)
                 self.metrics.commit(name, wid, "conflict" if isinstance(e, WriteConflictError) else "failed")
                 if attempts > self.config.max_conflict_retries:
+                    self._drop_claim()
                     raise _gave_up(e, attempts, self.config.max_conflict_retries) from e
                 log.warning("writer %s attempt %d: %s; retrying with a new instant", wid, attempts, e)
                 self.metrics.retry(name, wid)
@@ -145,9 +152,20 @@ class Writer:
                 self._after_failure(txn, batch_id, query_id)
                 raise
             self._after_commit(result, txn, query_id)
+            self._drop_claim()
             if self._ahead is not None:
                 self._ahead.keep(txn.next)
             return result
+
+    def _lose(self, groups: list) -> None:
+        """This batch lost a race on ``groups``: its retry claims them (:mod:`.claims`)."""
+        lost = frozenset((str(p), str(f)) for p, f in groups)
+        self._lost = (lost | self._lost[0], self._lost[1]) if self._lost else (lost, time.time())
+
+    def _drop_claim(self) -> None:
+        if self._lost is not None:
+            self._lost = None
+            claims.drop(self.table.storage, self.config.writer_id)
 
     def _begun_ahead(self, refused: bool) -> Transaction | None:
         """The instant begun in the last commit's hold, for this batch; ``refused``: this
@@ -202,8 +220,10 @@ class Writer:
             txn.stop_heartbeat()
             if txn.next is not None:  # begun ahead by a commit that then raised
                 give_back(txn.next, "its commit raised")
+            self._drop_claim()
 
     def close(self) -> None:
+        self._drop_claim()
         if self._ahead is not None:
             self._ahead.drop()
         self.heartbeat.close()
@@ -230,6 +250,8 @@ class Writer:
         assert txn.instant is not None and txn.base_timeline is not None
         t = txn.instant.requested_time
         tl = txn.base_timeline
+        if self._lost is not None:  # a retry of a lost race claims its groups for this instant
+            claims.put(self.table.storage, claims.Claim(self.config.writer_id, self._lost[0], self._lost[1], t))
         schema = batch.evolved_schema(self.table.schema(tl))
         ctx = context(self.table.storage.uri, t, schema, self.table.config.ordering_field, len(self.table.config.partition_by) or 1,
                       tuple(self.table.config.record_key), log_append=self.table.config.merge_on_read, config=self.table.config)
@@ -281,6 +303,10 @@ class Writer:
             meta = overwrite.replace_metadata(meta, replaced)
         markers.reconcile(self.table.storage, t, [p for s in stats for p in s.written])  # extra files of retried tasks
         t1 = time.monotonic()
+        rewritten = set() if self.non_blocking else {(s.partition_path, s.file_id) for s in meta.all_stats()
+                                                      if not s.creates_file_group}
+        claim_wait = self._claims.wait_for_older(rewritten, self._lost[1] if self._lost else math.inf,
+                                                 self.config.heartbeat_bound_s)
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
@@ -298,7 +324,7 @@ class Writer:
             phases=phases,
             protocol={"lock_wait": txn.timings.lock_wait_s, "lock_hold": txn.timings.lock_hold_s,
                       "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s,
-                      "commit_hold": txn.timings.commit_hold_s,
+                      "commit_hold": txn.timings.commit_hold_s, "claim_wait": claim_wait,
                       **{f"hold_{k}": v for k, v in txn.timings.steps.items()}},
         )
 
