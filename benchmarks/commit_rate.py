@@ -68,6 +68,41 @@ def mw_worker(a: dict) -> dict:
     return {"commits": out, "failed": 0}
 
 
+def shared_worker(a: dict) -> dict:
+    """One of two writers upserting every key of one file group (:func:`shared_group`): numbered
+    batches, each sent again until it lands, as a streaming query does."""
+    import multiwriter as mw
+    from multiwriter.errors import MultiWriterError
+
+    lock = mw.ZooKeeperLock(connect=a["zk"], base_path="/bench-rate")
+    w = mw.Writer(mw.Table.open(a["path"]), mw.WriterConfig(
+        writer_id=f"s{a['index']}", lock=lock, max_conflict_retries=100, retry_backoff_max_s=0.4))
+    ids = np.arange(SHARED_KEYS)
+    acks, errors, b = [], 0, 0
+    try:
+        deadline = _wait_go(Path(a["ctl"]), a["index"])
+        while time.time() < deadline:
+            batch = _shared_batch(ids, a["index"], b)
+            while True:
+                try:
+                    r = w.write(batch, batch_id=b)
+                    break
+                except MultiWriterError:
+                    errors += 1
+            acks.append({"at": time.time(), "conflicts": r.conflicts, "claim_wait": r.protocol.get("claim_wait", 0.0)})
+            b += 1
+    finally:
+        w.close()
+        lock.close()
+    return {"acks": acks, "errors": errors}
+
+
+def _shared_batch(ids: np.ndarray, writer: int, b: int):
+    from . import data
+
+    return data.rows(ids, np.array([data.DAYS[0]] * len(ids)), 1 + b, writer * 1000 + b)
+
+
 def delta_worker(a: dict) -> dict:
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
@@ -96,7 +131,10 @@ def delta_worker(a: dict) -> dict:
     return {"commits": out, "failed": failed}
 
 
-WORKERS = {"multiwriter": mw_worker, "multiwriter-ahead": mw_worker, "deltalake": delta_worker}
+WORKERS = {"multiwriter": mw_worker, "multiwriter-ahead": mw_worker, "deltalake": delta_worker,
+           "shared": shared_worker}
+#: keys of the one file group two writers upsert in :func:`shared_group`
+SHARED_KEYS = 40
 #: ours with its defaults, ours beginning each next instant in the commit's hold, deltalake
 SYSTEMS = ("multiwriter", "multiwriter-ahead", "deltalake")
 #: ``WriterConfig.begin_ahead_s`` of the begin-ahead runs
@@ -199,6 +237,61 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
     return out
 
 
+def shared_group(work: Path, seconds: float, zk) -> dict:
+    """Two writer processes upserting every key of one file group (Copy-on-Write, string keys)
+    for ``seconds``: how the commits split between them, the longest time one sat between two of
+    its commits, the conflicts; the rows are checked against the last commit (ours and hudi-rs)."""
+    import multiwriter as mw
+
+    from .data import SCHEMA
+    from .peers import reset
+
+    reset(work)
+    ctl = work / "ctl"
+    ctl.mkdir(parents=True)
+    path = str(work / "table")
+    mw.Table.create(path, name="bench_shared", schema=SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", "shared",
+                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i})],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    while not all((ctl / f"ready-{i}").exists() for i in range(2)):
+        if any(p.poll() is not None for p in ps):
+            break
+        time.sleep(0.02)
+    t0 = time.time()
+    (ctl / "go.tmp").write_text(repr(t0 + seconds))
+    os.replace(ctl / "go.tmp", ctl / "go")
+    res = []
+    for p in ps:
+        o, e = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"shared file group: a writer failed ({p.returncode}): {e[-3000:]}")
+        res.append(json.loads(o.strip().splitlines()[-1]))
+    t = mw.Table.open(path)
+    from hudi import HudiTableBuilder
+
+    ours = t.read(columns=["id", "ts"])
+    hudi_rows = sum(b.num_rows for b in HudiTableBuilder.from_base_uri(path).build().read())
+    if ours.num_rows != SHARED_KEYS or hudi_rows != SHARED_KEYS or len({f for f in _groups(t)}) != 1:
+        raise AssertionError(f"shared file group: {ours.num_rows} rows (hudi-rs {hudi_rows}), expected {SHARED_KEYS}")
+    out = {"seconds": seconds, "writers": []}
+    for r in res:
+        times = [t0] + [a["at"] for a in r["acks"]]
+        out["writers"].append({"commits": len(r["acks"]), "conflicts": sum(a["conflicts"] for a in r["acks"]),
+                               "longest_gap_s": max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0),
+                               "claim_wait_s": sum(a["claim_wait"] for a in r["acks"]), "errors": r["errors"]})
+    counts = sorted(w["commits"] for w in out["writers"])
+    out["ratio"] = counts[-1] / max(1, counts[0])
+    return out
+
+
+def _groups(t) -> set[tuple[str, str]]:
+    tl = t.timeline()
+    return {(s.partition_path, s.file_id) for i in tl.completed_writes() for s in tl.commit_metadata(i).all_stats()}
+
+
 def commit_rate(size: dict, work: Path, spark) -> dict:
     import multiwriter as mw
 
@@ -215,6 +308,10 @@ def commit_rate(size: dict, work: Path, spark) -> dict:
                           + (f", lock hold p50 {r['lock_hold_p50_ms']:.1f} p99 {r['lock_hold_p99_ms']:.1f} ms"
                              if "lock_hold_p50_ms" in r else ""), flush=True)
             out["variants"][name] = got
+        out["shared_group"] = shared_group(work / "shared", size["commit_rate_seconds"], zk)
+        s = out["shared_group"]
+        print(f"   shared file group: {[w['commits'] for w in s['writers']]} commits, longest gaps "
+              f"{[round(w['longest_gap_s'], 2) for w in s['writers']]} s", flush=True)
     return out
 
 
@@ -225,7 +322,18 @@ def render(r: dict) -> list[str]:
            f"partition, {r['seconds']} s; ZooKeeper lock, metadata table on)", ""]
     for name, v in variants.items():
         out += _render_variant(name, v)
+    if r.get("shared_group"):
+        out += _render_shared(r["shared_group"])
     return out
+
+
+def _render_shared(s: dict) -> list[str]:
+    out = [f"### Two writers upserting one file group ({SHARED_KEYS} keys, Copy-on-Write, {s['seconds']} s)", "",
+           "| writer | commits | conflicts | longest time between two of its commits s | waited for the other's claims s |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for i, w in enumerate(s["writers"]):
+        out.append(f"| {i + 1} | {w['commits']} | {w['conflicts']} | {w['longest_gap_s']:.2f} | {w['claim_wait_s']:.2f} |")
+    return out + ["", f"The busier writer committed {s['ratio']:.2f}x the other's batches.", ""]
 
 
 def _render_variant(name: str, r: dict) -> list[str]:

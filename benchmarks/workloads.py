@@ -347,7 +347,7 @@ _MOR_NBCC = {
     "mdt_long_run_clean_every": {"small": 10, "full": 10},
     "mdt_long_run_rows": {"small": 100, "full": 100},
     "mdt_long_run_partitions": {"small": 5, "full": 5},
-    "commit_rate_writers": {"small": [1, 4, 8], "full": [1, 4, 8, 16]},
+    "commit_rate_writers": {"small": [1, 4, 8, 16], "full": [1, 4, 8, 16]},
     "commit_rate_seconds": {"small": 8, "full": 20},
     "stats_rows": {"small": 1_000_000, "full": 4_000_000},
     "stats_batch": {"small": 2000, "full": 2000},

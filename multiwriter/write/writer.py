@@ -85,6 +85,8 @@ class Writer:
         #: the others' claims on file groups (:mod:`.claims`); ours while this batch retries a lost race
         self._claims = claims.ClaimBoard(table, config.writer_id)
         self._lost: tuple[frozenset[tuple[str, str]], float] | None = None
+        #: seconds this batch waited for others' claims, over its attempts
+        self._claim_wait = 0.0
 
     # -- public -------------------------------------------------------------------------
     def last_checkpoint(self) -> int | None:
@@ -119,6 +121,7 @@ class Writer:
         if batch.empty and not replacing:  # an empty overwrite still empties the table
             return CommitResult(None, batch_id=batch_id, duration_s=time.monotonic() - started)
         attempts = conflicts = 0
+        self._claim_wait = 0.0  # over every attempt of this batch
         while True:
             attempts += 1
             txn = self._begun_ahead(replacing or instant_time is not None) or Transaction(
@@ -305,8 +308,8 @@ class Writer:
         t1 = time.monotonic()
         rewritten = set() if self.non_blocking else {(s.partition_path, s.file_id) for s in meta.all_stats()
                                                       if not s.creates_file_group}
-        claim_wait = self._claims.wait_for_older(rewritten, self._lost[1] if self._lost else math.inf,
-                                                 self.config.heartbeat_bound_s)
+        self._claim_wait += self._claims.wait_for_older(rewritten, self._lost[1] if self._lost else math.inf,
+                                                        self.config.heartbeat_bound_s)
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started
@@ -324,7 +327,7 @@ class Writer:
             phases=phases,
             protocol={"lock_wait": txn.timings.lock_wait_s, "lock_hold": txn.timings.lock_hold_s,
                       "conflict_check": txn.timings.conflict_check_s, "timeline_io": txn.timings.timeline_io_s,
-                      "commit_hold": txn.timings.commit_hold_s, "claim_wait": claim_wait,
+                      "commit_hold": txn.timings.commit_hold_s, "claim_wait": self._claim_wait,
                       **{f"hold_{k}": v for k, v in txn.timings.steps.items()}},
         )
 
