@@ -68,7 +68,12 @@ class Claim:
 
 
 def put(storage: Storage, claim: Claim) -> None:
-    storage.write_bytes(layout.claim_path(claim.writer), claim.to_bytes())
+    """Write (or replace) ``claim``; a failure is logged: the retry goes on without it."""
+    try:
+        storage.write_bytes(layout.claim_path(claim.writer), claim.to_bytes())
+    except OSError as e:
+        log.warning("could not write the claim of writer %s on %d file groups (%s); its retry goes on without it",
+                    claim.writer, len(claim.groups), e)
 
 
 def drop(storage: Storage, writer: str) -> None:
@@ -109,7 +114,12 @@ class ClaimBoard:
         now = time.monotonic()
         remote = self.table.storage.is_s3 or self.table.storage.is_gcs
         if not remote or now - self._listed >= REMOTE_LIST_S:
-            self._claims, self._listed = read_all(self.table.storage), now
+            try:
+                self._claims = read_all(self.table.storage)
+            except OSError as e:  # claims only order writers: the commit goes on without them
+                log.warning("could not read the writers' claims (%s); committing without them", e)
+                self._claims = []
+            self._listed = now
         return [c for c in self._claims if c.writer != self.writer]
 
     def wait_for_older(self, groups: set[tuple[str, str]], since: float, bound_s: float) -> float:
@@ -126,7 +136,11 @@ class ClaimBoard:
         remote = self.table.storage.is_s3 or self.table.storage.is_gcs
         waited_for: set[str] = set()
         while True:
-            tl = self.table.timeline()
+            try:
+                tl = self.table.timeline()
+            except OSError as e:
+                log.warning("could not list the timeline while waiting for claims (%s); committing", e)
+                break
             ahead = [c for c in ahead if (i := tl.find(c.instant)) is not None and i.is_pending]
             if not ahead or time.monotonic() >= deadline:
                 break

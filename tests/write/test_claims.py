@@ -140,3 +140,33 @@ def test_a_lost_race_claims_its_groups_for_the_retry_and_the_claim_goes_when_it_
     assert not Path(table_path, layout.claim_path("loser")).exists()
     expected = [(str(k), 7.0 if k < 2 else 5.0) for k in range(5)]
     assert rows(mw.Table.open(table_path).read(), ["id", "value"]) == expected
+
+
+def test_a_claims_store_that_fails_never_fails_a_batch(trips_table, table_path, monkeypatch):
+    """Claims only order writers: a store refusing their files leaves the batch to land."""
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(writer_id="seed", lock=mw.InProcessLock()))
+    claims.put(trips_table.storage, claims.Claim("other", frozenset({_group(table_path)}), 1.0, "20261130000000123"))
+    storage_type = type(trips_table.storage)
+    original_read, original_write = storage_type.read_bytes, storage_type.write_bytes
+
+    def read_bytes(self, rel):
+        if rel.startswith(layout.CLAIMS_DIR):
+            raise OSError("claims unreadable")
+        return original_read(self, rel)
+
+    def write_bytes(self, rel, data):
+        if rel.startswith(layout.CLAIMS_DIR):
+            raise OSError("claims unwritable")
+        return original_write(self, rel, data)
+
+    monkeypatch.setattr(storage_type, "read_bytes", read_bytes)
+    monkeypatch.setattr(storage_type, "write_bytes", write_bytes)
+    w = _writer(table_path, "w")
+    try:
+        r = w.write(trips(range(3), value=4.0))
+        w._lose([_group(table_path)])  # as after a lost race: its next attempt writes a claim
+        r2 = w.write(trips(range(3), value=5.0))
+    finally:
+        w.close()
+    assert r.instant is not None and r2.instant is not None and r.protocol["claim_wait"] == 0.0
+    assert rows(mw.Table.open(table_path).read(), ["id", "value"])[:3] == [(str(k), 5.0) for k in range(3)]
