@@ -83,7 +83,6 @@ NUMERIC = {
     "hoodie.write.lock.num_retries": ("max_conflict_retries", 1),
     "hoodie.write.lock.wait_time_ms_between_retry": ("retry_backoff_s", 0.001),
     "hoodie.parquet.max.file.size": ("target_file_size_bytes", 1),
-    "multiwriter.begin.ahead.ms": ("begin_ahead_s", 0.001),
 }
 #: Hudi's table settings for change data capture, taken when the data source creates the table
 CDC_ENABLED = cdc_table.ENABLED_KEY

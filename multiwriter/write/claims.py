@@ -122,18 +122,21 @@ class ClaimBoard:
             self._listed = now
         return [c for c in self._claims if c.writer != self.writer]
 
-    def wait_for_older(self, groups: set[tuple[str, str]], since: float, bound_s: float) -> float:
+    def wait_for_older(self, groups: set[tuple[str, str]], since: float, bound_s: float,
+                       others_pending: bool = True) -> float:
         """Before committing a rewrite of ``groups``: wait while a claim older than ``since``
         (ours, or +inf when this batch lost no race) on one of them has its instant pending, at
-        most ``bound_s``. Returns the seconds waited."""
-        if not groups:
+        most ``bound_s``. Returns the seconds waited. ``others_pending``: whether the writer's
+        base showed a pending write of another writer (a claim stands only while its instant
+        is pending); without one an object store's claims are not listed (a request saved)."""
+        remote = self.table.storage.is_s3 or self.table.storage.is_gcs
+        if not groups or (remote and not others_pending):
             return 0.0
         ahead = [c for c in self._others() if c.groups & groups and c.older_than(since, self.writer)]
         if not ahead:
             return 0.0
         started = time.monotonic()
         deadline = started + bound_s
-        remote = self.table.storage.is_s3 or self.table.storage.is_gcs
         waited_for: set[str] = set()
         while True:
             try:

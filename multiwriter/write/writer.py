@@ -34,7 +34,7 @@ from ..metrics import Metrics
 from ..metrics import default as default_metrics
 from ..redact import redact
 from ..result import CommitResult
-from ..format.instant import DELTA_COMMIT, REPLACE_COMMIT, Instant
+from ..format.instant import DELTA_COMMIT, REPLACE_COMMIT, WRITE_ACTIONS, Instant
 from ..table.metadata import CommitMetadata, WriteStat
 from ..format.schema import arrow_to_avro_json, check_compatible, data_schema
 from ..table.snapshot import Snapshot
@@ -308,8 +308,9 @@ class Writer:
         t1 = time.monotonic()
         rewritten = set() if self.non_blocking else {(s.partition_path, s.file_id) for s in meta.all_stats()
                                                       if not s.creates_file_group}
+        others = any(i.requested_time != t for i in tl.pending(WRITE_ACTIONS))
         self._claim_wait += self._claims.wait_for_older(rewritten, self._lost[1] if self._lost else math.inf,
-                                                        self.config.heartbeat_bound_s)
+                                                        self.config.heartbeat_bound_s, others_pending=others)
         instant = self._commit(txn, meta, batch_id, inserted, query_id, keep_columns=ctx.keep_columns)
         phases["commit"] = time.monotonic() - t1
         phases["total"] = time.monotonic() - started

@@ -53,7 +53,8 @@ completion appeared), ``no-roll-forward`` (a holder ignores an unmaterialised ne
 (with ``begin_ahead``: the next instant issued after the release, from the view of the hold).
 
 * begin ahead (``begin_ahead``): the writer's acknowledging step also begins its next batch,
-  in the same hold, before the release.
+  in the same hold, before the release. The real writer does so only after a commit that
+  rewrote no file group; the model does it after every commit, a superset of its behaviours.
 
 What it abstracts
 -----------------
