@@ -155,6 +155,32 @@ def _p(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
 
 
+def _workers(label: str, system: str, ctl: Path, seconds: float, args: list[dict]) -> tuple[float, list[dict], float]:
+    """A worker process per ``args`` (``python -m benchmarks.commit_rate <system>``), all let go
+    at once when every one is ready, for ``seconds``: (the start, what each printed, the share of
+    the machine's CPU busy over the run)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", system, json.dumps(a)], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in args]
+    while not all((ctl / f"ready-{i}").exists() for i in range(len(args))):
+        if any(p.poll() is not None for p in ps):
+            break
+        time.sleep(0.02)
+    t0 = time.time()
+    (ctl / "go.tmp").write_text(repr(t0 + seconds))
+    busy0 = _cpu_ticks()
+    os.replace(ctl / "go.tmp", ctl / "go")
+    time.sleep(max(0.0, t0 + seconds - time.time()))
+    busy1 = _cpu_ticks()
+    res = []
+    for p in ps:
+        o, e = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{label}: a writer failed ({p.returncode}): {e[-3000:]}")
+        res.append(json.loads(o.strip().splitlines()[-1]))
+    return t0, res, (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
+
+
 def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> dict:
     import multiwriter as mw
 
@@ -174,29 +200,9 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
         from deltalake import write_deltalake
 
         write_deltalake(path, _batch(29, 10**6, variant["int_keys"])[:0], partition_by=["date"], mode="append")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", system,
-                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i,
-                                        "int_keys": variant["int_keys"],
-                                        "begin_ahead_s": AHEAD_S if system == "multiwriter-ahead" else 0.0})],
-                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-          for i in range(k)]
-    while not all((ctl / f"ready-{i}").exists() for i in range(k)):
-        if any(p.poll() is not None for p in ps):
-            break
-        time.sleep(0.02)
-    t0 = time.time()
-    (ctl / "go.tmp").write_text(repr(t0 + seconds))
-    busy0 = _cpu_ticks()
-    os.replace(ctl / "go.tmp", ctl / "go")
-    time.sleep(max(0.0, t0 + seconds - time.time()))
-    busy1 = _cpu_ticks()
-    res = []
-    for p in ps:
-        o, e = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"{system} x{k}: a writer failed ({p.returncode}): {e[-3000:]}")
-        res.append(json.loads(o.strip().splitlines()[-1]))
+    t0, res, cpu_busy = _workers(f"{system} x{k}", system, ctl, seconds, [
+        {"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i, "int_keys": variant["int_keys"],
+         "begin_ahead_s": AHEAD_S if system == "multiwriter-ahead" else 0.0} for i in range(k)])
     commits = [c for r in res for c in r["commits"]]
     wall = max([c["end"] for c in commits], default=t0) - t0
     expected = (len(commits) + k) * BATCH  # the warm-up batches too
@@ -204,7 +210,7 @@ def _run(system: str, work: Path, k: int, seconds: float, zk, variant: dict) -> 
            "commit_p50_ms": 1000 * _p([c["seconds"] for c in commits], 0.5),
            "commit_p99_ms": 1000 * _p([c["seconds"] for c in commits], 0.99),
            "failed": sum(r["failed"] for r in res),
-           "cpu_busy": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])}
+           "cpu_busy": cpu_busy}
     if ours:
         rows = mw.Table.open(path).read(columns=["id"]).num_rows
         from hudi import HudiTableBuilder
@@ -252,23 +258,8 @@ def shared_group(work: Path, seconds: float, zk) -> dict:
     path = str(work / "table")
     mw.Table.create(path, name="bench_shared", schema=SCHEMA, record_key="id", partition_by=["date"],
                     ordering_field="ts")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    ps = [subprocess.Popen([sys.executable, "-m", "benchmarks.commit_rate", "shared",
-                            json.dumps({"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i})],
-                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    while not all((ctl / f"ready-{i}").exists() for i in range(2)):
-        if any(p.poll() is not None for p in ps):
-            break
-        time.sleep(0.02)
-    t0 = time.time()
-    (ctl / "go.tmp").write_text(repr(t0 + seconds))
-    os.replace(ctl / "go.tmp", ctl / "go")
-    res = []
-    for p in ps:
-        o, e = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"shared file group: a writer failed ({p.returncode}): {e[-3000:]}")
-        res.append(json.loads(o.strip().splitlines()[-1]))
+    t0, res, _ = _workers("shared file group", "shared", ctl, seconds,
+                          [{"path": path, "zk": zk.connect, "ctl": str(ctl), "index": i} for i in range(2)])
     t = mw.Table.open(path)
     from hudi import HudiTableBuilder
 

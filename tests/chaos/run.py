@@ -278,7 +278,10 @@ def _round(mw, s: Summary, rng: random.Random, setup: random.Random, path: str, 
                 s.violations.append(f"writer {name} did not finish its {batches} batches in time")
     time.sleep(3.5)  # let every dead writer's heartbeat lapse, then one final clean
     lock = make_lock(lock_spec)
-    final = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, retain_commits=5,
+    # the companion job's own retention (tests/chaos/cleaner.py): a clean it left half done
+    # (a fault mid-clean) is resumed; a cleaner keeping more commits refuses that plan
+    # (retention.check_plan) and the final run ends in an error
+    final = mw.Cleaner(path, lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=2, retain_commits=3,
                        failed_write_min_age_bounds=1.0)
     final.run_once()
     lock.close()
@@ -420,8 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 0
     while True:
         d = tempfile.mkdtemp(prefix="mw-chaos-")
-        s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
-                      zookeeper=a.zookeeper, skew=False if a.no_skew else None, lock=a.lock)
+        try:
+            s = run_round(seed, Path(d), batches=a.batches, max_seconds=600, table_type=a.table_type,
+                          zookeeper=a.zookeeper, skew=False if a.no_skew else None, lock=a.lock)
+        except BaseException:  # the round itself broke: say which, and keep what it left
+            print(f"  round of seed {seed} raised; kept for a look: {d}", flush=True)
+            raise
         rounds += 1
         print(s.line(), flush=True)
         for v in s.violations:
