@@ -6,7 +6,8 @@ same writer keeps winning (measured: 297 against 187 commits in 15 s, a writer i
 So a writer whose commit lost the conflict check records a claim on the groups it lost
 (``.hoodie/.temp/claims/<writer>.json``: the groups, when it first lost this batch, the instant of
 its retry). Before committing, a writer whose commit rewrites one of those groups waits while an
-older claim's instant is pending (at most ``bound_s``), then commits as usual: its conflict check
+older claim's instant is pending (at most ``bound_s``, and never twice for the same instant: a
+claimant that died does not hold every later commit), then commits as usual: its conflict check
 then finds the claimant's commit, and it retries and claims in turn.
 
 A claim only delays a commit, before the lock is taken: it never makes one land nor refuses one,
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.01
 #: an object store's claims are listed at most this often by one writer (a LIST request each)
 REMOTE_LIST_S = 1.0
+#: the longest one wait for a claim lasts (a live claimant's retry lands within about a batch)
+MAX_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ class ClaimBoard:
         self.table, self.writer = table, writer
         self._claims: list[Claim] = []
         self._listed = -math.inf
+        #: claim instants a wait ran out on: not waited for again (their writer may be dead)
+        self._outlasted: set[str] = set()
 
     def _others(self) -> list[Claim]:
         now = time.monotonic()
@@ -126,17 +131,18 @@ class ClaimBoard:
                        others_pending: bool = True) -> float:
         """Before committing a rewrite of ``groups``: wait while a claim older than ``since``
         (ours, or +inf when this batch lost no race) on one of them has its instant pending, at
-        most ``bound_s``. Returns the seconds waited. ``others_pending``: whether the writer's
+        most ``bound_s`` (and :data:`MAX_WAIT_S`), once per claim instant. Returns the seconds waited. ``others_pending``: whether the writer's
         base showed a pending write of another writer (a claim stands only while its instant
         is pending); without one an object store's claims are not listed (a request saved)."""
         remote = self.table.storage.is_s3 or self.table.storage.is_gcs
         if not groups or (remote and not others_pending):
             return 0.0
-        ahead = [c for c in self._others() if c.groups & groups and c.older_than(since, self.writer)]
+        ahead = [c for c in self._others() if c.groups & groups and c.older_than(since, self.writer)
+                 and c.instant not in self._outlasted]
         if not ahead:
             return 0.0
         started = time.monotonic()
-        deadline = started + bound_s
+        deadline = started + min(bound_s, MAX_WAIT_S)
         waited_for: set[str] = set()
         while True:
             try:
@@ -151,6 +157,7 @@ class ClaimBoard:
             time.sleep(POLL_S * (5 if remote else 1))
         waited = time.monotonic() - started if waited_for else 0.0
         if ahead:
+            self._outlasted.update(c.instant for c in ahead)
             log.info("writer %s: committing after %.1fs although writer %s's claim on %s still stands", self.writer,
                      waited, ahead[0].writer, sorted(ahead[0].groups & groups)[:3])
         elif waited_for:

@@ -97,9 +97,10 @@ def test_stale_claims_claims_on_other_groups_and_long_claims_do_not_hold_a_commi
         assert w.write(trips(range(2), value=2.0)).protocol["claim_wait"] == 0.0
         claims.put(s, claims.Claim("slow", frozenset({group}), 1.0, claimant.instant.requested_time))
         w2 = _writer(table_path, "w2", heartbeat_interval_s=1.0, heartbeat_tolerable_misses=1)
-        try:  # a claimant that never lands holds a rewrite for the heartbeat bound at most
+        try:  # a claimant that never lands holds a rewrite for the heartbeat bound at most, and once
             r = w2.write(trips(range(2), value=3.0))
             assert 1.9 <= r.protocol["claim_wait"] < 5.0
+            assert w2.write(trips(range(2), value=4.0)).protocol["claim_wait"] == 0.0
         finally:
             w2.close()
     finally:
@@ -170,3 +171,20 @@ def test_a_claims_store_that_fails_never_fails_a_batch(trips_table, table_path, 
         w.close()
     assert r.instant is not None and r2.instant is not None and r.protocol["claim_wait"] == 0.0
     assert rows(mw.Table.open(table_path).read(), ["id", "value"])[:3] == [(str(k), 5.0) for k in range(3)]
+
+
+def test_one_wait_for_a_claimant_is_bounded_whatever_its_heartbeat(trips_table, table_path, monkeypatch):
+    """A claimant that died keeps its instant pending until the companion job rolls it back:
+    a writer waits for it once, and no longer than ``MAX_WAIT_S``, even with a long heartbeat."""
+    monkeypatch.setattr(claims, "MAX_WAIT_S", 0.5)
+    mw.write(trips(range(5)), table_path, mw.WriterConfig(writer_id="seed", lock=mw.InProcessLock()))
+    claimant = _pending_instant(table_path)
+    claims.put(trips_table.storage, claims.Claim("dead", frozenset({_group(table_path)}), 1.0,
+                                                 claimant.instant.requested_time))
+    w = _writer(table_path, "w", heartbeat_interval_s=30.0)
+    try:
+        waits = [w.write(trips(range(2), value=float(v))).protocol["claim_wait"] for v in (2, 3)]
+    finally:
+        w.close()
+        claimant.abort()
+    assert 0.45 <= waits[0] < 2.0 and waits[1] == 0.0
