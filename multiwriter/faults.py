@@ -35,6 +35,7 @@ POINTS = (
     "after-metadata-rollback",
     "mid-metadata-clean",
     "after-complete",
+    "after-begin-ahead",
     "mid-rollback",
     "mid-clean",
     "mid-archival",

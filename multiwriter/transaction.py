@@ -37,7 +37,7 @@ from .format import instant as inst
 from .table import bootstrap_state, decisions, metadata_files, metadata_table
 from .table import timeline as tlmod
 from .format.instant import Instant
-from .table.metadata import CommitMetadata, decode_commit_metadata, decode_records, rollback_target
+from .table.metadata import CommitMetadata, decode_records, rollback_target
 from .table.merge_config import MergeConfig
 from .table.properties import PROPERTIES_FILE
 from .table.table import Table
@@ -118,8 +118,8 @@ class Transaction:
         self._after: decisions.Decision | None = None
         #: the decision this commit created
         self._decided: decisions.Decision | None = None
-        #: the bytes of this commit's completed file, once decided
-        self._completed_data: bytes | None = None
+        #: the metadata of this commit's completed file, once decided
+        self._completed_meta: CommitMetadata | None = None
         #: the writer's next instant, begun in this commit's lock hold (``commit(ahead=True)``)
         self.next: Transaction | None = None
 
@@ -198,20 +198,26 @@ class Transaction:
         ``tl`` with this commit completed: nothing else completes while the lock is held). It
         saves the next batch a lock round; None (the next batch begins as usual) when the lock
         is no longer known to be ours or the begin fails."""
-        assert self.instant is not None and self._completed_data is not None
+        assert self.instant is not None and self._completed_meta is not None
         if not self.lock.is_held():
             return None
         nxt = Transaction(self.table, self.lock, writer_id=self.writer_id, heartbeat=self.heartbeat,
                           lock_timeout_s=self.lock_timeout_s, clock=self.clock, strategy=self.strategy,
                           non_blocking=self.non_blocking, allow_missing_columns=self.allow_missing_columns)
         try:
-            meta = decode_commit_metadata(self.instant.action, self._completed_data, source=self.instant.requested_time)
-            nxt._issue(tl.with_completed(self.instant, meta), self.instant.action)
+            nxt._issue(tl.with_completed(self.instant, self._completed_meta), self.instant.action)
+            nxt._state = "begun"
+            faults.point("after-begin-ahead")
         except Exception as e:  # noqa: BLE001 -- the commit landed; the next batch begins on its own
             log.warning("instant %s: beginning the next instant in its lock hold failed (%s): it begins on its own",
                         self.instant.requested_time, e)
+            if nxt.instant is not None:
+                try:
+                    nxt.abort()  # its requested file and heartbeat go
+                except Exception as undo:  # noqa: BLE001 -- the companion job rolls back what is left
+                    log.warning("could not give back instant %s: %s", nxt.instant.requested_time, undo)
+                nxt.stop_heartbeat()
             return None
-        nxt._state = "begun"
         return nxt
 
     def write_inflight(self, planned: CommitMetadata) -> None:
@@ -452,7 +458,7 @@ class Transaction:
             raise CommitStateUnknownError(f"deciding the completion of instant {t} ended without an answer ({e}); "
                                           "re-read the decision log and the timeline before retrying", instant=t) from e
         self._state = "committed"
-        self._completed_data = data
+        self._completed_meta = metadata
         t0 = steps.step("decide", t0)
         self.instant = Instant(t, action, inst.COMPLETED, completion)
         faults.point("after-decision")

@@ -28,6 +28,7 @@ from multiwriter.format import instant as inst
 from multiwriter.transaction import last_checkpoint
 from tests.conftest import trips
 from tests.oracle import hudi_read, rows
+from tests.test_zombie_writer import _wait_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 HB, MISSES = 1.0, 1
@@ -273,13 +274,6 @@ def _child(a: dict) -> None:
         lock.close()
 
 
-def _wait_stopped(pid: int, timeout: float = 20.0) -> None:
-    deadline = time.time() + timeout
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-        assert time.time() < deadline, "the child did not stop"
-        time.sleep(0.02)
-
-
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
 def test_a_writer_frozen_with_an_instant_begun_ahead_lands_its_next_batch_once(zk_server, zk_base, trips_table,
                                                                                table_path):
@@ -321,3 +315,75 @@ def test_a_writer_frozen_with_an_instant_begun_ahead_lands_its_next_batch_once(z
 
 if __name__ == "__main__":
     _child(json.loads(sys.argv[1]))
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+def test_a_writer_frozen_in_its_commit_hold_after_beginning_ahead(zk_server, zk_base, tmp_path):
+    """Frozen (SIGSTOP, past its ZooKeeper session and heartbeat bound) at ``after-begin-ahead``:
+    its commit landed before the freeze and stays; another writer commits and the companion job
+    rolls the instant begun ahead back while it is frozen; thawed, it gives nothing more. A
+    Merge-on-Read table of version 9 (its writers always begin ahead), read by hudi-rs before and
+    after a compaction, with the metadata table on (hudi-rs lists files from it)."""
+    from tests.cleaner.conftest import wait_lapsed
+    from tests.conftest import TRIPS_SCHEMA, compact_slices
+    from tests.test_concurrency import result, spawn
+
+    path = str(tmp_path / "trips")
+    mw.Table.create(path, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", table_type="MERGE_ON_READ", num_buckets=2, table_version=9)
+    assert mw.Table.open(path).config.version == 9
+    mw.write(trips(range(5), ts=1, value=1.0), path, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
+    args = dict(zk=zk_server.connect, base=zk_base, path=path, hb=1.0, misses=1)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    frozen = spawn("write", dict(args, writer="frozen", ids=[1, 7], ts=9, value=9.0, batch_id=0, begin_ahead_s=30.0,
+                                 session_timeout_s=2.5),
+                   {"MULTIWRITER_FAULTS": "after-begin-ahead=hang", "MULTIWRITER_FAULT_DIR": str(gate)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (gate / "after-begin-ahead.hanging").exists():
+            assert frozen.poll() is None and time.monotonic() < deadline, frozen.communicate()
+            time.sleep(0.02)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        _wait_stopped(frozen.pid)
+        [ahead] = _pending(path)
+        wait_lapsed(mw.Table.open(path), ahead)
+        time.sleep(1.5)  # past the session too
+        other = result(spawn("write", dict(args, writer="other", ids=[1, 3], ts=10, value=5.0, batch_id=0)))
+        assert other["ok"], other
+        job = result(spawn("clean", dict(args, retain=1, runs=1)))
+        assert job["ok"] and ahead in job["rolled_back"], job
+        want = {"0": 1.0, "1": 5.0, "2": 1.0, "3": 5.0, "4": 1.0, "7": 9.0}
+        assert rows(mw.Table.open(path).read(), ["id", "value"]) == sorted(want.items(), key=repr)
+        assert rows(hudi_read(path), ["id", "value"]) == sorted(want.items(), key=repr)
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+        (gate / "after-begin-ahead.release").touch()
+    thawed = result(frozen)
+    assert thawed["ok"] and not thawed["skipped"], thawed
+    tl = mw.Table.open(path).timeline()
+    assert tl.find(ahead) is not None and not tl.find(ahead).is_completed or tl.find(ahead) is None
+    assert _pending(path) == [], "the thawed writer gave back what the companion job had not"
+    compact_slices(path)
+    assert rows(mw.Table.open(path).read(), ["id", "value"]) == sorted(want.items(), key=repr)
+    assert rows(hudi_read(path), ["id", "value"]) == sorted(want.items(), key=repr)
+    replay = result(spawn("write", dict(args, writer="frozen", ids=[1, 7], ts=9, value=9.0, batch_id=0)))
+    assert replay["ok"] and replay["skipped"], replay
+
+
+def test_an_error_at_after_begin_ahead_keeps_the_commit_and_gives_the_instant_back(tmp_path):
+    from multiwriter import faults
+
+    path = str(tmp_path / "t")
+    _create(path)
+    w = mw.Writer(mw.Table.open(path), mw.WriterConfig(writer_id="w", lock=CountingLock(), executor="driver",
+                                                       begin_ahead_s=30.0))
+    faults.configure("after-begin-ahead=error")
+    try:
+        r = w.write(trips(range(3)))
+        assert r.instant is not None and r.instant.is_completed
+        assert _pending(path) == [] and _heartbeats(path) == []
+    finally:
+        faults.configure(None)
+        w.close()
+    assert rows(hudi_read(path), ["id"]) == [(str(k),) for k in range(3)]
