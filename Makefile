@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
+# Most tests start Python processes (writers, companion jobs, Spark's workers): each would
+# compile the package again where the environment turns bytecode caches off.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install lint test test-full demo notebooks chaos bench bench-full clean
 
@@ -26,13 +29,15 @@ test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
 
 # The whole fault matrices (frozen writers on every pair of table type and lock, every metadata
-# table fault in both modes, every seeded chaos round), a Spark bootstrap killed mid-way, every
-# notebook executed and the batch upsert through the standalone cluster, which `make test`
-# samples to stay within its time: those files alone.
+# table fault in both modes, every seeded chaos round, both clock skews, a late Spark attempt
+# under both write APIs), a Spark bootstrap killed mid-way, every notebook executed and the batch
+# upsert through the standalone cluster, which `make test` samples to stay within its time:
+# those files alone.
 test-full: install
 	MW_FULL_MATRIX=1 $(PY) -m pytest tests/test_frozen_commit.py tests/table/test_metadata_faults.py \
 		tests/chaos/test_chaos_small.py tests/test_bootstrap.py tests/test_notebooks.py \
-		tests/write/test_standalone_cluster.py -q -n 2
+		tests/write/test_standalone_cluster.py tests/write/test_late_spark_attempt.py \
+		tests/test_clock_skew.py -q -n 2
 
 # ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
 # layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)
