@@ -24,9 +24,9 @@ $(STAMP): pyproject.toml
 
 # Two pytest workers, each test file on one of them (its module fixtures start once): most
 # tests wait on real processes (ZooKeeper sessions, heartbeats, Spark jobs), so two at a time
-# keep both cores busy.
+# keep both cores busy. Files go out in collection order, the slowest first (tests/conftest.py).
 test: install lint
-	$(PY) -m pytest tests -q -n 2 --dist loadfile --durations=25
+	$(PY) -m pytest tests -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The whole fault matrices (frozen writers on every pair of table type and lock, every metadata
 # table fault in both modes, every seeded chaos round, both clock skews, a late Spark attempt
