@@ -71,11 +71,11 @@ COMPLETE = "complete"
 ROLLBACK = "rollback"
 _NAME = re.compile(r"^(\d{20})\.json$")
 _MAX_BYTES = 64 << 20
-#: per table on an object store (its URI), the newest decision this process made: (seq, its
-#: bytes). Decisions are never rewritten, so while the newest listed one has that seq it holds
-#: those bytes (another object at that seq would need ours deleted first: a stray of ours is
-#: dropped here before it is deleted, pruning never reaches the newest), and reading it back
-#: costs a request that this saves. Local disks read it, as before.
+#: per table (its URI), the newest decision this process made: (seq, its bytes). Decisions are
+#: never rewritten, so while the newest listed one has that seq it holds those bytes (another
+#: file at that seq would need ours deleted first: a stray of ours is dropped here before it is
+#: deleted, pruning never reaches the newest); reading it back costs a request on an object
+#: store and a stat, an open and a read on a disk, in every commit's lock hold.
 _MINE: dict[str, tuple[int, bytes]] = {}
 
 
@@ -212,7 +212,7 @@ class DecisionLog:
             # ours filled a gap left by deleting old decisions: stray, never rolled forward
             self.storage.delete(rel)
             raise _lost(d, f"decisions up to {newer[-1]} exist already")
-        if self.storage.is_s3 and not newer:
+        if not newer:
             _MINE[self.storage.uri] = (seq, raw)
         if prune:
             self.prune_due(seq)

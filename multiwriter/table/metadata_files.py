@@ -797,16 +797,18 @@ _SCHEMA_OF_BASE: BoundedCache[tuple[str, str], str] = BoundedCache(_CACHE_FILES)
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
-#: on an object store, the bytes of files of the files partition this process wrote, until
-#: decoded once (a request each otherwise: the companion job's compaction merges the log its
-#: clean just wrote, its gauges read the base that compaction wrote)
+#: the bytes of files of the files partition this process wrote, until decoded once (a request
+#: each otherwise on an object store, an open and a read on a disk: a writer's next listing
+#: takes the log its last commit wrote, the companion job's compaction merges the log its clean
+#: just wrote, its gauges read the base that compaction wrote)
 _RAW: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 _RAW_FILES = 16
 
 
 def _wrote(storage: Storage, rel: str, data: bytes) -> None:
-    if storage.is_local:
-        return
+    """Keep the bytes of a files-partition file this process just wrote: the next listing of
+    the metadata table decodes them without reading them back (a file never changes once
+    written)."""
     with _CACHE_LOCK:
         _RAW[(storage.uri, rel)] = data
         while len(_RAW) > _RAW_FILES:

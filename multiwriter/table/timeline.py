@@ -460,9 +460,8 @@ class _MetadataCache:
                 self._listings.popitem(last=False)
 
     def wrote(self, storage: Storage, rel: str, data: bytes) -> None:
-        """Keep the bytes of a completed instant file this process has just created (on an
-        object store, where reading them back costs a request): the next load takes them for
-        a listed file of that name and size instead of fetching it."""
+        """Keep the bytes of a completed instant file this process has just created: the next
+        load takes them for a listed file of that name and size instead of reading it back."""
         if self._size == 0:
             return
         with self._mu:
@@ -503,11 +502,10 @@ _WRITTEN_KEPT = 16
 
 
 def wrote_completed(storage: Storage, rel: str, data: bytes) -> None:
-    """This process created the completed instant file ``rel`` with ``data``: on an object
-    store the next load of the timeline takes its bytes from here (a file's content never
-    changes once completed, and its listed size must match)."""
-    if storage.is_s3:
-        _CACHE.wrote(storage, rel, data)
+    """This process created the completed instant file ``rel`` with ``data``: the next load of
+    the timeline takes its bytes from here, not from the store (a file's content never changes
+    once completed, and its listed size must match)."""
+    _CACHE.wrote(storage, rel, data)
 
 
 def forget_cache() -> None:
