@@ -29,15 +29,15 @@ test: install lint
 	$(PY) -m pytest tests -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The whole fault matrices (frozen writers on every pair of table type and lock, every metadata
-# table fault in both modes, every seeded chaos round, both clock skews, a late Spark attempt
-# under both write APIs), a Spark bootstrap killed mid-way, every notebook executed and the batch
-# upsert through the standalone cluster, which `make test` samples to stay within its time:
-# those files alone.
+# table fault in both modes, a writer killed at every step, every seeded chaos round, both clock
+# skews, a late Spark attempt under both write APIs, both table types aged on S3), a Spark
+# bootstrap killed mid-way, every notebook executed and the batch upsert through the standalone
+# cluster, which `make test` samples to stay within its time: those files alone.
 test-full: install
 	MW_FULL_MATRIX=1 $(PY) -m pytest tests/test_frozen_commit.py tests/table/test_metadata_faults.py \
 		tests/chaos/test_chaos_small.py tests/test_bootstrap.py tests/test_notebooks.py \
 		tests/write/test_standalone_cluster.py tests/write/test_late_spark_attempt.py \
-		tests/test_clock_skew.py -q -n 2
+		tests/test_clock_skew.py tests/test_faults.py tests/test_s3_requests.py -q -n 2
 
 # ruff, then the import contracts in pyproject.toml (tools > benchmarks > testbed > multiwriter,
 # layers one way, pyspark only in the Spark adapters, no cycles in the cleaner and the benchmarks)

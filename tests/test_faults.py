@@ -3,6 +3,7 @@
 is visible, no garbage is left, and hudi-rs agrees with our reader."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -54,7 +55,13 @@ def run_clean(zk_server, zk_base, path, env=None) -> dict:
 
 #: a crash at the metadata table's step and right before it is like one before the decision, which
 #: ``tests/test_frozen_commit.py`` and ``tests/table/test_metadata_faults.py`` cover; killed here at the rest
+#: by ``make test-full`` (``MW_FULL_MATRIX=1``). ``make test`` leaves out three whose recovery
+#: another of its tests also proves: the requested instant alone (a writer is killed here right
+#: after the inflight one), right before the fence (tests/test_completion_fence.py stops a writer there,
+#: whose instant is rolled back) and right after the completed file (tests/test_frozen_commit.py)
 CRASH_POINTS = [p for p in WRITER_POINTS if p not in ("before-completed-file", "after-metadata-table")]
+if os.environ.get("MW_FULL_MATRIX") != "1":
+    CRASH_POINTS = [p for p in CRASH_POINTS if p not in ("after-requested", "before-complete", "after-completed-file")]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
