@@ -98,22 +98,28 @@ def _raw_changes(data: bytes, source: str) -> list[RawChanges]:
 
 @dataclass(frozen=True)
 class Overlay:
-    """What a slice's logs say on top of its base: every key they name, with the newest log's
-    cell (None: deleted). A slice's overlay is the one of its logs but the newest, plus that
-    log (:meth:`RecordIndexPartition._overlay`): a lookup asks one dict per group, whatever
-    the number of logs."""
+    """What a slice's logs say on top of its base: their blocks, the newest first (a lookup
+    asks the newest block that names a key; nothing is merged for it)."""
 
-    cells: dict[str, Cell | None]
+    layers: tuple[RawChanges, ...]
 
     def get(self, key: str) -> tuple[bool, Cell | None]:
         """(whether a log names ``key``, its cell then: None when deleted)."""
-        if key in self.cells:
-            return True, self.cells[key]
+        for ch in self.layers:
+            v = ch.updates.get(key)
+            if v is not None:
+                return True, (v, ch.schema)
+            if ch.deletes and key in ch.deleted:
+                return True, None
         return False, None
 
     def merged(self) -> dict[str, Cell | None]:
-        """Every key the logs name, with its newest cell (None: deleted); not to be changed."""
-        return self.cells
+        """Every key the logs name, with its newest cell (None: deleted)."""
+        out: dict[str, Cell | None] = {}
+        for ch in reversed(self.layers):
+            out.update({k: (v, ch.schema) for k, v in ch.updates.items()})
+            out.update(dict.fromkeys(ch.deletes))
+        return out
 
 
 @dataclass
@@ -199,21 +205,8 @@ class RecordIndexPartition:
         return hit
 
     def _overlay(self, file_id: str, logs: tuple[str, ...]) -> Overlay:
-        """What a slice's logs say on top of its base: the overlay of all its logs but the
-        newest, when kept, with the newest applied (a writer's next commit adds one log)."""
-        key = (self.storage.uri, file_id, logs)
-        hit = _OVERLAYS.get(key)
-        if hit is not None:
-            return hit
-        prev = _OVERLAYS.get((self.storage.uri, file_id, logs[:-1])) if logs else None
-        cells: dict[str, Cell | None] = dict(prev.cells) if prev is not None else {}
-        for n in logs[-1:] if prev is not None else logs:  # the oldest first, its blocks in order
-            for ch in self._log_changes(n):
-                cells.update({k: (v, ch.schema) for k, v in ch.updates.items()})
-                cells.update(dict.fromkeys(ch.deletes))
-        hit = Overlay(cells)
-        _OVERLAYS.put(key, hit)
-        return hit
+        """What a slice's logs say on top of its base (the newest layer first)."""
+        return Overlay(tuple(ch for n in reversed(logs) for ch in reversed(self._log_changes(n))))
 
     def _group_view(self, file_id: str, done: Mapping[str, tuple[str, str]]
                     ) -> tuple[dict[str, bytes], str | None, Overlay]:
@@ -332,7 +325,6 @@ class RecordIndexPartition:
         self.names().pop(name, None)
         self._by_group = None
         _LOGS.pop((self.storage.uri, self._rel(name)))
-        _OVERLAYS.drop(lambda k: k[0] == self.storage.uri and name in k[2])
         _BASES.pop((self.storage.uri, self._rel(name)))
 
     def compact(self, t: str, done: Mapping[str, tuple[str, str]]
@@ -581,8 +573,6 @@ def _group_keys(storage: Storage, config: TableConfig, partition: str, file_id: 
 #: decoded record-index files, by (table URI, path)
 _BASES: BoundedCache[tuple[str, str], tuple[dict[str, bytes], str]] = BoundedCache(64)
 _LOGS: BoundedCache[tuple[str, str], list[RawChanges]] = BoundedCache(1024)
-#: what a slice's logs say, by (table URI, file group, the slice's log names)
-_OVERLAYS: BoundedCache[tuple[str, str, tuple[str, ...]], Overlay] = BoundedCache(64)
 #: the record schema new files of a group declare, by (table URI, the group's base file or "")
 _SCHEMAS: BoundedCache[tuple[str, str], str] = BoundedCache(256)
 #: keys handed over by writers, by (table URI, data file path)
@@ -590,5 +580,5 @@ _HANDED: BoundedCache[tuple[str, str], tuple[pa.Array, pa.Array]] = BoundedCache
 
 
 def forget_decoded() -> None:
-    for cache in (_BASES, _LOGS, _OVERLAYS, _HANDED, _SCHEMAS):
+    for cache in (_BASES, _LOGS, _HANDED, _SCHEMAS):
         cache.clear()
