@@ -343,6 +343,9 @@ class RecordIndexPartition:
             cells = self._compacted_cells(fid, base, tuple(merged), schema, name)
             now = int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
             data = ri.cells_hfile(cells, schema, base_file_name=name, created_ms=now)
+            # what the next lookup and append take from it, known already: decoding a new base of
+            # every key of its group cost the next commit more than its own work
+            _BASES.put((self.storage.uri, self._rel(name)), ({k: v for k, v in cells if v}, schema))
             sizes = [(n, self.names().get(n, 0)) for n in merged]
             op = CompactionOperation.for_slice(PARTITION, fid, base_t, (base, 0) if base else None, sizes)
             stat = WriteStat(file_id=fid, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=base_t,
