@@ -50,6 +50,8 @@ def cluster_env(tmp_path: Path) -> dict[str, str]:
     """Environment of the cluster processes and the job's driver."""
     return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                 SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"),
+                # the master's and worker's JVMs, as tests/spark_conf does the drivers' and executors'
+                SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                 # executors import the package under test, not whichever copy the interpreter has installed
                 PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
