@@ -1,9 +1,13 @@
-"""Shared fixtures: one real ZooKeeper and one SparkSession per test session, temp tables."""
+"""Shared fixtures: one real ZooKeeper per test worker, one SparkSession per run (the files that use
+it run on one worker), temp tables."""
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sys
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -145,9 +149,10 @@ def wait_hanging(fault_dir, thread, point: str = "after-data-files", timeout_s: 
 
 
 #: about how long each of the slowest files runs (seconds on 2 cores, notebooks and fault
-#: matrices as `make test` samples them). `make test` hands whole files to two workers in
-#: collection order (``--dist loadfile --no-loadscope-reorder``): these go first, the longest
-#: first, so the run does not end with one worker alone on a long file.
+#: matrices as `make test` samples them). `make test` hands whole files to its workers in
+#: collection order (``--dist loadfile --no-loadscope-reorder``; the files that use Spark as one
+#: unit, first: :func:`pytest_xdist_make_scheduler`): these go next, the longest first, so the
+#: run does not end with one worker alone on a long file.
 SLOW_FILES = {
     "tests/test_faults.py": 100, "tests/test_frozen_commit.py": 100, "tests/spark/test_streaming_source.py": 80,
     "tests/lock/test_storage_lock.py": 64, "tests/table/test_metadata_faults.py": 60, "tests/test_s3_requests.py": 50,
@@ -164,8 +169,48 @@ SLOW_FILES = {
 }
 
 
+#: a function of a test file that takes a parameter named ``spark`` (the session fixture, or a
+#: helper handed it): the file's tests use the SparkSession
+_TAKES_SPARK = re.compile(r"def \w+\([^)]*\bspark\b")
+
+
+@functools.lru_cache(maxsize=None)
+def uses_spark(root: str, file: str) -> bool:
+    """Whether a test file's tests use the session's SparkSession (those under tests/spark/ all do)."""
+    if file.startswith("tests/spark/"):
+        return True
+    try:
+        return bool(_TAKES_SPARK.search(Path(root, file).read_text()))
+    except OSError:
+        return False
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to each worker, as ``--dist loadfile``; but the files that use Spark go to one
+    worker together, as one unit: the SparkSession then starts once in the run, not once per
+    worker (a JVM's start and warm-up, ~40-60 s of CPU that the other worker waited for)."""
+    if config.getoption("dist") != "loadfile":
+        return None  # another mode asked for: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = str(config.rootpath)
+
+    class SparkFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "spark" if uses_spark(root, file) else file
+
+    return SparkFilesTogether(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: -SLOW_FILES.get(item.nodeid.split("::", 1)[0], 0))  # stable: files stay whole
+    root = str(config.rootpath)
+
+    def order(item) -> int:  # stable: files stay whole; the Spark files' unit first, the longest
+        file = item.nodeid.split("::", 1)[0]
+        return -1000 if uses_spark(root, file) else -SLOW_FILES.get(file, 0)
+
+    items.sort(key=order)
     if not FIXTURES.exists():
         skip = pytest.mark.skip(reason=f"shared fixtures not found at {FIXTURES}")
         for item in items:
