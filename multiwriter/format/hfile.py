@@ -157,10 +157,12 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
           file_info: dict[bytes, bytes] | None = None, compress: bool = True, created_ms: int = 0) -> bytes:
     """The bytes of an HFile holding ``cells`` (unique keys, sorted here), ``meta`` blocks and
     ``file_info`` entries beside HFile's own (Hudi keeps the values' Avro schema there)."""
-    items = sorted(((k.encode() if isinstance(k, str) else k), v) for k, v in cells)
-    for a, b in zip(items, items[1:], strict=False):
-        if a[0] == b[0]:
-            raise ValueError(f"HFile: key {a[0]!r} given twice")
+    items = [((k.encode() if isinstance(k, str) else k), v) for k, v in cells]
+    if not _strictly_increasing(items):  # callers mostly hand them sorted: then no sort
+        items.sort()
+        for a, b in zip(items, items[1:], strict=False):
+            if a[0] == b[0]:
+                raise ValueError(f"HFile: key {a[0]!r} given twice")
     codec = CODEC_GZ if compress else CODEC_NONE
     out = bytearray()
     prev = {DATA: -1, META: -1}
@@ -181,23 +183,13 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
 
     first_data = len(out)
     last_data = first_data
-    buf, first_key, key_bytes, value_bytes, data_bytes = bytearray(), None, 0, 0, 0
-    for k, v in items:
-        if first_key is None:
-            first_key = k
-        ck = _cell_key(k)
-        buf += struct.pack(">ii", len(ck), len(v)) + ck + v + b"\x00"
-        key_bytes += len(k)  # the user key, as HFileInfo's AVG_KEY_LEN counts it
-        value_bytes += len(v)
-        if len(buf) >= BLOCK_SIZE:
-            data_bytes += len(buf)
-            last_data = at = block(DATA, bytes(buf), compressed=compress)
-            data_index.append((at, len(out) - at, _index_key(first_key)))
-            buf, first_key = bytearray(), None
-    if buf:
-        data_bytes += len(buf)
-        last_data = at = block(DATA, bytes(buf), compressed=compress)
-        data_index.append((at, len(out) - at, _index_key(first_key)))
+    data_bytes = 0
+    # the user keys' and values' bytes, as HFileInfo's AVG_KEY_LEN and AVG_VALUE_LEN count them
+    key_bytes, value_bytes = sum(len(k) for k, _ in items), sum(len(v) for _, v in items)
+    for first, payload in _data_blocks(items):
+        data_bytes += len(payload)
+        last_data = at = block(DATA, payload, compressed=compress)
+        data_index.append((at, len(out) - at, _index_key(first)))
     meta_index: list[tuple[int, int, bytes]] = []
     for name in sorted(meta or {}):
         at = block(META, (meta or {})[name], compressed=compress)
@@ -233,6 +225,33 @@ def write(cells: Iterable[tuple[str | bytes, bytes]], *, meta: dict[str, bytes] 
     body = TRAILER + _varint(len(trailer)) + trailer
     out.extend(body + b"\x00" * (TRAILER_SIZE - len(body) - 4) + struct.pack(">I", 3))
     return bytes(out)
+
+
+def _strictly_increasing(items: list[tuple[bytes, bytes]]) -> bool:
+    return all(a[0] < b[0] for a, b in zip(items, items[1:], strict=False))
+
+
+#: a cell's head: its key's and value's lengths, then the row length that starts its key
+_CELL_HEAD = struct.Struct(">iih")
+
+
+def _data_blocks(items: list[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    """(first key, payload) of each data block: KeyValue cells (each followed by its memstore
+    timestamp, a zero vint) until a block reaches :data:`BLOCK_SIZE`."""
+    head, tail, extra = _CELL_HEAD.pack, _KEY_TAIL, 2 + len(_KEY_TAIL)
+    cells: list[bytes] = []
+    size, first = 0, b""
+    for k, v in items:
+        if not cells:
+            first = k
+        cell = b"".join((head(len(k) + extra, len(v), len(k)), k, tail, v, b"\x00"))
+        cells.append(cell)
+        size += len(cell)
+        if size >= BLOCK_SIZE:
+            yield first, b"".join(cells)
+            cells, size = [], 0
+    if cells:
+        yield first, b"".join(cells)
 
 
 def _gzip(data: bytes) -> bytes:
@@ -504,11 +523,12 @@ def bloom_filter(keys: Iterable[str | bytes], *, entries: int = BLOOM_ENTRIES, f
     encoded = [key.encode() if isinstance(key, str) else key for key in keys]
     positions = _positions_many(encoded, nb_hash, bits)
     row_of, n_rows, count = _bloom_rows(len(encoded), entries, max_entries)
-    vectors = np.zeros((n_rows, nbytes), dtype=np.uint8)
+    # a bit per position, row by row, packed as Hadoop's BitSet lays out its bytes (bit i of a
+    # byte is position 8 x byte + i)
+    bitset = np.zeros((n_rows, nbytes * 8), dtype=bool)
     if len(encoded):
-        flat_rows = np.repeat(row_of, nb_hash)
-        flat = positions.reshape(-1)
-        np.bitwise_or.at(vectors, (flat_rows, flat >> 3), (1 << (flat & 7)).astype(np.uint8))
+        bitset[np.repeat(row_of, nb_hash), positions.reshape(-1)] = True
+    vectors = np.packbits(bitset, axis=1, bitorder="little")
     head = struct.pack(">iibi", -1, nb_hash, 1, bits)  # Filter: version, hashes, MURMUR_HASH, vector size
     out = head + struct.pack(">iii", entries, count, n_rows) + b"".join(head + v.tobytes() for v in vectors)
     return base64.b64encode(out)
