@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 
 # Three pytest workers on two cores, each test file on one of them (its module fixtures start
 # once): tests wait on real processes (ZooKeeper sessions, heartbeats, Spark jobs), and with two
-# workers both waited at once for about a fifth of the run (cores 24% idle; 8% with three).
+# workers both waited at once for about a fifth of the run (cores 22% idle; 8% with three).
 # The files that use Spark go to one worker together, so one SparkSession serves the run. Files
 # go out in collection order, the Spark files first, then the slowest (tests/conftest.py).
 test: install lint
