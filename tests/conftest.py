@@ -154,17 +154,13 @@ def wait_hanging(fault_dir, thread, point: str = "after-data-files", timeout_s: 
 #: unit, first: :func:`pytest_xdist_make_scheduler`): these go next, the longest first, so the
 #: run does not end with one worker alone on a long file.
 SLOW_FILES = {
-    "tests/test_faults.py": 100, "tests/test_frozen_commit.py": 100, "tests/spark/test_streaming_source.py": 80,
-    "tests/lock/test_storage_lock.py": 64, "tests/table/test_metadata_faults.py": 60, "tests/test_s3_requests.py": 50,
-    "tests/chaos/test_chaos_small.py": 50, "tests/model/test_commit_protocol.py": 49,
-    "tests/write/test_spread_path.py": 48, "tests/spark/test_streaming_write.py": 48,
-    "tests/write/test_standalone_cluster.py": 48, "tests/test_concurrency.py": 45,
-    "tests/spark/test_merge_on_read_spark.py": 38, "tests/test_object_storage.py": 37,
-    "tests/cleaner/test_rollback.py": 29, "tests/table/test_metadata_rollback.py": 28, "tests/test_clock_skew.py": 28,
-    "tests/cleaner/test_orphans_and_job.py": 27, "tests/test_status_cli.py": 26, "tests/test_notebooks.py": 26,
-    "tests/test_schema_evolution_concurrent.py": 26, "tests/test_gcs.py": 26, "tests/write/test_late_spark_attempt.py": 24,
-    "tests/spark/test_cdc_read.py": 23, "tests/write/test_task_retry.py": 22, "tests/test_zookeeper_ensemble.py": 22,
-    "tests/spark/test_datasource.py": 22, "tests/table/test_metadata_table.py": 21, "tests/write/test_virtual_keys.py": 20,
+    "tests/test_faults.py": 100, "tests/test_frozen_commit.py": 100, "tests/lock/test_storage_lock.py": 64,
+    "tests/table/test_metadata_faults.py": 60, "tests/test_s3_requests.py": 50, "tests/chaos/test_chaos_small.py": 50,
+    "tests/model/test_commit_protocol.py": 49, "tests/write/test_standalone_cluster.py": 48,
+    "tests/test_concurrency.py": 45, "tests/cleaner/test_rollback.py": 29, "tests/table/test_metadata_rollback.py": 28,
+    "tests/test_clock_skew.py": 28, "tests/test_status_cli.py": 26, "tests/test_notebooks.py": 26,
+    "tests/test_gcs.py": 26, "tests/write/test_late_spark_attempt.py": 24, "tests/write/test_task_retry.py": 22,
+    "tests/test_zookeeper_ensemble.py": 22, "tests/table/test_metadata_table.py": 21,
     "tests/cleaner/test_merge_on_read_failures.py": 20,
 }
 

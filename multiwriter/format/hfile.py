@@ -235,16 +235,20 @@ def _strictly_increasing(items: list[tuple[bytes, bytes]]) -> bool:
 _CELL_HEAD = struct.Struct(">iih")
 
 
+def _cell(key: bytes, value: bytes, _head=_CELL_HEAD.pack, _extra: int = 2 + len(_KEY_TAIL)) -> bytes:
+    """One KeyValue cell of a data block (its key :func:`_cell_key`'s), followed by its memstore
+    timestamp, a zero vint."""
+    return b"".join((_head(len(key) + _extra, len(value), len(key)), key, _KEY_TAIL, value, b"\x00"))
+
+
 def _data_blocks(items: list[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-    """(first key, payload) of each data block: KeyValue cells (each followed by its memstore
-    timestamp, a zero vint) until a block reaches :data:`BLOCK_SIZE`."""
-    head, tail, extra = _CELL_HEAD.pack, _KEY_TAIL, 2 + len(_KEY_TAIL)
+    """(first key, payload) of each data block: cells until a block reaches :data:`BLOCK_SIZE`."""
     cells: list[bytes] = []
     size, first = 0, b""
     for k, v in items:
         if not cells:
             first = k
-        cell = b"".join((head(len(k) + extra, len(v), len(k)), k, tail, v, b"\x00"))
+        cell = _cell(k, v)
         cells.append(cell)
         size += len(cell)
         if size >= BLOCK_SIZE:

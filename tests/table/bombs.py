@@ -102,8 +102,7 @@ def hfile_with(cells: dict[bytes, bytes], file_info: dict[bytes, bytes], *, time
     """An HFile of ``cells`` (one gzip data block) and ``file_info``; ``block_bytes``: the data
     block is that many zero bytes instead (a gzip bomb), its index entry repeated ``times``."""
     if block_bytes is None:
-        payload = b"".join(struct.pack(">ii", len(hfile._cell_key(k)), len(v)) + hfile._cell_key(k) + v + b"\x00"
-                           for k, v in sorted(cells.items()))
+        payload = b"".join(hfile._cell(k, v) for k, v in sorted(cells.items()))
         data = _hblock(hfile.DATA, payload)
     else:
         c = zlib.compressobj(9, zlib.DEFLATED, 31, 9, zlib.Z_RLE)
