@@ -44,26 +44,39 @@ class CountingLatency:
     """A WSGI middleware that counts every request by kind (:func:`request_kind`) and answers
     each ``latency_s`` later, as a real object store would (15 ms by default; requests sent at
     once wait side by side, so concurrency pays as it does on S3). ``log=True`` also keeps
-    ``(kind, method, path)`` of each request (with the query of a LIST) in :attr:`requests` (to see where they go)."""
+    ``(kind, method, path)`` of each request (with the query of a LIST) in :attr:`requests` (to see where they go),
+    and its ``(start, end, kind, path)`` on the monotonic clock in :attr:`spans` (which requests
+    waited side by side). ``list_latency_s``: LISTs answer that much later instead (a test that
+    tells listings sent together from listings sent one after another)."""
 
-    def __init__(self, app: Any, latency_s: float = 0.015, *, log: bool = False) -> None:
+    def __init__(self, app: Any, latency_s: float = 0.015, *, log: bool = False,
+                 list_latency_s: float | None = None) -> None:
         self.app = app
         self.latency_s = float(latency_s)
+        self.list_latency_s = list_latency_s
         self.log = log
         self.counts: Counter[str] = Counter()
         self.requests: list[tuple[str, str, str]] = []
+        self.spans: list[tuple[float, float, str, str]] = []
         self._mu = threading.Lock()
 
     def __call__(self, environ: dict, start_response: Any) -> Any:
         method, path, query = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")
         kind = request_kind(method, path, query)
+        where = f"{path}?{query}" if kind == "LIST" else path
+        start = time.monotonic()
         with self._mu:
             self.counts[kind] += 1
             if self.log:
-                self.requests.append((kind, method, f"{path}?{query}" if kind == "LIST" else path))
-        if self.latency_s > 0:
-            time.sleep(self.latency_s)
-        return self.app(environ, start_response)
+                self.requests.append((kind, method, where))
+        latency = self.list_latency_s if kind == "LIST" and self.list_latency_s is not None else self.latency_s
+        if latency > 0:
+            time.sleep(latency)
+        out = self.app(environ, start_response)
+        if self.log:
+            with self._mu:
+                self.spans.append((start, time.monotonic(), kind, where))
+        return out
 
     def seen(self) -> list[tuple[str, str, str]]:
         """The requests kept since the last :meth:`take` (``log=True``)."""
@@ -76,6 +89,7 @@ class CountingLatency:
             out = {k: self.counts.get(k, 0) for k in KINDS}
             self.counts.clear()
             self.requests = []
+            self.spans = []
         return out
 
 

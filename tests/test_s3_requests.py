@@ -131,6 +131,54 @@ def test_listings_do_not_grow_with_the_files_an_upsert_writes(s3, table_type):
         w.close()
 
 
+def _list_rounds(spans: list[tuple[float, float, str, str]], bucket: str) -> list[list[str]]:
+    """The table's LISTs grouped into rounds: a round is a run of listings that waited side by
+    side (each overlaps another of the round), so one after another they are separate rounds."""
+    lists = sorted((a, b, p) for a, b, kind, p in spans if kind == "LIST" and f"/{bucket}" in p)
+    rounds: list[list[str]] = []
+    end = float("-inf")
+    for a, b, p in lists:
+        if a >= end:
+            rounds.append([])
+        rounds[-1].append(p)
+        end = max(end, b)
+    return rounds
+
+
+def test_an_upsert_with_every_index_waits_on_one_listing_round_more_than_the_files_partition(s3):
+    """Keeping the record index and the column and partition stats lists their partitions,
+    but beside the metadata timeline: at most one round of listings more than an upsert into a
+    table whose metadata table keeps the files partition alone (the record index's lookup,
+    before the lock), however many index partitions there are. LISTs answer 0.15 s late here,
+    so listings sent one after another never overlap."""
+    tables = {}
+    for name, kept in (("files", {}), ("indexes", {"column_stats": True, "record_index": True})):
+        uri = s3.bucket()
+        bucket = uri.removeprefix("s3://")
+        uri += "/t"
+        mw.Table.create(uri, name="t", schema=SCHEMA, record_key="id", partition_by=["date"], ordering_field="ts",
+                        metadata=True, **kept)
+        cfg = mw.WriterConfig(writer_id="w", executor="driver", lock=mw.InProcessLock())
+        mw.write(_rows(np.arange(60), DAYS[:3], 0), uri, cfg)
+        tables[name] = (uri, bucket, cfg)
+    rounds = {}
+    s3.counter.list_latency_s = 0.15
+    try:
+        for name, (uri, bucket, cfg) in tables.items():
+            batch = pa.concat_tables([_rows(np.arange(0, 60, 6), DAYS[:3], 1), _rows(1_000 + np.arange(10), DAYS[:3], 1)])
+            s3.counter.take()
+            mw.write(batch, uri, cfg)
+            rounds[name] = _list_rounds(s3.counter.spans, bucket)
+    finally:
+        s3.counter.list_latency_s = None
+        s3.counter.take()
+    shown = {k: "\n".join(" | ".join(p.split("prefix=", 1)[-1].split("&", 1)[0] for p in r) for r in v)
+             for k, v in rounds.items()}
+    assert len(rounds["indexes"]) <= len(rounds["files"]) + 1, f"files only:\n{shown['files']}\nevery index:\n{shown['indexes']}"
+    for name, (uri, _, _) in tables.items():
+        assert mw.Table.open(uri).read(columns=["id"]).num_rows == 70, name
+
+
 def test_a_companion_job_run_walks_the_store_once(s3):
     """The clean plans from the metadata table's listing; the failed-write sweep walks the table
     and the orphan scan takes the same walk: one recursive listing per run however many steps

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as _dt
+import functools
 import io
 import json
 import logging
@@ -357,38 +358,33 @@ class MetadataTable:
             for state in (inst.REQUESTED, inst.INFLIGHT):
                 _put_quietly(self, t, inst.DELTA_COMMIT, state)
 
-        # On an object store the pending instant files go out beside the log (a request's
-        # latency less under the lock): no reader takes a log before its completed instant,
-        # and a rollback finds the log whatever instant files made it (:meth:`_logs_of`).
-        # So do the data-skipping partitions' logs.
+        # On an object store every write of the deltacommit goes out side by side: its pending
+        # instant files, the files partition's log and each index group's log (a request's
+        # latency under the lock, not one per file). No reader takes a log before its completed
+        # instant, and a rollback finds the logs whatever instant files made it (:meth:`_logs_of`).
         stats = self.stats
-        remote = self.storage.is_s3
-        beside = REQUESTS.get().submit(pending) if remote else None
-        stats_logs = None
-        if remote and stats is not None and stats_records:
-            stats_logs = REQUESTS.get().submit(stats.append, t, stats_records, done, token)
-        if beside is None:
-            pending()
+        sent: list[concurrent.futures.Future] | None = [] if self.storage.is_s3 else None
+        rel = self._rel(f"{PARTITION}/{name}")
         written: dict[str, list[WriteStat]] = {}
-        futures = [f for f in (beside, stats_logs) if f is not None]
-        index_sent: list[concurrent.futures.Future] = []
         try:
-            if rindex is not None:  # on an object store its groups' logs go out side by side
+            if sent is not None:
+                sent += [REQUESTS.get().submit(pending), REQUESTS.get().submit(self.storage.write_bytes, rel, block)]
+            else:
+                pending()
+            if rindex is not None:
                 assert index_changes is not None
-                for st in rindex.append(t, index_changes, done, token, sent=index_sent if remote else None):
+                for st in rindex.append(t, index_changes, done, token, sent=sent):
                     written.setdefault(st.partition_path, []).append(st)
-            self.storage.write_bytes(self._rel(f"{PARTITION}/{name}"), block)
-            _wrote(self.storage, self._rel(f"{PARTITION}/{name}"), block)
-            if stats_logs is None and stats is not None and stats_records:
-                for st in stats.append(t, stats_records, done, token):
+            if sent is None:
+                self.storage.write_bytes(rel, block)
+            if stats is not None and stats_records:
+                for st in stats.append(t, stats_records, done, token, sent=sent):
                     written.setdefault(st.partition_path, []).append(st)
         finally:
-            concurrent.futures.wait(futures + index_sent)  # nothing of it goes on being written after it fails
-        for f in index_sent:
+            concurrent.futures.wait(sent or [])  # nothing of it goes on being written after it fails
+        for f in sent or []:
             f.result()
-        for f in futures:
-            for st in f.result() or ():
-                written.setdefault(st.partition_path, []).append(st)
+        _wrote(self.storage, rel, block)
         faults.point("mid-metadata-deltacommit")
         stat = WriteStat(file_id=GROUP, path=f"{PARTITION}/{name}", partition_path=PARTITION, prev_commit=t,
                          num_writes=len(recs), num_update_writes=len(recs), total_write_bytes=len(block),
@@ -572,6 +568,29 @@ class MetadataTable:
                 or self.storage.keeps_listings()):
             return None
         return REQUESTS.get().submit(self._instant_files)
+
+    def list_indexes_beside(self, indexes: Iterable[metadata_stats.StatsPartitions
+                                                   | metadata_record_index.RecordIndexPartition] | None = None) -> None:
+        """On an object store, the metadata timeline and the partitions of ``indexes`` (every
+        kept index by default) listed side by side: one request's latency where one after
+        another each partition added its own. Either may come first. Under the table lock nothing
+        else changes them meanwhile. Outside it (a record-index lookup before the lock), a
+        deltacommit completing between two of the listings may have some of its logs listed and
+        not others: each key's entry lives in one group, so each key is read as before that
+        deltacommit or after it, and that deltacommit's data commit, completing after both
+        listings, is in no base the writer planned on. Not where this thread keeps listings."""
+        todo = list(self.indexes if indexes is None else indexes)
+        if (not todo or not self.storage.is_s3 or self.storage.keeps_listings()
+                or self.storage.is_kept(self.timeline_dir)):
+            return
+        jobs = [] if self._names is not None else [self._instant_files]
+        jobs += [functools.partial(x.names, p) for x in todo for p in x.partitions]
+        if len(jobs) < 2:
+            return
+        sent = [REQUESTS.get().submit(job) for job in jobs]
+        concurrent.futures.wait(sent)
+        for f in sent:
+            f.result()
 
     def read(self) -> Records:
         """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
@@ -1028,6 +1047,7 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         _on_rollback(mt, t, completion, data)
         faults.point("after-metadata-table")
         return
+    mt.list_indexes_beside()
     source = f"{t}.{action}"
     if metadata is None and data and inst.instant_action(action) != inst.CLEAN:
         metadata = decode_commit_metadata(action, data, source=source)
@@ -1102,7 +1122,10 @@ def lookup_record_index(storage: Storage, config: props.TableConfig, keys: Itera
     if not enabled(config):
         return None
     mt = MetadataTable(storage, config)
-    return mt.record_index.lookup(keys, mt._completed()) if mt.record_index is not None else None
+    if mt.record_index is None:
+        return None
+    mt.list_indexes_beside([mt.record_index])
+    return mt.record_index.lookup(keys, mt._completed())
 
 
 def column_stats_of(storage: Storage, config: props.TableConfig, partitions: list[str] | None = None

@@ -23,6 +23,7 @@ import datetime as _dt
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..format import column_stats as cs
 from ..format import hfile, paths
 from ..format.layout import parse_data_file
 from ..format.log_file import BlockType, HeaderKey, encode_block, parse_log_file
+from ..s3_store import REQUESTS
 from ..storage import Storage, safe_relative
 from .compaction_plan import CompactionOperation
 from .metadata import CommitMetadata, WriteStat
@@ -160,9 +162,11 @@ class StatsPartitions:
 
     # -- writing -------------------------------------------------------------------------
     def append(self, t: str, records: list[cs.StatsRecord], done: Mapping[str, tuple[str, str]],
-               token: str = _WRITE_TOKEN) -> list[WriteStat]:
+               token: str = _WRITE_TOKEN, sent: list[Future] | None = None) -> list[WriteStat]:
         """Write ``records`` (the stats of one deltacommit at ``t``) into a log file of each
-        group they map to; returns the log files' write stats for the deltacommit."""
+        group they map to; returns the log files' write stats for the deltacommit. ``sent``: the
+        writes go out side by side on the request threads (an object store), their futures
+        added there for the caller to wait for."""
         stats = []
         for partition in self.partitions:
             mine = [r for r in records if r.partition == partition]
@@ -176,7 +180,10 @@ class StatsPartitions:
                 name = f".{fid}_{t}.log.1_{token}"
                 kept = _deduped(recs)
                 block = cs.encode_log_block(kept, self._schema(partition, fid, done), t)
-                self.storage.write_bytes(self._rel(partition, name), block)
+                if sent is None:
+                    self.storage.write_bytes(self._rel(partition, name), block)
+                else:
+                    sent.append(REQUESTS.get().submit(self.storage.write_bytes, self._rel(partition, name), block))
                 self.names(partition)[name] = len(block)
                 # what the next read decodes from it: known already
                 _DECODED.put((self.storage.uri, self._rel(partition, name)), kept)
