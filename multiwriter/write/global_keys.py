@@ -34,9 +34,14 @@ from .index import FILE_ID
 from .records import KEY, OP, OP_DELETE, PARTITION
 
 
+def keeps_record_index(storage: Storage, base: Timeline) -> bool:
+    """Does the table keep a record index our writers use (listed, and global)?"""
+    return metadata_table.global_record_index(storage, base.config.raw)
+
+
 def lookup(storage: Storage, base: Timeline, prepared: pa.Table) -> dict[str, ri.Location] | None:
     """Where the record index puts the batch's keys, None when the table keeps no record index."""
-    if not metadata_table.global_record_index(storage, base.config.raw):
+    if not keeps_record_index(storage, base):
         return None
     if not prepared.num_rows:
         return {}

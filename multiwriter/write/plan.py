@@ -11,7 +11,7 @@ import math
 import zlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +23,7 @@ from ..format import layout
 from ..table.metadata import CommitMetadata, WriteStat
 from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
+from ..threads import ProcessPool
 from . import bloom
 from .index import FILE_ID, KeyIndex, integral_key, tag_buckets, untagged
 from .columns import constant
@@ -366,33 +367,55 @@ def plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: s
     ``update_partition_path``)."""
     config = base.config
     found = None  # the record index's answer, when the table keeps one: then it is the index
+    snap = None
     if operation != "insert":
-        found = global_keys.lookup(index.storage, base, prepared)
+        found, snap = _looked_up(index, base, prepared)
         routed = global_keys.route(index.storage, base, prepared, update_partition_path=update_partition_path,
                                    found=found)
         if routed is not prepared:
-            prepared, hashes = routed, None
+            prepared, hashes, snap = routed, None, None  # the routed rows may name other partitions
     if config.virtual_keys:  # no bloom filter to probe nor to write: no hashes
         plan = _plan_batch(prepared, base, index, operation, target_file_size, None, small_file_limit, confirm_keys,
-                           on_found, found)
+                           on_found, found, snap)
         plan.bloom_hashes = False
         return plan
     return _plan_batch(prepared, base, index, operation, target_file_size, hashes, small_file_limit, confirm_keys,
-                       on_found, found)
+                       on_found, found, snap)
+
+
+#: the record index's lookups that run beside the batch's snapshot (one per writer at a time)
+_LOOKUPS = ProcessPool("mw-index-lookup", 4)
+
+
+def _looked_up(index: KeyIndex, base: Timeline, prepared: pa.Table) -> tuple[dict | None, Snapshot | None]:
+    """The record index's answer for the batch (None when the table keeps none) and, on an
+    object store, the batch's snapshot, listed while the index is looked up (the two wait on
+    their listings side by side, not one after the other). Both read the table as of ``base``
+    or later, as each did alone."""
+    if not index.storage.is_s3 or not global_keys.keeps_record_index(index.storage, base):
+        return global_keys.lookup(index.storage, base, prepared), None
+    looking = _LOOKUPS.get().submit(global_keys.lookup, index.storage, base, prepared)
+    try:
+        snap = index.snapshot(base, prepared)
+    finally:
+        wait([looking])  # never left running after the batch fails
+    return looking.result(), snap
 
 
 def _plan_batch(prepared: pa.Table, base: Timeline, index: KeyIndex, operation: str, target_file_size: int,
                 hashes: Callable[[], np.ndarray] | None, small_file_limit: int, confirm_keys: bool,
-                on_found: Callable[[FileSlice], None] | None, found: dict | None = None) -> Plan:
+                on_found: Callable[[FileSlice], None] | None, found: dict | None = None,
+                snap: Snapshot | None = None) -> Plan:
+    """``snap``: the batch's snapshot, when the caller listed it already."""
     config = base.config
     if config.bucket_index:
-        snap = index.snapshot(base, prepared)
+        snap = snap or index.snapshot(base, prepared)
         return make_plan(tag_buckets(snap, prepared, config), snap, target_file_size=target_file_size, hashes=hashes)
     if operation == "insert":
         return make_plan(untagged(prepared), Snapshot({}, base, None), target_file_size=target_file_size, hashes=hashes)
     if not config.virtual_keys:
         prepared = bloom.with_hashes(prepared, KEY, hashes)  # once per batch: the index and the files' filters use them
-    snap = index.snapshot(base, prepared)
+    snap = snap or index.snapshot(base, prepared)
     # a log append does not match keys against the base; without a bloom filter or key range
     # every file is a candidate, so keys are read (Hudi's simple index) rather than files rewritten
     confirm = confirm_keys or config.merge_on_read or config.virtual_keys

@@ -60,6 +60,28 @@ def test_update_partition_path_moves_the_key(kind, tmp_path):
     assert _check_index(path) == 2
 
 
+@pytest.mark.parametrize("move", [False, True], ids=["update-in-place", "update-partition-path"])
+def test_keys_named_in_another_partition_on_s3(s3_server, move):
+    """On an object store the index is looked up while the batch's snapshot is listed; a batch
+    whose keys the index routes to other partitions is planned on those partitions' files."""
+    from tests.test_object_storage import hudi_read_s3
+    from multiwriter.table import metadata_files as mf
+
+    uri = s3_server() + "/t"
+    mw.Table.create(uri, name="g", schema=SCHEMA, record_key="id", partition_by=["d"], ordering_field="ts",
+                    record_index=True)
+    cfg = mw.WriterConfig(writer_id="w", lock=mw.InProcessLock(), update_partition_path=move)
+    mw.write(_rows(("a", 1, 1, "x"), ("b", 1, 1, "x"), ("c", 1, 1, "w")), uri, cfg)
+    mw.write(_rows(("a", 2, 2, "y"), ("c", 2, 2, "w"), ("d", 2, 2, "y")), uri, cfg)
+    rows = hudi_read_s3(uri, s3_server.endpoint).to_pylist()
+    got = {r["id"]: (r["_hoodie_partition_path"], r["v"]) for r in rows}
+    assert len(got) == len(rows) == 4, "a key stored twice"
+    assert got == {"a": ("y" if move else "x", 2), "b": ("x", 1), "c": ("w", 2), "d": ("y", 2)}
+    t = mw.Table.open(uri)
+    index = {k: (loc.partition, loc.file_id) for k, loc in mf.record_index_of(t.storage, t.config).items()}
+    assert index == {r["id"]: (r["_hoodie_partition_path"], r["_hoodie_file_name"].split("_")[0]) for r in rows}
+
+
 def test_without_the_record_index_partitions_stay_apart(tmp_path):
     """The index is per partition (Hudi's non-global bloom index): the same key in two
     partitions is two records."""
