@@ -72,7 +72,38 @@ def _new_s3_client(endpoint: str | None, region: str | None, call_timeout_s: flo
         kw["region_name"] = region
     if credentials:
         kw["aws_access_key_id"], kw["aws_secret_access_key"] = credentials
-    return boto3.session.Session().client("s3", **kw)
+    return boto3.session.Session(botocore_session=_botocore_session()).client("s3", **kw)
+
+
+def _botocore_session() -> Any:
+    """A botocore session whose responses' times are parsed by :func:`parse_timestamp`:
+    botocore's own parser (dateutil's) took about 0.15 ms of this process's CPU per time, so
+    half of a LIST's client time went to its objects' ``LastModified``."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
+    return session
+
+
+def parse_timestamp(value: Any) -> Any:
+    """An S3 answer's time as botocore's parser gives it (an aware UTC datetime), fast for the two
+    forms S3 sends: ISO 8601 in bodies (``2026-11-30T14:07:39.000Z``) and RFC 1123 in headers
+    (``Mon, 30 Nov 2026 14:07:39 GMT``). Anything else goes to botocore's own parser."""
+    import datetime as dt
+    from email.utils import parsedate_to_datetime
+
+    from botocore.utils import parse_timestamp as slow
+
+    if isinstance(value, str):
+        try:
+            if value.endswith("Z") and "T" in value:
+                return dt.datetime.fromisoformat(value[:-1]).replace(tzinfo=dt.timezone.utc)
+            if value.endswith(" GMT"):
+                return parsedate_to_datetime(value).astimezone(dt.timezone.utc)
+        except (ValueError, TypeError, IndexError):
+            pass
+    return slow(value)
 
 
 def status(e: Any) -> int:
