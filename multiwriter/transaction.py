@@ -290,6 +290,7 @@ class Transaction:
         try:
             faults.point("after-lock-acquired")
             settings_ahead.enter_context(self._settings_read_ahead())
+            mdt_ahead = metadata_files.read_ahead(self.table.storage, self.table.config)
             t0 = time.monotonic()
             loaded = [0.0]
 
@@ -324,7 +325,7 @@ class Transaction:
             steps.step("settings", t1)
             faults.point("before-complete")
             t2 = time.monotonic()
-            self._complete(tl, metadata)
+            self._complete(tl, metadata, mdt_ahead)
             self.timings.timeline_io_s += time.monotonic() - t2
             faults.point("after-complete")
             # not after rewriting file groups another writer may be rewriting too: its next batch
@@ -416,7 +417,8 @@ class Transaction:
     def _decisions(self) -> decisions.DecisionLog:
         return decisions.DecisionLog(self.table.storage, self.table.config)
 
-    def _complete(self, tl: Timeline, metadata: CommitMetadata) -> None:
+    def _complete(self, tl: Timeline, metadata: CommitMetadata,
+                  mdt_ahead: metadata_files.ReadAhead | None = None) -> None:
         """The completion step: fence, metadata-table deltacommit, the decision, the completed
         file.
 
@@ -442,7 +444,8 @@ class Transaction:
         floor = [tl.max_time(), t] + ([self._after.completion] if self._after and self._after.completion else [])
         completion = self.clock.issue(floor)
         data = metadata.to_bytes()
-        metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata)
+        metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata,
+                                    mdt_ahead)
         t0 = steps.step("metadata_table", t0)
         self._state = "deciding"
         try:

@@ -149,7 +149,8 @@ def test_an_upsert_with_every_index_waits_on_one_listing_round_more_than_the_fil
     """Keeping the record index and the column and partition stats lists their partitions,
     but beside the metadata timeline: at most one round of listings more than an upsert into a
     table whose metadata table keeps the files partition alone (the record index's lookup,
-    before the lock), however many index partitions there are. LISTs answer 0.15 s late here,
+    before the lock), however many index partitions there are. Under the lock the metadata
+    table's listings go out as the lock is taken, beside the decision log's. LISTs answer 0.15 s late here,
     so listings sent one after another never overlap."""
     tables = {}
     for name, kept in (("files", {}), ("indexes", {"column_stats": True, "record_index": True})):
@@ -175,6 +176,12 @@ def test_an_upsert_with_every_index_waits_on_one_listing_round_more_than_the_fil
     shown = {k: "\n".join(" | ".join(p.split("prefix=", 1)[-1].split("&", 1)[0] for p in r) for r in v)
              for k, v in rounds.items()}
     assert len(rounds["indexes"]) <= len(rounds["files"]) + 1, f"files only:\n{shown['files']}\nevery index:\n{shown['indexes']}"
+    for name, rs in rounds.items():
+        # under the lock (from the decision log's first listing) the metadata table is listed
+        # once, beside the decision log: no round of its own while the lock is held
+        held = next(i for i, r in enumerate(rs) if any("decisions" in p for p in r))
+        assert any("metadata%2F.hoodie%2Ftimeline" in p for p in rs[held]), shown[name]
+        assert not [r for r in rs[held + 1:] if any("metadata%2F" in p for p in r)], shown[name]
     for name, (uri, _, _) in tables.items():
         assert mw.Table.open(uri).read(columns=["id"]).num_rows == 70, name
 

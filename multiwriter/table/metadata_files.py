@@ -163,6 +163,7 @@ class MetadataTable:
         self._changes = 0  # how often _names changed: the completed instants are worked out again after one
         self._done: tuple[int, dict[str, tuple[str, str]]] | None = None
         self._sizes: dict[str, int] = {}  # file name -> size, from the partition's listing
+        self._listed_ahead = False  # the timeline and the index partitions listed by read_ahead
         kept = metadata_stats.kept(_listed(self.data_config.raw.get(PARTITIONS_KEY, "")))
         #: the data-skipping partitions kept beside the files partition, None when there are none
         self.stats = metadata_stats.StatsPartitions(self.storage, MDT_DIR, kept, self.data_config.version,
@@ -580,17 +581,20 @@ class MetadataTable:
         deltacommit or after it, and that deltacommit's data commit, completing after both
         listings, is in no base the writer planned on. Not where this thread keeps listings."""
         todo = list(self.indexes if indexes is None else indexes)
-        if (not todo or not self.storage.is_s3 or self.storage.keeps_listings()
-                or self.storage.is_kept(self.timeline_dir)):
-            return
+        if todo and not self._listed_ahead:
+            _waited(self._send_listings(todo, least=2))
+
+    def _send_listings(self, indexes: list[metadata_stats.StatsPartitions | metadata_record_index.RecordIndexPartition],
+                       least: int = 1) -> list[concurrent.futures.Future]:
+        """The listings of :meth:`list_indexes_beside`, sent (none when fewer than ``least``
+        are due, or off an object store, or where this thread keeps listings)."""
+        if not self.storage.is_s3 or self.storage.keeps_listings() or self.storage.is_kept(self.timeline_dir):
+            return []
         jobs = [] if self._names is not None else [self._instant_files]
-        jobs += [functools.partial(x.names, p) for x in todo for p in x.partitions]
-        if len(jobs) < 2:
-            return
-        sent = [REQUESTS.get().submit(job) for job in jobs]
-        concurrent.futures.wait(sent)
-        for f in sent:
-            f.result()
+        jobs += [functools.partial(x.names, p) for x in indexes for p in x.partitions]
+        if len(jobs) < least:
+            return []
+        return [REQUESTS.get().submit(job) for job in jobs]
 
     def read(self) -> Records:
         """Every record of the latest slice, merged (a tombstone drops a file; sizes take the
@@ -1033,16 +1037,56 @@ def _safe_partition(part: object, source: str) -> bool:
         return False
 
 
+def _waited(sent: list[concurrent.futures.Future]) -> None:
+    concurrent.futures.wait(sent)
+    for f in sent:
+        f.result()
+
+
+@dataclass
+class ReadAhead:
+    """The metadata table's listings a commit sent as it took the table lock (:func:`read_ahead`)."""
+
+    table: MetadataTable
+    sent: list[concurrent.futures.Future]
+
+    def taken(self, config: props.TableConfig) -> MetadataTable | None:
+        """The listed metadata table, once its listings are in; None (after they are) when the
+        settings changed since they were sent (a partition dropped under the lock, say)."""
+        _waited(self.sent)
+        if self.table.data_config.raw != config.raw:
+            return None
+        self.table._listed_ahead = True
+        return self.table
+
+
+def read_ahead(storage: Storage, config: props.TableConfig) -> ReadAhead | None:
+    """As a commit takes the table lock, on an object store: the metadata table's timeline and
+    its index partitions listed beside the data timeline and the decision log, for
+    :func:`on_completed` (a round of requests less under the lock). Nothing writes the metadata
+    table in a lock hold before its commit's deltacommit: every writer of it holds the table
+    lock, and a decision rolled forward under the lock writes only its completed file (its
+    deltacommit came before the decision); the settings, which may drop a partition under the
+    lock, are compared when the listings are taken."""
+    if not enabled(config):
+        return None
+    mt = MetadataTable(storage, config)
+    sent = mt._send_listings(mt.indexes)
+    return ReadAhead(mt, sent) if sent else None
+
+
 def on_completed(storage: Storage, config: props.TableConfig, t: str, completion: str, action: str,
-                 data: bytes, metadata: CommitMetadata | None = None) -> None:
+                 data: bytes, metadata: CommitMetadata | None = None, ahead: ReadAhead | None = None) -> None:
     """Before ``<t>_<completion>.<action>`` is written on the data timeline: its files go into
     the metadata table (when the table keeps one), and the files partition is compacted when due.
     Every action but a rollback writes its deltacommit, with or without files, as Hudi's does; a
     rollback rolls its target's deltacommit back at its own time instead (:func:`_on_rollback`).
-    ``metadata``: the commit metadata ``data`` encodes, when the caller has it."""
+    ``metadata``: the commit metadata ``data`` encodes, when the caller has it; ``ahead``: the
+    listings the caller sent as it took the lock (:func:`read_ahead`)."""
+    listed = ahead.taken(config) if ahead is not None else None
     if not enabled(config):
         return
-    mt = MetadataTable(storage, config)
+    mt = listed or MetadataTable(storage, config)
     if inst.instant_action(action) == inst.ROLLBACK:
         _on_rollback(mt, t, completion, data)
         faults.point("after-metadata-table")
