@@ -551,24 +551,13 @@ class MetadataTable:
         """(base file name or None, its instant, log file names in completion order) of the
         group's latest slice: logs whose deltacommit completed at or after the base's instant
         (Hudi's slicing rule, as hudi-rs applies it)."""
-        timeline = self._list_timeline_beside()
+        timeline = self._send_listings([])  # beside the partition's: either may come first, see below
         names = []
         for e in self.storage.list_dir(self._rel(PARTITION), files_only=True):
             names.append(e.path.rsplit("/", 1)[-1])
             self._sizes[names[-1]] = e.size
-        if timeline is not None:
-            timeline.result()
+        _waited(timeline)
         return metadata_stats.latest_slice_of(names, GROUP, self._completed())
-
-    def _list_timeline_beside(self) -> concurrent.futures.Future | None:
-        """On an object store, the metadata timeline's first listing sent beside the files
-        partition's (two requests that wait side by side). Either may come first: a log whose
-        deltacommit completes between them is read or not as when the partition goes first.
-        Not where this thread keeps listings: there the listings are read here, once."""
-        if (self._names is not None or not self.storage.is_s3 or self.storage.is_kept(self.timeline_dir)
-                or self.storage.keeps_listings()):
-            return None
-        return REQUESTS.get().submit(self._instant_files)
 
     def list_indexes_beside(self, indexes: Iterable[metadata_stats.StatsPartitions
                                                    | metadata_record_index.RecordIndexPartition] | None = None) -> None:
@@ -586,8 +575,12 @@ class MetadataTable:
 
     def _send_listings(self, indexes: list[metadata_stats.StatsPartitions | metadata_record_index.RecordIndexPartition],
                        least: int = 1) -> list[concurrent.futures.Future]:
-        """The listings of :meth:`list_indexes_beside`, sent (none when fewer than ``least``
-        are due, or off an object store, or where this thread keeps listings)."""
+        """On an object store, the metadata timeline's first listing and the partitions of
+        ``indexes``, sent to wait side by side (none when fewer than ``least`` are due, or where
+        this thread keeps listings: there each is read once, on this thread). Beside the files
+        partition's listing either may come first: a log whose deltacommit completes between them
+        is read or not as when the partition goes first; for the index partitions see
+        :meth:`list_indexes_beside`."""
         if not self.storage.is_s3 or self.storage.keeps_listings() or self.storage.is_kept(self.timeline_dir):
             return []
         jobs = [] if self._names is not None else [self._instant_files]
