@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import ConfigError
+from .threads import free_in_child
 
 #: Google's Cloud Storage endpoint (the JSON API)
 API = "https://storage.googleapis.com"
@@ -311,7 +312,7 @@ class GcsClient:
 
 
 _clients: dict[tuple[Any, ...], GcsClient] = {}
-_clients_mu = threading.Lock()
+_clients_mu = free_in_child(threading.Lock())
 
 
 def client(call_timeout_s: float) -> GcsClient:

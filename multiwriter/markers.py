@@ -33,6 +33,7 @@ from .storage import FileExists, Storage
 from .format import layout
 from .format.cdc_log import parse_cdc_log_file
 from .format.log_file import parse_log_file
+from .threads import free_in_child
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def _listed(storage: Storage, rel: str) -> list[str]:
 #: commit's reconciliation reads its own list from memory (one request fewer on object stores)
 _WRITTEN: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 _WRITTEN_MAX = 64
-_WRITTEN_MU = threading.Lock()
+_WRITTEN_MU = free_in_child(threading.Lock())
 #: the marker directories this process alone wrote (:func:`owned_markers`), by (table, instant):
 #: the objects it created there, newest instants last
 _OWNED: OrderedDict[tuple[str, str], list[str]] = OrderedDict()

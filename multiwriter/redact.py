@@ -20,6 +20,8 @@ import re
 import threading
 from typing import Any
 
+from .threads import free_in_child
+
 MASK = "***"
 
 #: ``scheme://`` and what follows it up to whitespace or a quote
@@ -106,7 +108,7 @@ class RedactFilter(logging.Filter):
 
 _FILTER = RedactFilter()
 _installed = False
-_install_mu = threading.Lock()
+_install_mu = free_in_child(threading.Lock())
 
 
 def install() -> None:

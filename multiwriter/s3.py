@@ -12,8 +12,10 @@ import os
 import threading
 from typing import Any
 
+from .threads import free_in_child
+
 _clients: dict[tuple[Any, ...], Any] = {}
-_clients_mu = threading.Lock()
+_clients_mu = free_in_child(threading.Lock())
 
 
 def s3_client(call_timeout_s: float) -> Any:

@@ -44,6 +44,7 @@ import pyarrow.fs as pafs
 from . import gcs, s3, s3_store
 from .errors import CommitStateUnknownError, ConfigError, DeleteError, FileExists, UnsafePathError, UploadError
 from .redact import redact
+from .threads import free_in_child
 
 log = logging.getLogger(__name__)
 
@@ -936,7 +937,7 @@ _LOCAL_BUFFER = 1 << 20
 #: every open block's listings, of every thread (:meth:`Storage._listing_changed`), and a count
 #: of the writes that changed any: a listing read while one happened is used, not kept
 _BLOCKS: list[dict] = []
-_BLOCKS_MU = threading.Lock()
+_BLOCKS_MU = free_in_child(threading.Lock())
 _CHANGES = 0
 
 

@@ -10,9 +10,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+L = TypeVar("L")
+
+
+def free_in_child(lock: L) -> L:
+    """``lock``, made free again in every forked child. A fork copies a lock that another
+    thread holds as held, and that thread does not exist in the child to release it: the
+    child's first acquire would wait forever. The standard library renews its own locks the same
+    way (``_at_fork_reinit``, as ``logging`` does for its handlers)."""
+    os.register_at_fork(after_in_child=lock._at_fork_reinit)  # type: ignore[attr-defined]
+    return lock
 
 
 class ProcessPool:

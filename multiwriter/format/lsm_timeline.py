@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from ..errors import TableFormatError
 from ..storage import Storage
 from . import bounds, paths
+from ..threads import free_in_child
 
 VERSION_FILE = "_version_"
 MANIFEST_PREFIX = "manifest_"
@@ -118,7 +119,7 @@ def is_lsm_file(name: str) -> bool:
 #: request each there; a local read costs nothing).
 _WRITTEN: OrderedDict[tuple[str, str], bytes] = OrderedDict()
 _WRITTEN_BYTES = 32 << 20
-_WRITTEN_MU = threading.Lock()
+_WRITTEN_MU = free_in_child(threading.Lock())
 
 
 def _published(storage: Storage, files: dict[str, bytes]) -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError, HeartbeatExpiredError
 from ..instant_time import parse_time
 from ..storage import Storage
+from ..threads import free_in_child
 from ..format.layout import heartbeat_path
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ __all__ = ["HeartbeatClient", "beating_client", "expiry_bound_s", "heartbeat_age
 # instant time -> the client of this process beating it: the write path asks it, right before
 # each data file, whether its own heartbeat can still be trusted (see beating_client)
 _BEATING: weakref.WeakValueDictionary[str, HeartbeatClient] = weakref.WeakValueDictionary()
-_BEATING_MU = threading.Lock()
+_BEATING_MU = free_in_child(threading.Lock())
+#: every client of this process, so a forked child can give each fresh locks (see _renew_in_child)
+_CLIENTS: weakref.WeakSet[HeartbeatClient] = weakref.WeakSet()
 
 
 def beating_client(instant_time: str) -> HeartbeatClient | None:
@@ -193,6 +196,14 @@ class _Waiting:
 _THREADS = _BeatThreads()
 
 
+def _renew_clients_in_child() -> None:
+    for client in list(_CLIENTS):
+        client._renew_in_child()
+
+
+os.register_at_fork(after_in_child=_renew_clients_in_child)
+
+
 # -- the writer's side ----------------------------------------------------------------------------
 @dataclass
 class _InFlight:
@@ -264,6 +275,16 @@ class HeartbeatClient:
         self._host = socket.gethostname()
         self._seq = 0  # grows with every beat written by this client (any instant)
         self._beater = uuid.uuid4().hex[:12]
+        _CLIENTS.add(self)
+
+    def _renew_in_child(self) -> None:
+        """In a forked child: the parent's beat thread may have held ``_mu`` or ``_io`` (inside
+        a write) at the fork, and it does not exist here to release them; no loop runs here."""
+        self._mu, self._io = threading.Lock(), threading.Lock()
+        self._wake = threading.Event()
+        self._loop_done = threading.Event()
+        self._loop_done.set()
+        self._loop_thread = None
 
     @property
     def bound_s(self) -> float:

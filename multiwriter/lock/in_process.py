@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import HolderInfo, LockProvider, TableLock, resolve_timeout, validate_table_id
+from ..threads import free_in_child
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -28,7 +29,7 @@ class _Slot:
 
 
 _slots: dict[str, _Slot] = {}
-_slots_mu = threading.Lock()
+_slots_mu = free_in_child(threading.Lock())
 
 
 def _slot(table_id: str) -> _Slot:

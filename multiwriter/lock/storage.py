@@ -53,6 +53,7 @@ from urllib.parse import urlsplit
 from .. import gcs, s3
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import SIGHTINGS, HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
+from ..threads import free_in_child
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -650,7 +651,7 @@ class _Turns:
 
 
 _TURNS: dict[str, _Turns] = {}
-_TURNS_MU = threading.Lock()
+_TURNS_MU = free_in_child(threading.Lock())
 
 
 def _turns(location: str) -> _Turns:
@@ -666,7 +667,7 @@ RELEASE_RETRY_S = 2.0
 #: per lock object (its location), the owner id whose release never landed in this process: the
 #: lease is this process's own, which nobody else holds, so its next acquire takes it over
 _ORPHANED: dict[str, str] = {}
-_ORPHANED_MU = threading.Lock()
+_ORPHANED_MU = free_in_child(threading.Lock())
 
 
 def _orphaned(store: LockStore, current: LockObject) -> bool:

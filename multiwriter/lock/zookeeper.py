@@ -54,7 +54,7 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
-from ..threads import Deadlines
+from ..threads import Deadlines, free_in_child
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import (
     LOCK_KEY_PROPERTY,
@@ -307,8 +307,9 @@ class _SharedClient:
 
 
 _clients: dict[tuple[Any, ...], _SharedClient] = {}
-_clients_mu = threading.Lock()
+_clients_mu = free_in_child(threading.Lock())
 _start_mus: dict[tuple[Any, ...], threading.Lock] = {}
+os.register_at_fork(after_in_child=_start_mus.clear)  # a connect under way at a fork: not the child's
 
 
 def _start_lock(key: tuple[Any, ...]) -> threading.Lock:

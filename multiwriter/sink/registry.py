@@ -15,9 +15,10 @@ from ..config import WriterConfig
 from ..errors import ConfigError
 from ..storage import Storage
 from ..table.table import Table, table_id_for
+from ..threads import free_in_child
 
 _local: set[tuple[str, str]] = set()
-_local_mu = threading.Lock()
+_local_mu = free_in_child(threading.Lock())
 
 
 @dataclass

@@ -93,6 +93,7 @@ from ..write.plan import plan_batch
 from ..write.writer import Writer, commit_metadata, evolve_schema
 from . import options as opt
 from . import staging
+from ..threads import free_in_child
 
 log = logging.getLogger(__name__)
 #: the local properties Spark sets on every task of a micro-batch
@@ -404,7 +405,7 @@ def compact(inserted: dict[str, pa.Array]) -> dict[str, pa.Array]:
 #: the committing process's writers, by table, table id and options; at most this many kept
 MAX_WRITERS = 8
 _WRITERS: OrderedDict[tuple[str, str, tuple[tuple[str, str], ...]], Writer] = OrderedDict()
-_WRITERS_MU = threading.Lock()
+_WRITERS_MU = free_in_child(threading.Lock())
 
 
 @contextmanager

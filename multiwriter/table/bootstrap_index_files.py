@@ -26,6 +26,7 @@ from ..redact import redact
 from ..storage import Storage
 from . import properties as props
 from .properties import TableConfig
+from ..threads import free_in_child
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class _Loaded:
 
 
 _CACHE: dict[str, _Loaded] = {}
-_LOCK = threading.Lock()
+_LOCK = free_in_child(threading.Lock())
 
 
 def config_of(storage: Storage) -> TableConfig:

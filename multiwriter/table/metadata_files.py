@@ -49,6 +49,7 @@ from .compaction_plan import CompactionOperation, CompactionPlan, encode_plan
 from ..format.cdc_log import parse_cdc_log_file
 from ..format.log_file import BlockType, HeaderKey, encode_block, parse_log_file, read_log_blocks
 from .metadata import CommitMetadata, WriteStat, decode_commit_metadata, decode_records, encode, rollback_target
+from ..threads import free_in_child
 
 log = logging.getLogger(__name__)
 
@@ -812,7 +813,7 @@ _WARN_MAX = 10
 _SCHEMA_OF_BASE: BoundedCache[tuple[str, str], str] = BoundedCache(_CACHE_FILES)
 #: the record schema of each base file read, by (table URI, path)
 _BASE_SCHEMAS: OrderedDict[tuple[str, str], str | None] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = free_in_child(threading.Lock())
 #: the bytes of files of the files partition this process wrote, until decoded once (a request
 #: each otherwise on an object store, an open and a read on a disk: a writer's next listing
 #: takes the log its last commit wrote, the companion job's compaction merges the log its clean

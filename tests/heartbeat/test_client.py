@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
@@ -380,14 +381,44 @@ def test_hand_over_keeps_the_file_and_stops_beating(storage, tmp_path, clients):
     assert hb_file(tmp_path, t).exists()
 
 
+def _wait_for_child(pid: int, timeout_s: float = 20.0) -> int:
+    """The child's exit code; a child still running after ``timeout_s`` is killed (it hangs, as
+    on a lock a parent's thread held at the fork) and the test fails instead of waiting on."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child did not finish within {timeout_s}s (killed)")
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients):
+@pytest.mark.parametrize("fork_mid_beat", [False, True], ids=["between-beats", "mid-beat"])
+def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients, fork_mid_beat):
     """A child forked while its parent beats has none of the parent's threads: the inherited
     client's instant fails the fence there, closing does not wait for a loop that is not there,
-    and a new instant gets a beat loop of the child's own."""
+    and a new instant gets a beat loop of the child's own. A fork while the parent's beat thread
+    is inside a write (so holds the client's locks) must not leave the child's client locked."""
     c = clients(storage)
     t1 = instant()
+    writing = threading.Event()
+    real_write = storage.write_bytes
+
+    def write(rel: str, data: bytes) -> None:
+        if t1 in rel and threading.current_thread().name.startswith("heartbeat-"):
+            writing.set()
+            time.sleep(0.5)  # a slow store: the fork below lands inside this write
+            writing.clear()
+        real_write(rel, data)
+
+    if fork_mid_beat:
+        storage.write_bytes = write  # type: ignore[method-assign]
     c.start(t1)
+    if fork_mid_beat:
+        assert writing.wait(timeout=5), "the beat thread never wrote"
     pid = os.fork()
     if pid == 0:  # the child: report by exit code, never return into pytest
         code = 1
@@ -407,7 +438,6 @@ def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients):
                 code = 0 if time.monotonic() - took < 1.0 else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _wait_for_child(pid) == 0
     assert hb_file(tmp_path, t1).exists()
     c.check(t1)  # the parent's own beats go on
