@@ -290,7 +290,11 @@ class Transaction:
         try:
             faults.point("after-lock-acquired")
             settings_ahead.enter_context(self._settings_read_ahead())
-            mdt_ahead = metadata_files.read_ahead(self.table.storage, self.table.config)
+            listed: list[metadata_files.ReadAhead | None] = [None]
+
+            def list_metadata_table() -> None:  # not before the decision log's listing: see read_ahead
+                listed[0] = metadata_files.read_ahead(self.table.storage, self.table.config)
+
             t0 = time.monotonic()
             loaded = [0.0]
 
@@ -301,7 +305,8 @@ class Transaction:
                 finally:
                     loaded[0] += time.monotonic() - l0
 
-            self._after, tl = decisions.settle(self._decisions(), load)
+            self._after, tl = decisions.settle(self._decisions(), load, list_metadata_table)
+            mdt_ahead = listed[0]
             t1 = time.monotonic()
             self.timings.timeline_io_s += t1 - t0
             steps.steps["timeline_load"] = loaded[0]

@@ -161,9 +161,12 @@ class DecisionLog:
             return []
         return sorted(int(m.group(1)) for n in names if (m := _NAME.match(n.rsplit("/", 1)[-1])))
 
-    def newest(self) -> Decision | None:
-        """The newest decision (None for a table that has none yet)."""
+    def newest(self, listed: Callable[[], None] | None = None) -> Decision | None:
+        """The newest decision (None for a table that has none yet). ``listed``: called as soon
+        as the log's listing is in, before its newest decision is read."""
         seqs = self._seqs()
+        if listed is not None:
+            listed()
         if not seqs:
             return None
         mine = _MINE.get(self.storage.uri)
@@ -255,10 +258,13 @@ def _lost(d: Decision, why: str) -> CommitDecisionLostError:
         instant=d.instant)
 
 
-def settle(log_: DecisionLog, load: Callable[[], Timeline]) -> tuple[Decision | None, Timeline]:
+def settle(log_: DecisionLog, load: Callable[[], Timeline],
+           listed: Callable[[], None] | None = None) -> tuple[Decision | None, Timeline]:
     """Under the lock, before any check: the newest decision, rolled forward if it must be, and
-    the timeline loaded after it (``load``), so the timeline holds every decided completion."""
-    d = log_.newest()
+    the timeline loaded after it (``load``), so the timeline holds every decided completion.
+    ``listed``: called once the decision log's listing is in (what is read from then on holds
+    every decided commit's deltacommit, see ``metadata_files.read_ahead``)."""
+    d = log_.newest(listed)
     tl = load()
     if log_.roll_forward(d, lambda i: _is_completed(tl, i)):
         tl = load()

@@ -1055,13 +1055,16 @@ class ReadAhead:
 
 
 def read_ahead(storage: Storage, config: props.TableConfig) -> ReadAhead | None:
-    """As a commit takes the table lock, on an object store: the metadata table's timeline and
-    its index partitions listed beside the data timeline and the decision log, for
-    :func:`on_completed` (a round of requests less under the lock). Nothing writes the metadata
-    table in a lock hold before its commit's deltacommit: every writer of it holds the table
-    lock, and a decision rolled forward under the lock writes only its completed file (its
-    deltacommit came before the decision); the settings, which may drop a partition under the
-    lock, are compared when the listings are taken."""
+    """Under the table lock, on an object store: the metadata table's timeline and its index
+    partitions listed beside the data timeline, for :func:`on_completed` (a round of requests
+    less under the lock). Sent only once the decision log's listing is in: a writer past its
+    fence whose lease lapsed may still write its deltacommit and decide, and a listing sent
+    before the log's could miss the deltacommit of the very decision the log then shows (which
+    this commit builds on). Sent after it, the listing holds the deltacommit of every commit
+    decided so far; one decided later takes the next decision's slot, and this commit loses
+    (tests/model/metadata_read_ahead.py). Nothing else writes the metadata table in the hold: a
+    decision rolled forward writes only its completed file. The settings, which may drop a
+    partition under the lock, are compared when the listings are taken."""
     if not enabled(config):
         return None
     mt = MetadataTable(storage, config)
