@@ -115,6 +115,44 @@ class SerializedWrites:
             return list(self.app(environ, start_response))
 
 
+class HeldLists:
+    """A WSGI middleware that holds the next LIST of one prefix of one bucket until the test
+    lets it go, as a slow store may answer one request of several sent together last: a test
+    orders a writer's listing after another process's writes. ``holding`` is set once that
+    LIST arrived (and waits)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._mu = threading.Lock()
+        self._wanted: tuple[str, str] | None = None
+        self.holding = threading.Event()
+        self._go = threading.Event()
+
+    def hold_next(self, bucket: str, prefix: str) -> None:
+        with self._mu:
+            self._wanted = (f"/{bucket}", prefix)
+            self.holding.clear()
+            self._go.clear()
+
+    def release(self) -> None:
+        with self._mu:
+            self._wanted = None
+        self._go.set()
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        query = environ.get("QUERY_STRING", "")
+        if environ.get("REQUEST_METHOD") == "GET" and "list-type=2" in query:
+            asked = (environ.get("PATH_INFO", "").rstrip("/"), parse_qs(query).get("prefix", [""])[0])
+            with self._mu:
+                hit = asked == self._wanted
+                if hit:
+                    self._wanted = None
+            if hit:
+                self.holding.set()
+                self._go.wait(timeout=120)
+        return self.app(environ, start_response)
+
+
 #: the path prefix of :class:`Control`'s requests (no S3 bucket name starts with ``_``)
 CONTROL = "/_mw/"
 
