@@ -449,8 +449,8 @@ class Transaction:
         floor = [tl.max_time(), t] + ([self._after.completion] if self._after and self._after.completion else [])
         completion = self.clock.issue(floor)
         data = metadata.to_bytes()
-        metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data, metadata,
-                                    mdt_ahead)
+        upkeep = metadata_files.on_completed(self.table.storage, self.table.config, t, completion, action, data,
+                                             metadata, mdt_ahead)
         t0 = steps.step("metadata_table", t0)
         self._state = "deciding"
         try:
@@ -471,7 +471,9 @@ class Transaction:
         self.instant = Instant(t, action, inst.COMPLETED, completion)
         faults.point("after-decision")
         decisions.write_completed(self.table.storage, self.table.config, t, completion, action, data)
-        steps.step("completed_file", t0)
+        t0 = steps.step("completed_file", t0)
+        decisions.after_decided(self.table.storage, self.table.config, upkeep, t)
+        steps.step("metadata_upkeep", t0)
 
     def _fence(self, tl: Timeline) -> None:
         """Immediately before completing: lock ours, instant alive, heartbeat fresh."""

@@ -1,13 +1,19 @@
-"""A commit on S3 lists the metadata table only once the decision log's listing is in.
+"""Writers frozen past their fence beside the lock holder, on S3, with the metadata table's files
+partition due to compact: what the holder and the thawed writer write there keeps every
+committed write in the slice readers take.
 
-A writer frozen past its fence (SIGSTOP, its ZooKeeper session lapsed) thaws while another
-writer holds the lock: it writes its metadata-table deltacommit, due to compact the files
-partition, and decides. The other writer's listing of the decision log is answered only after
-that (moto holds it), so it builds on the thawed writer's decision; had it listed the metadata
-table beside the decision log, as the lock was taken, it would write its own deltacommit from a
-listing without the thawed writer's. Real processes, real ZooKeeper, moto's S3 (writes
-serialized); the oracles are hudi-rs, which lists the table's files from the metadata table,
-and the rows both writers were told were committed."""
+- One thaws while the holder waits for its listing of the decision log (moto holds it): it
+  writes its deltacommit and decides. The holder lists the metadata table only once the decision
+  log's listing is in, so it builds on the thawed writer's deltacommit; listed beside the
+  decision log, as the lock was taken, its compaction left that deltacommit out.
+- One thaws after the holder committed: it loses its decision, and compacts nothing (the files
+  partition is compacted only after the decision). Compacting before its deltacommit, from its
+  listing of before the freeze and at a time issued after the holder's commit, it left the
+  holder's log in no slice a reader takes.
+
+Real processes, real ZooKeeper, moto's S3 (writes serialized); the oracles are hudi-rs, which
+lists the table's files from the metadata table, and the rows the writers were told were
+committed."""
 from __future__ import annotations
 
 import os
@@ -94,6 +100,38 @@ def test_a_decision_made_while_the_lock_holder_listed_is_in_what_it_builds_on(zk
     r_holder = result(holder)
     assert r_holder["ok"], r_holder
     want.update({"t1": 9.0, "h1": 5.0})
+    theirs = dict(rows(hudi_read(uri, storage_options=s3_storage_options(uri)), ["id", "value"]))
+    assert theirs == want, "hudi-rs, listing files from the metadata table, misses a committed write"
+    assert dict(rows(mw.Table.open(uri).read(), ["id", "value"])) == want
+
+
+def test_a_thawed_writer_that_loses_its_decision_compacts_nothing(zk_server, zk_base, held_s3, tmp_path):
+    """Frozen past its fence with the files partition due to compact, a writer thaws after the
+    lock holder committed (and compacted): its own compaction, from its listing of before the
+    freeze and timed after the holder's commit, would leave the holder's log out of the newest
+    slice, and its lost decision would not take that compaction back."""
+    uri = held_s3.bucket() + "/t"
+    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", metadata=True)
+    want = _seed_until_a_compaction_is_due(uri)
+    args = dict(zk=zk_server.connect, base=zk_base, path=uri, hb=1.0, misses=2)
+    thawed = spawn("write", dict(args, writer="thawed", ids=["t1"], date="2024-02-01", ts=9, value=9.0,
+                                 session_timeout_s=LEASE_S),
+                   {"MULTIWRITER_FAULTS": "before-completed-file=hang", "MULTIWRITER_FAULT_DIR": str(tmp_path)})
+    try:
+        _wait_for(tmp_path / "before-completed-file.hanging", thawed)  # past its fence
+        os.kill(thawed.pid, signal.SIGSTOP)
+        time.sleep(LEASE_S + 1.5)  # its session and heartbeat lapse
+        r_holder = result(spawn("write", dict(args, writer="holder", ids=["h1"], date="2024-03-01", ts=10,
+                                              value=5.0)))
+        assert r_holder["ok"], r_holder
+    finally:
+        if thawed.poll() is None:
+            os.kill(thawed.pid, signal.SIGCONT)
+        (tmp_path / "before-completed-file.release").touch()
+    r_thawed = result(thawed)
+    assert not r_thawed["ok"] and r_thawed["error"] == "CommitDecisionLostError", r_thawed
+    want["h1"] = 5.0
     theirs = dict(rows(hudi_read(uri, storage_options=s3_storage_options(uri)), ["id", "value"]))
     assert theirs == want, "hudi-rs, listing files from the metadata table, misses a committed write"
     assert dict(rows(mw.Table.open(uri).read(), ["id", "value"])) == want

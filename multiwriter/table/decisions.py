@@ -296,9 +296,23 @@ def complete(storage: Storage, config: TableConfig, after: Decision | None, inst
     a failure to write the completed file is only logged (the next completer rolls it forward)."""
     if completion <= instant_time:
         raise ValueError(f"completion time {completion} must be greater than requested time {instant_time}")
-    metadata_files.on_completed(storage, config, instant_time, completion, action, data, metadata)
+    upkeep = metadata_files.on_completed(storage, config, instant_time, completion, action, data, metadata)
     DecisionLog(storage, config).decide(after, Decision(COMPLETE, instant_time, action, actor, completion=completion, data=data))
-    return write_completed(storage, config, instant_time, completion, action, data)
+    done = write_completed(storage, config, instant_time, completion, action, data)
+    after_decided(storage, config, upkeep, instant_time)
+    return done
+
+
+def after_decided(storage: Storage, config: TableConfig, upkeep: metadata_files.Upkeep | None,
+                  instant_time: str) -> None:
+    """The metadata table's upkeep once a completion is decided (:func:`metadata_files.after_decided`).
+    The completion stands whatever happens here: a failure is only logged, and the next
+    completer compacts (undoing a compaction that died part way) and cleans."""
+    try:
+        metadata_files.after_decided(storage, config, upkeep)
+    except Exception as e:  # noqa: BLE001 - decided: nothing here may make the completion look failed
+        log.warning("the metadata table's compaction or clean after %s failed (%s); the next completion does it",
+                    instant_time, e)
 
 
 def write_completed(storage: Storage, config: TableConfig, instant_time: str, completion: str, action: str,

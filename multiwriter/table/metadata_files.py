@@ -7,9 +7,10 @@ file name -> size, or a tombstone. ``__all_partitions__`` lists the partitions. 
 action of the data table is first written there as a deltacommit of the same instant time (a log
 file with an HFile data block), then completed on the data timeline: a reader trusting the
 metadata table never misses a committed file, and ignores entries of data instants that did not
-complete. Every ``MAX_DELTA_COMMITS`` deltacommits the group is compacted into a new base HFile;
-slices no reader of the newest ``RETAIN_COMMITS`` commits needs are deleted (Hudi's metadata
-cleaner), so the table's size and its read time stay flat.
+complete. Every ``MAX_DELTA_COMMITS`` deltacommits the group is compacted into a new base HFile,
+and slices no reader of the newest ``RETAIN_COMMITS`` commits needs are deleted (Hudi's metadata
+cleaner), so the table's size and its read time stay flat; both only once the completion that
+finds them due is decided (:func:`after_decided`), never by one that may still lose.
 
 What goes in: the files of every write stat (commits, deltacommits, replace commits,
 compactions; with no file, the partition-list record alone), tombstones for what a clean
@@ -1072,22 +1073,33 @@ def read_ahead(storage: Storage, config: props.TableConfig) -> ReadAhead | None:
     return ReadAhead(mt, sent) if sent else None
 
 
+@dataclass
+class Upkeep:
+    """What a completion leaves to the metadata table until it is decided (:func:`after_decided`)."""
+
+    table: MetadataTable
+    compact: bool  # the files partition was due for a compaction when the deltacommit was written
+    completion: str
+
+
 def on_completed(storage: Storage, config: props.TableConfig, t: str, completion: str, action: str,
-                 data: bytes, metadata: CommitMetadata | None = None, ahead: ReadAhead | None = None) -> None:
-    """Before ``<t>_<completion>.<action>`` is written on the data timeline: its files go into
-    the metadata table (when the table keeps one), and the files partition is compacted when due.
-    Every action but a rollback writes its deltacommit, with or without files, as Hudi's does; a
+                 data: bytes, metadata: CommitMetadata | None = None, ahead: ReadAhead | None = None
+                 ) -> Upkeep | None:
+    """Before the completion of ``t`` is decided (then ``<t>_<completion>.<action>`` written on
+    the data timeline): its files go into the metadata table (when the table keeps one). Every
+    action but a rollback writes its deltacommit, with or without files, as Hudi's does; a
     rollback rolls its target's deltacommit back at its own time instead (:func:`_on_rollback`).
-    ``metadata``: the commit metadata ``data`` encodes, when the caller has it; ``ahead``: the
-    listings the caller sent as it took the lock (:func:`read_ahead`)."""
+    Returns what :func:`after_decided` does once the completion is decided. ``metadata``: the
+    commit metadata ``data`` encodes, when the caller has it; ``ahead``: the listings the caller
+    sent under the lock (:func:`read_ahead`)."""
     listed = ahead.taken(config) if ahead is not None else None
     if not enabled(config):
-        return
+        return None
     mt = listed or MetadataTable(storage, config)
     if inst.instant_action(action) == inst.ROLLBACK:
         _on_rollback(mt, t, completion, data)
         faults.point("after-metadata-table")
-        return
+        return None
     mt.list_indexes_beside()
     source = f"{t}.{action}"
     if metadata is None and data and inst.instant_action(action) != inst.CLEAN:
@@ -1102,15 +1114,31 @@ def on_completed(storage: Storage, config: props.TableConfig, t: str, completion
         r = mt.rollback(t)
         token = f"0-{int(r[-9:]) if r else 1}-0"
     faults.point("before-metadata-table")
-    # compaction first: when nothing pending holds it back, at this action's completion time
-    # (every log so far completed before it, and this action's log, completing at that very
-    # time, opens the new slice); else just before the earliest pending data instant whose
-    # deltacommit is here, whose log stays on top of the new base
-    if mt.open_deltacommits() >= MAX_DELTA_COMMITS:
-        mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), completion), _after(completion))
+    due = mt.open_deltacommits() >= MAX_DELTA_COMMITS
     mt.append(t, completion, recs, token=token, stats_records=stats_records, index_changes=index_changes)
-    mt.clean_slices()
     faults.point("after-metadata-table")
+    return Upkeep(mt, due, completion)
+
+
+def after_decided(storage: Storage, config: props.TableConfig, upkeep: Upkeep | None) -> None:
+    """Once the completion is decided, and only then: the files partition compacted when it was
+    due, and slices no reader needs deleted. Hudi's writer compacts before its deltacommit; here
+    a writer frozen past its fence may thaw and compact from its listing of before the freeze,
+    at a completion time issued after a commit decided meanwhile, whose log the new base then
+    leaves in no slice a reader takes, and losing its decision would not take that compaction
+    back. A decided completion's listing holds every commit decided before it (read_ahead), and
+    every commit decided after it completes later than its compaction's time, so on top of the
+    new base (tests/model/metadata_read_ahead.py). The compaction is timed at the completion:
+    every log so far completed before it, and the completion's own log, completing at that very
+    time, opens the new slice; else just before the earliest pending data instant whose
+    deltacommit is here, whose log stays on top of the new base."""
+    if upkeep is None:
+        return
+    mt = upkeep.table
+    if upkeep.compact:
+        mt.maybe_compact(mt.compaction_time(pending_data_instants(storage, config), upkeep.completion),
+                         _after(upkeep.completion))
+    mt.clean_slices()
 
 
 def _stats_records(mt: MetadataTable, action: str, metadata: CommitMetadata | None,

@@ -559,8 +559,9 @@ def create_completed(
     if completion_time <= t:
         raise ValueError(f"completion time {completion_time} must be greater than requested time {t}")
     i = Instant(t, action, inst.COMPLETED, completion_time)
-    metadata_files.on_completed(storage, config, t, completion_time, action, data, metadata)
+    upkeep = metadata_files.on_completed(storage, config, t, completion_time, action, data, metadata)
     _create(storage, config, i, data)
+    metadata_files.after_decided(storage, config, upkeep)
     return i
 
 
