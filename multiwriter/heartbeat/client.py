@@ -197,6 +197,8 @@ _THREADS = _BeatThreads()
 
 
 def _renew_clients_in_child() -> None:
+    with _BEATING_MU:  # made free for the child just before (registered first)
+        _BEATING.clear()
     for client in list(_CLIENTS):
         client._renew_in_child()
 
@@ -279,12 +281,17 @@ class HeartbeatClient:
 
     def _renew_in_child(self) -> None:
         """In a forked child: the parent's beat thread may have held ``_mu`` or ``_io`` (inside
-        a write) at the fork, and it does not exist here to release them; no loop runs here."""
+        a write) at the fork, and it does not exist here to release them; no loop runs here.
+        The parent's instants are the parent's: the child neither beats them (a dead parent's
+        write would look alive) nor deletes their files, and beats under a beater id of its own."""
         self._mu, self._io = threading.Lock(), threading.Lock()
         self._wake = threading.Event()
         self._loop_done = threading.Event()
         self._loop_done.set()
         self._loop_thread = None
+        self._running = False
+        self._inflight = {}
+        self._beater = uuid.uuid4().hex[:12]
 
     @property
     def bound_s(self) -> float:

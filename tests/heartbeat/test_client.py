@@ -399,9 +399,11 @@ def _wait_for_child(pid: int, timeout_s: float = 20.0) -> int:
 @pytest.mark.parametrize("fork_mid_beat", [False, True], ids=["between-beats", "mid-beat"])
 def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients, fork_mid_beat):
     """A child forked while its parent beats has none of the parent's threads: the inherited
-    client's instant fails the fence there, closing does not wait for a loop that is not there,
-    and a new instant gets a beat loop of the child's own. A fork while the parent's beat thread
-    is inside a write (so holds the client's locks) must not leave the child's client locked."""
+    client's instants are not the child's (they fail the fence there, the child never beats nor
+    deletes their files), closing does not wait for a loop that is not there, and a new instant
+    gets a beat loop of the child's own, under a beater id of its own. A fork while the parent's
+    beat thread is inside a write (so holds the client's locks) must not leave the child's
+    client locked."""
     c = clients(storage)
     t1 = instant()
     writing = threading.Event()
@@ -426,16 +428,22 @@ def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients, fo
             try:
                 c.check(t1)
             except HeartbeatExpiredError:
-                t2 = instant(1)
-                c.start(t2)
-                before = read_beat(tmp_path, t2)["ts_ms"]
-                wait_until(lambda: read_beat(tmp_path, t2)["ts_ms"] > before, timeout=3, what="a beat in the child")
-                c.check(t2)
-                c.stop(t2)
-                c.hand_over(t1)  # the parent's instant: its file stays
-                took = time.monotonic()
-                c.close()
-                code = 0 if time.monotonic() - took < 1.0 else 2
+                code = 3
+                if beating_client(t1) is None and c.instants == []:  # the parent's instant is not the child's
+                    t2 = instant(1)
+                    c.start(t2)
+                    first = read_beat(tmp_path, t2)
+                    for _ in range(2):  # two of the child's rounds: it beats its own instant alone
+                        seq = read_beat(tmp_path, t2)["seq"]
+                        wait_until(lambda seq=seq: read_beat(tmp_path, t2)["seq"] > seq, timeout=3,
+                                   what="a beat in the child")
+                    c.check(t2)
+                    code = 4
+                    if first["beater"] != read_beat(tmp_path, t1)["beater"] and read_beat(tmp_path, t1)["pid"] != os.getpid():
+                        c.stop(t2)
+                        took = time.monotonic()
+                        c.close()  # deletes what the child beats, never the parent's file
+                        code = 0 if hb_file(tmp_path, t1).exists() and time.monotonic() - took < 1.0 else 2
         finally:
             os._exit(code)
     assert _wait_for_child(pid) == 0
