@@ -7,6 +7,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from .threads import renew_in_child
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -18,6 +20,7 @@ class BoundedCache(Generic[K, V]):
         self._size = size
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        renew_in_child(self)
 
     def get(self, key: K) -> V | None:
         with self._lock:

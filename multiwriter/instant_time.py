@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from .threads import renew_in_child
+
 _FMT = "%Y%m%d%H%M%S"
 
 
@@ -45,6 +47,7 @@ class InstantClock:
         self._wall = wall_clock
         self._last = ""
         self._mu = threading.Lock()
+        renew_in_child(self)
 
     def issue(self, newer_than: Iterable[str] = ()) -> str:
         with self._mu:

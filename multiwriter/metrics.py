@@ -14,6 +14,8 @@ from typing import Any
 import prometheus_client as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from .threads import free_in_child
+
 OUTCOMES = ("committed", "conflict", "failed", "skipped")
 PHASES = ("index", "write", "commit", "total")
 OPS = ("insert", "update", "delete")
@@ -42,7 +44,7 @@ class Metrics:
     """Every multiwriter metric family, registered on one registry."""
 
     _instances: dict[int, Metrics] = {}
-    _mu = threading.Lock()
+    _mu = free_in_child(threading.Lock())
 
     def __new__(cls, registry: CollectorRegistry | None = None) -> Metrics:
         reg = registry if registry is not None else pc.REGISTRY

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from . import s3
-from .threads import ProcessPool
+from .threads import ProcessPool, free_in_child
 
 #: objects below this many bytes are written with one PUT
 MULTIPART_THRESHOLD = 32 << 20
@@ -292,7 +292,7 @@ class S3Handler(pafs.FileSystemHandler):
     #: through one table's storage may be published through another's)
     _held: dict[str, bytes] = {}
     _holding: set[str] = set()
-    _mu = threading.Lock()
+    _mu = free_in_child(threading.Lock())
     #: whole Parquet objects read lately, newest last (:data:`IMMUTABLE_CACHE`)
     _recent: OrderedDict[str, bytes] = OrderedDict()
     _recent_bytes = 0

@@ -1,5 +1,7 @@
-"""Thread pools that live as long as the process: started on first use, started again in a
-forked child (a child has none of its parent's threads)."""
+"""What the process's threads share, made safe across a fork: thread pools that live as long as
+the process (started on first use, started again in a forked child, which has none of its
+parent's threads), and locks made free again in the child (:func:`free_in_child`,
+:func:`renew_in_child`)."""
 from __future__ import annotations
 
 import heapq
@@ -8,6 +10,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -15,6 +18,8 @@ from typing import Any, TypeVar
 log = logging.getLogger(__name__)
 
 L = TypeVar("L")
+O = TypeVar("O")
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
 
 
 def free_in_child(lock: L) -> L:
@@ -24,6 +29,28 @@ def free_in_child(lock: L) -> L:
     way (``_at_fork_reinit``, as ``logging`` does for its handlers)."""
     os.register_at_fork(after_in_child=lock._at_fork_reinit)  # type: ignore[attr-defined]
     return lock
+
+
+#: objects whose locks are made free again in a forked child (see renew_in_child)
+_RENEWED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def renew_in_child(owner: O) -> O:
+    """``owner`` (an object the whole process shares: a cache, a clock), its locks and
+    conditions made free again in every forked child, as :func:`free_in_child` does for a lock
+    alone. Called from ``__init__``; the object is held weakly."""
+    _RENEWED.add(owner)
+    return owner
+
+
+def _renew_owned() -> None:
+    for owner in list(_RENEWED):
+        for value in vars(owner).values():
+            if isinstance(value, (_LOCK_TYPES, threading.Condition)):
+                value._at_fork_reinit()
+
+
+os.register_at_fork(after_in_child=_renew_owned)
 
 
 class ProcessPool:

@@ -10,6 +10,7 @@ import pkgutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -18,55 +19,78 @@ import multiwriter
 LOCK_TYPES = (_thread.LockType, type(threading.RLock()))
 
 
-Where = tuple[object, str, object]  # (module, global's name, key of a dict's lock or NO_KEY)
-NO_KEY = object()
+Resolve = Callable[[], object]  # the lock used there now (None: given up, made anew on use)
 
 
-def module_locks() -> dict[str, Where]:
-    """Every lock a module of the package keeps at module level, alone or in a dict (one per
-    key): shared by all the process's threads."""
-    found: dict[str, Where] = {}
+def _ours(value: object) -> bool:
+    return type(value).__module__.startswith("multiwriter.") and hasattr(value, "__dict__")
+
+
+def _attrs(value: object) -> dict[str, object]:
+    """The attributes of one of the package's objects, or of one of its classes."""
+    if isinstance(value, type):
+        return dict(vars(value)) if value.__module__.startswith("multiwriter.") else {}
+    return dict(vars(value)) if _ours(value) else {}
+
+
+def module_locks() -> dict[str, Resolve]:
+    """Every lock the package keeps for the whole process: at module level, in a module-level
+    dict (one per key), as an attribute of a module-level object or class, or of the objects
+    such a dict holds. Each with how to find the lock in use there now."""
+    found: dict[str, Resolve] = {}
     seen: list[object] = []
+
+    def add(path: str, lock: object, resolve: Resolve) -> None:
+        if isinstance(lock, LOCK_TYPES) and all(lock is not v for v in seen):
+            seen.append(lock)
+            found[path] = resolve
+
     for info in pkgutil.walk_packages(multiwriter.__path__, "multiwriter."):
         if info.name.endswith(".__main__"):  # running it is the command line
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            kept = list(value.items()) if isinstance(value, dict) else [(NO_KEY, value)]
-            for key, lock in kept:
-                if isinstance(lock, LOCK_TYPES) and all(lock is not v for v in seen):
-                    seen.append(lock)
-                    found[f"{info.name}.{name}" + ("" if key is NO_KEY else f"[{key!r}]")] = (module, name, key)
+            path = f"{info.name}.{name}"
+            add(path, value, lambda m=module, n=name: vars(m).get(n))
+            for attr, lock in _attrs(value).items():
+                add(f"{path}.{attr}", lock, lambda m=module, n=name, a=attr: getattr(vars(m).get(n), a, None))
+            if not isinstance(value, dict):
+                continue
+            for key, item in list(value.items()):
+                add(f"{path}[{key!r}]", item, lambda m=module, n=name, k=key: vars(m)[n].get(k))
+                for attr, lock in _attrs(item).items():
+                    add(f"{path}[{key!r}].{attr}", lock,
+                        lambda m=module, n=name, k=key, a=attr: getattr(vars(m)[n].get(k), a, None))
     return found
-
-
-def current(where: Where) -> object | None:
-    """The lock a module uses there now (None: a dict's lock given up, made anew on use)."""
-    module, name, key = where
-    value = vars(module)[name]
-    return value if key is NO_KEY else value.get(key)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_while_threads_hold_the_packages_locks_can_take_them():
     from multiwriter.lock import zookeeper
 
+    from multiwriter.lock import in_process, storage
+
     connecting = ("127.0.0.1:1", None, 10.0)
     zookeeper._start_lock(connecting)  # a connect under way holds this lock
+    in_process._slot("fork-test")  # a table's in-process lock
+    storage._turns("fork-test")  # a table's storage-lock turns
     try:
         check_a_fork_while_held()
     finally:
         zookeeper._start_mus.pop(connecting, None)
+        in_process._slots.pop("fork-test", None)
+        storage._TURNS.pop("fork-test", None)
 
 
 def check_a_fork_while_held() -> None:
     locks = module_locks()
-    assert any("_start_mus[" in name for name in locks), sorted(locks)
+    for held in ("_start_mus[", "_slots['fork-test'].lock", "_TURNS['fork-test'].mu", "S3Handler._mu", "_CACHE._mu"):
+        assert any(held in name for name in locks), (held, sorted(locks))
     assert len(locks) >= 10, sorted(locks)  # the walk found the package's locks
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:  # a parent's thread inside each guarded section at the fork
-        taken = [current(where) for where in locks.values()]
+        taken = [resolve() for resolve in locks.values()]
         for lock in taken:
             lock.acquire()
         held.set()
@@ -83,7 +107,7 @@ def check_a_fork_while_held() -> None:
         code = 1
         try:
             os.close(read)
-            now = {name: current(where) for name, where in locks.items()}
+            now = {name: resolve() for name, resolve in locks.items()}
             stuck = [name for name, lock in now.items() if lock is not None and not lock.acquire(timeout=0.2)]
             os.write(write, "\n".join(stuck).encode())
             code = 0

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..threads import renew_in_child
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -105,6 +106,7 @@ class FirstSightings:
         self.limit = limit
         self._seen: dict[Any, float] = {}
         self._mu = threading.Lock()
+        renew_in_child(self)
 
     def age(self, key: Any) -> float:
         """Seconds since ``key`` was first seen (0.0 the first time)."""

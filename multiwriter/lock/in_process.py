@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import HolderInfo, LockProvider, TableLock, resolve_timeout, validate_table_id
-from ..threads import free_in_child
+from ..threads import free_in_child, renew_in_child
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -25,6 +25,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        renew_in_child(self)
         self.holder: HolderInfo | None = None
 
 

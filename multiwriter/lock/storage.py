@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 from .. import gcs, s3
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import SIGHTINGS, HolderInfo, LockProvider, TableLock, describe_holder, resolve_timeout, validate_table_id
-from ..threads import free_in_child
+from ..threads import free_in_child, renew_in_child
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..storage import Storage
@@ -620,6 +620,7 @@ class _Turns:
 
     def __init__(self) -> None:
         self.mu = threading.Lock()
+        renew_in_child(self)
         self.waiters_seen = -CONTENTION_MEMORY_S
         self.jvm_seen = -JVM_MEMORY_S
         self.free_until = 0.0  # monotonic: writers of this process do not try before

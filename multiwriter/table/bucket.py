@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, InvalidRecordError
+from ..threads import renew_in_child
 
 HASH_FIELD_OPTION = "hoodie.bucket.index.hash.field"
 NUM_BUCKETS_OPTION = "hoodie.bucket.index.num.buckets"
@@ -207,6 +208,7 @@ class _PowerTables:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        renew_in_child(self)
         self._pow = np.ones(1, np.uint32)
         self._inv = np.ones(1, np.uint32)
 

@@ -23,6 +23,7 @@ from . import metadata_files
 from ..format.instant import Instant
 from .metadata import CommitMetadata, decode_commit_metadata
 from .properties import WRITE_VERSIONS, TableConfig
+from ..threads import renew_in_child
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +423,7 @@ class _MetadataCache:
         #: completed instant files this process created, until a load reads them (:meth:`wrote`)
         self._written: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._mu = threading.Lock()
+        renew_in_child(self)
 
     def __len__(self) -> int:
         return len(self._items)

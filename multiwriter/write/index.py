@@ -36,6 +36,7 @@ from ..table.snapshot import FileSlice, Snapshot
 from ..table.timeline import Timeline
 from . import bloom
 from .records import KEY, PARTITION
+from ..threads import renew_in_child
 
 FILE_ID = "_mw_file_id"
 MIN_KEY = b"hoodie_min_record_key"
@@ -217,6 +218,7 @@ class FooterCache:
         self._items: OrderedDict[tuple[str, str], FooterKeys] = OrderedDict()
         self._bytes = 0
         self._mu = threading.Lock()
+        renew_in_child(self)
 
     def get(self, key: tuple[str, str]) -> FooterKeys | None:
         with self._mu:
