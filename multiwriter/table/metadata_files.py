@@ -1063,9 +1063,11 @@ def read_ahead(storage: Storage, config: props.TableConfig) -> ReadAhead | None:
     before the log's could miss the deltacommit of the very decision the log then shows (which
     this commit builds on). Sent after it, the listing holds the deltacommit of every commit
     decided so far; one decided later takes the next decision's slot, and this commit loses
-    (tests/model/metadata_read_ahead.py). Nothing else writes the metadata table in the hold: a
-    decision rolled forward writes only its completed file. The settings, which may drop a
-    partition under the lock, are compared when the listings are taken."""
+    (tests/model/metadata_read_ahead.py). A decision rolled forward in the hold writes only its
+    completed file; what may still change without the lock is the deltacommit of an instant
+    never decided (an abort, the companion job's rollback), which no compaction merges while
+    its data instant is pending (:meth:`MetadataTable.compaction_time`). The settings, which may
+    drop a partition under the lock, are compared when the listings are taken."""
     if not enabled(config):
         return None
     mt = MetadataTable(storage, config)
