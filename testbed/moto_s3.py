@@ -127,6 +127,8 @@ class HeldLists:
         self._wanted: tuple[str, str] | None = None
         self.holding = threading.Event()
         self._go = threading.Event()
+        #: (bucket path, prefix) of every LIST answered, in order
+        self.answered: list[tuple[str, str]] = []
 
     def hold_next(self, bucket: str, prefix: str) -> None:
         with self._mu:
@@ -150,6 +152,10 @@ class HeldLists:
             if hit:
                 self.holding.set()
                 self._go.wait(timeout=120)
+            out = list(self.app(environ, start_response))
+            with self._mu:
+                self.answered.append(asked)
+            return out
         return self.app(environ, start_response)
 
 

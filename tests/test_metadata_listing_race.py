@@ -84,10 +84,16 @@ def test_a_decision_made_while_the_lock_holder_listed_is_in_what_it_builds_on(zk
         holder = spawn("write", dict(args, writer="holder", ids=["h1"], date="2024-03-01", ts=10, value=5.0),
                        {"MULTIWRITER_FAULTS": "after-lock-acquired=hang", "MULTIWRITER_FAULT_DIR": str(holder_dir)})
         _wait_for(holder_dir / "after-lock-acquired.hanging", holder)  # the lock is the holder's
+        answered_before = len(held_s3.app.answered)
         held_s3.app.hold_next(bucket_uri.removeprefix("s3://"), "t/.hoodie/.decisions/")
         (holder_dir / "after-lock-acquired.release").touch()
         assert held_s3.app.holding.wait(timeout=60), "the holder never listed the decision log"
-        time.sleep(1.0)  # whatever the holder sent beside that listing is answered meanwhile
+        # a listing of the metadata table sent beside the held one would be answered now (the
+        # holder sends none until the held one is in): give it time to be, so it would be stale
+        mdt_timeline = (f"/{bucket_uri.removeprefix('s3://')}", "t/.hoodie/metadata/.hoodie/timeline/")
+        deadline = time.monotonic() + 3.0
+        while mdt_timeline not in held_s3.app.answered[answered_before:] and time.monotonic() < deadline:
+            time.sleep(0.02)
         os.kill(thawed.pid, signal.SIGCONT)
         (thawed_dir / "before-completed-file.release").touch()
         r_thawed = result(thawed)

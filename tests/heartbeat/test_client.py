@@ -406,14 +406,13 @@ def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients, fo
     client locked."""
     c = clients(storage)
     t1 = instant()
-    writing = threading.Event()
+    writing, forked = threading.Event(), threading.Event()
     real_write = storage.write_bytes
 
     def write(rel: str, data: bytes) -> None:
-        if t1 in rel and threading.current_thread().name.startswith("heartbeat-"):
+        if t1 in rel and threading.current_thread().name.startswith("heartbeat-") and not forked.is_set():
             writing.set()
-            time.sleep(0.5)  # a slow store: the fork below lands inside this write
-            writing.clear()
+            forked.wait(timeout=10)  # a slow store: the fork below lands inside this write
         real_write(rel, data)
 
     if fork_mid_beat:
@@ -422,6 +421,8 @@ def test_a_forked_child_beats_with_its_own_thread(storage, tmp_path, clients, fo
     if fork_mid_beat:
         assert writing.wait(timeout=5), "the beat thread never wrote"
     pid = os.fork()
+    if pid != 0:
+        forked.set()
     if pid == 0:  # the child: report by exit code, never return into pytest
         code = 1
         try:
