@@ -679,19 +679,19 @@ class MetadataTable:
         HFile at ``t``, once the slice holds ``min_logs`` log files (:data:`MAX_DELTA_COMMITS`);
         then delete the slices before the previous one. The logs completed at or after ``t``
         stay, on top of the new base (a log belongs to the newest base at or before its
-        completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, or
-        when a compaction at ``t`` completed already (Hudi skips it too)."""
+        completion, as hudi-rs slices). Skipped (False) when none completed before ``t``, when
+        a compaction at ``t`` completed already (Hudi skips it too), or when one at ``t`` is
+        pending (under way, or dead: the next compaction's time differs)."""
         base, base_t, logs = self.latest_slice()
         if _deltacommit_logs(logs) < (MAX_DELTA_COMMITS if min_logs is None else min_logs) or not logs:
             return False
         done = self._completed()
-        if t in done or (base is not None and t <= base_t):
+        if t in done or (base is not None and t <= base_t) or t in self._pending_compactions():
             return False
         completions = self.log_completions()
         merged = [n for n in logs if completions.get(n, t) < t]
         if not merged:
             return False
-        self._undo_pending_compactions()
         recs: Records = {}
         dropped = 0
         for n in ([base] if base is not None else []) + merged:
@@ -730,6 +730,7 @@ class MetadataTable:
                          compacted_log_files=len(merged), compacted_log_bytes=sum(sizes.values()))
         meta = CommitMetadata({PARTITION: [stat], **written}, {"schema": schema}, "COMPACT", compacted=True)
         self._put_instant(t, inst.COMMIT, inst.COMPLETED, meta.to_bytes(), completion)
+        self._undo_pending_compactions(below=t)
         self.clean_slices()
         return True
 
@@ -759,17 +760,25 @@ class MetadataTable:
         self._delete_before(keep_from)
         return True
 
-    def _undo_pending_compactions(self) -> None:
-        """A compaction of the files partition that died before completing: its base file (no
-        reader takes it: its instant never completed) and its pending instant files go."""
+    def _pending_compactions(self) -> set[str]:
+        """The times of compactions of the files partition planned and never completed."""
         states: dict[str, set[str]] = {}
         for name in self._instant_files():
             i = _parse(name)
             if i is not None and i.action in (inst.COMPACTION, inst.COMMIT):
                 states.setdefault(i.requested_time, set()).add(i.state)
+        return {t for t, seen in states.items() if inst.COMPLETED not in seen}
+
+    def _undo_pending_compactions(self, below: str) -> None:
+        """Once the compaction at ``below`` completed: a compaction of the files partition
+        older than it that never completed loses its base file (no reader takes it: its instant
+        never completed) and its pending instant files. A newer one stays: its writer, decided
+        and paused inside it (past its lease), may still complete it, and would then complete
+        the newest base, which must be there; completed later, an older one is never the newest
+        (tests/model/metadata_read_ahead.py)."""
         done = self._completed()
-        for t, seen in states.items():
-            if inst.COMPLETED in seen:
+        for t in sorted(self._pending_compactions()):
+            if t >= below:
                 continue
             if t in done or t <= BOOTSTRAP_TIME:  # its time is a completed instant's: a planted plan
                 log.error("%s: a pending compaction at %s, the time of a completed %s: refused, nothing deleted; the "

@@ -38,11 +38,19 @@ listing, so either may be answered first: a writer past its fence whose lease la
 its deltacommit and decide between the two), ``listing="before-lock"``, and
 ``compaction="before-deltacommit"`` (as Hudi's writer compacts: a writer that then loses its
 decision leaves a compaction, timed after a commit decided meanwhile, that leaves that
-commit's log out).
+commit's log out), and ``undo="before-own"`` (every pending compaction undone before planning
+one's own: a decided writer paused between planning its compaction and completing it then
+completes one whose base is gone, the newest until the undoer completes its own).
+
+A compaction is three steps: plan it and write its base (none when one at the same time is
+pending), complete it (whatever happened meanwhile), then undo the pending compactions older
+than it (``undo="after-own"``, the code): a late completion of one of those is never the
+newest.
 
 Invariants: a decided commit's deltacommit was written from a listing that holds the
 deltacommit of every commit decided before it; every decided commit's deltacommit is in the
-newest slice (merged into its base or on top of it).
+newest slice (merged into its base or on top of it); the newest completed compaction has its
+base.
 
 What it abstracts
 -----------------
@@ -63,6 +71,7 @@ from tests.model import explorer
 
 LISTINGS = ("after-log-read", "after-fence", "beside-log-read", "before-lock")
 COMPACTIONS = ("after-decision", "before-deltacommit", "none")
+UNDOS = ("after-own", "before-own")
 
 
 @dataclass(frozen=True)
@@ -71,14 +80,16 @@ class Config:
     pauses: int = 1  # pauses per writer
     listing: str = "after-log-read"
     compaction: str = "after-decision"
+    undo: str = "after-own"
 
     def __post_init__(self) -> None:
         assert self.listing in LISTINGS, self.listing
         assert self.compaction in COMPACTIONS, self.compaction
+        assert self.undo in UNDOS, self.undo
 
 
 class Writer(NamedTuple):
-    pc: str = "idle"  # idle, locked, fenced, timed, written, decided, compacted, done, aborted
+    pc: str = "idle"  # idle, locked, fenced, timed, written, decided, compacting, completed, compacted, done, aborted
     listing: Optional[int] = None  # how many metadata-table writes its listing saw (a prefix)
     n: Optional[int] = None  # the newest decision it read
     c: int = 0  # its completion time, once issued
@@ -98,6 +109,8 @@ class State(NamedTuple):
     decided: tuple  # decided[seq - 1] = (writer, completion) of decisions/<seq>
     clock: int  # the latest time issued (the wall clock is past it)
     writers: tuple
+    pending: frozenset = frozenset()  # (writer, time) of compactions planned, their base written, not completed
+    deleted: frozenset = frozenset()  # times of compactions whose base an undo deleted
 
 
 def initial(cfg: Config) -> State:
@@ -144,9 +157,8 @@ def _steps(cfg: Config, s: State, i: int, w: Writer) -> Iterator[tuple[str, Stat
     name = f"W{i}"
     if w.pc in ("done", "aborted"):
         return
-    if w.pc not in ("idle", "decided", "compacted") and s.lock == i and w.pauses < cfg.pauses:
-        yield f"{name} pauses: its lease lapses", _set(s, i, w._replace(pauses=w.pauses + 1), lock=None)
-    if w.pc == "decided" and s.lock == i and w.pauses < cfg.pauses and cfg.compaction == "after-decision":
+    compacting = ("decided", "compacting", "completed") if cfg.compaction == "after-decision" else ()
+    if (w.pc not in ("idle", "decided", "compacted") or w.pc in compacting) and s.lock == i and w.pauses < cfg.pauses:
         yield f"{name} pauses: its lease lapses", _set(s, i, w._replace(pauses=w.pauses + 1), lock=None)
     listed = len(s.mdt)
     if w.pc == "idle":
@@ -196,8 +208,27 @@ def _steps(cfg: Config, s: State, i: int, w: Writer) -> Iterator[tuple[str, Stat
                    _set(s, i, w._replace(pc="aborted"), lock=None if s.lock == i else s.lock))
         return
     if w.pc == "decided" and cfg.compaction == "after-decision":
-        yield (f"{name} compacts the files partition at {w.c}",
-               _set(s, i, w._replace(pc="compacted"), mdt=s.mdt + (_compaction(s, i, w),)))
+        if any(t == w.c for _, t in s.pending):  # a compaction at this very time is under way: none now
+            yield f"{name} finds a compaction at {w.c} pending: compacts nothing", _set(s, i, w._replace(pc="compacted"))
+            return
+        deleted, pending = s.deleted, s.pending
+        if cfg.undo == "before-own":  # every pending compaction undone first, as the code first did
+            deleted |= {t for _, t in pending}
+            pending = frozenset()
+        yield (f"{name} plans its compaction at {w.c} and writes its base"
+               + (" after undoing the pending ones" if pending != s.pending else ""),
+               _set(s, i, w._replace(pc="compacting"), pending=pending | {(i, w.c)}, deleted=deleted))
+        return
+    if w.pc == "compacting":  # completes it whatever happened meanwhile (its base may be gone)
+        entry = _compaction(s, i, w)
+        yield (f"{name} completes its compaction at {w.c}",
+               _set(s, i, w._replace(pc="completed"), mdt=s.mdt + (entry,), pending=s.pending - {(i, w.c)}))
+        return
+    if w.pc == "completed":
+        older = {(who, t) for who, t in s.pending if t < w.c} if cfg.undo == "after-own" else set()
+        yield (f"{name} undoes the pending compactions older than its own",
+               _set(s, i, w._replace(pc="compacted"), pending=s.pending - older,
+                    deleted=s.deleted | {t for _, t in older}))
         return
     if w.pc in ("decided", "compacted"):
         yield f"{name} releases", _set(s, i, w._replace(pc="done"), lock=None if s.lock == i else s.lock)
@@ -221,6 +252,14 @@ def decided_commits_stay_visible(s: State) -> Optional[str]:
     return None
 
 
+def newest_base_exists(s: State) -> Optional[str]:
+    bases = [e for e in s.mdt if e.kind == "compaction"]
+    newest = max(bases, key=lambda e: e.time, default=None)
+    if newest is not None and newest.time in s.deleted:
+        return f"the newest completed compaction, W{newest.who}'s at {newest.time}, has no base: an undo deleted it"
+    return None
+
+
 def quiescent(s: State) -> bool:
     return all(w.pc in ("done", "aborted") for w in s.writers)
 
@@ -229,8 +268,9 @@ def someone_decided(s: State) -> Optional[str]:
     return None if s.decided or any(w.pauses for w in s.writers) else "no pause, yet nothing was decided"
 
 
-def check(cfg: Config, max_states: int = 400_000) -> explorer.Result:
+def check(cfg: Config, max_states: int = 1_000_000) -> explorer.Result:
     return explorer.explore(initial(cfg), lambda s: successors(cfg, s),
                             invariants=[("decided from a complete listing", decided_from_a_complete_listing),
-                                        ("decided commits stay visible", decided_commits_stay_visible)],
+                                        ("decided commits stay visible", decided_commits_stay_visible),
+                                        ("the newest base exists", newest_base_exists)],
                             final=[("progress", someone_decided)], is_final=quiescent, max_states=max_states)

@@ -11,6 +11,7 @@ import pytest
 
 import multiwriter as mw
 from multiwriter import faults
+from multiwriter.instant_time import format_time, parse_time
 from multiwriter.table import metadata_files as mf
 from multiwriter.table.files import list_files
 from multiwriter.table.view import TimelineView
@@ -390,3 +391,46 @@ def test_a_reader_that_loaded_the_timelines_before_a_compaction_still_reads_its_
     _restore(os.path.join(old, ".hoodie", "metadata", ".hoodie", "timeline"), before[2])
     assert rows(hudi_read(old), COLS) == before[0]
     assert _agreed(path) and len(_agreed(path)) == len(before[0]) + 1
+
+
+def test_a_pending_compaction_newer_than_a_completed_one_is_left_for_its_writer(tmp_path):
+    """A compaction planned at ``p`` and not completed (its writer, decided, paused inside it)
+    survives a compaction at an earlier time (one held below a pending data instant): its writer
+    may still complete it, and it would then be the newest base. A compaction completed at a
+    later time undoes it: completed after that, it is never the newest."""
+    path = str(tmp_path / "t")
+    _create(path, "cow")
+    lock = mw.InProcessLock()
+    cfg = mw.WriterConfig(writer_id="w", lock=lock, heartbeat_interval_s=1.0, heartbeat_tolerable_misses=0)
+    for i in range(3):
+        mw.write(_batch([i], ts=i, v=float(i)), path, cfg)
+    t = mw.Table.open(path)
+    newest = max(c for _, (_, c) in mf.MetadataTable(t.storage, t.config)._completed().items())
+    # as the companion job times one, right after the newest completion; the paused writer's
+    # just after it (its own completion); later commits complete above both
+    early, paused = (format_time(parse_time(newest) + s) for s in (0.001, 0.002))
+    faults.configure("mid-metadata-compaction=error")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            mf.MetadataTable(t.storage, t.config).maybe_compact(paused, paused, min_logs=1)
+    finally:
+        faults.configure(None)
+    files_dir = os.path.join(path, ".hoodie", "metadata", "files")
+
+    def bases() -> set[str]:
+        return {n[:-len(".hfile")].rsplit("_", 1)[1] for n in os.listdir(files_dir) if n.endswith(".hfile")}
+
+    assert paused in bases()
+    assert not mf.MetadataTable(t.storage, t.config).maybe_compact(paused, paused, min_logs=1), \
+        "no second compaction at the time of a pending one"
+    assert mf.MetadataTable(t.storage, t.config).maybe_compact(early, early, min_logs=1)
+    assert {early, paused} <= bases(), "the newer pending compaction keeps its base"
+    done = mw.write(_batch([9], ts=9, v=9.0), path, cfg)  # a log for the next compaction to merge
+    assert done.instant.completion_time > paused
+    late = format_time(parse_time(done.instant.completion_time) + 0.001)
+    assert mf.MetadataTable(t.storage, t.config).maybe_compact(late, late, min_logs=1)
+    assert paused not in bases() and late in bases(), "undone once a later compaction completed"
+    timeline = os.listdir(os.path.join(path, ".hoodie", "metadata", ".hoodie", "timeline"))
+    assert not [n for n in timeline if n.startswith(paused)]
+    assert {r[2] for r in _agreed(path)} == {"k000", "k001", "k002", "k009"}
+    _listing_is_storage(path)
