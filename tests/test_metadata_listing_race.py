@@ -9,7 +9,11 @@ committed write in the slice readers take.
 - One thaws after the holder committed: it loses its decision, and compacts nothing (the files
   partition is compacted only after the decision). Compacting before its deltacommit, from its
   listing of before the freeze and at a time issued after the holder's commit, it left the
-  holder's log in no slice a reader takes.
+  holder's log in no slice a reader takes. Copy-on-Write version 8, and Merge-on-Read version 9
+  read again after the data's compaction.
+- One freezes inside the compaction that follows its decision: its commit is visible, the holder
+  commits and the companion job cleans meanwhile, and once thawed it completes a compaction that
+  is never the newest; the newest base keeps its file.
 
 Real processes, real ZooKeeper, moto's S3 (writes serialized); the oracles are hudi-rs, which
 lists the table's files from the metadata table, and the rows the writers were told were
@@ -24,9 +28,10 @@ import pytest
 
 import multiwriter as mw
 from multiwriter.table import metadata_files
-from tests.conftest import TRIPS_SCHEMA, trips
+from tests.conftest import TRIPS_SCHEMA, compact_slices, trips
 from tests.oracle import hudi_read, rows, s3_storage_options
 from tests.test_concurrency import result, spawn
+from tests.test_frozen_commit import _wait_for
 
 LEASE_S = 2.5  # the frozen writer's ZooKeeper session
 
@@ -40,13 +45,17 @@ def held_s3():
         yield s3
 
 
-def _wait_for(path, proc, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"the writer exited before {path.name}: {proc.communicate()}")
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.02)
+def _create(uri: str, kind: str = "cow", version: int = 8) -> None:
+    mor = dict(table_type="MERGE_ON_READ", num_buckets=2) if kind == "mor" else {}
+    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
+                    ordering_field="ts", metadata=True, table_version=version, **mor)
+
+
+def _read_by_both(uri: str) -> dict[str, float]:
+    """The rows as hudi-rs reads them (it lists files from the metadata table), checked equal to ours."""
+    theirs = dict(rows(hudi_read(uri, storage_options=s3_storage_options(uri)), ["id", "value"]))
+    assert dict(rows(mw.Table.open(uri).read(), ["id", "value"])) == theirs, "hudi-rs and our reader disagree"
+    return theirs
 
 
 def _seed_until_a_compaction_is_due(uri: str) -> dict[str, float]:
@@ -66,8 +75,7 @@ def _seed_until_a_compaction_is_due(uri: str) -> dict[str, float]:
 def test_a_decision_made_while_the_lock_holder_listed_is_in_what_it_builds_on(zk_server, zk_base, held_s3, tmp_path):
     bucket_uri = held_s3.bucket()
     uri = bucket_uri + "/t"
-    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
-                    ordering_field="ts", metadata=True)
+    _create(uri)
     want = _seed_until_a_compaction_is_due(uri)
     args = dict(zk=zk_server.connect, base=zk_base, path=uri, hb=1.0, misses=2)
     thawed_dir, holder_dir = tmp_path / "thawed", tmp_path / "holder"
@@ -106,19 +114,17 @@ def test_a_decision_made_while_the_lock_holder_listed_is_in_what_it_builds_on(zk
     r_holder = result(holder)
     assert r_holder["ok"], r_holder
     want.update({"t1": 9.0, "h1": 5.0})
-    theirs = dict(rows(hudi_read(uri, storage_options=s3_storage_options(uri)), ["id", "value"]))
-    assert theirs == want, "hudi-rs, listing files from the metadata table, misses a committed write"
-    assert dict(rows(mw.Table.open(uri).read(), ["id", "value"])) == want
+    assert _read_by_both(uri) == want, "hudi-rs, listing files from the metadata table, misses a committed write"
 
 
-def test_a_thawed_writer_that_loses_its_decision_compacts_nothing(zk_server, zk_base, held_s3, tmp_path):
+@pytest.mark.parametrize("kind,version", [("cow", 8), ("mor", 9)])
+def test_a_thawed_writer_that_loses_its_decision_compacts_nothing(zk_server, zk_base, held_s3, tmp_path, kind, version):
     """Frozen past its fence with the files partition due to compact, a writer thaws after the
     lock holder committed (and compacted): its own compaction, from its listing of before the
     freeze and timed after the holder's commit, would leave the holder's log out of the newest
     slice, and its lost decision would not take that compaction back."""
     uri = held_s3.bucket() + "/t"
-    mw.Table.create(uri, name="trips", schema=TRIPS_SCHEMA, record_key="id", partition_by=["date"],
-                    ordering_field="ts", metadata=True)
+    _create(uri, kind, version)
     want = _seed_until_a_compaction_is_due(uri)
     args = dict(zk=zk_server.connect, base=zk_base, path=uri, hb=1.0, misses=2)
     thawed = spawn("write", dict(args, writer="thawed", ids=["t1"], date="2024-02-01", ts=9, value=9.0,
@@ -128,8 +134,7 @@ def test_a_thawed_writer_that_loses_its_decision_compacts_nothing(zk_server, zk_
         _wait_for(tmp_path / "before-completed-file.hanging", thawed)  # past its fence
         os.kill(thawed.pid, signal.SIGSTOP)
         time.sleep(LEASE_S + 1.5)  # its session and heartbeat lapse
-        r_holder = result(spawn("write", dict(args, writer="holder", ids=["h1"], date="2024-03-01", ts=10,
-                                              value=5.0)))
+        r_holder = result(spawn("write", dict(args, writer="holder", ids=["s0", "h1"], ts=10, value=5.0)))
         assert r_holder["ok"], r_holder
     finally:
         if thawed.poll() is None:
@@ -137,7 +142,53 @@ def test_a_thawed_writer_that_loses_its_decision_compacts_nothing(zk_server, zk_
         (tmp_path / "before-completed-file.release").touch()
     r_thawed = result(thawed)
     assert not r_thawed["ok"] and r_thawed["error"] == "CommitDecisionLostError", r_thawed
-    want["h1"] = 5.0
-    theirs = dict(rows(hudi_read(uri, storage_options=s3_storage_options(uri)), ["id", "value"]))
-    assert theirs == want, "hudi-rs, listing files from the metadata table, misses a committed write"
-    assert dict(rows(mw.Table.open(uri).read(), ["id", "value"])) == want
+    want.update({"s0": 5.0, "h1": 5.0})  # an update (a log file on Merge-on-Read) and an insert
+    assert _read_by_both(uri) == want, "hudi-rs, listing files from the metadata table, misses a committed write"
+    if kind == "mor":
+        compact_slices(uri)
+        assert _read_by_both(uri) == want
+
+
+def test_a_writer_frozen_inside_its_compaction_after_its_decision_lands_and_breaks_no_read(
+        zk_server, zk_base, held_s3, tmp_path):
+    """Frozen (SIGSTOP past its session and heartbeat bound) inside the compaction of the files
+    partition that follows its decision: its commit is visible; another writer commits (and
+    compacts, undoing the frozen one's older plan), the companion job cleans, readers read; the
+    thawed writer completes its compaction, which is then never the newest. Merge-on-Read,
+    version 9; hudi-rs reads every committed row before and after the data's compaction."""
+    uri = held_s3.bucket() + "/t"
+    _create(uri, "mor", 9)
+    want = _seed_until_a_compaction_is_due(uri)
+    args = dict(zk=zk_server.connect, base=zk_base, path=uri, hb=1.0, misses=2)
+    point = "mid-metadata-compaction"
+    frozen = spawn("write", dict(args, writer="frozen", ids=["f1"], date="2024-02-01", ts=9, value=9.0,
+                                 session_timeout_s=LEASE_S),
+                   {"MULTIWRITER_FAULTS": f"{point}=hang", "MULTIWRITER_FAULT_DIR": str(tmp_path)})
+    try:
+        _wait_for(tmp_path / f"{point}.hanging", frozen)  # decided, its completed file written
+        os.kill(frozen.pid, signal.SIGSTOP)
+        time.sleep(LEASE_S + 1.5)  # its session and heartbeat lapse
+        want["f1"] = 9.0
+        assert _read_by_both(uri) == want, "a decided commit is visible while its writer is frozen"
+        r_holder = result(spawn("write", dict(args, writer="holder", ids=["s0", "h1"], ts=10, value=5.0)))
+        assert r_holder["ok"], r_holder
+        job = result(spawn("clean", dict(args, retain=1, runs=2)))
+        assert job["ok"], job
+        want.update({"s0": 5.0, "h1": 5.0})  # an update (a log file) and an insert
+        assert _read_by_both(uri) == want
+    finally:
+        if frozen.poll() is None:
+            os.kill(frozen.pid, signal.SIGCONT)
+        (tmp_path / f"{point}.release").touch()
+    r_frozen = result(frozen)
+    assert r_frozen["ok"], r_frozen  # decided before the freeze: it landed
+    assert _read_by_both(uri) == want
+    table = mw.Table.open(uri)
+    base, _, _ = metadata_files.MetadataTable(table.storage, table.config).latest_slice()
+    assert base is not None and table.storage.exists(f".hoodie/metadata/files/{base}"), "the newest base has its file"
+    # the companion job compacted the data's slices above; one more update, read before and after
+    mw.write(trips(["s1"], ts=11, value=6.0), uri, mw.WriterConfig(lock=mw.InProcessLock(), writer_id="seed"))
+    want["s1"] = 6.0
+    assert _read_by_both(uri) == want
+    compact_slices(uri)
+    assert _read_by_both(uri) == want
