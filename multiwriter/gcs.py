@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import ConfigError
-from .threads import free_in_child
+from .threads import free_in_child, renew_in_child
 
 #: Google's Cloud Storage endpoint (the JSON API)
 API = "https://storage.googleapis.com"
@@ -86,6 +86,7 @@ class Credentials:
         self.env = dict(os.environ if env is None else env)
         self.timeout_s = timeout_s
         self._mu = threading.Lock()
+        renew_in_child(self)  # shared by the process-wide clients; held while a token is fetched
         self._token: _Token | None = None
 
     def forget(self, token: str) -> None:

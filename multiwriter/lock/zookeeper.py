@@ -54,7 +54,7 @@ from kazoo.recipe.lock import Lock
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
-from ..threads import Deadlines, free_in_child
+from ..threads import Deadlines, free_in_child, renew_in_child
 from ..errors import ConfigError, LockAcquireTimeout, LockError, LockLostError
 from .base import (
     LOCK_KEY_PROPERTY,
@@ -213,6 +213,7 @@ class _SharedClient:
         self._orphans: set[str] = set()
         self._mu = threading.Lock()
         self._reconnect_mu = threading.Lock()
+        renew_in_child(self)  # kept in the process-wide _clients
         client.add_listener(self._on_state)
 
     def usable(self) -> bool:
