@@ -74,9 +74,14 @@ def test_a_child_forked_while_threads_hold_the_packages_locks_can_take_them():
     zookeeper._start_lock(connecting)  # a connect under way holds this lock
     in_process._slot("fork-test")  # a table's in-process lock
     storage._turns("fork-test")  # a table's storage-lock turns
+    from kazoo.client import KazooClient
+
+    shared = ("fork-test", None, 10.0)  # a process's shared ZooKeeper client (never started here)
+    zookeeper._clients[shared] = zookeeper._SharedClient(KazooClient(hosts="127.0.0.1:1"), "127.0.0.1:1", 1.0)
     try:
         check_a_fork_while_held()
     finally:
+        zookeeper._clients.pop(shared, None)
         zookeeper._start_mus.pop(connecting, None)
         in_process._slots.pop("fork-test", None)
         storage._TURNS.pop("fork-test", None)
@@ -84,30 +89,35 @@ def test_a_child_forked_while_threads_hold_the_packages_locks_can_take_them():
 
 def check_a_fork_while_held() -> None:
     locks = module_locks()
-    for held in ("_start_mus[", "_slots['fork-test'].lock", "_TURNS['fork-test'].mu", "S3Handler._mu", "_CACHE._mu"):
-        assert any(held in name for name in locks), (held, sorted(locks))
+    planted = ("_start_mus[", "_slots['fork-test'].lock", "_TURNS['fork-test'].mu", "S3Handler._mu", "_CACHE._mu",
+               "_clients[('fork-test', None, 10.0)]._reconnect_mu")
+    for name in planted:
+        assert any(name in found for found in locks), (name, sorted(locks))
     assert len(locks) >= 10, sorted(locks)  # the walk found the package's locks
     held, release = threading.Event(), threading.Event()
+    taken: dict[str, object] = {}
 
     def hold() -> None:  # a parent's thread inside each guarded section at the fork
-        taken = [resolve() for resolve in locks.values()]
-        for lock in taken:
-            lock.acquire()
+        for name, resolve in locks.items():  # a lock another thread of this process holds is left out
+            lock = resolve()
+            if lock is not None and lock.acquire(timeout=2):
+                taken[name] = lock
         held.set()
         release.wait()
-        for lock in taken:
+        for lock in taken.values():
             lock.release()
 
     holder = threading.Thread(target=hold, daemon=True)
     holder.start()
-    assert held.wait(timeout=10)
+    assert held.wait(timeout=120)
+    assert all(any(name in t for t in taken) for name in planted), sorted(taken)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report the locks it cannot take, never return into pytest
         code = 1
         try:
             os.close(read)
-            now = {name: resolve() for name, resolve in locks.items()}
+            now = {name: locks[name]() for name in taken}
             stuck = [name for name, lock in now.items() if lock is not None and not lock.acquire(timeout=0.2)]
             os.write(write, "\n".join(stuck).encode())
             code = 0
